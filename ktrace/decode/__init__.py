@@ -1,0 +1,7 @@
+"""Decoding profiler buffers into slices, instants and anomalies (numpy, columnar)."""
+
+from .decoder import FINALIZE_EVENT, decode
+from .layouts import LAYOUTS
+from .source import load_buffer
+
+__all__ = ["decode", "load_buffer", "LAYOUTS", "FINALIZE_EVENT"]

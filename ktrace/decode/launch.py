@@ -1,0 +1,76 @@
+"""The Launch: header facts, sidecar metadata, and the names the user gave, merged with a clear precedence.
+
+Names: ``--events``/``--groups`` (or a names file) first, then the sidecar's ``event_names``/``group_names``,
+else ``event_<i>`` / ``group <g>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..model import Launch
+from ..sidecar import read_names_file, read_sidecar, sidecar_path
+
+__all__ = ["build_launch", "parse_names"]
+
+
+def parse_names(value) -> tuple[list[str] | None, str | None]:
+    """(names, source) from a list, a comma-separated string, or ``@file`` / an existing file path."""
+    if value is None:
+        return None, None
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value], "cli"
+    text = str(value)
+    if text.startswith("@"):
+        return read_names_file(text[1:]), "file"
+    if "," not in text and Path(text).is_file():
+        return read_names_file(text), "file"
+    return [s.strip() for s in text.split(",")], "cli"
+
+
+def _ints(v) -> tuple[int, ...] | None:
+    if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
+        return tuple(v)
+    return None
+
+
+def _int_or_none(v) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, events=None, groups=None) -> Launch:
+    """The Launch for a buffer.
+
+    sidecar: None looks for ``<buffer>.json`` next to a buffer file; a path reads that file; False skips.
+    """
+    meta: dict = {}
+    side_used = None
+    if sidecar is not False:
+        p = Path(sidecar) if sidecar not in (None, True) else (sidecar_path(buffer_path) if buffer_path else None)
+        if p is not None and (sidecar not in (None, True) or p.exists()):
+            meta = read_sidecar(p)
+            side_used = str(p)
+    ev_names, ev_src = parse_names(events)
+    gr_names, _ = parse_names(groups)
+    if ev_names is None and meta.get("event_names"):
+        ev_names, ev_src = list(meta["event_names"]), "sidecar"
+    if gr_names is None and meta.get("group_names"):
+        gr_names = list(meta["group_names"])
+    dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+    timer = meta.get("timer") if isinstance(meta.get("timer"), dict) else {}
+    return Launch(
+        num_blocks=num_blocks,
+        num_groups=num_groups,
+        kernel=str(meta.get("kernel") or (Path(buffer_path).stem if buffer_path else "kernel")),
+        grid=_ints(meta.get("grid")),
+        block_dim=_ints(meta.get("block")),
+        device=dev.get("name") if isinstance(dev.get("name"), str) else None,
+        num_sms=_int_or_none(dev.get("multiprocessors")),
+        event_names=tuple(ev_names or ()),
+        group_names=tuple(gr_names or ()),
+        names_source=ev_src or "default",
+        timer_tick_ns=_int_or_none(timer.get("tick_ns", meta.get("timer_tick_ns"))),
+        host_launch_unix_ns=_int_or_none(meta.get("host_launch_unix_ns")),
+        timer_anchor_ns=_int_or_none(timer.get("anchor_ns", meta.get("timer_anchor_ns"))),
+        sidecar=side_used,
+    )

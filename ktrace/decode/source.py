@@ -1,0 +1,96 @@
+"""Reading a profiler buffer: raw little-endian uint64 files, .npy files, or anything array-like."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["Buffer", "load_buffer", "parse_header"]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer's words (uint64; word 0 is the header) and where they came from."""
+
+    words: np.ndarray
+    name: str
+    path: Path | None = None
+
+
+def load_buffer(source, name: str | None = None) -> Buffer:
+    """A Buffer from a path (``.bin`` raw uint64 LE, ``.npy``), bytes, a numpy array or a CPU tensor."""
+    if isinstance(source, Buffer):
+        return source
+    if isinstance(source, (str, Path)):
+        return _load_path(Path(source))
+    label = name or "<buffer>"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        raw = bytes(source)
+        if len(raw) % 8:
+            raise InputError(f"{label}: {len(raw)} bytes is not a whole number of 8-byte records (truncated copy?)")
+        return Buffer(np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False), label)
+    if hasattr(source, "detach") and hasattr(source, "cpu"):  # a torch tensor, without importing torch
+        source = source.detach().cpu().numpy()
+    try:
+        arr = np.asarray(source)
+    except Exception as e:  # noqa: BLE001 - any conversion failure is the caller's input problem
+        raise InputError(f"{label}: cannot be read as an array of uint64 records ({e})") from None
+    return Buffer(_as_words(arr, label), label)
+
+
+def _as_words(arr: np.ndarray, label: str) -> np.ndarray:
+    if arr.dtype.kind not in "iu":
+        raise InputError(f"{label}: dtype {arr.dtype} is not an integer buffer; pass the uint64 profiler buffer")
+    if arr.dtype.itemsize == 8:
+        return arr.reshape(-1).view(np.uint64)
+    if arr.dtype.itemsize == 4 and arr.size % 2 == 0:
+        # A uint32/int32 view of the same memory: pairs of words make one record, little-endian.
+        return np.ascontiguousarray(arr.reshape(-1)).view(np.uint64)
+    raise InputError(f"{label}: dtype {arr.dtype} cannot hold 64-bit records; pass the uint64 profiler buffer")
+
+
+def _load_path(path: Path) -> Buffer:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a profiler buffer")
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise InputError(f"{path}: not a readable .npy file ({e})") from None
+        return Buffer(_as_words(arr, str(path)), str(path), path)
+    size = path.stat().st_size
+    if size % 8:
+        raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
+    words = np.fromfile(path, dtype="<u8")
+    return Buffer(words.astype(np.uint64, copy=False), str(path), path)
+
+
+def parse_header(buf: Buffer, num_blocks: int | None = None, num_groups: int | None = None) -> tuple[int, int]:
+    """(num_blocks, num_groups) from word 0, checked against the buffer's length.
+
+    Explicit values override the header (for a buffer whose header was never written).
+    """
+    w = buf.words
+    if len(w) == 0:
+        raise InputError(f"{buf.name}: empty file: a profiler buffer has at least its header word")
+    hdr = int(w[0])
+    nb = num_blocks if num_blocks is not None else hdr & 0xFFFFFFFF
+    ng = num_groups if num_groups is not None else hdr >> 32
+    fix = "pass --blocks and --groups if the header was never written"
+    if nb <= 0 or ng <= 0:
+        raise InputError(
+            f"{buf.name}: impossible header {hdr:#018x} (num_blocks={nb}, num_groups={ng}); {fix}"
+        )
+    slots = len(w) - 1
+    if nb * ng > slots:
+        raise InputError(
+            f"{buf.name}: header says {nb} blocks x {ng} groups = {nb * ng} lanes, but the buffer has only "
+            f"{slots} record slots (not a profiler buffer, a truncated copy, or a wrong header); {fix}"
+        )
+    return nb, ng

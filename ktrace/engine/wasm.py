@@ -1,0 +1,169 @@
+"""The embedded engine: Perfetto v52's trace processor, compiled to WebAssembly, run in-process by wasmtime.
+
+One ``WasmTraceProcessor`` is one instance with its own linear memory (a 16 GiB reservation of address
+space, of which only what the heap grows to is touched). It speaks the trace processor's RPC protocol:
+serialized ``TraceProcessorRpcStream`` bytes go into the request buffer and
+``trace_processor_on_rpc_request`` is called; the replies come back synchronously, inside that call,
+through a host callback in the function table, as a stream of length-delimited ``TraceProcessorRpc``
+messages.
+
+After a trap (an out-of-memory abort ends in ``unreachable``) the instance's state is undefined: it is
+marked dead and every later call raises. One instance must not be used from two threads at once (the
+Session serializes calls).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ktrace.engine.backend import Backend, RawQueryResult, rpc_protos, split_rpc_stream
+from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
+from ktrace.engine.wasm_host import Host, WasmAbort
+from ktrace.errors import KtraceError
+
+__all__ = ["WasmTraceProcessor"]
+
+# Size of the request buffer inside the instance (the UI uses the same). Requests are split across it.
+_REQUEST_BUFFER_BYTES = 32 << 20
+
+
+class WasmTraceProcessor(Backend):
+    """The trace processor as a WebAssembly instance. ``heap_max_bytes`` caps its heap (default 16 GiB)."""
+
+    name = "wasm"
+
+    def __init__(self, *, heap_max_bytes: int = HEAP_MAX_BYTES) -> None:
+        wasmtime = import_wasmtime()
+        self._wasmtime = wasmtime
+        self._dead: str | None = None
+        self._reply = bytearray()
+        self._gave_up = False
+        engine, module = load_module()
+        self._store = wasmtime.Store(engine)
+        self._host = Host(min(heap_max_bytes, HEAP_MAX_BYTES))
+        linker = wasmtime.Linker(engine)
+        provided = self._host.functions()
+        for imp in module.imports:
+            ty = imp.type
+            fn = provided.get((imp.module, imp.name))
+            if fn is None:
+                fn = self._host.stub(imp.module, imp.name, [str(p) for p in ty.params],
+                                     [str(r) for r in ty.results])
+            linker.define_func(imp.module, imp.name, ty, fn)
+        try:
+            instance = linker.instantiate(self._store, module)
+            exports = instance.exports(self._store)
+            self._host.bind(self._store, exports["memory"])
+            exports["emscripten_stack_init"](self._store)
+            exports["__wasm_call_ctors"](self._store)
+            i64, i32 = wasmtime.ValType.i64(), wasmtime.ValType.i32()
+            callback = wasmtime.Func(self._store, wasmtime.FuncType([i64, i32], []), self._on_reply)
+            table = exports["__indirect_function_table"]
+            index = table.grow(self._store, 1, callback)
+            self._request_buffer = exports["trace_processor_rpc_init"](self._store, index,
+                                                                      _REQUEST_BUFFER_BYTES)
+            self._on_rpc_request = exports["trace_processor_on_rpc_request"]
+        except (wasmtime.WasmtimeError, wasmtime.Trap, WasmAbort, KeyError) as exc:
+            from ktrace.errors import EnvironmentMissing
+
+            raise EnvironmentMissing(f"the embedded trace processor failed to start ({exc}); "
+                                     "set KTRACE_TP_SHELL to a trace_processor_shell binary instead") from exc
+
+    # -- Backend ----------------------------------------------------------------------------------------
+
+    def append(self, chunk: bytes) -> str:
+        rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_APPEND_TRACE_DATA)
+        rpc.msg[0].append_trace_data = chunk
+        (reply,) = self._call(rpc)
+        return reply.append_result.error
+
+    def finalize(self) -> str:
+        rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA)
+        (reply,) = self._call(rpc)
+        return reply.finalize_data_result.error if reply.HasField("finalize_data_result") else ""
+
+    def query(self, sql: str) -> RawQueryResult:
+        rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_QUERY_STREAMING)
+        rpc.msg[0].query_args.sql_query = sql
+        replies = self._call(rpc)
+        results = [r.query_result for r in replies]
+        return RawQueryResult(
+            columns=tuple(results[0].column_names) if results else (),
+            error="".join(r.error for r in results),
+            batches=[b for r in results for b in r.batch],
+        )
+
+    def register_sql_package(self, name: str, modules: dict[str, str]) -> str:
+        rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE)
+        args = rpc.msg[0].register_sql_package_args
+        args.package_name = name
+        args.allow_override = True
+        for module_name, sql in modules.items():
+            module = args.modules.add()
+            module.name = module_name
+            module.sql = sql
+        (reply,) = self._call(rpc)
+        return reply.register_sql_package_result.error
+
+    def close(self) -> None:
+        self._dead = self._dead or "it was closed"
+        # Drop the references that keep the instance's memory mapped.
+        self._store = None
+        self._on_rpc_request = None
+
+    # -- RPC --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _request(method: int) -> Any:
+        stream = rpc_protos().TraceProcessorRpcStream()
+        stream.msg.add().request = method
+        return stream
+
+    def _on_reply(self, ptr: int, length: int) -> None:
+        length &= 0xFFFFFFFF
+        if ptr == 0 and length == 0:
+            self._gave_up = True  # the engine's framing error: it closes the session
+            return
+        self._reply += self._host.read(ptr, length)
+
+    def _call(self, stream: Any) -> list[Any]:
+        """Sends one request; returns the TraceProcessorRpc replies, in order."""
+        if self._dead:
+            raise KtraceError(f"the trace processor session cannot be used: {self._dead}; "
+                              "open the trace again")
+        data = stream.SerializeToString()
+        self._reply = bytearray()
+        try:
+            for offset in range(0, len(data), _REQUEST_BUFFER_BYTES):
+                piece = data[offset:offset + _REQUEST_BUFFER_BYTES]
+                self._host.write(self._request_buffer, piece)
+                self._on_rpc_request(self._store, len(piece))
+        except KeyboardInterrupt:
+            self._dead = "it was interrupted in the middle of a call"
+            raise
+        except (self._wasmtime.Trap, self._wasmtime.WasmtimeError, WasmAbort) as exc:
+            self._dead = "it crashed earlier"
+            raise KtraceError(self._crash_message(exc)) from None
+        replies = [rpc_protos().TraceProcessorRpc.FromString(bytes(m)) for m in split_rpc_stream(self._reply)]
+        self._reply = bytearray()
+        for reply in replies:
+            if reply.fatal_error or self._gave_up:
+                self._dead = f"it reported a fatal error ({reply.fatal_error or 'no reply'})"
+                raise KtraceError(f"the trace processor gave up: {reply.fatal_error or 'no reply'}")
+        if not replies:
+            self._dead = "it sent no reply"
+            raise KtraceError("the trace processor sent no reply to a request")
+        return replies
+
+    def _crash_message(self, exc: BaseException) -> str:
+        log = self._host.recent_log()
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        out_of_memory = "grow the heap" in log or "out of memory" in log.lower()
+        what = (f"ran out of memory (its heap is capped at {self._host.heap_max_bytes / 2**30:.1f} GiB)"
+                if out_of_memory else f"crashed ({reason})")
+        message = f"the embedded trace processor {what}; this session is closed, open the trace again"
+        if out_of_memory:
+            message += " (a smaller trace, or KTRACE_TP_SHELL with a native trace_processor_shell, may fit)"
+        if log:
+            message += "\nengine log:\n" + log
+        return message

@@ -1,0 +1,98 @@
+"""The track tree of a trace: launch, then SM, block, warp group (or flatter), with numeric sibling order.
+
+Track uuids are small for lane tracks (they are written with every event) and tagged by kind otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import Decoded
+
+__all__ = ["TrackTree", "build_tracks", "TRACK_MODES", "LAUNCH_UUID"]
+
+TRACK_MODES = ("sm", "block", "flat")
+LAUNCH_UUID = 1 << 44
+_BLOCK_BASE = 1 << 42
+_SM_BASE = 1 << 43
+
+
+@dataclass(frozen=True)
+class Track:
+    uuid: int
+    parent: int | None
+    name: str
+    rank: int | None  # sibling_order_rank under an EXPLICIT parent
+
+
+@dataclass(frozen=True)
+class TrackTree:
+    tracks: list  # Track, parents before children
+    lane_uuid: np.ndarray  # uuid of each lane's track, indexed by lane
+    overlap_uuid: dict  # (lane, event) -> uuid of the child track for partially overlapping slices
+
+
+def _sm_label(sm: int) -> str:
+    return f"SM {sm}" if sm >= 0 else "SM ?"
+
+
+def build_tracks(d: Decoded, mode: str = "sm") -> TrackTree:
+    """The tracks for a decoded buffer. Only lanes with records get tracks."""
+    L = d.launch
+    ng = L.num_groups
+    lanes_present = np.unique(np.concatenate([d.slices.lane, d.instants.lane, d.anomalies.lane]))
+    lane_uuid = np.zeros(L.num_blocks * ng, np.int64)
+    tracks = [Track(LAUNCH_UUID, None, _launch_name(d), None)]
+    # The SM of a block: from its first slice/instant/anomaly record (all its records carry the same).
+    block_sm = _block_sm(d)
+    blocks = np.unique(lanes_present // ng)
+    if mode == "sm":
+        for sm in np.unique(block_sm[blocks]).tolist():
+            rank = sm if sm >= 0 else 1 << 20
+            tracks.append(Track(_SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
+    for b in blocks.tolist():
+        lanes = lanes_present[lanes_present // ng == b] if ng > 1 else np.array([b])
+        if mode == "flat":
+            for ln in lanes.tolist():
+                g = ln % ng
+                name = f"block {b}" if ng == 1 else f"block {b} / {L.group_name(g)}"
+                tracks.append(Track(ln + 1, LAUNCH_UUID, name, ln))
+                lane_uuid[ln] = ln + 1
+            continue
+        parent = _SM_BASE + int(block_sm[b]) + 1 if mode == "sm" else LAUNCH_UUID
+        if ng == 1:
+            tracks.append(Track(b + 1, parent, f"block {b}", b))
+            lane_uuid[b] = b + 1
+            continue
+        tracks.append(Track(_BLOCK_BASE + b, parent, f"block {b}", b))
+        for ln in lanes.tolist():
+            g = ln % ng
+            tracks.append(Track(ln + 1, _BLOCK_BASE + b, L.group_name(g), g))
+            lane_uuid[ln] = ln + 1
+    overlap_uuid = {}
+    s = d.slices
+    if s.overlap.any():
+        pairs = np.unique(np.stack([s.lane[s.overlap], s.event[s.overlap]]), axis=1)
+        next_uuid = L.num_blocks * ng + 1
+        for j, (ln, ev) in enumerate(pairs.T.tolist()):
+            uuid = next_uuid + j
+            lane_name = f"block {ln // ng}" if ng == 1 else f"block {ln // ng} / {L.group_name(ln % ng)}"
+            tracks.append(Track(uuid, int(lane_uuid[ln]), f"{lane_name} · overlapping {L.event_name(ev)}", ev))
+            overlap_uuid[(ln, ev)] = uuid
+    return TrackTree(tracks, lane_uuid, overlap_uuid)
+
+
+def _block_sm(d: Decoded) -> np.ndarray:
+    sm = np.full(d.launch.num_blocks, -1, np.int64)
+    for part in (d.anomalies, d.instants, d.slices):  # later parts win: slices are the most trusted
+        if len(part.block):
+            sm[part.block] = part.sm
+    return sm
+
+
+def _launch_name(d: Decoded) -> str:
+    L = d.launch
+    grid = "x".join(map(str, L.grid)) if L.grid else str(L.num_blocks)
+    return f"{L.kernel} launch (grid {grid}, {L.num_groups} group{'s' if L.num_groups != 1 else ''})"

@@ -1,0 +1,188 @@
+"""What the decoder produces: columnar numpy arrays with units in their names, and frozen summaries.
+
+Every record of a buffer ends up in exactly one of three places: a phase slice (two records), an instant
+(one record) or an anomaly (one record). ``Decoded.accounted`` checks that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "ANOMALY_KINDS",
+    "LANE_NOTES",
+    "Launch",
+    "Slices",
+    "Instants",
+    "Anomalies",
+    "LayoutMatch",
+    "Decoded",
+]
+
+# Record-level anomalies: each such record is neither in a slice nor an instant.
+ANOMALY_KINDS = {
+    "tag_mismatch": "the tag's block/lane field disagrees with the record's position (stale data, garbage "
+    "or a write past another lane's end)",
+    "unknown_type": "record type not defined by the layout",
+    "unknown_event": "event index has no name in the sidecar's event list",
+    "backwards": "timestamp earlier than an earlier record of the same lane",
+    "end_without_begin": "END with no open BEGIN of the same event on its lane",
+    "begin_without_end": "BEGIN never closed by an END of the same event on its lane",
+}
+
+# Lane-level observations: not records, but things a user must know.
+LANE_NOTES = {
+    "lane_full": "the lane's last slot is written: the producer has no bounds check, so records after it "
+    "may have been written past the buffer (possible overflow)",
+    "holes": "an empty (zero) slot followed by records on the same lane",
+    "trailing_instant": "the lane ends with an instant: FlashInfer's PROFILER_EVENT_INSTANT does not advance "
+    "the write pointer, so only a lane's last instant survives; earlier ones were overwritten by the next "
+    "record and cannot be recovered or counted",
+    "partial_overlap": "slices that partially overlap another slice of the lane (drawn on their own child "
+    "track)",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Facts about the launch, from the buffer header and the metadata sidecar (when there is one)."""
+
+    num_blocks: int
+    num_groups: int
+    kernel: str = "kernel"
+    grid: tuple[int, ...] | None = None
+    block_dim: tuple[int, ...] | None = None
+    device: str | None = None
+    num_sms: int | None = None
+    event_names: tuple[str, ...] = ()
+    group_names: tuple[str, ...] = ()
+    names_source: str = "default"  # "cli", "file", "sidecar" or "default"
+    timer_tick_ns: int | None = None
+    host_launch_unix_ns: int | None = None  # host clock at launch, to recover the timer's high bits
+    timer_anchor_ns: int | None = None  # one 64-bit %globaltimer read by the kernel: exact anchor
+    sidecar: str | None = None  # path of the sidecar read, if any
+
+    def event_name(self, i: int) -> str:
+        return self.event_names[i] if 0 <= i < len(self.event_names) and self.event_names[i] else f"event_{i}"
+
+    def group_name(self, g: int) -> str:
+        if 0 <= g < len(self.group_names) and self.group_names[g]:
+            return f"group {g} ({self.group_names[g]})"
+        return f"group {g}"
+
+
+@dataclass(frozen=True)
+class Slices:
+    """Phase slices, one row each, sorted by (lane, begin sequence). Times in ns on the trace's axis."""
+
+    lane: np.ndarray  # int64, block * num_groups + group
+    block: np.ndarray  # int64
+    group: np.ndarray  # int64
+    sm: np.ndarray  # int64, -1 when the SM id cannot be trusted or the layout has none
+    event: np.ndarray  # int64 event index
+    k: np.ndarray  # int64 instance: k-th slice of this event on this lane
+    begin_seq: np.ndarray  # int64 record sequence number of the BEGIN within its lane
+    end_seq: np.ndarray  # int64
+    begin_ns: np.ndarray  # int64
+    end_ns: np.ndarray  # int64
+    overlap: np.ndarray  # bool: partially overlaps another slice of the lane (own child track)
+    begin_rec: np.ndarray  # int64 index of the BEGIN record in (lane, sequence) record order
+    end_rec: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lane)
+
+    @property
+    def dur_ns(self) -> np.ndarray:
+        return self.end_ns - self.begin_ns
+
+
+@dataclass(frozen=True)
+class Instants:
+    """Instant records (type 2, and type 3 'finalize' in layouts that define it)."""
+
+    lane: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    sm: np.ndarray
+    event: np.ndarray  # event index; -1 for 'finalize'
+    k: np.ndarray  # k-th instant of this event on this lane
+    seq: np.ndarray
+    ts_ns: np.ndarray
+    rec: np.ndarray  # int64 index of the record in (lane, sequence) record order
+
+    def __len__(self) -> int:
+        return len(self.lane)
+
+
+@dataclass(frozen=True)
+class Anomalies:
+    """Records that are neither in a slice nor an instant, with the reason (an ANOMALY_KINDS key)."""
+
+    kind: np.ndarray  # int8 index into KINDS
+    lane: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    sm: np.ndarray
+    event: np.ndarray
+    seq: np.ndarray
+    raw: np.ndarray  # uint64 record as stored
+    ts_ns: np.ndarray  # best-effort time (unwrapped like its lane's records)
+    rec: np.ndarray  # int64 index of the record in (lane, sequence) record order
+
+    KINDS = tuple(ANOMALY_KINDS)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def counts(self) -> dict[str, int]:
+        c = np.bincount(self.kind.astype(np.int64), minlength=len(self.KINDS))
+        return {k: int(n) for k, n in zip(self.KINDS, c) if n}
+
+
+@dataclass(frozen=True)
+class LayoutMatch:
+    """How well each candidate layout's tag fields agree with the records' positions (0..1)."""
+
+    name: str
+    chosen_by: str  # "detected" or "forced"
+    scores: dict[str, float]
+
+    @property
+    def score(self) -> float:
+        return self.scores.get(self.name, 0.0)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded buffer: the launch, the records' fate, and what was noticed on the way."""
+
+    source: str
+    launch: Launch
+    layout: LayoutMatch
+    records: int  # non-empty slots
+    capacity_per_lane: int
+    lanes_with_records: int
+    slices: Slices
+    instants: Instants
+    anomalies: Anomalies
+    notes: dict[str, int] = field(default_factory=dict)  # LANE_NOTES key -> count
+    note_examples: dict[str, list] = field(default_factory=dict)
+    aliasing: dict = field(default_factory=dict)  # blocks >= 4096 under the current layout
+    time_origin: str = "first record"  # or "host clock at launch" / "kernel timer anchor"
+    origin_ns: int = 0  # unwrapped raw time that maps to trace ts 0 (relative mode)
+    min_step_ns: int | None = None  # smallest nonzero step between consecutive records of a lane
+    unused_names: tuple[str, ...] = ()  # sidecar names never seen in the buffer
+
+    @property
+    def accounted(self) -> bool:
+        return 2 * len(self.slices) + len(self.instants) + len(self.anomalies) == self.records
+
+    @property
+    def span_ns(self) -> int:
+        ts = [a for a in (self.slices.begin_ns, self.slices.end_ns, self.instants.ts_ns) if len(a)]
+        if not ts:
+            return 0
+        return int(max(a.max() for a in ts) - min(a.min() for a in ts))
