@@ -1,0 +1,28 @@
+"""ktrace: per-block timelines of CUDA kernels instrumented with FlashInfer's profiler macros.
+
+    import ktrace
+    d = ktrace.decode("buf.bin")                  # slices, instants, anomalies (numpy columns)
+    ktrace.convert("buf.bin", "buf.perfetto-trace")
+"""
+
+from .api import ConvertResult, convert, inspect
+from .decode import decode, load_buffer
+from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
+from .model import Decoded, Launch
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "decode",
+    "load_buffer",
+    "convert",
+    "inspect",
+    "ConvertResult",
+    "Decoded",
+    "Launch",
+    "KtraceError",
+    "InputError",
+    "EnvironmentMissing",
+    "GateFailed",
+    "__version__",
+]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
-__all__ = ["Backend", "RawQueryResult", "rpc_protos", "split_rpc_stream"]
+__all__ = ["Backend", "RawQueryResult", "rpc_protos", "split_rpc_stream", "proto_fields", "read_varint"]
 
 
 @dataclasses.dataclass
@@ -22,21 +22,19 @@ class RawQueryResult:
 
 class Backend(abc.ABC):
     """One trace processor holding one trace. Methods return the engine's error text ("" when none);
-    turning that into ktrace's exceptions is the Session's job."""
+    turning that into ktrace's exceptions is the Session's job. A crashed engine raises KtraceError."""
 
     name: str
 
     @abc.abstractmethod
-    def append(self, chunk: bytes) -> str:
-        """Feeds the next piece of the trace (any split is fine)."""
-
-    @abc.abstractmethod
-    def finalize(self) -> str:
-        """Ends the trace: sorts and flushes everything appended."""
+    def load(self, chunks: Iterable[bytes]) -> str:
+        """Feeds the whole trace, piece by piece (any split is fine), then ends it (sort and flush).
+        Returns the engine's first parse error, "" if none."""
 
     @abc.abstractmethod
     def query(self, sql: str) -> RawQueryResult:
-        """Runs SQL (one or more statements); the result is the last statement's."""
+        """Runs SQL (one or more statements); the result is the last statement's. Its batches are
+        serialized ``QueryResult.CellsBatch`` messages."""
 
     @abc.abstractmethod
     def register_sql_package(self, name: str, modules: dict[str, str]) -> str:
@@ -58,19 +56,39 @@ def rpc_protos() -> Any:
 
 def split_rpc_stream(data: bytes | bytearray) -> Iterator[memoryview]:
     """Yields the payloads of a ``TraceProcessorRpcStream``: each is field 1 (tag 0x0A), length-delimited."""
-    view = memoryview(data)
-    pos, end = 0, len(data)
+    for field, value in proto_fields(data):
+        if field != 1 or not isinstance(value, memoryview):
+            raise ValueError(f"unexpected field {field} in a trace processor reply stream")
+        yield value
+
+
+def proto_fields(buf: bytes) -> Iterator[tuple[int, Any]]:
+    """Yields (field number, value) of a protobuf message: int for varints, memoryview for the rest."""
+    view = memoryview(buf)
+    pos, end = 0, len(buf)
     while pos < end:
-        if data[pos] != 0x0A:
-            raise ValueError(f"unexpected tag {data[pos]:#x} at byte {pos} of a trace processor reply")
+        key, pos = read_varint(buf, pos)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, pos = read_varint(buf, pos)
+        elif wire_type == 2:
+            length, pos = read_varint(buf, pos)
+            value, pos = view[pos:pos + length], pos + length
+        elif wire_type == 1:
+            value, pos = view[pos:pos + 8], pos + 8
+        elif wire_type == 5:
+            value, pos = view[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire_type} in a trace processor message")
+        yield field, value
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
         pos += 1
-        length = shift = 0
-        while True:
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        yield view[pos:pos + length]
-        pos += length
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return result, pos

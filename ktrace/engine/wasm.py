@@ -14,9 +14,9 @@ Session serializes calls).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
-from ktrace.engine.backend import Backend, RawQueryResult, rpc_protos, split_rpc_stream
+from ktrace.engine.backend import Backend, RawQueryResult, proto_fields, rpc_protos, split_rpc_stream
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import KtraceError
@@ -25,6 +25,10 @@ __all__ = ["WasmTraceProcessor"]
 
 # Size of the request buffer inside the instance (the UI uses the same). Requests are split across it.
 _REQUEST_BUFFER_BYTES = 32 << 20
+# Field numbers in TraceProcessorRpc (protos/perfetto/trace_processor/trace_processor.proto).
+_INVALID_REQUEST_FIELD = 4
+_FATAL_ERROR_FIELD = 5
+_QUERY_RESULT_FIELD = 203
 
 
 class WasmTraceProcessor(Backend):
@@ -71,13 +75,22 @@ class WasmTraceProcessor(Backend):
 
     # -- Backend ----------------------------------------------------------------------------------------
 
+    def load(self, chunks: Iterable[bytes]) -> str:
+        for chunk in chunks:
+            error = self.append(chunk)
+            if error:
+                return error
+        return self.finalize()
+
     def append(self, chunk: bytes) -> str:
+        """Sends one TPM_APPEND_TRACE_DATA; returns the engine's parse error ("" if none)."""
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_APPEND_TRACE_DATA)
         rpc.msg[0].append_trace_data = chunk
         (reply,) = self._call(rpc)
         return reply.append_result.error
 
     def finalize(self) -> str:
+        """Sends TPM_FINALIZE_TRACE_DATA (sort and flush everything appended); returns its error."""
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA)
         (reply,) = self._call(rpc)
         return reply.finalize_data_result.error if reply.HasField("finalize_data_result") else ""
@@ -85,13 +98,22 @@ class WasmTraceProcessor(Backend):
     def query(self, sql: str) -> RawQueryResult:
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_QUERY_STREAMING)
         rpc.msg[0].query_args.sql_query = sql
-        replies = self._call(rpc)
-        results = [r.query_result for r in replies]
-        return RawQueryResult(
-            columns=tuple(results[0].column_names) if results else (),
-            error="".join(r.error for r in results),
-            batches=[b for r in results for b in r.batch],
-        )
+        columns: list[str] = []
+        errors: list[str] = []
+        batches: list[bytes] = []
+        # Decoded by hand: protobuf would build a Python object per cell of a large result.
+        for payload in self._call_raw(rpc):
+            for field, value in proto_fields(payload):
+                if field != _QUERY_RESULT_FIELD:
+                    continue
+                for result_field, item in proto_fields(value):
+                    if result_field == 1:
+                        columns.append(bytes(item).decode())
+                    elif result_field == 2:
+                        errors.append(bytes(item).decode("utf-8", "replace"))
+                    elif result_field == 3:
+                        batches.append(bytes(item))
+        return RawQueryResult(columns=tuple(columns), error="".join(errors), batches=batches)
 
     def register_sql_package(self, name: str, modules: dict[str, str]) -> str:
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE)
@@ -127,7 +149,12 @@ class WasmTraceProcessor(Backend):
         self._reply += self._host.read(ptr, length)
 
     def _call(self, stream: Any) -> list[Any]:
-        """Sends one request; returns the TraceProcessorRpc replies, in order."""
+        """Sends one request; returns the TraceProcessorRpc replies, parsed, in order."""
+        parse = rpc_protos().TraceProcessorRpc.FromString
+        return [parse(bytes(payload)) for payload in self._call_raw(stream)]
+
+    def _call_raw(self, stream: Any) -> list[memoryview]:
+        """Sends one request; returns the serialized TraceProcessorRpc replies, in order."""
         if self._dead:
             raise KtraceError(f"the trace processor session cannot be used: {self._dead}; "
                               "open the trace again")
@@ -144,16 +171,21 @@ class WasmTraceProcessor(Backend):
         except (self._wasmtime.Trap, self._wasmtime.WasmtimeError, WasmAbort) as exc:
             self._dead = "it crashed earlier"
             raise KtraceError(self._crash_message(exc)) from None
-        replies = [rpc_protos().TraceProcessorRpc.FromString(bytes(m)) for m in split_rpc_stream(self._reply)]
+        replies = list(split_rpc_stream(self._reply))
         self._reply = bytearray()
         for reply in replies:
-            if reply.fatal_error or self._gave_up:
-                self._dead = f"it reported a fatal error ({reply.fatal_error or 'no reply'})"
-                raise KtraceError(f"the trace processor gave up: {reply.fatal_error or 'no reply'}")
-        if not replies:
-            self._dead = "it sent no reply"
-            raise KtraceError("the trace processor sent no reply to a request")
+            for field, value in proto_fields(reply):
+                if field == _FATAL_ERROR_FIELD:
+                    self._fail(bytes(value).decode("utf-8", "replace"))
+                if field == _INVALID_REQUEST_FIELD:
+                    raise KtraceError(f"this trace processor (v52) does not support request type {value}")
+        if self._gave_up or not replies:
+            self._fail("it closed the session without a reply")
         return replies
+
+    def _fail(self, why: str) -> None:
+        self._dead = f"it gave up earlier ({why})"
+        raise KtraceError(f"the trace processor gave up: {why}; open the trace again")
 
     def _crash_message(self, exc: BaseException) -> str:
         log = self._host.recent_log()

@@ -1,0 +1,168 @@
+"""What ``ktrace inspect`` reports about a decoded buffer: a versioned dict (for --json) and its text form."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import ANOMALY_KINDS, LANE_NOTES, Anomalies, Decoded
+
+__all__ = ["inspect_dict", "inspect_text", "INSPECT_SCHEMA"]
+
+INSPECT_SCHEMA = "ktrace.inspect/1"
+_EXAMPLES = 3
+
+
+def _anomaly_examples(d: Decoded) -> dict:
+    a = d.anomalies
+    out = {}
+    for kind, n in a.counts().items():
+        rows = np.flatnonzero(a.kind == Anomalies.KINDS.index(kind))[:_EXAMPLES]
+        out[kind] = {
+            "count": n,
+            "meaning": ANOMALY_KINDS[kind],
+            "examples": [
+                {
+                    "block": int(a.block[r]),
+                    "group": int(a.group[r]),
+                    "seq": int(a.seq[r]),
+                    "event": int(a.event[r]),
+                    "raw": f"{int(a.raw[r]):#018x}",
+                }
+                for r in rows.tolist()
+            ],
+        }
+    return out
+
+
+def inspect_dict(d: Decoded) -> dict:
+    """Everything inspect knows, as plain JSON-ready values (schema ``ktrace.inspect/1``)."""
+    L = d.launch
+    s = d.slices
+    ts = [x for x in (s.begin_ns, s.end_ns, d.instants.ts_ns) if len(x)]
+    per_event = {}
+    for ev in np.unique(s.event).tolist():
+        m = s.event == ev
+        per_event[L.event_name(ev)] = int(np.count_nonzero(m))
+    return {
+        "schema": INSPECT_SCHEMA,
+        "source": d.source,
+        "sidecar": L.sidecar,
+        "layout": {
+            "name": d.layout.name,
+            "chosen_by": d.layout.chosen_by,
+            "match": round(d.layout.score, 6),
+            "scores": {k: round(v, 6) for k, v in d.layout.scores.items()},
+        },
+        "launch": {
+            "kernel": L.kernel,
+            "num_blocks": L.num_blocks,
+            "num_groups": L.num_groups,
+            "grid": list(L.grid) if L.grid else None,
+            "device": L.device,
+            "event_names": list(L.event_names),
+            "group_names": list(L.group_names),
+            "names_source": L.names_source,
+            "timer_tick_ns": L.timer_tick_ns,
+        },
+        "lanes": {
+            "total": L.num_blocks * L.num_groups,
+            "with_records": d.lanes_with_records,
+            "capacity_per_lane": d.capacity_per_lane,
+        },
+        "records": d.records,
+        "slices": len(s),
+        "slices_per_event": per_event,
+        "instants": len(d.instants),
+        "anomalous_records": len(d.anomalies),
+        "accounted": d.accounted,
+        "anomalies": _anomaly_examples(d),
+        "notes": {
+            k: {"count": n, "meaning": LANE_NOTES[k], "example_lanes": d.note_examples.get(k, [])}
+            for k, n in d.notes.items()
+        },
+        "unused_event_names": list(d.unused_names),
+        "aliasing": d.aliasing,
+        "time": {
+            "origin": d.time_origin,
+            "first_ns": int(min(x.min() for x in ts)) if ts else None,
+            "last_ns": int(max(x.max() for x in ts)) if ts else None,
+            "span_ns": d.span_ns,
+            "min_step_ns": d.min_step_ns,
+        },
+    }
+
+
+def inspect_text(info: dict) -> list:
+    """Renderables (rich) for the terminal: a summary table, then anomalies and notes."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out = []
+    t = Table(title=f"ktrace inspect: {info['source']}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    L, lay = info["launch"], info["layout"]
+    t.add_row("kernel", f"{L['kernel']}  ({L['num_blocks']} blocks x {L['num_groups']} groups)")
+    if L["device"]:
+        t.add_row("device", L["device"])
+    t.add_row("layout", f"{lay['name']} ({lay['chosen_by']}, {lay['match']:.1%} of records agree with their position)")
+    t.add_row("lanes", f"{info['lanes']['with_records']} of {info['lanes']['total']} have records; "
+              f"capacity {info['lanes']['capacity_per_lane']} records per lane")
+    names = ", ".join(L["event_names"]) or "none: events are named event_<i>"
+    t.add_row("event names", f"{names}  (from {L['names_source']})")
+    t.add_row("records", str(info["records"]))
+    t.add_row("slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
+    t.add_row("instants", str(info["instants"]))
+    t.add_row("anomalous records", str(info["anomalous_records"]))
+    ok = "yes" if info["accounted"] else "NO"
+    t.add_row("accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
+              f"{2 * info['slices'] + info['instants'] + info['anomalous_records']} of {info['records']} records")
+    tm = info["time"]
+    t.add_row("time", f"span {_ns(tm['span_ns'])}, origin: {tm['origin']}, smallest step seen "
+              f"{_ns(tm['min_step_ns']) if tm['min_step_ns'] is not None else 'n/a'}"
+              + (f", timer tick {L['timer_tick_ns']} ns" if L["timer_tick_ns"] else ""))
+    out.append(t)
+    if info["anomalies"]:
+        a = Table(title="anomalous records", title_justify="left")
+        for col in ("kind", "count", "meaning", "examples (block/group seq: raw)"):
+            a.add_column(col)
+        for kind, v in info["anomalies"].items():
+            ex = "; ".join(f"{e['block']}/{e['group']} #{e['seq']}: {e['raw']}" for e in v["examples"])
+            a.add_row(kind, str(v["count"]), v["meaning"], ex)
+        out.append(a)
+    if info["notes"] or info["unused_event_names"] or info["aliasing"]:
+        n = Table(title="notes", title_justify="left")
+        for col in ("note", "lanes", "meaning", "example lanes"):
+            n.add_column(col)
+        for k, v in info["notes"].items():
+            n.add_row(k, str(v["count"]), v["meaning"], ", ".join(map(str, v["example_lanes"])))
+        if info["unused_event_names"]:
+            msg = "named in the metadata but never seen in the buffer"
+            if "trailing_instant" in info["notes"]:
+                msg += ": with this producer, instants followed by another record are overwritten"
+            n.add_row("unseen events", str(len(info["unused_event_names"])), msg, ", ".join(info["unused_event_names"]))
+        if info["aliasing"]:
+            al = info["aliasing"]
+            n.add_row(
+                "blocks >= 4096",
+                str(al["blocks_over_4095"]),
+                "the tag's 12-bit block field aliases and bit 12+ of the block is OR-ed into the SM byte: "
+                f"SM repaired for {al['sm_repaired_blocks']} blocks, untrusted (shown as SM ?) for "
+                f"{al['sm_untrusted_blocks']}",
+                ", ".join(map(str, al["untrusted_examples"])),
+            )
+        out.append(n)
+    if not info["records"]:
+        out.append(Text("The buffer holds no records (all slots are zero): was the kernel built with "
+                        "-DFLASHINFER_ENABLE_PROFILER, and did it run?", style="yellow"))
+    return out
+
+
+def _ns(v) -> str:
+    if v is None:
+        return "n/a"
+    if v >= 1_000_000:
+        return f"{v / 1e6:.3f} ms"
+    if v >= 1_000:
+        return f"{v / 1e3:.3f} us"
+    return f"{v} ns"

@@ -1,0 +1,43 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.bin"))
+
+
+def sample(name: str) -> Path:
+    return SAMPLES / f"{name}.bin"
+
+
+def sample_meta(name: str) -> dict:
+    return json.loads((SAMPLES / f"{name}.json").read_text())
+
+
+def run_ktrace(*args, cwd=None, env=None, timeout=300):
+    """The installed ``ktrace`` command in a subprocess: (returncode, stdout, stderr)."""
+    exe = shutil.which("ktrace")
+    cmd = [exe, *map(str, args)] if exe else [sys.executable, "-m", "ktrace", *map(str, args)]
+    full_env = dict(os.environ, **(env or {}))
+    p = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def write_buffer(tmp_path: Path, words: np.ndarray, name: str = "buf", meta: dict | None = None) -> Path:
+    p = tmp_path / f"{name}.bin"
+    np.asarray(words, np.uint64).astype("<u8").tofile(p)
+    if meta is not None:
+        (tmp_path / f"{name}.json").write_text(json.dumps(meta))
+    return p
+
+
+@pytest.fixture
+def samples_dir():
+    return SAMPLES

@@ -1,0 +1,165 @@
+"""The trace parses with Perfetto's own protobuf classes into exactly the packets meant."""
+
+import numpy as np
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from ktrace import decode
+from ktrace.export.protowire import Message, Varint, encode
+from ktrace.export.writer import ARG_NAMES, trace_bytes
+from ktrace.synthetic import encode_tags, place_records
+
+from conftest import SAMPLE_NAMES, sample, sample_meta
+
+
+def parse(b: bytes):
+    t = pb.Trace()
+    t.ParseFromString(b)
+    return list(t.packet)
+
+
+def tracks_of(packets):
+    return {p.track_descriptor.uuid: p.track_descriptor for p in packets if p.HasField("track_descriptor")}
+
+
+def events_of(packets):
+    return [p for p in packets if p.HasField("track_event")]
+
+
+def interned(packets):
+    first = packets[0]
+    names = {e.iid: e.name for e in first.interned_data.event_names}
+    args = {e.iid: e.name for e in first.interned_data.debug_annotation_names}
+    return names, args
+
+
+def lane_of_track(tracks, uuid):
+    """(block, group) from the track names up the tree: 'group g (..)' under 'block b'."""
+    block = group = None
+    while uuid in tracks:
+        name = tracks[uuid].name
+        if name.startswith("group ") and group is None:
+            group = int(name.split()[1])
+        if name.startswith("block ") and block is None:
+            block = int(name.split()[1])
+        uuid = tracks[uuid].parent_uuid if tracks[uuid].HasField("parent_uuid") else None
+    return block, group or 0
+
+
+def test_protowire_matches_protobuf_serialization():
+    rng = np.random.default_rng(7)
+    n = 500
+    ts = rng.integers(0, 1 << 62, n)
+    vals = rng.integers(-(1 << 40), 1 << 40, n)
+    mask = rng.random(n) < 0.5
+    ours = encode([Message(1, [Varint(8, ts), Varint(10, 1),
+                               Message(11, [Message(4, [Varint(1, 3), Varint(4, vals)], mask=mask),
+                                            Varint(9, 1), Varint(11, ts % 1000)]),
+                               Varint(13, 2, mask=mask)])], n).tobytes()
+    ref = pb.Trace()
+    for i in range(n):
+        p = ref.packet.add()
+        p.timestamp = int(ts[i])
+        p.trusted_packet_sequence_id = 1
+        if mask[i]:
+            p.track_event.debug_annotations.add(name_iid=3, int_value=int(vals[i]))
+            p.sequence_flags = 2
+        p.track_event.type = 1
+        p.track_event.track_uuid = int(ts[i] % 1000)
+    assert ours == ref.SerializeToString()
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
+    d = decode(sample(name))
+    packets = parse(trace_bytes(d))
+    tracks = tracks_of(packets)
+    names, args = interned(packets)
+    assert args == ARG_NAMES
+    assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    assert all(p.trusted_packet_sequence_id == 1 for p in packets)
+    ev = [p for p in events_of(packets) if not p.track_event.name]  # the launch slice is named inline
+    begins = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END and p.track_event.track_uuid != 1 << 44]
+    inst = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
+    assert len(begins) == len(ends) == len(d.slices)
+    assert len(inst) == len(d.instants) + len(d.anomalies)
+    # Each BEGIN: on its lane's track, with the decoded block/group/SM/k and name.
+    got = set()
+    for p in begins:
+        a = {args[x.name_iid]: x.int_value for x in p.track_event.debug_annotations}
+        assert lane_of_track(tracks, p.track_event.track_uuid) == (a["block"], a["group"])
+        got.add((a["block"], a["group"], a["k"], names[p.track_event.name_iid], p.timestamp, a["sm"]))
+    s = d.slices
+    want = {(b, g, k, d.launch.event_name(e), t, sm) for b, g, k, e, t, sm in
+            zip(s.block.tolist(), s.group.tolist(), s.k.tolist(), s.event.tolist(), s.begin_ns.tolist(), s.sm.tolist())}
+    assert got == want
+    # The SM recorded in the tag is the SM the block really ran on (read independently at capture time).
+    smid = sample_meta(name)["block_smid"]
+    assert all(sm == smid[b] for b, _, _, _, _, sm in got)
+
+
+def test_warpgroups_both_groups_of_every_block_on_their_own_tracks():
+    d = decode(sample("warpgroups"))
+    packets = parse(trace_bytes(d))
+    tracks = tracks_of(packets)
+    names, args = interned(packets)
+    per_track = {}
+    for p in events_of(packets):
+        te = p.track_event
+        if te.type == pb.TrackEvent.TYPE_SLICE_BEGIN and te.name_iid:
+            per_track.setdefault(te.track_uuid, set()).add(names[te.name_iid])
+    lanes = {lane_of_track(tracks, u): ev for u, ev in per_track.items()}
+    assert len(lanes) == 264 * 2
+    assert all(lanes[(b, 0)] == {"load"} and lanes[(b, 1)] == {"mma"} for b in range(264))
+    group_names = {t.name for t in tracks.values() if t.name.startswith("group")}
+    assert group_names == {"group 0 (load)", "group 1 (mma)"}
+
+
+def test_tracks_ordered_numerically_and_nested_sm_block_group():
+    d = decode(sample("warpgroups"))
+    tracks = tracks_of(parse(trace_bytes(d, tracks="sm")))
+    blocks = [t for t in tracks.values() if t.name.startswith("block ")]
+    assert all(t.sibling_order_rank == int(t.name.split()[1]) for t in blocks)
+    assert all(tracks[t.parent_uuid].name.startswith("SM ") for t in blocks)
+    parents = {t.parent_uuid for t in tracks.values() if t.HasField("parent_uuid")}
+    assert all(tracks[p].child_ordering == pb.TrackDescriptor.EXPLICIT for p in parents)
+    flat = tracks_of(parse(trace_bytes(d, tracks="flat")))
+    assert {t.name for t in flat.values() if t.HasField("parent_uuid")} >= {"block 10 / group 1 (mma)"}
+    by_block = tracks_of(parse(trace_bytes(d, tracks="block")))
+    assert not any(t.name.startswith("SM ") for t in by_block.values())
+
+
+def test_launch_slice_carries_the_facts():
+    d = decode(sample("imbalance"))
+    packets = parse(trace_bytes(d))
+    launch = [p for p in events_of(packets) if p.track_event.name][0]
+    a = {x.name: (x.string_value or x.int_value) for x in launch.track_event.debug_annotations}
+    assert a["kernel"] == "persistent_phases" and a["grid"] == "132x1x1" and a["device"] == "NVIDIA H200"
+    assert a["layout"] == "flashinfer" and a["slices"] == 3168 and a["records"] == 6336
+
+
+def test_overlapping_slices_go_to_child_tracks_and_every_track_nests():
+    # One lane: a(0) begins, b(1) begins, a ends, b ends; then c(2) nests inside nothing.
+    recs = [(0, 0, 0, 0), (1, 0, 1, 10), (2, 1, 0, 20), (3, 1, 1, 30), (4, 0, 2, 40), (5, 1, 2, 50)]
+    seq, typ, ev, ts = np.array(recs).T
+    z = np.zeros_like(seq)
+    buf = place_records(1, 1, z, z, seq, encode_tags("flashinfer", typ, ev, z, z, 1), ts + 1000, 6)
+    d = decode(buf)
+    packets = parse(trace_bytes(d))
+    tracks = tracks_of(packets)
+    open_by_track = {}
+    for p in events_of(packets):
+        te = p.track_event
+        stack = open_by_track.setdefault(te.track_uuid, [])
+        if te.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            stack.append(p.timestamp)
+        elif te.type == pb.TrackEvent.TYPE_SLICE_END:
+            assert stack, "END with nothing open on its track"
+            stack.pop()
+    overlap_tracks = [t.name for t in tracks.values() if "overlapping" in t.name]
+    assert len(overlap_tracks) == 2
+
+
+def test_output_is_deterministic():
+    assert trace_bytes(decode(sample("imbalance"))) == trace_bytes(decode(sample("imbalance")))
