@@ -6,7 +6,7 @@
 """
 
 from .api import ConvertResult, convert, inspect
-from .decode import decode, load_buffer
+from .decoding import decode, load_buffer
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
 from .model import Decoded, Launch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .decode import decode
+from .decoding import decode
 from .export.writer import write_trace
 from .model import Decoded
 from .report.inspect import inspect_dict

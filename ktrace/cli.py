@@ -93,7 +93,7 @@ def _cmd_convert(a) -> int:
     from rich.console import Console
 
     from .api import convert
-    from .decode import decode
+    from .decoding import decode
 
     err = Console(stderr=True)
     d = decode(a.buffer, **_decode_kwargs(a))

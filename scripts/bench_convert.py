@@ -14,8 +14,8 @@ few us with jitter and one slow block, starting near a 32-bit timer wrap) it tim
    too (interpreter + numpy import + work), so ktrace/floor compares like with like; the in-process work
    alone is in the JSON as floor_core_s.
 
-Peak RSS comes from os.wait4 on each child: the child's own ru_maxrss (and that of any children it waited for),
-not the max over every child this process ever had. Figures are medians over --runs runs.
+Peak RSS is the child's own ru_maxrss (and that of any children it waited for), from os.wait4 in a fresh small
+wrapper process per measurement (see measure()). Figures are medians over --runs runs.
 Targets: peer/ktrace >= 300x, ktrace/floor <= 3x, ktrace peak RSS / output size < 3x.
 """
 
@@ -27,11 +27,11 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,8 +46,9 @@ JITTER_SIGMA = 0.10  # lognormal jitter of every phase
 SLOW_BLOCK, SLOW_FACTOR = 17, 3.0  # this block's compute takes 3x
 SKEW_NS, BARRIER_NS = 150.0, 800.0  # mean start skew after a barrier; barrier cost
 TICK_NS = 32  # %globaltimer step on an H200
+SPARE = 2  # zeroed records after each lane's last, as in real captures (a full lane is reported as such)
 WRAP = 7  # timestamps cross k * 2^32 with k = WRAP, about a third of the way through the capture
-GEN_VERSION = 2  # bump when the generator changes (cached buffers are keyed on it)
+GEN_VERSION = 3  # bump when the generator changes (cached buffers are keyed on it)
 FALLBACK_BYTES_PER_RECORD = 22  # FlashInfer's output is 21-23 B/event (reference/anchors.md)
 TARGETS = {"peer_over_ktrace": 300.0, "ktrace_over_floor": 3.0, "rss_over_output": 3.0}
 
@@ -120,9 +121,10 @@ def make_buffer(records: int, groups: int, seed: int):
     begin = t0 + (begin // TICK_NS).astype(np.int64) * TICK_NS
     end = np.maximum(t0 + (end // TICK_NS).astype(np.int64) * TICK_NS, begin + TICK_NS)
     del dur, skew
-    buf = _load_synthetic().phase_buffer(begin, end, event, num_groups=groups, sm=np.arange(NUM_BLOCKS))
+    buf = _load_synthetic().phase_buffer(begin, end, event, num_groups=groups, sm=np.arange(NUM_BLOCKS), spare=SPARE)
     facts = {
         "records": int(2 * steps * lanes),
+        "spare_per_lane": SPARE,
         "num_blocks": NUM_BLOCKS,
         "num_groups": groups,
         "steps_per_lane": int(steps),
@@ -170,29 +172,55 @@ def buffer_path(workdir: str, records: int, groups: int, seed: int) -> tuple[str
 
 
 # ---------------------------------------------------------------------------------------- measurement
+# A fresh, small process per measurement spawns the command and reaps it with wait4. Not the benchmark process
+# itself: a child's ru_maxrss starts at the high-water RSS of the process it was forked/vforked from (Linux
+# keeps the old mm's hiwater across exec), so children of this process, grown by making 1e7-record buffers,
+# would all report at least its peak. The wrapper's own peak (python -S -I, ~10 MB) is the floor of what it
+# reports, far under anything measured here.
+_WRAPPER = r"""
+import os, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+_, status, ru = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(out, "w") as f:
+    f.write(f"{wall!r} {ru.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
 def measure(cmd: list[str], *, timeout: float, cwd: str = REPO) -> dict:
-    """Run cmd; its wall time, its own peak RSS (os.wait4 on it), exit code, stdout and the tail of stderr."""
-    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=cwd)
-        killer = threading.Timer(timeout, p.kill)
-        killer.start()
+    """Run cmd; its wall time, its own peak RSS (wait4 in a fresh wrapper), exit code, stdout, stderr's tail."""
+    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se, \
+            tempfile.NamedTemporaryFile("r", suffix=".rusage") as ru_file:
+        p = subprocess.Popen([sys.executable, "-S", "-I", "-c", _WRAPPER, ru_file.name, *cmd],
+                             stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+        timed_out = False
         try:
-            _, status, ru = os.wait4(p.pid, 0)
-        finally:
-            killer.cancel()
-        wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)  # the wrapper's session: it and the command, nothing else
+            p.wait()
+        except BaseException:  # Ctrl-C: the session of its own doesn't get the terminal's SIGINT
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
+        got = ru_file.read().split()
         so.seek(0)
         se.seek(0)
         stdout = so.read().decode(errors="replace")
         stderr = se.read().decode(errors="replace")
+    if len(got) == 3:
+        wall, maxrss, rc = float(got[0]), int(got[1]), int(got[2])
+    else:
+        wall, maxrss, rc = None, 0, p.returncode or -1
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return {
         "wall_s": wall,
-        "peak_rss_bytes": ru.ru_maxrss * scale,
-        "rc": p.returncode,
-        "timed_out": wall >= timeout and p.returncode != 0,
+        "peak_rss_bytes": maxrss * scale,
+        "rc": rc if not timed_out else -9,
+        "timed_out": timed_out,
         "stdout": stdout,
         "stderr_tail": stderr[-2000:],
     }
@@ -270,7 +298,7 @@ def bench_peer(buf, out, n_runs, a) -> dict:
 def bench_floor(buf, nbytes, out, a) -> dict:
     runs = []
     for _ in range(a.runs):
-        r = measure([a.ktrace_python, os.path.abspath(__file__), "_floor", buf, str(nbytes), out], timeout=a.timeout)
+        r = measure([sys.executable, os.path.abspath(__file__), "_floor", buf, str(nbytes), out], timeout=a.timeout)
         if r["rc"] != 0:
             print(f"  floor failed (rc {r['rc']}): {r['stderr_tail'][-600:]}", file=sys.stderr)
             return {"error": f"rc {r['rc']}"}
@@ -307,7 +335,12 @@ def _fmt(x, spec, dash="—"):
 def _mark(x, key):
     if x is None:
         return ""
-    ok = x >= TARGETS[key] if key == "peer_over_ktrace" else x <= TARGETS[key] if key == "ktrace_over_floor" else x < TARGETS[key]
+    if key == "peer_over_ktrace":
+        ok = x >= TARGETS[key]
+    elif key == "ktrace_over_floor":
+        ok = x <= TARGETS[key]
+    else:
+        ok = x < TARGETS[key]
     return " ✓" if ok else " ✗"
 
 
@@ -378,7 +411,8 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ktrace", help="ktrace command (default: ktrace beside --ktrace-python, else python -m ktrace)")
     ap.add_argument("--ktrace-arg", action="append", default=[], help="extra argument for ktrace convert (repeat)")
-    ap.add_argument("--ktrace-python", default="/tmp/kv/bin/python", help="ktrace's environment (also runs the floor)")
+    ap.add_argument("--ktrace-python", default="/tmp/kv/bin/python",
+                    help="ktrace's environment (the floor runs with this script's own python)")
     ap.add_argument("--peer-python", default="/tmp/peer/bin/python", help="the peer venv (setup_bench_peer.sh)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds, per process")
     ap.add_argument("--keep-outputs", action="store_true", help="keep the traces written (in --workdir)")
@@ -400,6 +434,15 @@ def main(argv=None) -> int:
     if ktrace_cmd is None:
         print("ktrace not installed (looked for ktrace beside", a.ktrace_python, "and `python -m ktrace`);"
               " timing the peer and the floor only")
+    baseline = None
+    if ktrace_cmd is not None:
+        # What every ktrace run pays before any work: interpreter, imports, argument parsing.
+        tries = [measure(ktrace_cmd + ["--help"], timeout=a.timeout) for _ in range(3)]
+        r = min(tries, key=lambda r: r["wall_s"] or 1e9)
+        if r["rc"] == 0:
+            baseline = {"s": r["wall_s"], "peak_rss_bytes": r["peak_rss_bytes"]}
+            print(f"ktrace: {' '.join(ktrace_cmd)}; `--help` takes {r['wall_s']:.3f} s, "
+                  f"{r['peak_rss_bytes'] / 1e6:.1f} MB peak (startup, included in every figure)")
     peer_ok = not a.no_peer and os.access(a.peer_python, os.X_OK) and os.path.isfile(PEER_MODULE)
     if not a.no_peer and not peer_ok:
         print(f"peer not set up ({a.peer_python}, {PEER_MODULE}): run bash scripts/setup_bench_peer.sh; skipping it")
@@ -440,6 +483,7 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
             "ktrace_cmd": ktrace_cmd,
+            "ktrace_startup": baseline,
             "peer": {"python": a.peer_python, "exporter": PEER_MODULE,
                      "exporter_sha256": _sha256(PEER_MODULE) if os.path.isfile(PEER_MODULE) else None},
             "targets": TARGETS,

@@ -5,7 +5,7 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ktrace import decode
-from ktrace.export.protowire import Message, Varint, encode
+from ktrace.export.packets import encode_events
 from ktrace.export.writer import ARG_NAMES, trace_bytes
 from ktrace.synthetic import encode_tags, place_records
 
@@ -46,26 +46,34 @@ def lane_of_track(tracks, uuid):
     return block, group or 0
 
 
-def test_protowire_matches_protobuf_serialization():
+def test_packet_encoder_matches_protobuf_serialization():
     rng = np.random.default_rng(7)
-    n = 500
-    ts = rng.integers(0, 1 << 62, n)
-    vals = rng.integers(-(1 << 40), 1 << 40, n)
-    mask = rng.random(n) < 0.5
-    ours = encode([Message(1, [Varint(8, ts), Varint(10, 1),
-                               Message(11, [Message(4, [Varint(1, 3), Varint(4, vals)], mask=mask),
-                                            Varint(9, 1), Varint(11, ts % 1000)]),
-                               Varint(13, 2, mask=mask)])], n).tobytes()
+    n = 2000
+    cols = {
+        "ts": rng.integers(0, 1 << 62, n) >> rng.integers(0, 62, n),
+        "type": rng.integers(1, 4, n),
+        "block": rng.integers(0, 1 << 20, n) >> rng.integers(0, 20, n),
+        "group": rng.integers(0, 4, n),
+        "sm": rng.integers(-1, 300, n),
+        "last": rng.integers(0, 1 << 30, n) >> rng.integers(0, 30, n),
+        "iid": rng.integers(4, 7, n),
+        "name": rng.integers(1, 2000, n),
+        "uuid": rng.integers(1, 1 << 40, n) >> rng.integers(0, 40, n),
+    }
+    ours = encode_events(cols).tobytes()
     ref = pb.Trace()
     for i in range(n):
         p = ref.packet.add()
-        p.timestamp = int(ts[i])
+        p.timestamp = int(cols["ts"][i])
         p.trusted_packet_sequence_id = 1
-        if mask[i]:
-            p.track_event.debug_annotations.add(name_iid=3, int_value=int(vals[i]))
+        te = p.track_event
+        if cols["type"][i] != 2:
+            for iid, f in ((1, "block"), (2, "group"), (3, "sm"), (int(cols["iid"][i]), "last")):
+                te.debug_annotations.add(name_iid=iid, int_value=int(cols[f][i]))
+            te.name_iid = int(cols["name"][i])
             p.sequence_flags = 2
-        p.track_event.type = 1
-        p.track_event.track_uuid = int(ts[i] % 1000)
+        te.type = int(cols["type"][i])
+        te.track_uuid = int(cols["uuid"][i])
     assert ours == ref.SerializeToString()
 
 

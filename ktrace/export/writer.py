@@ -15,14 +15,13 @@ from typing import Callable
 import numpy as np
 
 from ..model import Anomalies, Decoded
-from .protowire import Message, Varint, encode
+from .packets import TYPE_BEGIN as _TYPE_BEGIN, TYPE_END as _TYPE_END, TYPE_INSTANT as _TYPE_INSTANT, encode_events
 from .tracks import LAUNCH_UUID, TRACK_MODES, build_tracks
 
 __all__ = ["write_trace", "trace_bytes", "ARG_NAMES", "event_name_table"]
 
 SEQ_ID = 1
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
-_TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT = 1, 2, 3
 # Interned debug-annotation names: iid -> name.
 ARG_NAMES = {1: "block", 2: "group", 3: "sm", 4: "k", 5: "instant", 6: "seq"}
 _CHUNK = 1 << 20
@@ -170,7 +169,6 @@ def _event_chunk(d: Decoded, tree, lookups, kind: np.ndarray, row: np.ndarray) -
     n = len(kind)
     s, ins, an = d.slices, d.instants, d.anomalies
     ts = np.zeros(n, np.int64)
-    lane = np.zeros(n, np.int64)
     block = np.zeros(n, np.int64)
     group = np.zeros(n, np.int64)
     sm = np.zeros(n, np.int64)
@@ -186,7 +184,6 @@ def _event_chunk(d: Decoded, tree, lookups, kind: np.ndarray, row: np.ndarray) -
         if not m.any():
             continue
         r = row[m]
-        lane[m] = src.lane[r]
         block[m] = src.block[r]
         group[m] = src.group[r]
         sm[m] = src.sm[r]
@@ -215,19 +212,10 @@ def _event_chunk(d: Decoded, tree, lookups, kind: np.ndarray, row: np.ndarray) -
             name_iid[m] = _lut(table)(keys)
             uuid[m] = tree.lane_uuid[an.lane[r]]
 
-    has_args = typ != _TYPE_END
-    ann = [
-        Message(4, [Varint(1, iid), Varint(4, val)], mask=has_args)
-        for iid, val in ((1, block), (2, group), (3, sm))
-    ] + [Message(4, [Varint(1, last_iid), Varint(4, last_val)], mask=has_args)]
-    track_event = ann + [Varint(9, typ), Varint(10, name_iid, mask=has_args), Varint(11, uuid)]
-    packet = [
-        Varint(8, ts),
-        Varint(10, SEQ_ID),
-        Message(11, track_event),
-        Varint(13, _SEQ_NEEDS, mask=has_args),
-    ]
-    return encode([Message(1, packet)], n)
+    return encode_events(
+        {"ts": ts, "type": typ, "block": block, "group": group, "sm": sm, "last": last_val, "iid": last_iid,
+         "name": name_iid, "uuid": uuid}
+    )
 
 
 def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:

@@ -136,7 +136,7 @@ def decode(
         raw=raw[ai], ts_ns=t[ai], rec=ai,
     )
     notes, examples = _lane_notes(lay, lane, seq, rtype, keep, rows, rem, lanes, overlap, slices)
-    seen = set(np.unique(event[pos_ok]).tolist())
+    seen = set(np.flatnonzero(np.bincount(event[pos_ok & (event >= 0)], minlength=1)).tolist())
     unused = tuple(nm for i, nm in enumerate(launch.event_names) if i not in seen)
     return Decoded(
         source=buf.name,

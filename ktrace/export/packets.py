@@ -1,0 +1,125 @@
+"""The per-record TrackEvent packets, encoded for many records at once (the writer's hot path).
+
+Every packet has the same fields; only the widths of their varints differ. Records are grouped by
+"shape" (record kind and the byte length of each varint), each shape's byte layout is computed once, and
+every byte position of that layout is written for all records of the shape with one numpy assignment.
+The bytes are exactly what the protobuf library serializes for the same message (fields in field-number
+order, minimal varints, negative int64 as ten bytes): tests compare with ``SerializeToString``.
+
+Packet (as ``Trace.packet``, field 1)::
+
+    TracePacket { timestamp(8)=ts  trusted_packet_sequence_id(10)=1
+                  track_event(11) { debug_annotations(4) x4 {name_iid(1) int_value(4)}   (not on END)
+                                    type(9)  name_iid(10) (not on END)  track_uuid(11) }
+                  sequence_flags(13)=SEQ_NEEDS_INCREMENTAL_STATE (not on END) }
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["encode_events", "varint_len", "TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT"]
+
+TYPE_BEGIN, TYPE_END, TYPE_INSTANT = 1, 2, 3
+_THRESH = np.array([1 << (7 * b) for b in range(1, 10)], dtype=np.uint64)
+_FIELDS = ("ts", "block", "group", "sm", "last", "name", "uuid")
+
+
+def varint_len(v: np.ndarray) -> np.ndarray:
+    """Length in bytes (1..10) of the minimal varint of each uint64 value."""
+    v = np.asarray(v, np.uint64)
+    n = np.ones(len(v), np.int8)
+    if len(v) == 0:
+        return n
+    top = v.max()
+    for t in _THRESH:  # only as many passes as the largest value needs
+        if top < t:
+            break
+        n += v >= t
+    return n
+
+
+def _layout(has_args: bool, lens: dict) -> list:
+    """Byte layout of one shape: items (const byte) or (field, byte index, varint length)."""
+    te: list = []
+    if has_args:
+        for iid_field, val in (("1", "block"), ("2", "group"), ("3", "sm"), ("iid", "last")):
+            body = [0x08, ("iid", 0, 1) if iid_field == "iid" else int(iid_field), 0x20]
+            body += [(val, i, lens[val]) for i in range(lens[val])]
+            te += [0x22, len(body)] + body
+    te += [0x48, ("type", 0, 1)]
+    if has_args:
+        te += [0x50] + [("name", i, lens["name"]) for i in range(lens["name"])]
+    te += [0x58] + [("uuid", i, lens["uuid"]) for i in range(lens["uuid"])]
+    pkt = [0x40] + [("ts", i, lens["ts"]) for i in range(lens["ts"])] + [0x50, 0x01, 0x5A, len(te)] + te
+    if has_args:
+        pkt += [0x68, 0x02]
+    assert len(te) < 128 and len(pkt) < 128  # one-byte length prefixes: true for every shape
+    return [0x0A, len(pkt)] + pkt
+
+
+def encode_events(cols: dict) -> np.ndarray:
+    """Encoded ``Trace.packet`` bytes, one packet per row, rows in the given order.
+
+    cols: int64 arrays ``ts``, ``type`` (1 begin, 2 end, 3 instant), ``block``, ``group``, ``sm``,
+    ``last`` (the 4th arg's value), ``iid`` (the 4th arg's interned name), ``name`` (event name iid),
+    ``uuid``. Arg and name columns are ignored on END rows.
+    """
+    typ = np.asarray(cols["type"], np.int64)
+    n = len(typ)
+    if n == 0:
+        return np.zeros(0, np.uint8)
+    u64 = {f: np.asarray(cols[f], np.int64).view(np.uint64) for f in _FIELDS}
+    u64["type"] = typ.view(np.uint64)
+    u64["iid"] = np.asarray(cols["iid"], np.int64).view(np.uint64)
+    lens = {f: varint_len(u64[f]) for f in _FIELDS}
+    has_args = typ != TYPE_END
+    # Shape key: has_args and each varint's length (4 bits each); END rows ignore the arg fields.
+    key = has_args.astype(np.int64)
+    for f in _FIELDS:
+        ln = lens[f] if f in ("ts", "uuid") else np.where(has_args, lens[f], 0)
+        key = (key << 4) | ln.astype(np.int64)
+    shapes = np.unique(key)
+    inv = np.searchsorted(shapes, key)
+    layouts = []
+    for s in shapes.tolist():
+        fl = {}
+        x = s
+        for f in reversed(_FIELDS):
+            fl[f] = x & 15
+            x >>= 4
+        layouts.append(_layout(bool(x & 1), fl))
+    widths = np.array([len(lay) for lay in layouts], np.int64)
+    wmax = int(widths.max())
+    # Each row padded to the widest shape, then the padding squeezed out in one boolean pass.
+    m = np.empty((n, wmax), np.uint8)
+    for j, lay in enumerate(layouts):
+        rows = np.flatnonzero(inv == j)
+        m[rows, : len(lay)] = _rows(lay, u64, rows)
+    if len(layouts) == 1:
+        return m.reshape(-1)
+    return m[np.arange(wmax) < widths[inv][:, None]]
+
+
+def _rows(lay: list, u64: dict, rows: np.ndarray) -> np.ndarray:
+    """The (rows, width) byte matrix of one shape: the constant template, then each varint's bytes."""
+    m = np.empty((len(rows), len(lay)), np.uint8)
+    m[:] = np.array([b if isinstance(b, int) else 0 for b in lay], np.uint8)
+    p = 0
+    while p < len(lay):
+        item = lay[p]
+        if isinstance(item, int):
+            p += 1
+            continue
+        f, _, ln = item
+        v = u64[f][rows]
+        if ln <= 4:  # fits in 28 bits: narrower arithmetic
+            v = v.astype(np.uint32)
+        for i in range(ln):
+            byte = v & v.dtype.type(0x7F)
+            if i < ln - 1:
+                byte |= v.dtype.type(0x80)
+                v = v >> v.dtype.type(7)
+            m[:, p + i] = byte
+        p += ln
+    return m
