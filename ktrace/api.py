@@ -5,21 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .decoding import decode
+from .decoding import BufferDecoder
 from .export.writer import write_trace
-from .model import Decoded
+from .model import Decoded, Summary
 from .report.inspect import inspect_dict
 
-__all__ = ["ConvertResult", "convert", "inspect", "default_output"]
+__all__ = ["ConvertResult", "convert", "inspect", "default_output", "summarize"]
 
 
 @dataclass(frozen=True)
 class ConvertResult:
-    """What ``convert`` wrote: the trace's path and size (bytes), and the decoded buffer."""
+    """What ``convert`` wrote: the trace's path and size (bytes), the buffer's facts and counts."""
 
     path: Path
     bytes: int
-    decoded: Decoded
+    decoder: BufferDecoder | None
+    summary: Summary
 
 
 def default_output(source) -> Path:
@@ -29,20 +30,39 @@ def default_output(source) -> Path:
     return Path("ktrace.perfetto-trace")
 
 
-def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
-    """Decode a profiler buffer and write a Perfetto trace.
+def _open(source, decode_options) -> BufferDecoder | Decoded:
+    if isinstance(source, (Decoded, BufferDecoder)):
+        return source
+    return BufferDecoder(source, **decode_options)
 
-    source: a buffer path, bytes or array (see ``decode``); out: the trace path (default: the buffer's
-    path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block > group), ``block`` or ``flat``;
-    decode_options: ``events``, ``groups``, ``layout``, ``sidecar``, ``num_blocks``, ``num_groups``.
+
+def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
+    """Decode a profiler buffer and write a Perfetto trace, streaming a range of lanes at a time.
+
+    source: a buffer path, bytes or array (see ``decode``), a BufferDecoder or a Decoded; out: the trace
+    path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
+    group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
+    ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
     """
-    d = source if isinstance(source, Decoded) else decode(source, **decode_options)
+    src = _open(source, decode_options)
     path = Path(out) if out is not None else default_output(source)
-    size = write_trace(d, path, tracks=tracks, progress=progress)
-    return ConvertResult(path, size, d)
+    size, summary = write_trace(src, path, tracks=tracks, progress=progress)
+    return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
+
+
+def summarize(source, **decode_options) -> tuple[Decoded, Summary]:
+    """(the first decoded part, the whole buffer's Summary), decoding a range of lanes at a time so that
+    memory stays bounded by the range, not the buffer."""
+    src = _open(source, decode_options)
+    parts = [src] if isinstance(src, Decoded) else src.parts()
+    first, total = None, Summary()
+    for d in parts:
+        first = first or d
+        total = total.merge(Summary.of(d))
+    return first, total
 
 
 def inspect(source, **decode_options) -> dict:
     """The inspect report (schema ``ktrace.inspect/1``) for a buffer: layout, lanes, anomalies, notes."""
-    d = source if isinstance(source, Decoded) else decode(source, **decode_options)
-    return inspect_dict(d)
+    first, summary = summarize(source, **decode_options)
+    return inspect_dict(first, summary)

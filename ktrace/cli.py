@@ -93,19 +93,20 @@ def _cmd_convert(a) -> int:
     from rich.console import Console
 
     from .api import convert
-    from .decoding import decode
+    from .decoding import BufferDecoder
 
-    err = Console(stderr=True)
-    d = decode(a.buffer, **_decode_kwargs(a))
-    with _progress("writing trace", d.records >= _PROGRESS_MIN_RECORDS) as cb:
-        res = convert(d, a.output or _default_out(a.buffer), tracks=a.tracks, progress=cb)
-    anomalies = ", ".join(f"{k}: {n}" for k, n in d.anomalies.counts().items()) or "none"
-    notes = ", ".join(f"{k}: {n}" for k, n in d.notes.items())
-    print(f"{res.path}: {res.bytes:,} bytes; {len(d.slices):,} slices, {len(d.instants):,} instants, "
-          f"{len(d.anomalies):,} anomalous records ({anomalies}) from {d.records:,} records; "
-          f"layout {d.layout.name} ({d.layout.score:.1%} match)")
-    if notes:
-        err.print(f"[yellow]notes[/]: {notes} (ktrace inspect {a.buffer} explains them)")
+    dec = BufferDecoder(a.buffer, **_decode_kwargs(a))
+    big = len(dec.body) >= _PROGRESS_MIN_RECORDS
+    with _progress("writing trace", big) as cb:
+        res = convert(dec, a.output or _default_out(a.buffer), tracks=a.tracks, progress=cb)
+    sm = res.summary
+    anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
+    print(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
+          f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
+          f"layout {dec.match.name} ({dec.match.score:.1%} match)")
+    if sm.notes:
+        notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
+        Console(stderr=True).print(f"[yellow]notes[/]: {notes} (ktrace inspect {a.buffer} explains them)")
     print(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}")
     return EXIT_OK
 

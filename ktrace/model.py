@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "Summary",
     "ANOMALY_KINDS",
     "LANE_NOTES",
     "Launch",
@@ -174,7 +175,13 @@ class Decoded:
     time_origin: str = "first record"  # or "host clock at launch" / "kernel timer anchor"
     origin_ns: int = 0  # unwrapped raw time that maps to trace ts 0 (relative mode)
     min_step_ns: int | None = None  # smallest nonzero step between consecutive records of a lane
-    unused_names: tuple[str, ...] = ()  # sidecar names never seen in the buffer
+    seen_events: frozenset = frozenset()  # event indices seen on records whose tag matches the position
+    lane_range: tuple[int, int] = (0, 0)  # the lanes [lo, hi) this part covers
+
+    @property
+    def unused_names(self) -> tuple[str, ...]:
+        """Event names (from the sidecar or the user) never seen in this part of the buffer."""
+        return tuple(nm for i, nm in enumerate(self.launch.event_names) if i not in self.seen_events)
 
     @property
     def accounted(self) -> bool:
@@ -186,3 +193,106 @@ class Decoded:
         if not ts:
             return 0
         return int(max(a.max() for a in ts) - min(a.min() for a in ts))
+
+
+_EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts and examples over a whole buffer, merged from its decoded parts (lane ranges)."""
+
+    records: int = 0
+    slices: int = 0
+    instants: int = 0
+    anomalies: dict = field(default_factory=dict)  # kind -> count
+    anomaly_examples: dict = field(default_factory=dict)  # kind -> [dict]
+    notes: dict = field(default_factory=dict)  # LANE_NOTES key -> count
+    note_examples: dict = field(default_factory=dict)
+    lanes_with_records: int = 0
+    slices_per_event: dict = field(default_factory=dict)  # event index -> count
+    seen_events: frozenset = frozenset()
+    aliasing: dict = field(default_factory=dict)
+    min_step_ns: int | None = None
+    first_ns: int | None = None
+    last_ns: int | None = None
+
+    @property
+    def anomalous_records(self) -> int:
+        return sum(self.anomalies.values())
+
+    @property
+    def accounted(self) -> bool:
+        return 2 * self.slices + self.instants + self.anomalous_records == self.records
+
+    @property
+    def span_ns(self) -> int:
+        return 0 if self.first_ns is None else self.last_ns - self.first_ns
+
+    @staticmethod
+    def of(d: "Decoded") -> "Summary":
+        a = d.anomalies
+        examples = {}
+        for kind in a.counts():
+            rows = np.flatnonzero(a.kind == Anomalies.KINDS.index(kind))[:_EXAMPLES]
+            examples[kind] = [
+                {"block": int(a.block[r]), "group": int(a.group[r]), "seq": int(a.seq[r]), "event": int(a.event[r]),
+                 "raw": f"{int(a.raw[r]):#018x}"}
+                for r in rows.tolist()
+            ]
+        cnt = np.bincount(d.slices.event) if len(d.slices) else np.zeros(0, np.int64)
+        ev = np.flatnonzero(cnt)
+        cnt = cnt[ev]
+        ts = [x for x in (d.slices.begin_ns, d.slices.end_ns, d.instants.ts_ns) if len(x)]
+        return Summary(
+            records=d.records,
+            slices=len(d.slices),
+            instants=len(d.instants),
+            anomalies=a.counts(),
+            anomaly_examples=examples,
+            notes=dict(d.notes),
+            note_examples={k: list(v) for k, v in d.note_examples.items()},
+            lanes_with_records=d.lanes_with_records,
+            slices_per_event=dict(zip(ev.tolist(), cnt.tolist())),
+            seen_events=frozenset(d.seen_events),
+            aliasing=dict(d.aliasing),
+            min_step_ns=d.min_step_ns,
+            first_ns=int(min(x.min() for x in ts)) if ts else None,
+            last_ns=int(max(x.max() for x in ts)) if ts else None,
+        )
+
+    def merge(self, o: "Summary") -> "Summary":
+        def add(a: dict, b: dict) -> dict:
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = out.get(k, 0) + v
+            return out
+
+        def ex(a: dict, b: dict) -> dict:
+            out = {k: list(v) for k, v in a.items()}
+            for k, v in b.items():
+                out[k] = (out.get(k, []) + list(v))[:_EXAMPLES]
+            return out
+
+        def opt(f, x, y):
+            return y if x is None else x if y is None else f(x, y)
+
+        al = dict(self.aliasing)
+        for k, v in o.aliasing.items():
+            al[k] = (al.get(k, []) + v)[:_EXAMPLES] if isinstance(v, list) else al.get(k, 0) + v
+        return Summary(
+            records=self.records + o.records,
+            slices=self.slices + o.slices,
+            instants=self.instants + o.instants,
+            anomalies=add(self.anomalies, o.anomalies),
+            anomaly_examples=ex(self.anomaly_examples, o.anomaly_examples),
+            notes=add(self.notes, o.notes),
+            note_examples=ex(self.note_examples, o.note_examples),
+            lanes_with_records=self.lanes_with_records + o.lanes_with_records,
+            slices_per_event=add(self.slices_per_event, o.slices_per_event),
+            seen_events=self.seen_events | o.seen_events,
+            aliasing=al,
+            min_step_ns=opt(min, self.min_step_ns, o.min_step_ns),
+            first_ns=opt(min, self.first_ns, o.first_ns),
+            last_ns=opt(max, self.last_ns, o.last_ns),
+        )

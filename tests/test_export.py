@@ -27,9 +27,10 @@ def events_of(packets):
 
 
 def interned(packets):
-    first = packets[0]
-    names = {e.iid: e.name for e in first.interned_data.event_names}
-    args = {e.iid: e.name for e in first.interned_data.debug_annotation_names}
+    names, args = {}, {}
+    for p in packets:
+        names.update({e.iid: e.name for e in p.interned_data.event_names})
+        args.update({e.iid: e.name for e in p.interned_data.debug_annotation_names})
     return names, args
 
 
@@ -171,3 +172,23 @@ def test_overlapping_slices_go_to_child_tracks_and_every_track_nests():
 
 def test_output_is_deterministic():
     assert trace_bytes(decode(sample("imbalance"))) == trace_bytes(decode(sample("imbalance")))
+
+
+@pytest.mark.parametrize("name", ["imbalance", "warpgroups"])
+def test_streamed_in_lane_ranges_gives_the_same_trace_events(name):
+    from ktrace.decoding import BufferDecoder
+
+    whole = parse(trace_bytes(decode(sample(name))))
+    streamed = parse(trace_bytes(BufferDecoder(sample(name)), records_per_part=500))
+
+    def key(packets):
+        names, args = interned(packets)
+        tracks = tracks_of(packets)
+        out = []
+        for p in events_of(packets):
+            te = p.track_event
+            a = tuple(sorted((args[x.name_iid], x.int_value) for x in te.debug_annotations if x.name_iid))
+            out.append((p.timestamp, te.type, names.get(te.name_iid, te.name), tracks[te.track_uuid].name, a))
+        return sorted(out), sorted((t.name, t.sibling_order_rank) for t in tracks.values())
+
+    assert key(whole) == key(streamed)

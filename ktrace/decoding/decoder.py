@@ -1,161 +1,261 @@
-"""Decoding a profiler buffer: records by position, layout, unwrap, pairing, and every record accounted for."""
+"""Decoding a profiler buffer: records by position, layout, unwrap, pairing, and every record accounted for.
+
+``BufferDecoder`` settles what needs the whole buffer first (header, launch, layout, the time reference),
+then decodes ranges of lanes independently: every rule (unwrap, pairing, overlaps, instants, notes) works
+within a lane, so a huge buffer streams through in bounded memory.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..errors import InputError
-from ..model import ANOMALY_KINDS, Anomalies, Decoded, Instants, LayoutMatch, Slices
+from ..model import ANOMALY_KINDS, Decoded, Instants, LayoutMatch, Slices, Anomalies
 from .launch import build_launch
 from .layouts import LAYOUTS, choose, detect_layout, get_layout
 from .pairing import instance_index, pair_records, partial_overlaps
 from .source import Buffer, load_buffer, parse_header
 from .unwrap import backwards_mask, segment_starts, signed32, unwrap_lanes
 
-__all__ = ["decode", "FINALIZE_EVENT"]
+__all__ = ["decode", "BufferDecoder", "FINALIZE_EVENT"]
 
 FINALIZE_EVENT = -1  # event index given to type-3 'finalize' records
 _KIND = {k: i for i, k in enumerate(ANOMALY_KINDS)}
 _EXAMPLES = 3
 
 
-def _records(words: np.ndarray, lanes: int):
-    """Non-empty slots in (lane, sequence) order: (lane, seq, raw), plus per-lane capacity facts."""
-    body = words[1:]
-    slots = len(body)
-    rows, rem = divmod(slots, lanes)
-    if rem == 0:
-        # Lane-major order straight from a transposed view: no sort needed.
-        lane, seq = np.nonzero(body.reshape(rows, lanes).T)
-        pos = seq * lanes + lane
-    else:
-        pos = np.flatnonzero(body)
-        lane = pos % lanes
-        o = np.argsort(lane, kind="stable")
-        pos, lane = pos[o], lane[o]
-        seq = pos // lanes
-    return lane.astype(np.int64), seq.astype(np.int64), body[pos], rows, rem
+def _valid(lay, w: np.ndarray, lane: np.ndarray, ng: int) -> np.ndarray:
+    """Non-empty words whose tag agrees with the lane's position and has a type the layout defines."""
+    tag = (w & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return (w != 0) & lay.position_matches(tag, lane // ng, lane % ng, ng) & ((tag & np.uint32(3)) <= lay.max_type)
 
 
-def decode(
-    source,
-    *,
-    sidecar=None,
-    events=None,
-    groups=None,
-    layout: str | None = None,
-    num_blocks: int | None = None,
-    num_groups: int | None = None,
-    name: str | None = None,
-) -> Decoded:
-    """Decode a FlashInfer-format profiler buffer.
+class BufferDecoder:
+    """A buffer opened for decoding. Arguments as ``decode``; ``part(lo, hi)`` decodes lanes [lo, hi),
+    ``parts()`` all of them in ranges of about two million slots, ``decode()`` all at once."""
+
+    def __init__(self, source, *, sidecar=None, events=None, groups=None, layout: str | None = None,
+                 num_blocks: int | None = None, num_groups: int | None = None, name: str | None = None):
+        self.buf = load_buffer(source, name)
+        nb, ng = parse_header(self.buf, num_blocks, num_groups)
+        self.launch = build_launch(nb, ng, buffer_path=self.buf.path, sidecar=sidecar, events=events, groups=groups)
+        self.lanes = nb * ng
+        self.body = self.buf.words[1:]
+        self.rows, self.rem = divmod(len(self.body), self.lanes)
+        self.capacity_per_lane = self.rows + (1 if self.rem else 0)
+        tag, block, group = self._sample()
+        scores = detect_layout(tag, block, group, ng)
+        self.layout = get_layout(layout) if layout else LAYOUTS[choose(scores)]
+        self.match = LayoutMatch(self.layout.name, "forced" if layout else "detected", scores)
+        self._time_reference()
+
+    def _sample(self):
+        """Tags and positions of up to ~1M non-empty slots spread over the buffer (for layout detection)."""
+        n = len(self.body)
+        step = max(1, n // 1_000_000)
+        while step > 1 and math.gcd(step, self.lanes) != 1:  # a step sharing a factor with lanes skips lanes
+            step += 1
+        pos = np.arange(0, n, step, dtype=np.int64)
+        pos = pos[self.body[pos] != 0]
+        lane = pos % self.lanes
+        tag = (self.body[pos] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        ng = self.launch.num_groups
+        return tag, lane // ng, lane % ng
+
+    def _lane_firsts(self) -> np.ndarray:
+        """Low 32 timer bits of each lane's first valid record, for the lanes that have one, in lane order."""
+        ng = self.launch.num_groups
+        todo = np.arange(self.lanes, dtype=np.int64)
+        found = []
+        for r in range(self.capacity_per_lane):  # usually the first row settles every lane
+            todo = todo[todo < (self.lanes if r < self.rows else self.rem)]
+            if len(todo) == 0:
+                break
+            if r == 8:  # lanes still open after a few rows are mostly empty: scan them column-wise
+                found.append(self._scan_columns(todo, r))
+                break
+            w = self.body[r * self.lanes + todo]
+            ok = _valid(self.layout, w, todo, ng)
+            found.append(np.stack([todo[ok], (w[ok] >> np.uint64(32)).astype(np.int64)]))
+            todo = todo[~ok]
+        if not found:
+            return np.zeros(0, np.int64)
+        lane, ts = np.concatenate(found, axis=1)
+        return ts[np.argsort(lane, kind="stable")]
+
+    def _scan_columns(self, lanes: np.ndarray, row0: int) -> np.ndarray:
+        ng = self.launch.num_groups
+        out = [np.zeros((2, 0), np.int64)]
+        for r0 in range(row0, self.capacity_per_lane, 1024):
+            if len(lanes) == 0:
+                break
+            rows = np.arange(r0, min(self.capacity_per_lane, r0 + 1024), dtype=np.int64)
+            for c0 in range(0, len(lanes), 4096):
+                ln = lanes[c0:c0 + 4096]
+                pos = rows[:, None] * self.lanes + ln[None, :]
+                inside = pos < len(self.body)
+                w = np.where(inside, self.body[np.minimum(pos, len(self.body) - 1)], np.uint64(0))
+                ok = _valid(self.layout, w, np.broadcast_to(ln, w.shape), ng)
+                hit = ok.any(axis=0)
+                first = ok.argmax(axis=0)[hit]
+                out.append(np.stack([ln[hit], (w[first, np.flatnonzero(hit)] >> np.uint64(32)).astype(np.int64)]))
+            done = np.concatenate([o[0] for o in out])
+            lanes = lanes[~np.isin(lanes, done)]
+        return np.concatenate(out, axis=1)
+
+    def _time_reference(self) -> None:
+        """One reference for all lanes: the kernel's 64-bit timer read, or the host clock at launch, when
+        the capture recorded one; else the first record of the lowest lane, and the earliest lane start is
+        trace time 0. Each lane's first record is placed within 2.1 s of the reference."""
+        L = self.launch
+        firsts = self._lane_firsts()
+        anchor = L.timer_anchor_ns if L.timer_anchor_ns is not None else L.host_launch_unix_ns
+        if anchor is not None:
+            self.ref_lo = anchor & 0xFFFFFFFF
+            self.origin_ns = -anchor
+            self.time_origin = "kernel timer anchor" if L.timer_anchor_ns is not None else "host clock at launch"
+        else:
+            self.ref_lo = int(firsts[0]) if len(firsts) else 0
+            self.origin_ns = int(signed32(firsts - self.ref_lo).min()) if len(firsts) else 0
+            self.time_origin = "first record"
+
+    def part_ranges(self, records_per_part: int = 1 << 21) -> list[tuple[int, int]]:
+        """Lane ranges [lo, hi) of about ``records_per_part`` slots each."""
+        ng = self.launch.num_groups
+        per = max(1, records_per_part // max(1, self.capacity_per_lane * ng)) * ng  # whole blocks per range
+        return [(lo, min(self.lanes, lo + per)) for lo in range(0, self.lanes, per)]
+
+    def parts(self, records_per_part: int = 1 << 21):
+        """Decoded parts, one per lane range, in lane order."""
+        for lo, hi in self.part_ranges(records_per_part):
+            yield self.part(lo, hi)
+
+    def decode(self) -> Decoded:
+        """The whole buffer as one Decoded."""
+        return self.part(0, self.lanes)
+
+    def _records(self, lo: int, hi: int):
+        """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
+        lanes, rows, rem = self.lanes, self.rows, self.rem
+        sub = self.body[: rows * lanes].reshape(rows, lanes)[:, lo:hi]
+        li, seq = np.nonzero(sub.T)
+        raw = sub[seq, li]
+        lane = li.astype(np.int64) + lo
+        seq = seq.astype(np.int64)
+        if rem and lo < rem:  # the partial last row: one more slot for the lanes below rem
+            extra = np.arange(lo, min(hi, rem), dtype=np.int64)
+            w = self.body[rows * lanes + extra]
+            nz = w != 0
+            if nz.any():
+                lane = np.concatenate([lane, extra[nz]])
+                seq = np.concatenate([seq, np.full(int(nz.sum()), rows, np.int64)])
+                raw = np.concatenate([raw, w[nz]])
+                o = np.argsort(lane, kind="stable")
+                lane, seq, raw = lane[o], seq[o], raw[o]
+        return lane, seq, raw
+
+    def part(self, lo: int, hi: int) -> Decoded:
+        """Decode lanes [lo, hi)."""
+        launch, lay, ng = self.launch, self.layout, self.launch.num_groups
+        lane, seq, raw = self._records(lo, hi)
+        n = len(lane)
+        block, group = lane // ng, lane % ng
+        tag = (raw & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        ts_lo = (raw >> np.uint64(32)).astype(np.int64)
+        rtype = (tag & np.uint32(3)).astype(np.int8)
+        event = lay.event(tag)
+
+        kind = np.full(n, -1, np.int8)  # -1: not an anomaly
+        pos_ok = lay.position_matches(tag, block, group, ng)
+        kind[~pos_ok] = _KIND["tag_mismatch"]
+        kind[pos_ok & (rtype > lay.max_type)] = _KIND["unknown_type"]
+        is_finalize = (rtype == 3) & (kind < 0)
+        event = np.where(is_finalize, FINALIZE_EVENT, event)
+
+        _check_names(self.buf, launch, event[(kind < 0) & ~is_finalize])
+        if launch.names_source == "sidecar":
+            unknown = (kind < 0) & ~is_finalize & (event >= len(launch.event_names))
+            kind[unknown] = _KIND["unknown_event"]
+
+        # Unwrap the kept records; anomalous ones are placed next to their lane's neighbours, for display.
+        keep = kind < 0
+        t = np.zeros(n, np.int64)
+        t[keep] = unwrap_lanes(lane[keep], ts_lo[keep], self.ref_lo)
+        back = np.zeros(n, dtype=bool)
+        back[keep] = backwards_mask(lane[keep], t[keep])
+        kind[back] = _KIND["backwards"]
+        keep &= ~back
+        if (~keep).any():
+            t[~keep] = _place(lane, keep, ts_lo, t, self.ref_lo)
+        t -= self.origin_ns
+
+        sm = _sm_ids(lay, tag, block, launch.num_sms) if lay.has_sm else np.full(n, -1, np.int64)
+
+        # Pair BEGIN/END; instants are type 2 (and 3 'finalize' where the layout defines it).
+        be = np.flatnonzero(keep & (rtype <= 1))
+        bi, ei, k, ub, ue = pair_records(lane[be], event[be], seq[be], rtype[be])
+        bi, ei, ub, ue = be[bi], be[ei], be[ub], be[ue]
+        kind[ub] = _KIND["begin_without_end"]
+        kind[ue] = _KIND["end_without_begin"]
+        o = np.argsort(bi, kind="stable")  # slices in (lane, begin sequence) order
+        bi, ei, k = bi[o], ei[o], k[o]
+        overlap = partial_overlaps(bi, ei)
+        slices = Slices(
+            lane=lane[bi], block=block[bi], group=group[bi], sm=sm[bi], event=event[bi], k=k,
+            begin_seq=seq[bi], end_seq=seq[ei], begin_ns=t[bi], end_ns=t[ei], overlap=overlap, begin_rec=bi, end_rec=ei,
+        )
+
+        ii = np.flatnonzero(keep & (rtype >= 2))
+        io = np.lexsort((seq[ii], event[ii], lane[ii]))
+        ik = np.empty(len(ii), np.int64)
+        ik[io] = instance_index(_run_starts(lane[ii][io], event[ii][io]))
+        instants = Instants(
+            lane=lane[ii], block=block[ii], group=group[ii], sm=sm[ii], event=event[ii], k=ik, seq=seq[ii], ts_ns=t[ii],
+            rec=ii,
+        )
+
+        ai = np.flatnonzero(kind >= 0)
+        anomalies = Anomalies(
+            kind=kind[ai], lane=lane[ai], block=block[ai], group=group[ai], sm=sm[ai], event=event[ai], seq=seq[ai],
+            raw=raw[ai], ts_ns=t[ai], rec=ai,
+        )
+        notes, examples = _lane_notes(lay, lane, seq, rtype, keep, self.rows, self.rem, overlap, slices)
+        ev_ok = event[pos_ok & (event >= 0)]
+        seen = frozenset(np.flatnonzero(np.bincount(ev_ok)).tolist()) if len(ev_ok) else frozenset()
+        return Decoded(
+            source=self.buf.name,
+            launch=launch,
+            layout=self.match,
+            records=n,
+            capacity_per_lane=self.capacity_per_lane,
+            lanes_with_records=int(np.count_nonzero(segment_starts(lane))) if n else 0,
+            slices=slices,
+            instants=instants,
+            anomalies=anomalies,
+            notes=notes,
+            note_examples=examples,
+            aliasing=_aliasing(lay, block, sm, keep, launch.num_blocks),
+            time_origin=self.time_origin,
+            origin_ns=self.origin_ns,
+            min_step_ns=_min_step(lane[keep], t[keep]),
+            seen_events=seen,
+            lane_range=(lo, hi),
+        )
+
+
+def decode(source, **options) -> Decoded:
+    """Decode a FlashInfer-format profiler buffer, all of it at once.
 
     source: a path (.bin raw little-endian uint64, .npy), bytes, a numpy array or a CPU tensor.
-    sidecar: metadata JSON (None: ``<buffer>.json`` if present; False: none). events/groups: names as a
-    list, a comma-separated string or ``@file``. layout: force a tag layout (else detected).
-    Returns a Decoded whose times are ns (Unix-epoch ns when the capture anchored them, else relative to
-    the earliest record).
+    options: sidecar (metadata JSON path; None: ``<buffer>.json`` if present; False: none), events/groups
+    (names as a list, a comma-separated string or ``@file``), layout (force a tag layout, else detected),
+    num_blocks/num_groups (override the header), name (a label for messages).
+    Returns a Decoded whose times are ns: Unix-epoch ns when the capture anchored them, else relative to
+    the earliest record.
     """
-    buf = load_buffer(source, name)
-    nb, ng = parse_header(buf, num_blocks, num_groups)
-    launch = build_launch(nb, ng, buffer_path=buf.path, sidecar=sidecar, events=events, groups=groups)
-    lanes = nb * ng
-    lane, seq, raw, rows, rem = _records(buf.words, lanes)
-    n = len(lane)
-    block, group = lane // ng, lane % ng
-    tag = (raw & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    ts_lo = (raw >> np.uint64(32)).astype(np.int64)
-    rtype = (tag & np.uint32(3)).astype(np.int8)
-
-    scores = detect_layout(tag, block, group, ng)
-    lay = get_layout(layout) if layout else LAYOUTS[choose(scores)]
-    match = LayoutMatch(lay.name, "forced" if layout else "detected", scores)
-    event = lay.event(tag)
-
-    kind = np.full(n, -1, np.int8)  # -1: not an anomaly
-    pos_ok = lay.position_matches(tag, block, group, ng)
-    kind[~pos_ok] = _KIND["tag_mismatch"]
-    kind[pos_ok & (rtype > lay.max_type)] = _KIND["unknown_type"]
-    is_finalize = (rtype == 3) & (kind < 0)
-    event = np.where(is_finalize, FINALIZE_EVENT, event)
-
-    _check_names(buf, launch, event[(kind < 0) & ~is_finalize])
-    if launch.names_source == "sidecar":
-        unknown = (kind < 0) & ~is_finalize & (event >= len(launch.event_names))
-        kind[unknown] = _KIND["unknown_event"]
-
-    # Unwrap the kept records; anomalous ones are placed with their lane's neighbours for display only.
-    keep = kind < 0
-    ref_lo, base = _reference(launch, ts_lo[keep])
-    t = np.zeros(n, np.int64)
-    t[keep] = unwrap_lanes(lane[keep], ts_lo[keep], ref_lo)
-    back = np.zeros(n, dtype=bool)
-    back[keep] = backwards_mask(lane[keep], t[keep])
-    kind[back] = _KIND["backwards"]
-    keep &= ~back
-    if (~keep).any():
-        t[~keep] = _place(lane, keep, ts_lo, t)
-
-    if base is None:  # relative time: the earliest kept record is 0
-        origin = int(t[keep].min()) if keep.any() else 0
-        time_origin = "first record"
-    else:
-        origin = -base
-        time_origin = "host clock at launch" if launch.timer_anchor_ns is None else "kernel timer anchor"
-    t -= origin
-
-    sm = _sm_ids(lay, tag, block, launch.num_sms) if lay.has_sm else np.full(n, -1, np.int64)
-    aliasing = _aliasing(lay, block, sm, keep, nb)
-
-    # Pair BEGIN/END; instants are type 2 (and 3 'finalize' where the layout defines it).
-    be = np.flatnonzero(keep & (rtype <= 1))
-    bi, ei, k, ub, ue = pair_records(lane[be], event[be], seq[be], rtype[be])
-    bi, ei, ub, ue = be[bi], be[ei], be[ub], be[ue]
-    kind[ub] = _KIND["begin_without_end"]
-    kind[ue] = _KIND["end_without_begin"]
-    o = np.argsort(bi, kind="stable")  # slices in (lane, begin sequence) order
-    bi, ei, k = bi[o], ei[o], k[o]
-    overlap = partial_overlaps(bi, ei)
-    slices = Slices(
-        lane=lane[bi], block=block[bi], group=group[bi], sm=sm[bi], event=event[bi], k=k,
-        begin_seq=seq[bi], end_seq=seq[ei], begin_ns=t[bi], end_ns=t[ei], overlap=overlap, begin_rec=bi, end_rec=ei,
-    )
-
-    ii = np.flatnonzero(keep & (rtype >= 2))
-    io = np.lexsort((seq[ii], event[ii], lane[ii]))
-    ik_sorted = instance_index(_run_starts(lane[ii][io], event[ii][io]))
-    ik = np.empty_like(ik_sorted)
-    ik[io] = ik_sorted
-    instants = Instants(
-        lane=lane[ii], block=block[ii], group=group[ii], sm=sm[ii], event=event[ii], k=ik, seq=seq[ii], ts_ns=t[ii], rec=ii
-    )
-
-    ai = np.flatnonzero(kind >= 0)
-    anomalies = Anomalies(
-        kind=kind[ai], lane=lane[ai], block=block[ai], group=group[ai], sm=sm[ai], event=event[ai], seq=seq[ai],
-        raw=raw[ai], ts_ns=t[ai], rec=ai,
-    )
-    notes, examples = _lane_notes(lay, lane, seq, rtype, keep, rows, rem, lanes, overlap, slices)
-    seen = set(np.flatnonzero(np.bincount(event[pos_ok & (event >= 0)], minlength=1)).tolist())
-    unused = tuple(nm for i, nm in enumerate(launch.event_names) if i not in seen)
-    return Decoded(
-        source=buf.name,
-        launch=launch,
-        layout=match,
-        records=n,
-        capacity_per_lane=rows + (1 if rem else 0),
-        lanes_with_records=int(np.count_nonzero(segment_starts(lane))) if n else 0,
-        slices=slices,
-        instants=instants,
-        anomalies=anomalies,
-        notes=notes,
-        note_examples=examples,
-        aliasing=aliasing,
-        time_origin=time_origin,
-        origin_ns=origin,
-        min_step_ns=_min_step(lane[keep], t[keep]),
-        unused_names=unused,
-    )
+    return BufferDecoder(source, **options).decode()
 
 
 def _check_names(buf: Buffer, launch, used_events: np.ndarray) -> None:
@@ -170,15 +270,7 @@ def _check_names(buf: Buffer, launch, used_events: np.ndarray) -> None:
         )
 
 
-def _reference(launch, kept_ts_lo: np.ndarray) -> tuple[int, int | None]:
-    """(reference low 32 bits, absolute ns of that reference or None for relative time)."""
-    anchor = launch.timer_anchor_ns if launch.timer_anchor_ns is not None else launch.host_launch_unix_ns
-    if anchor is not None:
-        return anchor & 0xFFFFFFFF, anchor
-    return (int(kept_ts_lo[0]) if len(kept_ts_lo) else 0), None
-
-
-def _place(lane: np.ndarray, keep: np.ndarray, ts_lo: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _place(lane: np.ndarray, keep: np.ndarray, ts_lo: np.ndarray, t: np.ndarray, ref_lo: int) -> np.ndarray:
     """Best-effort times for records left out of the unwrap: next to the lane's last kept record before them."""
     idx = np.arange(len(lane))
     last_kept = np.maximum.accumulate(np.where(keep, idx, -1))
@@ -188,11 +280,8 @@ def _place(lane: np.ndarray, keep: np.ndarray, ts_lo: np.ndarray, t: np.ndarray)
     out = np.zeros(len(bad), np.int64)
     p = prev[ok]
     out[ok] = t[p] + signed32(ts_lo[bad[ok]] - ts_lo[p])
-    if (~ok).any():  # nothing kept before it on its lane: place it against the global reference
-        ref = np.flatnonzero(keep)
-        if len(ref):
-            r = ref[0]
-            out[~ok] = t[r] + signed32(ts_lo[bad[~ok]] - ts_lo[r])
+    if (~ok).any():  # nothing kept before it on its lane: place it against the common reference
+        out[~ok] = signed32(ts_lo[bad[~ok]] - ref_lo)
     return out
 
 
@@ -234,10 +323,10 @@ def _aliasing(lay, block, sm, keep, nb) -> dict:
         "sm_repaired_blocks": int(len(blocks) - len(bad)),
         "sm_untrusted_blocks": int(len(bad)),
         "untrusted_examples": bad[:_EXAMPLES].tolist(),
-    }
+    }  # counts add up across parts: a block's lanes are never split between parts
 
 
-def _lane_notes(lay, lane, seq, rtype, keep, rows, rem, lanes, overlap, slices):
+def _lane_notes(lay, lane, seq, rtype, keep, rows, rem, overlap, slices):
     notes: dict[str, int] = {}
     examples: dict[str, list] = {}
     if len(lane) == 0:

@@ -25,48 +25,41 @@ def instance_index(keys_sorted_change: np.ndarray) -> np.ndarray:
 def pair_records(lane: np.ndarray, event: np.ndarray, seq: np.ndarray, rtype: np.ndarray):
     """Pair BEGIN (type 0) and END (type 1) records.
 
-    Inputs are one row per record (any order). Returns (begin_idx, end_idx, k, unpaired_begin_idx,
-    unpaired_end_idx): indices into the inputs; slices ordered by (lane, event, begin seq); k is the
-    instance number of each slice within its (lane, event).
+    Inputs are one row per record, in (lane, sequence) order. Returns (begin_idx, end_idx, k,
+    unpaired_begin_idx, unpaired_end_idx): indices into the inputs; k is the instance number of each slice
+    within its (lane, event).
     """
-    order = _lane_event_order(lane, event, seq)
+    if len(lane) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z
+    present = np.flatnonzero(np.bincount(event)) if event.min() >= 0 else np.unique(event)
+    if len(present) > 16:
+        # Many events: one sort by (lane, event, seq) instead of a pass per event.
+        return _pair_sorted(np.lexsort((seq, event, lane)), lane, event, rtype)
+    # Few events: taking each event's records in (lane, sequence) order needs no sort at all.
+    parts = [_pair_sorted(np.flatnonzero(event == e), lane, event, rtype) for e in present.tolist()]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(5))
+
+
+def _pair_sorted(order: np.ndarray, lane, event, rtype):
+    """Pairing over records taken in ``order``, which lists each (lane, event)'s records contiguously in
+    sequence order: a BEGIN pairs with the very next record of its (lane, event) if that is an END."""
     t = rtype[order]
     ln, ev = lane[order], event[order]
-    same_next = np.zeros(len(order), dtype=bool)
-    if len(order) > 1:
-        same_next[:-1] = (ln[1:] == ln[:-1]) & (ev[1:] == ev[:-1])
-    is_begin = np.zeros(len(order), dtype=bool)
-    if len(order) > 1:
-        is_begin[:-1] = (t[:-1] == 0) & (t[1:] == 1) & same_next[:-1]
-    is_end = np.zeros(len(order), dtype=bool)
+    m = len(order)
+    is_begin = np.zeros(m, dtype=bool)
+    if m > 1:
+        is_begin[:-1] = (t[:-1] == 0) & (t[1:] == 1) & (ln[1:] == ln[:-1]) & (ev[1:] == ev[:-1])
+    is_end = np.zeros(m, dtype=bool)
     is_end[1:] = is_begin[:-1]
     bpos = np.flatnonzero(is_begin)
-    begin_idx = order[bpos]
-    end_idx = order[bpos + 1]
-    # New (lane, event) run among the pairs.
+    # A new (lane, event) run among the pairs restarts the instance count.
     change = np.ones(len(bpos), dtype=bool)
     if len(bpos) > 1:
         change[1:] = (ln[bpos[1:]] != ln[bpos[:-1]]) | (ev[bpos[1:]] != ev[bpos[:-1]])
-    k = instance_index(change)
     unpaired = ~(is_begin | is_end)
-    unpaired_begin = order[unpaired & (t == 0)]
-    unpaired_end = order[unpaired & (t == 1)]
-    return begin_idx, end_idx, k, unpaired_begin, unpaired_end
-
-
-def _lane_event_order(lane: np.ndarray, event: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    """Indices sorting records by (lane, event, seq). Inputs in (lane, seq) order stay so within an event,
-    so for a few distinct events one stable pass per event is cheaper than a three-key sort."""
-    events = np.unique(event) if len(event) else event
-    presorted = len(lane) < 2 or bool(np.all((lane[1:] > lane[:-1]) | ((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]))))
-    if not presorted or len(events) > 16:
-        return np.lexsort((seq, event, lane))
-    if len(events) == 1:
-        return np.arange(len(lane))
-    # Rank each record within its lane's event group: key = lane * E + event_rank, stable sort by key.
-    rank = np.searchsorted(events, event)
-    key = lane.astype(np.int64) * len(events) + rank
-    return np.argsort(key, kind="stable")
+    return (order[bpos], order[bpos + 1], instance_index(change), order[unpaired & (t == 0)],
+            order[unpaired & (t == 1)])
 
 
 def partial_overlaps(b: np.ndarray, e: np.ndarray, max_rounds: int = 64) -> np.ndarray:

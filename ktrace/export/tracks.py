@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model import Decoded
 
-__all__ = ["TrackTree", "build_tracks", "TRACK_MODES", "LAUNCH_UUID"]
+__all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "TRACK_MODES", "LAUNCH_UUID"]
 
 TRACK_MODES = ("sm", "block", "flat")
 LAUNCH_UUID = 1 << 44
@@ -38,18 +38,39 @@ def _sm_label(sm: int) -> str:
     return f"SM {sm}" if sm >= 0 else "SM ?"
 
 
-def build_tracks(d: Decoded, mode: str = "sm") -> TrackTree:
-    """The tracks for a decoded buffer. Only lanes with records get tracks."""
+@dataclass
+class TrackState:
+    """What earlier parts of a streamed trace already declared: SM tracks and overlap track uuids."""
+
+    sms: set
+    next_uuid: int
+
+    @staticmethod
+    def new(d: Decoded) -> "TrackState":
+        return TrackState(set(), d.launch.num_blocks * d.launch.num_groups + 1)
+
+
+def launch_track(d: Decoded) -> Track:
+    return Track(LAUNCH_UUID, None, _launch_name(d), None)
+
+
+def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None) -> TrackTree:
+    """The tracks for a decoded buffer or part of one (not the launch track). Only lanes with records get
+    tracks; with a ``state``, SM tracks already declared by earlier parts are not declared again."""
     L = d.launch
     ng = L.num_groups
+    state = state or TrackState.new(d)
     lanes_present = np.unique(np.concatenate([d.slices.lane, d.instants.lane, d.anomalies.lane]))
     lane_uuid = np.zeros(L.num_blocks * ng, np.int64)
-    tracks = [Track(LAUNCH_UUID, None, _launch_name(d), None)]
+    tracks = []
     # The SM of a block: from its first slice/instant/anomaly record (all its records carry the same).
     block_sm = _block_sm(d)
     blocks = np.unique(lanes_present // ng)
     if mode == "sm":
         for sm in np.unique(block_sm[blocks]).tolist():
+            if sm in state.sms:
+                continue
+            state.sms.add(sm)
             rank = sm if sm >= 0 else 1 << 20
             tracks.append(Track(_SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
     for b in blocks.tolist():
@@ -75,9 +96,9 @@ def build_tracks(d: Decoded, mode: str = "sm") -> TrackTree:
     s = d.slices
     if s.overlap.any():
         pairs = np.unique(np.stack([s.lane[s.overlap], s.event[s.overlap]]), axis=1)
-        next_uuid = L.num_blocks * ng + 1
-        for j, (ln, ev) in enumerate(pairs.T.tolist()):
-            uuid = next_uuid + j
+        for ln, ev in pairs.T.tolist():
+            uuid = state.next_uuid
+            state.next_uuid += 1
             lane_name = f"block {ln // ng}" if ng == 1 else f"block {ln // ng} / {L.group_name(ln % ng)}"
             tracks.append(Track(uuid, int(lane_uuid[ln]), f"{lane_name} · overlapping {L.event_name(ev)}", ev))
             overlap_uuid[(ln, ev)] = uuid

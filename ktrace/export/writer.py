@@ -1,24 +1,26 @@
-"""Writing a decoded buffer as a Perfetto TrackEvent trace (docs/trace-format.md says what is in it).
+"""Writing decoded buffers as a Perfetto TrackEvent trace (docs/trace-format.md says what is in it).
 
-Tracks and the launch slice are few and go through the protobuf classes; the per-record packets are many
-and go through the vectorized encoder in ``protowire``, in chunks, in (lane, sequence) order: the trace
-processor sorts by timestamp itself, and this order keeps each track's events in the producer's order
-(ties included).
+The trace streams: the buffer is decoded a range of lanes at a time, and each range's tracks, new interned
+names and packets are written before the next is decoded, so memory stays bounded by the range, not the
+buffer. Tracks, interned names and the launch slice are few and go through the protobuf classes; the
+per-record packets are many and go through the vectorized encoder in ``packets``, in (lane, sequence)
+order: the trace processor sorts by timestamp itself, and this order keeps each track's events in the
+producer's order (ties included). The launch slice, whose args count everything, comes last.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
-from ..model import Anomalies, Decoded
-from .packets import TYPE_BEGIN as _TYPE_BEGIN, TYPE_END as _TYPE_END, TYPE_INSTANT as _TYPE_INSTANT, encode_events
-from .tracks import LAUNCH_UUID, TRACK_MODES, build_tracks
+from ..model import Anomalies, Decoded, Summary
+from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
+from .tracks import LAUNCH_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
-__all__ = ["write_trace", "trace_bytes", "ARG_NAMES", "event_name_table"]
+__all__ = ["write_trace", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES"]
 
 SEQ_ID = 1
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
@@ -34,44 +36,44 @@ def _pb2():
     return perfetto_trace_pb2
 
 
-def event_name_table(d: Decoded) -> tuple[list[str], dict]:
-    """Interned event names (iid = index + 1) and lookups: phase/instant event -> iid, (kind, event) -> iid."""
-    names: list[str] = []
-    by_event: dict[int, int] = {}
-    events = np.unique(np.concatenate([d.slices.event, d.instants.event])).tolist()
-    for ev in events:
-        names.append("finalize" if ev < 0 else d.launch.event_name(ev))
-        by_event[ev] = len(names)
-    by_anomaly: dict[tuple[int, int], int] = {}
-    a = d.anomalies
-    if len(a):
-        for kind, ev in np.unique(np.stack([a.kind.astype(np.int64), a.event]), axis=1).T.tolist():
-            label = Anomalies.KINDS[kind].replace("_", " ")
-            evname = "finalize" if ev < 0 else d.launch.event_name(ev)
-            names.append(f"⚠ {label}: {evname}")
-            by_anomaly[(kind, ev)] = len(names)
-    return names, {"event": by_event, "anomaly": by_anomaly}
+def _emit(pkt) -> bytes:
+    t = _pb2().Trace()
+    t.packet.append(pkt)
+    return t.SerializeToString()
 
 
-def _header_packets(d: Decoded, tree, names: list[str]) -> bytes:
+class _Names:
+    """Interned event names: iids handed out in first-use order, declared before the packets using them."""
+
+    def __init__(self) -> None:
+        self.iid: dict[str, int] = {}
+        self.pending: list[str] = []
+
+    def get(self, name: str) -> int:
+        if name not in self.iid:
+            self.iid[name] = len(self.iid) + 1
+            self.pending.append(name)
+        return self.iid[name]
+
+    def flush(self, first: bool = False) -> bytes:
+        if not self.pending and not first:
+            return b""
+        p = _pb2().TracePacket()
+        p.trusted_packet_sequence_id = SEQ_ID
+        p.sequence_flags = _SEQ_CLEARED if first else _SEQ_NEEDS
+        for nm in self.pending:
+            p.interned_data.event_names.add(iid=self.iid[nm], name=nm)
+        if first:
+            for iid, nm in ARG_NAMES.items():
+                p.interned_data.debug_annotation_names.add(iid=iid, name=nm)
+        self.pending = []
+        return _emit(p)
+
+
+def _track_packets(tracks: list, parents: set, description: str | None = None) -> bytes:
     pb = _pb2()
     out = bytearray()
-
-    def emit(pkt) -> None:
-        t = pb.Trace()
-        t.packet.append(pkt)
-        out.extend(t.SerializeToString())
-
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = SEQ_ID
-    p.sequence_flags = _SEQ_CLEARED
-    for i, nm in enumerate(names, 1):
-        p.interned_data.event_names.add(iid=i, name=nm)
-    for iid, nm in ARG_NAMES.items():
-        p.interned_data.debug_annotation_names.add(iid=iid, name=nm)
-    emit(p)
-    parents = {t.parent for t in tree.tracks}
-    for t in tree.tracks:
+    for t in tracks:
         p = pb.TracePacket()
         p.trusted_packet_sequence_id = SEQ_ID
         td = p.track_descriptor
@@ -81,16 +83,16 @@ def _header_packets(d: Decoded, tree, names: list[str]) -> bytes:
             td.parent_uuid = t.parent
         if t.rank is not None:
             td.sibling_order_rank = t.rank
-        if t.uuid in parents:
+        if t.uuid in parents or t.uuid == LAUNCH_UUID:
             td.child_ordering = pb.TrackDescriptor.EXPLICIT
-        if t.uuid == LAUNCH_UUID:
-            td.description = _launch_description(d)
-        emit(p)
+        if description and t.uuid == LAUNCH_UUID:
+            td.description = description
+        out.extend(_emit(p))
     return bytes(out)
 
 
-def launch_facts(d: Decoded) -> dict:
-    """The launch slice's args: name -> str or int."""
+def launch_facts(d: Decoded, summary: Summary) -> dict:
+    """The launch slice's args (name -> str or int): what the launch was and what its buffer held."""
     L = d.launch
     facts: dict = {"kernel": L.kernel}
     if L.grid:
@@ -105,38 +107,32 @@ def launch_facts(d: Decoded) -> dict:
     facts["num_groups"] = L.num_groups
     if L.timer_tick_ns is not None:
         facts["timer_tick_ns"] = L.timer_tick_ns
-    if d.min_step_ns is not None:
-        facts["min_step_ns"] = d.min_step_ns
+    if summary.min_step_ns is not None:
+        facts["min_step_ns"] = summary.min_step_ns
     facts["time_origin"] = d.time_origin
-    facts["records"] = d.records
-    facts["slices"] = len(d.slices)
-    facts["instants"] = len(d.instants)
-    facts["anomalous_records"] = len(d.anomalies)
-    for k, n in d.anomalies.counts().items():
+    facts["records"] = summary.records
+    facts["slices"] = summary.slices
+    facts["instants"] = summary.instants
+    facts["anomalous_records"] = summary.anomalous_records
+    for k, n in sorted(summary.anomalies.items()):
         facts[f"anomaly.{k}"] = n
-    for k, n in d.notes.items():
+    for k, n in sorted(summary.notes.items()):
         facts[f"note.{k}"] = n
     return facts
 
 
-def _launch_description(d: Decoded) -> str:
-    return "; ".join(f"{k}={v}" for k, v in launch_facts(d).items())
-
-
-def _launch_packets(d: Decoded) -> tuple[bytes, bytes]:
+def _launch_slice(d: Decoded, summary: Summary) -> bytes:
     pb = _pb2()
-    ts = [a for a in (d.slices.begin_ns, d.slices.end_ns, d.instants.ts_ns) if len(a)]
-    t0 = int(min(a.min() for a in ts)) if ts else 0
-    t1 = int(max(a.max() for a in ts)) if ts else 0
-    begin, end = pb.Trace(), pb.Trace()
-    p = begin.packet.add()
-    p.timestamp = t0
-    p.trusted_packet_sequence_id = SEQ_ID
-    te = p.track_event
+    t0 = summary.first_ns or 0
+    t1 = summary.last_ns or 0
+    begin, end = pb.TracePacket(), pb.TracePacket()
+    begin.timestamp = t0
+    begin.trusted_packet_sequence_id = SEQ_ID
+    te = begin.track_event
     te.type = pb.TrackEvent.TYPE_SLICE_BEGIN
     te.track_uuid = LAUNCH_UUID
     te.name = d.launch.kernel
-    for k, v in launch_facts(d).items():
+    for k, v in launch_facts(d, summary).items():
         a = te.debug_annotations.add(name=k)
         if isinstance(v, str):
             a.string_value = v
@@ -144,12 +140,11 @@ def _launch_packets(d: Decoded) -> tuple[bytes, bytes]:
             a.double_value = v
         else:
             a.int_value = v
-    q = end.packet.add()
-    q.timestamp = t1
-    q.trusted_packet_sequence_id = SEQ_ID
-    q.track_event.type = pb.TrackEvent.TYPE_SLICE_END
-    q.track_event.track_uuid = LAUNCH_UUID
-    return begin.SerializeToString(), end.SerializeToString()
+    end.timestamp = t1
+    end.trusted_packet_sequence_id = SEQ_ID
+    end.track_event.type = pb.TrackEvent.TYPE_SLICE_END
+    end.track_event.track_uuid = LAUNCH_UUID
+    return _emit(begin) + _emit(end)
 
 
 def _record_objects(d: Decoded) -> tuple[np.ndarray, np.ndarray]:
@@ -164,58 +159,59 @@ def _record_objects(d: Decoded) -> tuple[np.ndarray, np.ndarray]:
     return kind, row
 
 
-def _event_chunk(d: Decoded, tree, lookups, kind: np.ndarray, row: np.ndarray) -> np.ndarray:
+def _name_iids(d: Decoded, names: _Names) -> tuple[Callable, Callable]:
+    """Vectorized lookups: event index -> name iid, and (anomaly kind, event) -> marker name iid."""
+    L = d.launch
+    both = np.concatenate([d.slices.event, d.instants.event]) + 1  # 'finalize' is -1
+    events = np.flatnonzero(np.bincount(both)) - 1 if len(both) else both
+    ev_lut = _lut({ev: names.get("finalize" if ev < 0 else L.event_name(ev)) for ev in events.tolist()})
+    a = d.anomalies
+    table = {}
+    if len(a):
+        for kind, ev in np.unique(np.stack([a.kind.astype(np.int64), a.event]), axis=1).T.tolist():
+            label = Anomalies.KINDS[kind].replace("_", " ")
+            table[kind * (1 << 20) + ev + 1] = names.get(f"⚠ {label}: {'finalize' if ev < 0 else L.event_name(ev)}")
+    an_lut = _lut(table)
+    return ev_lut, lambda kind, ev: an_lut(kind.astype(np.int64) * (1 << 20) + ev + 1)
+
+
+def _event_chunk(d: Decoded, tree, luts, kind: np.ndarray, row: np.ndarray) -> np.ndarray:
     """Encoded Trace.packet bytes for one chunk of records."""
     n = len(kind)
     s, ins, an = d.slices, d.instants, d.anomalies
-    ts = np.zeros(n, np.int64)
-    block = np.zeros(n, np.int64)
-    group = np.zeros(n, np.int64)
-    sm = np.zeros(n, np.int64)
-    last_val = np.zeros(n, np.int64)
-    last_iid = np.zeros(n, np.int64)
-    name_iid = np.zeros(n, np.int64)
-    typ = np.zeros(n, np.int64)
-    uuid = np.zeros(n, np.int64)
-
-    ev_lut = _lut(lookups["event"])
+    ev_lut, an_lut = luts
+    cols = {c: np.zeros(n, np.int64) for c in ("ts", "type", "block", "group", "sm", "last", "iid", "name", "uuid")}
     for obj, src in ((_OBJ_BEGIN, s), (_OBJ_END, s), (_OBJ_INSTANT, ins), (_OBJ_ANOMALY, an)):
         m = kind == obj
         if not m.any():
             continue
         r = row[m]
-        block[m] = src.block[r]
-        group[m] = src.group[r]
-        sm[m] = src.sm[r]
-        if obj == _OBJ_BEGIN or obj == _OBJ_END:
-            ts[m] = (s.begin_ns if obj == _OBJ_BEGIN else s.end_ns)[r]
-            typ[m] = _TYPE_BEGIN if obj == _OBJ_BEGIN else _TYPE_END
-            last_val[m], last_iid[m] = s.k[r], 4
-            name_iid[m] = ev_lut(s.event[r]) if obj == _OBJ_BEGIN else 0
-            uuid[m] = tree.lane_uuid[s.lane[r]]
+        cols["block"][m] = src.block[r]
+        cols["group"][m] = src.group[r]
+        cols["sm"][m] = src.sm[r]
+        cols["uuid"][m] = tree.lane_uuid[src.lane[r]]
+        if obj in (_OBJ_BEGIN, _OBJ_END):
+            cols["ts"][m] = (s.begin_ns if obj == _OBJ_BEGIN else s.end_ns)[r]
+            cols["type"][m] = TYPE_BEGIN if obj == _OBJ_BEGIN else TYPE_END
+            cols["last"][m], cols["iid"][m] = s.k[r], 4
+            if obj == _OBJ_BEGIN:
+                cols["name"][m] = ev_lut(s.event[r])
             ov = s.overlap[r]
             if ov.any():
-                idx = np.flatnonzero(m)[ov]
-                uuid[idx] = [tree.overlap_uuid[(a, b)] for a, b in zip(s.lane[r][ov].tolist(), s.event[r][ov].tolist())]
+                keys = s.lane[r][ov] * 2048 + s.event[r][ov]
+                lut = _lut({ln * 2048 + ev: u for (ln, ev), u in tree.overlap_uuid.items()})
+                cols["uuid"][np.flatnonzero(m)[ov]] = lut(keys)
         elif obj == _OBJ_INSTANT:
-            ts[m] = ins.ts_ns[r]
-            typ[m] = _TYPE_INSTANT
-            last_val[m], last_iid[m] = ins.k[r], 5
-            name_iid[m] = ev_lut(ins.event[r])
-            uuid[m] = tree.lane_uuid[ins.lane[r]]
+            cols["ts"][m] = ins.ts_ns[r]
+            cols["type"][m] = TYPE_INSTANT
+            cols["last"][m], cols["iid"][m] = ins.k[r], 5
+            cols["name"][m] = ev_lut(ins.event[r])
         else:
-            ts[m] = an.ts_ns[r]
-            typ[m] = _TYPE_INSTANT
-            last_val[m], last_iid[m] = an.seq[r], 6
-            keys = an.kind[r].astype(np.int64) * (1 << 20) + an.event[r] + 1
-            table = {kk * (1 << 20) + ev + 1: iid for (kk, ev), iid in lookups["anomaly"].items()}
-            name_iid[m] = _lut(table)(keys)
-            uuid[m] = tree.lane_uuid[an.lane[r]]
-
-    return encode_events(
-        {"ts": ts, "type": typ, "block": block, "group": group, "sm": sm, "last": last_val, "iid": last_iid,
-         "name": name_iid, "uuid": uuid}
-    )
+            cols["ts"][m] = an.ts_ns[r]
+            cols["type"][m] = TYPE_INSTANT
+            cols["last"][m], cols["iid"][m] = an.seq[r], 6
+            cols["name"][m] = an_lut(an.kind[r], an.event[r])
+    return encode_events(cols)
 
 
 def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:
@@ -224,49 +220,82 @@ def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:
     vals = np.array([mapping[k] for k in keys.tolist()], dtype=np.int64)
 
     def look(x: np.ndarray) -> np.ndarray:
-        return vals[np.searchsorted(keys, x)]
+        return vals[np.searchsorted(keys, x)] if len(keys) else np.zeros(len(x), np.int64)
 
     return look
 
 
-def trace_chunks(d: Decoded, tracks: str = "sm", progress: Callable[[int, int], None] | None = None):
-    """The trace as a sequence of byte strings (header, event chunks, launch end)."""
+def _parts(source, records_per_part: int) -> Iterable[Decoded]:
+    if isinstance(source, Decoded):
+        return [source]
+    return source.parts(records_per_part)
+
+
+def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None] | None = None,
+                 summary_out: list | None = None, records_per_part: int = 1 << 21):
+    """The trace as a sequence of byte strings.
+
+    source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
+    progress(done_records, total_slots) is called after each chunk. If ``summary_out`` is a list, the
+    buffer's Summary is appended to it at the end.
+    """
     if tracks not in TRACK_MODES:
-        raise ValueError(tracks)
-    if tracks == "sm" and not d.layout.name == "flashinfer":
-        tracks = "block"  # layouts without an SM field: no SM level to show
-    tree = build_tracks(d, tracks)
-    names, lookups = event_name_table(d)
-    yield _header_packets(d, tree, names)
-    begin, end = _launch_packets(d)
-    yield begin
-    kind, row = _record_objects(d)
-    n = len(kind)
-    for c0 in range(0, n, _CHUNK):
-        c1 = min(n, c0 + _CHUNK)
-        yield _event_chunk(d, tree, lookups, kind[c0:c1], row[c0:c1]).tobytes()
-        if progress:
-            progress(c1, n)
-    yield end
+        raise ValueError(f"tracks must be one of {TRACK_MODES}")
+    names = _Names()
+    state = None
+    summary = Summary()
+    first = None
+    total = getattr(getattr(source, "body", None), "size", None)
+    done = 0
+    for d in _parts(source, records_per_part):
+        if first is None:
+            first = d
+            mode = tracks if (tracks != "sm" or d.layout.name == "flashinfer") else "block"  # no SM field
+            for i in range(len(d.launch.event_names)):  # the launch's own names first, in index order
+                names.get(d.launch.event_name(i))
+            yield names.flush(first=True)
+            yield _track_packets([launch_track(d)], set())
+            state = TrackState.new(d)
+        tree = build_tracks(d, mode, state)
+        parents = {t.parent for t in tree.tracks}
+        yield _track_packets(tree.tracks, parents)
+        luts = _name_iids(d, names)
+        yield names.flush()
+        kind, row = _record_objects(d)
+        for c0 in range(0, len(kind), _CHUNK):
+            c1 = min(len(kind), c0 + _CHUNK)
+            yield _event_chunk(d, tree, luts, kind[c0:c1], row[c0:c1]).tobytes()
+            if progress:
+                progress(done + c1, total or d.records)
+        done += d.records
+        summary = summary.merge(Summary.of(d))
+    if first is not None:
+        yield _launch_slice(first, summary)
+    if summary_out is not None:
+        summary_out.append(summary)
 
 
-def trace_bytes(d: Decoded, tracks: str = "sm") -> bytes:
+def trace_bytes(source, tracks: str = "sm", records_per_part: int = 1 << 21) -> bytes:
     """The whole trace in memory (small buffers, tests)."""
-    return b"".join(trace_chunks(d, tracks))
+    return b"".join(trace_chunks(source, tracks, records_per_part=records_per_part))
 
 
-def write_trace(d: Decoded, out: str | Path, tracks: str = "sm", progress=None) -> int:
-    """Write the trace to ``out`` (atomically: a temp file renamed into place). Returns bytes written."""
+def write_trace(source, out: str | Path, tracks: str = "sm", progress=None) -> tuple[int, Summary]:
+    """Write the trace to ``out`` atomically (a temp file renamed into place).
+
+    source: a Decoded or a BufferDecoder. Returns (bytes written, the buffer's Summary).
+    """
     out = Path(out)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     size = 0
+    got: list = []
     try:
         with open(tmp, "wb") as f:
-            for chunk in trace_chunks(d, tracks, progress):
+            for chunk in trace_chunks(source, tracks, progress, summary_out=got):
                 f.write(chunk)
                 size += len(chunk)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return size
+    return size, got[0]

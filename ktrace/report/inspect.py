@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..model import ANOMALY_KINDS, LANE_NOTES, Anomalies, Decoded
+from ..model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
 
 __all__ = ["inspect_dict", "inspect_text", "INSPECT_SCHEMA"]
 
 INSPECT_SCHEMA = "ktrace.inspect/1"
-_EXAMPLES = 3
 
 
-def _anomaly_examples(d: Decoded) -> dict:
-    a = d.anomalies
-    out = {}
-    for kind, n in a.counts().items():
-        rows = np.flatnonzero(a.kind == Anomalies.KINDS.index(kind))[:_EXAMPLES]
-        out[kind] = {
-            "count": n,
-            "meaning": ANOMALY_KINDS[kind],
-            "examples": [
-                {
-                    "block": int(a.block[r]),
-                    "group": int(a.group[r]),
-                    "seq": int(a.seq[r]),
-                    "event": int(a.event[r]),
-                    "raw": f"{int(a.raw[r]):#018x}",
-                }
-                for r in rows.tolist()
-            ],
-        }
-    return out
+def inspect_dict(d: Decoded, summary: Summary) -> dict:
+    """Everything inspect knows, as plain JSON-ready values (schema ``ktrace.inspect/1``).
 
-
-def inspect_dict(d: Decoded) -> dict:
-    """Everything inspect knows, as plain JSON-ready values (schema ``ktrace.inspect/1``)."""
+    d: any decoded part of the buffer (for the launch, layout and time facts); summary: the whole buffer's.
+    """
     L = d.launch
-    s = d.slices
-    ts = [x for x in (s.begin_ns, s.end_ns, d.instants.ts_ns) if len(x)]
-    per_event = {}
-    for ev in np.unique(s.event).tolist():
-        m = s.event == ev
-        per_event[L.event_name(ev)] = int(np.count_nonzero(m))
+    sm = summary
     return {
         "schema": INSPECT_SCHEMA,
         "source": d.source,
@@ -66,28 +39,31 @@ def inspect_dict(d: Decoded) -> dict:
         },
         "lanes": {
             "total": L.num_blocks * L.num_groups,
-            "with_records": d.lanes_with_records,
+            "with_records": sm.lanes_with_records,
             "capacity_per_lane": d.capacity_per_lane,
         },
-        "records": d.records,
-        "slices": len(s),
-        "slices_per_event": per_event,
-        "instants": len(d.instants),
-        "anomalous_records": len(d.anomalies),
-        "accounted": d.accounted,
-        "anomalies": _anomaly_examples(d),
-        "notes": {
-            k: {"count": n, "meaning": LANE_NOTES[k], "example_lanes": d.note_examples.get(k, [])}
-            for k, n in d.notes.items()
+        "records": sm.records,
+        "slices": sm.slices,
+        "slices_per_event": {L.event_name(ev): n for ev, n in sorted(sm.slices_per_event.items())},
+        "instants": sm.instants,
+        "anomalous_records": sm.anomalous_records,
+        "accounted": sm.accounted,
+        "anomalies": {
+            kind: {"count": n, "meaning": ANOMALY_KINDS[kind], "examples": sm.anomaly_examples.get(kind, [])}
+            for kind, n in sorted(sm.anomalies.items())
         },
-        "unused_event_names": list(d.unused_names),
-        "aliasing": d.aliasing,
+        "notes": {
+            k: {"count": n, "meaning": LANE_NOTES[k], "example_lanes": sm.note_examples.get(k, [])}
+            for k, n in sorted(sm.notes.items())
+        },
+        "unused_event_names": [nm for i, nm in enumerate(L.event_names) if i not in sm.seen_events],
+        "aliasing": sm.aliasing,
         "time": {
             "origin": d.time_origin,
-            "first_ns": int(min(x.min() for x in ts)) if ts else None,
-            "last_ns": int(max(x.max() for x in ts)) if ts else None,
-            "span_ns": d.span_ns,
-            "min_step_ns": d.min_step_ns,
+            "first_ns": sm.first_ns,
+            "last_ns": sm.last_ns,
+            "span_ns": sm.span_ns,
+            "min_step_ns": sm.min_step_ns,
         },
     }
 
