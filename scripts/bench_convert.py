@@ -247,6 +247,27 @@ def find_ktrace(a) -> list[str] | None:
     return None
 
 
+_KTRACE_CORE = """
+import json, sys, time
+from ktrace.api import convert
+t0 = time.perf_counter()
+convert(sys.argv[1], sys.argv[2])
+print(json.dumps({"core_s": time.perf_counter() - t0}))
+"""
+
+
+def bench_ktrace_core(buf, out, a) -> float | None:
+    """ktrace's conversion alone (decode + write, imports excluded): the like-for-like figure against the
+    peer's exporter call and the floor's in-process time."""
+    got = []
+    for _ in range(a.runs):
+        r = measure([a.ktrace_python, "-c", _KTRACE_CORE, buf, out], timeout=a.timeout)
+        if r["rc"] != 0:
+            return None
+        got.append(json.loads(r["stdout"].strip().splitlines()[-1])["core_s"])
+    return median(got)
+
+
 def bench_ktrace(cmd, buf, out, a) -> dict:
     runs, sizes = [], []
     for _ in range(a.runs):
@@ -260,8 +281,12 @@ def bench_ktrace(cmd, buf, out, a) -> dict:
         r.pop("stdout")
         runs.append(r)
         print(f"  ktrace  {r['wall_s']:8.3f} s  {r['peak_rss_bytes'] / 1e6:8.1f} MB peak", file=sys.stderr)
+    core = bench_ktrace_core(buf, out, a)
+    if core is not None:
+        print(f"  ktrace  {core:8.3f} s in-process", file=sys.stderr)
     return {
         "s": median(r["wall_s"] for r in runs),
+        "core_s": core,
         "peak_rss_bytes": median(r["peak_rss_bytes"] for r in runs),
         "out_bytes": sizes[-1],
         "runs": [{"wall_s": r["wall_s"], "peak_rss_bytes": r["peak_rss_bytes"]} for r in runs],
@@ -320,7 +345,9 @@ def ratios(row) -> None:
     ks, ps, fs = k.get("s"), p.get("s"), f.get("s")
     row["peer_over_ktrace"] = ps / ks if ks and ps else None
     row["ktrace_over_floor"] = ks / fs if ks and fs else None
-    row["ktrace_over_floor_core"] = ks / f["core_s"] if ks and f.get("core_s") else None
+    kc = k.get("core_s")
+    row["ktrace_over_floor_core"] = kc / f["core_s"] if kc and f.get("core_s") else None
+    row["peer_over_ktrace_core"] = ps / kc if kc and ps else None
     row["rss_over_output"] = k["peak_rss_bytes"] / k["out_bytes"] if k.get("out_bytes") else None
     row["ktrace_events_per_s"] = row["records"] / ks if ks else None
     row["peer_events_per_s"] = row["records"] / ps if ps else None
@@ -345,8 +372,9 @@ def _mark(x, key):
 
 
 def table_rows(rows):
-    head = ["events", "groups", "ktrace s", "ktrace ev/s", "peak RSS MB", "output MB", "peak/output",
-            "peer s", "floor s", "peer/ktrace", "ktrace/floor"]
+    head = ["events", "groups", "ktrace s", "ktrace core s", "ktrace ev/s", "peak RSS MB", "output MB",
+            "peak/output", "peer s", "floor s", "floor core s", "peer/ktrace", "peer/ktrace core",
+            "ktrace/floor", "core/core"]
     body = []
     for r in rows:
         k, p, f = r.get("ktrace") or {}, r.get("peer") or {}, r.get("floor") or {}
@@ -354,14 +382,18 @@ def table_rows(rows):
             f"{r['records']:,}",
             str(r["groups"]),
             _fmt(k.get("s"), ".3f", "n/a" if r.get("ktrace_missing") else "error" if k.get("error") else "—"),
+            _fmt(k.get("core_s"), ".3f"),
             _fmt(r.get("ktrace_events_per_s"), ",.0f"),
             _fmt(k.get("peak_rss_bytes") and k["peak_rss_bytes"] / 1e6, ".1f"),
             _fmt(k.get("out_bytes") and k["out_bytes"] / 1e6, ".2f"),
             _fmt(r.get("rss_over_output"), ".2f") + _mark(r.get("rss_over_output"), "rss_over_output"),
             _fmt(p.get("s"), ".2f", "error" if p.get("error") else "skipped"),
             _fmt(f.get("s"), ".3f"),
+            _fmt(f.get("core_s"), ".3f"),
             _fmt(r.get("peer_over_ktrace"), ".0f") + _mark(r.get("peer_over_ktrace"), "peer_over_ktrace"),
+            _fmt(r.get("peer_over_ktrace_core"), ".0f") + _mark(r.get("peer_over_ktrace_core"), "peer_over_ktrace"),
             _fmt(r.get("ktrace_over_floor"), ".2f") + _mark(r.get("ktrace_over_floor"), "ktrace_over_floor"),
+            _fmt(r.get("ktrace_over_floor_core"), ".2f") + _mark(r.get("ktrace_over_floor_core"), "ktrace_over_floor"),
         ])
     return head, body
 
@@ -370,7 +402,7 @@ def print_table(rows) -> None:
     head, body = table_rows(rows)
     title = "ktrace convert vs FlashInfer 0.7.4 exporter vs numpy floor (medians)"
     note = ("targets: peer/ktrace >= 300x, ktrace/floor <= 3x, peak RSS/output < 3x. peer s = exporter call only; "
-            "ktrace s and floor s = whole process")
+            "ktrace s and floor s = whole process; core s = the conversion alone, in-process (core/core and peer/ktrace core compare like with like)")
     try:
         from rich.console import Console
         from rich.table import Table
