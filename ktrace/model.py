@@ -43,6 +43,8 @@ LANE_NOTES = {
     "record and cannot be recovered or counted",
     "partial_overlap": "slices that partially overlap another slice of the lane (drawn on their own child "
     "track)",
+    "overflow": "the lane was full and ktrace's capacity guard dropped records instead of writing past the "
+    "buffer (see 'records lost'); give the capture more records per lane",
 }
 
 
@@ -64,6 +66,14 @@ class Launch:
     host_launch_unix_ns: int | None = None  # host clock at launch, to recover the timer's high bits
     timer_anchor_ns: int | None = None  # one 64-bit %globaltimer read by the kernel: exact anchor
     sidecar: str | None = None  # path of the sidecar read, if any
+    producer: str | None = None  # "flashinfer" or "ktrace" (ktrace's header), when the sidecar says
+    capacity_per_lane: int | None = None  # records per lane the buffer was sized for, when known
+    trailer: bool = False  # ktrace's header: per-lane overflow counts and a 64-bit timer anchor follow
+
+    @property
+    def instants_advance(self) -> bool:
+        """ktrace's header advances the write pointer after an instant; FlashInfer's does not."""
+        return self.producer == "ktrace"
 
     def event_name(self, i: int) -> str:
         return self.event_names[i] if 0 <= i < len(self.event_names) and self.event_names[i] else f"event_{i}"
@@ -177,6 +187,7 @@ class Decoded:
     min_step_ns: int | None = None  # smallest nonzero step between consecutive records of a lane
     seen_events: frozenset = frozenset()  # event indices seen on records whose tag matches the position
     lane_range: tuple[int, int] = (0, 0)  # the lanes [lo, hi) this part covers
+    dropped_records: int = 0  # records ktrace's capacity guard counted but could not store
 
     @property
     def unused_names(self) -> tuple[str, ...]:
@@ -216,6 +227,7 @@ class Summary:
     min_step_ns: int | None = None
     first_ns: int | None = None
     last_ns: int | None = None
+    dropped_records: int = 0
 
     @property
     def anomalous_records(self) -> int:
@@ -259,6 +271,7 @@ class Summary:
             min_step_ns=d.min_step_ns,
             first_ns=int(min(x.min() for x in ts)) if ts else None,
             last_ns=int(max(x.max() for x in ts)) if ts else None,
+            dropped_records=d.dropped_records,
         )
 
     def merge(self, o: "Summary") -> "Summary":
@@ -295,4 +308,5 @@ class Summary:
             min_step_ns=opt(min, self.min_step_ns, o.min_step_ns),
             first_ns=opt(min, self.first_ns, o.first_ns),
             last_ns=opt(max, self.last_ns, o.last_ns),
+            dropped_records=self.dropped_records + o.dropped_records,
         )

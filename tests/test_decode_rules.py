@@ -209,3 +209,31 @@ def test_sidecar_names_short_marks_unknown_events(tmp_path):
     path = write_buffer(tmp_path, phase_buffer(begin, begin + 100, [0, 1, 2]), meta={"event_names": ["a", "b"]})
     d = decode(path)
     assert d.anomalies.counts() == {"unknown_event": 4} and d.accounted
+
+
+def test_ktrace_producer_trailer_overflow_and_anchor(tmp_path):
+    # ktrace's header: masked block field (exact SM byte), a trailer of per-lane overflow counts and a
+    # 64-bit timer anchor; instants advance the pointer, so a trailing instant is not a loss.
+    nb, cap = 4097, 2
+    anchor = 1_764_000_000_000_000_123
+    lanes = nb
+    recs = [(b, 0, s, t, 0, anchor + 1000 + 100 * s) for b in (0, 4096) for s, t in ((0, 0), (1, 1))]
+    r = np.array(recs, dtype=np.int64)
+    b, g, s, t, e, ts = r.T
+    sm = np.where(b == 4096, 74, 3)
+    tag = (sm << 24) | ((b & 0xFFF) << 12) | (e << 2) | t
+    body = place_records(nb, 1, b, g, s, tag, ts, cap)
+    over = np.zeros(lanes, np.uint64)
+    over[4096] = 5
+    words = np.concatenate([body, over, np.array([anchor], np.uint64)])
+    meta = {"producer": "ktrace", "buffer": {"records_per_lane_capacity": cap, "trailer": True}}
+    d = decode(write_buffer(tmp_path, words, meta=meta))
+    assert d.accounted and len(d.slices) == 2
+    assert dict(zip(d.slices.block.tolist(), d.slices.sm.tolist())) == {0: 3, 4096: 74}
+    assert d.time_origin == "kernel timer anchor"
+    assert d.slices.begin_ns.tolist() == [anchor + 1000] * 2
+    assert d.notes["overflow"] == 1 and d.dropped_records == 5
+    # The same words with a sidecar that gets the capacity wrong: a clear error, not a misread.
+    bad = dict(meta, buffer={"records_per_lane_capacity": 3, "trailer": True})
+    with pytest.raises(InputError, match="trailer"):
+        decode(write_buffer(tmp_path, words, name="bad", meta=bad))

@@ -8,6 +8,7 @@ within a lane, so a huge buffer streams through in bounded memory.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class BufferDecoder:
         nb, ng = parse_header(self.buf, num_blocks, num_groups)
         self.launch = build_launch(nb, ng, buffer_path=self.buf.path, sidecar=sidecar, events=events, groups=groups)
         self.lanes = nb * ng
-        self.body = self.buf.words[1:]
+        self.body, self.overflow = self._split_trailer()
         self.rows, self.rem = divmod(len(self.body), self.lanes)
         self.capacity_per_lane = self.rows + (1 if self.rem else 0)
         tag, block, group = self._sample()
@@ -50,6 +51,23 @@ class BufferDecoder:
         self.layout = get_layout(layout) if layout else LAYOUTS[choose(scores)]
         self.match = LayoutMatch(self.layout.name, "forced" if layout else "detected", scores)
         self._time_reference()
+
+    def _split_trailer(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The record area, and per-lane overflow counts when ktrace's header wrote a trailer (whose last
+        word, a 64-bit timer read at launch, becomes the launch's time anchor)."""
+        L, words = self.launch, self.buf.words
+        if not (L.trailer and L.capacity_per_lane):
+            return words[1:], None
+        end = 1 + L.capacity_per_lane * self.lanes
+        if len(words) != end + self.lanes + 1:
+            raise InputError(
+                f"{self.buf.name}: the sidecar describes ktrace's layout with {L.capacity_per_lane} records per lane "
+                f"for {self.lanes} lanes and a trailer ({end + self.lanes + 1} words), but the buffer has "
+                f"{len(words)} words (truncated copy, or the wrong sidecar?)"
+            )
+        if L.timer_anchor_ns is None and int(words[-1]):
+            self.launch = replace(L, timer_anchor_ns=int(words[-1]))
+        return words[1:end], words[end:end + self.lanes]
 
     def _sample(self):
         """Tags and positions of up to ~1M non-empty slots spread over the buffer (for layout detection)."""
@@ -191,7 +209,12 @@ class BufferDecoder:
             t[~keep] = _place(lane, keep, ts_lo, t, self.ref_lo)
         t -= self.origin_ns
 
-        sm = _sm_ids(lay, tag, block, launch.num_sms) if lay.has_sm else np.full(n, -1, np.int64)
+        if not lay.has_sm:
+            sm = np.full(n, -1, np.int64)
+        elif launch.producer == "ktrace":  # its block field is masked: the SM byte is exact
+            sm = lay.sm_field(tag)
+        else:
+            sm = _sm_ids(lay, tag, block, launch.num_sms)
 
         # Pair BEGIN/END; instants are type 2 (and 3 'finalize' where the layout defines it).
         be = np.flatnonzero(keep & (rtype <= 1))
@@ -221,7 +244,15 @@ class BufferDecoder:
             kind=kind[ai], lane=lane[ai], block=block[ai], group=group[ai], sm=sm[ai], event=event[ai], seq=seq[ai],
             raw=raw[ai], ts_ns=t[ai], rec=ai,
         )
-        notes, examples = _lane_notes(lay, lane, seq, rtype, keep, self.rows, self.rem, overlap, slices)
+        notes, examples = _lane_notes(launch, lane, seq, rtype, keep, self.rows, self.rem, overlap, slices)
+        dropped = 0
+        if self.overflow is not None:
+            over = self.overflow[lo:hi]
+            lanes_over = np.flatnonzero(over) + lo
+            if len(lanes_over):
+                notes["overflow"] = int(len(lanes_over))
+                examples["overflow"] = lanes_over[:_EXAMPLES].tolist()
+                dropped = int(over.sum())
         ev_ok = event[pos_ok & (event >= 0)]
         seen = frozenset(np.flatnonzero(np.bincount(ev_ok)).tolist()) if len(ev_ok) else frozenset()
         return Decoded(
@@ -242,6 +273,7 @@ class BufferDecoder:
             min_step_ns=_min_step(lane[keep], t[keep]),
             seen_events=seen,
             lane_range=(lo, hi),
+            dropped_records=dropped,
         )
 
 
@@ -326,7 +358,7 @@ def _aliasing(lay, block, sm, keep, nb) -> dict:
     }  # counts add up across parts: a block's lanes are never split between parts
 
 
-def _lane_notes(lay, lane, seq, rtype, keep, rows, rem, overlap, slices):
+def _lane_notes(launch, lane, seq, rtype, keep, rows, rem, overlap, slices):
     notes: dict[str, int] = {}
     examples: dict[str, list] = {}
     if len(lane) == 0:
@@ -338,7 +370,7 @@ def _lane_notes(lay, lane, seq, rtype, keep, rows, rem, overlap, slices):
     # A hole: a lane's records do not fill its first slots contiguously.
     count = np.diff(np.append(np.flatnonzero(segment_starts(lane)), len(lane)))
     holes = lane[last][seq[last] + 1 != count]
-    trailing = lane[last][(rtype[last] == 2) & keep[last]] if not lay.instant_advances else lane[:0]
+    trailing = lane[last][(rtype[last] == 2) & keep[last]] if not launch.instants_advance else lane[:0]
     for key, arr in (("lane_full", full), ("holes", holes), ("trailing_instant", trailing)):
         if len(arr):
             notes[key] = int(len(arr))

@@ -57,6 +57,7 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
     if gr_names is None and meta.get("group_names"):
         gr_names = list(meta["group_names"])
     dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+    bufmeta = meta.get("buffer") if isinstance(meta.get("buffer"), dict) else {}
     timer = meta.get("timer") if isinstance(meta.get("timer"), dict) else {}
     return Launch(
         num_blocks=num_blocks,
@@ -73,4 +74,7 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
         host_launch_unix_ns=_int_or_none(meta.get("host_launch_unix_ns")),
         timer_anchor_ns=_int_or_none(timer.get("anchor_ns", meta.get("timer_anchor_ns"))),
         sidecar=side_used,
+        producer=meta.get("producer") if isinstance(meta.get("producer"), str) else None,
+        capacity_per_lane=_int_or_none(bufmeta.get("records_per_lane_capacity")),
+        trailer=bufmeta.get("trailer") is True,
     )

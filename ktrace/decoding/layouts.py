@@ -24,7 +24,6 @@ class Layout:
     event_bits: int
     max_type: int  # highest defined record type (3 = 'finalize' where defined)
     has_sm: bool
-    instant_advances: bool  # whether the producer advances the write pointer after an instant
 
     def event(self, tag: np.ndarray) -> np.ndarray:
         return ((tag >> np.uint32(2)) & np.uint32((1 << self.event_bits) - 1)).astype(np.int64)
@@ -51,7 +50,6 @@ LAYOUTS = {
         event_bits=10,
         max_type=2,
         has_sm=True,
-        instant_advances=False,
     ),
     "flashinfer_legacy": Layout(
         "flashinfer_legacy",
@@ -60,7 +58,6 @@ LAYOUTS = {
         event_bits=10,
         max_type=3,
         has_sm=False,
-        instant_advances=False,
     ),
     "mirage": Layout(
         "mirage",
@@ -68,7 +65,6 @@ LAYOUTS = {
         event_bits=9,
         max_type=2,
         has_sm=False,
-        instant_advances=False,
     ),
 }
 

@@ -7,7 +7,12 @@ import dataclasses
 import functools
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Backend", "RawQueryResult", "rpc_protos", "split_rpc_stream", "proto_fields", "read_varint"]
+__all__ = ["Backend", "RawQueryResult", "UnsupportedRequest", "rpc_protos", "split_rpc_stream", "proto_fields",
+           "read_varint"]
+
+
+class UnsupportedRequest(Exception):
+    """The engine does not know this RPC request (a trace processor older than the request type)."""
 
 
 @dataclasses.dataclass
@@ -37,8 +42,10 @@ class Backend(abc.ABC):
         serialized ``QueryResult.CellsBatch`` messages."""
 
     @abc.abstractmethod
-    def register_sql_package(self, name: str, modules: dict[str, str]) -> str:
-        """Makes ``INCLUDE PERFETTO MODULE <module>`` work for each module (name -> SQL text)."""
+    def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
+        """Makes ``INCLUDE PERFETTO MODULE <module>`` work for each module (name -> SQL text).
+        ``replace`` allows replacing a package of that name (only ever one this session registered,
+        never the stdlib's). Raises UnsupportedRequest when the engine has no such request."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +29,9 @@ class QueryResult:
 
     ``columns`` are the result's column names in order. ``column(name)`` is that column as a read-only
     numpy array: int64 when every cell is an integer; float64 when cells are numbers (NULL becomes
-    NaN), unless that would round an integer past 2**53, then object; object (str, bytes, None, mixed)
-    otherwise. ``rows`` are tuples of Python values exactly as SQL returned them (NULL is None).
+    NaN; an all-NULL column is all NaN), unless that would round an integer past 2**53, then object;
+    object (str, bytes, None, mixed) otherwise. ``rows`` are tuples of Python values exactly as SQL
+    returned them (NULL is None).
     Units are whatever the SQL selected: the trace processor's ``ts`` and ``dur`` are nanoseconds.
     """
 
@@ -51,7 +52,8 @@ class QueryResult:
     def column(self, name: str) -> np.ndarray:
         """The column called ``name`` as a read-only numpy array (dtype rules: see the class)."""
         if name not in self.columns:
-            raise KeyError(f"no column {name!r} in this result; it has {', '.join(self.columns) or 'none'}")
+            have = ", ".join(self.columns) or "none"
+            raise KeyError(f"no column {name!r} in this result; it has {have}")
         return self._column_array(self.columns.index(name))
 
     @functools.cached_property

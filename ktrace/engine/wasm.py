@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ktrace.engine.backend import Backend, RawQueryResult, proto_fields, rpc_protos, split_rpc_stream
+from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, rpc_protos,
+                                   split_rpc_stream)
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
 from ktrace.engine.wasm_host import Host, WasmAbort
-from ktrace.errors import KtraceError
+from ktrace.errors import EnvironmentMissing, KtraceError
 
 __all__ = ["WasmTraceProcessor"]
 
@@ -68,8 +69,6 @@ class WasmTraceProcessor(Backend):
                                                                       _REQUEST_BUFFER_BYTES)
             self._on_rpc_request = exports["trace_processor_on_rpc_request"]
         except (wasmtime.WasmtimeError, wasmtime.Trap, WasmAbort, KeyError) as exc:
-            from ktrace.errors import EnvironmentMissing
-
             raise EnvironmentMissing(f"the embedded trace processor failed to start ({exc}); "
                                      "set KTRACE_TP_SHELL to a trace_processor_shell binary instead") from exc
 
@@ -115,11 +114,11 @@ class WasmTraceProcessor(Backend):
                         batches.append(bytes(item))
         return RawQueryResult(columns=tuple(columns), error="".join(errors), batches=batches)
 
-    def register_sql_package(self, name: str, modules: dict[str, str]) -> str:
+    def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE)
         args = rpc.msg[0].register_sql_package_args
         args.package_name = name
-        args.allow_override = True
+        args.allow_override = replace
         for module_name, sql in modules.items():
             module = args.modules.add()
             module.name = module_name
@@ -129,9 +128,10 @@ class WasmTraceProcessor(Backend):
 
     def close(self) -> None:
         self._dead = self._dead or "it was closed"
-        # Drop the references that keep the instance's memory mapped.
+        # Drop the references that keep the instance and its memory alive.
         self._store = None
         self._on_rpc_request = None
+        self._host.bind(None, None)
 
     # -- RPC --------------------------------------------------------------------------------------------
 
@@ -168,9 +168,9 @@ class WasmTraceProcessor(Backend):
         except KeyboardInterrupt:
             self._dead = "it was interrupted in the middle of a call"
             raise
-        except (self._wasmtime.Trap, self._wasmtime.WasmtimeError, WasmAbort) as exc:
+        except Exception as exc:  # a trap, an abort, or a host function that failed: all fatal
             self._dead = "it crashed earlier"
-            raise KtraceError(self._crash_message(exc)) from None
+            raise KtraceError(self._crash_message(exc)) from exc
         replies = list(split_rpc_stream(self._reply))
         self._reply = bytearray()
         for reply in replies:
@@ -178,7 +178,7 @@ class WasmTraceProcessor(Backend):
                 if field == _FATAL_ERROR_FIELD:
                     self._fail(bytes(value).decode("utf-8", "replace"))
                 if field == _INVALID_REQUEST_FIELD:
-                    raise KtraceError(f"this trace processor (v52) does not support request type {value}")
+                    raise UnsupportedRequest(rpc_protos().TraceProcessorRpc.TraceProcessorMethod.Name(value))
         if self._gave_up or not replies:
             self._fail("it closed the session without a reply")
         return replies
@@ -191,7 +191,9 @@ class WasmTraceProcessor(Backend):
         log = self._host.recent_log()
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         out_of_memory = "grow the heap" in log or "out of memory" in log.lower()
-        what = (f"ran out of memory (its heap is capped at {self._host.heap_max_bytes / 2**30:.1f} GiB)"
+        heap = self._host.heap_bytes()
+        what = (f"ran out of memory (its heap had grown to {_size(heap)}; the limit is "
+                f"{_size(self._host.heap_max_bytes)}, or less if the machine has less free memory)"
                 if out_of_memory else f"crashed ({reason})")
         message = f"the embedded trace processor {what}; this session is closed, open the trace again"
         if out_of_memory:
@@ -199,3 +201,7 @@ class WasmTraceProcessor(Backend):
         if log:
             message += "\nengine log:\n" + log
         return message
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

@@ -57,6 +57,10 @@ class Host:
         self._store = store
         self._memory = memory
 
+    def heap_bytes(self) -> int:
+        """The instance's current memory size in bytes (0 once unbound)."""
+        return self._memory.data_len(self._store) if self._memory is not None else 0
+
     # -- memory access ----------------------------------------------------------------------------------
 
     def _base(self) -> int:
@@ -93,7 +97,8 @@ class Host:
     def _log_text(self, text: str) -> None:
         # The trace processor redraws its progress line with "\r": keep only the last state of a line.
         text = self._partial_line + text
-        *lines, self._partial_line = text.split("\n")
+        *lines, partial = text.split("\n")
+        self._partial_line = partial.rsplit("\r", 1)[-1][-2000:]
         for line in lines:
             line = line.rsplit("\r", 1)[-1].strip()
             if line:
@@ -101,7 +106,8 @@ class Host:
 
     def recent_log(self) -> str:
         """The engine's last stderr lines (newest last), for error messages."""
-        lines = list(self.log)
+        # Emscripten's libc warns about mprotect on every start: noise, not a clue.
+        lines = [line for line in self.log if not line.startswith("warning: unsupported syscall")]
         tail = self._partial_line.rsplit("\r", 1)[-1].strip()
         if tail:
             lines.append(tail)

@@ -48,6 +48,7 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
         "instants": sm.instants,
         "anomalous_records": sm.anomalous_records,
         "accounted": sm.accounted,
+        "records_lost": sm.dropped_records,  # counted by ktrace's capacity guard, never stored
         "anomalies": {
             kind: {"count": n, "meaning": ANOMALY_KINDS[kind], "examples": sm.anomaly_examples.get(kind, [])}
             for kind, n in sorted(sm.anomalies.items())
@@ -90,6 +91,8 @@ def inspect_text(info: dict) -> list:
     t.add_row("slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
     t.add_row("instants", str(info["instants"]))
     t.add_row("anomalous records", str(info["anomalous_records"]))
+    if info["records_lost"]:
+        t.add_row("records lost", f"{info['records_lost']} (the capacity guard dropped them: give lanes more room)")
     ok = "yes" if info["accounted"] else "NO"
     t.add_row("accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
               f"{2 * info['slices'] + info['instants'] + info['anomalous_records']} of {info['records']} records")

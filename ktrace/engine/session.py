@@ -1,0 +1,232 @@
+"""Open a Perfetto trace in a trace processor and run SQL on it: ``open_trace`` and ``Session``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from pathlib import Path
+from typing import Callable, Iterator, Union
+
+from ktrace.engine.backend import Backend, UnsupportedRequest
+from ktrace.engine.result import QueryResult, decode
+from ktrace.engine.sql_packages import check_package, dependency_order, strip_includes
+from ktrace.errors import InputError, KtraceError
+
+__all__ = ["Session", "open_trace", "ENGINES"]
+
+ENGINES = ("auto", "wasm", "native")
+CHUNK_BYTES = 32 << 20
+_PACKET_TAG = 0x0A  # Trace.packet: field 1, length-delimited. Every protobuf trace starts with it.
+_GZIP_MAGIC = b"\x1f\x8b"
+
+Progress = Callable[[int, int], None]
+TraceInput = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+class Session:
+    """One trace loaded in one trace processor. Close it (or use ``with``) to free the engine.
+
+    Calls are serialized: a session may be shared between threads but runs one call at a time.
+    """
+
+    def __init__(self, backend: Backend, trace_name: str) -> None:
+        self._backend = backend
+        self._trace_name = trace_name
+        self._lock = threading.Lock()
+        self._closed = False
+        self._inlined_packages: set[str] = set()
+        self._registered_packages: set[str] = set()
+
+    @property
+    def engine_name(self) -> str:
+        """``"wasm"`` (embedded WebAssembly engine) or ``"native"`` (trace_processor_shell)."""
+        return self._backend.name
+
+    @property
+    def trace_name(self) -> str:
+        """The trace's file path, or ``"<bytes>"``."""
+        return self._trace_name
+
+    def query(self, sql: str) -> QueryResult:
+        """Runs PerfettoSQL (one or more statements) and returns the last statement's rows.
+
+        Raises InputError with the engine's message when the SQL is wrong.
+        """
+        if self._inlined_packages:
+            sql = strip_includes(sql, self._inlined_packages)
+        with self._lock:
+            self._check_open()
+            raw = self._backend.query(sql)
+        if raw.error:
+            raise InputError(f"{self._trace_name}: query failed: {raw.error.strip()}")
+        return decode(raw)
+
+    def add_sql_package(self, name: str, modules: dict[str, str]) -> None:
+        """Registers a PerfettoSQL package: ``modules`` maps module names (``"ktrace.phases"``, inside
+        package ``name``) to their SQL. Afterwards ``INCLUDE PERFETTO MODULE ktrace.phases;`` works in
+        ``query``. Registering the same package again replaces its modules; a name the engine already
+        has (a stdlib package such as ``slices``) is refused with InputError.
+        """
+        check_package(name, modules)
+        with self._lock:
+            self._check_open()
+            try:
+                replace = name in self._registered_packages
+                error = self._backend.register_sql_package(name, dict(modules), replace)
+            except UnsupportedRequest:
+                error = ""
+                self._run_modules(name, modules)
+        if error:
+            raise InputError(f"SQL package {name!r}: {error.strip()}")
+        self._registered_packages.add(name)
+
+    def close(self) -> None:
+        """Frees the engine (its memory or its subprocess). Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._backend.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<ktrace Session {self._trace_name!r} engine={self.engine_name} {state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KtraceError(f"{self._trace_name}: the session is closed; open the trace again")
+
+    def _run_modules(self, name: str, modules: dict[str, str]) -> None:
+        # Fallback for an engine that cannot register packages: run each module now, dependencies
+        # first, and strip INCLUDEs of this package from later queries.
+        for module in dependency_order(modules):
+            raw = self._backend.query(strip_includes(modules[module], {name}))
+            if raw.error:
+                raise InputError(f"SQL module {module!r}: {raw.error.strip()}")
+        self._inlined_packages.add(name)
+
+
+def open_trace(trace: TraceInput, *, engine: str = "auto",
+               progress: Progress | None = None) -> Session:
+    """Loads a Perfetto protobuf trace (a path, or the trace's bytes; gzip-compressed is fine) into a
+    trace processor and returns the open Session.
+
+    ``engine``: ``"auto"`` (default: native when $KTRACE_TP_SHELL is set, else wasm), ``"wasm"`` (the
+    embedded engine) or ``"native"`` (the trace_processor_shell named by $KTRACE_TP_SHELL).
+    ``progress(done_bytes, total_bytes)`` is called after each appended chunk (32 MiB) and once more
+    when the trace is finalized (sorting, which takes longer than appending for large traces).
+
+    Raises InputError for a missing file or one that is not a Perfetto trace (empty, JSON, text, random
+    or corrupt bytes), EnvironmentMissing when the engine cannot start. A file cut short in the middle
+    of its last packet is not detected: the engine drops that packet silently.
+    """
+    name, total, chunks = _trace_source(trace)
+    return _load(_start_engine(engine), name, total, chunks, progress)
+
+
+def _start_engine(engine: str) -> Backend:
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    from ktrace.engine.native import SHELL_ENV
+
+    if engine == "native" or (engine == "auto" and os.environ.get(SHELL_ENV)):
+        from ktrace.engine.native import NativeTraceProcessor
+
+        return NativeTraceProcessor()
+    from ktrace.engine.wasm import WasmTraceProcessor
+
+    return WasmTraceProcessor()
+
+
+def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
+          progress: Progress | None) -> Session:
+    try:
+        def counted() -> Iterator[bytes]:
+            done = 0
+            for chunk in chunks:
+                yield chunk
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+
+        error = backend.load(counted())
+        if error:
+            raise InputError(f"{name}: not a readable Perfetto trace: {error.strip()}")
+        if progress is not None:
+            progress(total, total)
+        session = Session(backend, name)
+        _check_trace_type(session)
+        return session
+    except BaseException:
+        backend.close()
+        raise
+
+
+def _check_trace_type(session: Session) -> None:
+    # The engine also reads JSON, systrace and other formats; ktrace's analysis needs a protobuf trace.
+    kind = session.query("SELECT str_value FROM metadata WHERE name = 'trace_type'").rows
+    if kind and kind[0][0] not in ("proto", "gzip"):
+        raise InputError(f"{session.trace_name}: the engine read it as a {kind[0][0]} trace, not a "
+                         "Perfetto protobuf trace")
+
+
+def _trace_source(trace: TraceInput) -> tuple[str, int, Iterator[bytes]]:
+    """(name for messages, size in bytes, chunks of at most CHUNK_BYTES); checks the first bytes."""
+    if isinstance(trace, (bytes, bytearray, memoryview)):
+        data = bytes(trace)
+        name = "<bytes>"
+        _sniff(name, data[:4096])
+        return name, len(data), (data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES))
+    if not isinstance(trace, (str, os.PathLike)):
+        raise InputError(f"open_trace() takes a path or bytes, not {type(trace).__name__}")
+    path = Path(trace)
+    name = str(path)
+    if not path.exists():
+        raise InputError(f"{name}: no such file")
+    if not path.is_file():
+        raise InputError(f"{name}: not a file")
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read it: {exc.strerror or exc}") from exc
+    _sniff(name, head)
+    return name, size, _read_chunks(path)
+
+
+def _read_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            yield chunk
+
+
+def _sniff(name: str, head: bytes) -> None:
+    """Raises InputError unless ``head`` (the first bytes) can start a Perfetto protobuf trace."""
+    if not head:
+        raise InputError(f"{name}: empty file, not a Perfetto trace")
+    first = head
+    if head.startswith(_GZIP_MAGIC):
+        try:
+            first = zlib.decompressobj(wbits=31).decompress(head, 64)
+        except zlib.error:
+            raise InputError(f"{name}: a damaged gzip file, not a Perfetto trace") from None
+        if not first:
+            return  # a gzip header longer than the head read: let the engine judge
+    if first[0] == _PACKET_TAG:
+        return
+    stripped = first.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        what = "it looks like JSON"
+    elif all(32 <= b < 127 or b in b"\t\r\n" for b in first[:256]):
+        what = "it looks like text"
+    else:
+        what = f"it starts with the bytes {first[:8].hex(' ')}"
+    raise InputError(f"{name}: not a Perfetto protobuf trace ({what}); ktrace reads the .perfetto-trace "
+                     "files that `ktrace convert` writes")
