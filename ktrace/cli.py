@@ -63,10 +63,31 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print the report as JSON (schema ktrace.inspect/1)")
     _decode_options(i)
 
-    from .cli_analysis import add_analysis_commands
-
-    add_analysis_commands(sub, _decode_options)
+    for mod in _command_modules():
+        getattr(mod, _COMMAND_MODULES[mod.__name__.rsplit(".", 1)[1]])(sub, _decode_options)
     return p
+
+
+# Modules that add subcommands: module -> its registration function; each also has HANDLERS.
+_COMMAND_MODULES = {
+    "cli_analysis": "add_analysis_commands",
+    "cli_capture": "add_capture_commands",
+    "cli_view": "add_view_commands",
+}
+
+
+def _command_modules():
+    """The modules that add subcommands (analysis, capture, view), each with add_*_commands and HANDLERS."""
+    import importlib
+
+    out = []
+    for name in _COMMAND_MODULES:
+        try:
+            out.append(importlib.import_module(f".{name}", __package__))
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{name}":
+                raise
+    return out
 
 
 @contextmanager
@@ -141,9 +162,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_INPUT
     handlers = {"convert": _cmd_convert, "inspect": _cmd_inspect}
-    from .cli_analysis import HANDLERS
-
-    handlers.update(HANDLERS)
+    for mod in _command_modules():
+        handlers.update(mod.HANDLERS)
     try:
         return handlers[a.command](a)
     except KtraceError as e:
