@@ -11,6 +11,8 @@ once and shared by every session (each session gets its own instance and memory)
 
 from __future__ import annotations
 
+import atexit
+import gc
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -93,6 +95,19 @@ def _make_engine(wasmtime: Any) -> Any:
     for name, value in _CONFIG.items():
         setattr(config, name, value)
     return wasmtime.Engine(config)
+
+
+@atexit.register
+def _release() -> None:
+    # Free wasmtime's objects while the interpreter is whole: left to the garbage collector at shutdown,
+    # their finalizers run after wasmtime's module is torn down and print tracebacks.
+    gc.collect()
+    for engine, module in list(_loaded.values()):
+        for obj in (module, engine):
+            close = getattr(obj, "close", None)
+            if close:
+                close()
+    _loaded.clear()
 
 
 def load_module() -> tuple[Any, Any]:
