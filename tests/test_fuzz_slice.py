@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ktrace import KtraceError, decode
+from ktrace.export.writer import trace_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = sorted((ROOT / "tests" / "fuzz_regressions").glob("*.bin"))
@@ -25,11 +26,15 @@ def test_fuzz_slice_has_no_crash_or_hang(tmp_path):
 
 
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
-def test_regression_inputs(path):
+@pytest.mark.parametrize("with_sidecar", [False, True])
+def test_regression_inputs(path, with_sidecar):
     data = path.read_bytes()
+    side = ROOT / "samples" / (path.name.split("-")[0] + ".json")
     try:
-        d = decode(data)
+        d = decode(data, sidecar=str(side) if with_sidecar and side.exists() else False)
     except KtraceError as e:
         assert str(e)
         return
     assert d.accounted
+    assert (d.slices.begin_ns >= 0).all() and (d.anomalies.ts_ns >= 0).all()
+    trace_bytes(d)

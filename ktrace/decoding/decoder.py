@@ -29,10 +29,14 @@ _KIND = {k: i for i, k in enumerate(ANOMALY_KINDS)}
 _EXAMPLES = 3
 
 
-def _valid(lay, w: np.ndarray, lane: np.ndarray, ng: int) -> np.ndarray:
-    """Non-empty words whose tag agrees with the lane's position and has a type the layout defines."""
+def _valid(lay, w: np.ndarray, lane: np.ndarray, ng: int, known_events: int | None = None) -> np.ndarray:
+    """Words the decoder keeps (before pairing): non-empty, the tag agrees with the lane's position, the
+    type is one the layout defines and, when the sidecar names the events, the event is named."""
     tag = (w & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    return (w != 0) & lay.position_matches(tag, lane // ng, lane % ng, ng) & ((tag & np.uint32(3)) <= lay.max_type)
+    ok = (w != 0) & lay.position_matches(tag, lane // ng, lane % ng, ng) & ((tag & np.uint32(3)) <= lay.max_type)
+    if known_events is not None:
+        ok &= ((tag & np.uint32(3)) == 3) | (lay.event(tag) < known_events)
+    return ok
 
 
 class BufferDecoder:
@@ -134,7 +138,7 @@ class BufferDecoder:
                 found.append(self._scan_columns(todo, r))
                 break
             w = self.body[r * self.lanes + todo]
-            ok = _valid(self.layout, w, todo, ng)
+            ok = _valid(self.layout, w, todo, ng, self._known_events)
             found.append(np.stack([todo[ok], (w[ok] >> np.uint64(32)).astype(np.int64)]))
             todo = todo[~ok]
         if not found:
@@ -151,11 +155,16 @@ class BufferDecoder:
             if len(ln) == 0:
                 continue
             w = self._lane_block(lo, hi)[ln - lo, row0:]
-            ok = _valid(self.layout, w, np.broadcast_to(ln[:, None], w.shape), ng)
+            ok = _valid(self.layout, w, np.broadcast_to(ln[:, None], w.shape), ng, self._known_events)
             hit = ok.any(axis=1)
             first = ok.argmax(axis=1)[hit]
             out.append(np.stack([ln[hit], (w[np.flatnonzero(hit), first] >> np.uint64(32)).astype(np.int64)]))
         return np.concatenate(out, axis=1)
+
+    @property
+    def _known_events(self) -> int | None:
+        """With names from the sidecar, records of unnamed events are anomalies, not kept."""
+        return len(self.launch.event_names) if self.launch.names_source == "sidecar" else None
 
     def _time_reference(self) -> None:
         """One reference for all lanes: the kernel's 64-bit timer read, or the host clock at launch, when
@@ -173,7 +182,7 @@ class BufferDecoder:
             self.origin_ns = int(signed32(firsts - self.ref_lo).min()) if len(firsts) else 0
             self.time_origin = "first record"
 
-    PART_RECORDS = 1 << 21  # slots decoded at a time: bounds memory, keeps numpy's arrays cache-friendly
+    PART_RECORDS = 1 << 17  # slots decoded at a time: bounds memory and keeps the arrays cache-sized (faster)
 
     def part_ranges(self, records_per_part: int | None = None) -> list[tuple[int, int]]:
         """Lane ranges [lo, hi) of about ``records_per_part`` slots each."""
@@ -248,6 +257,9 @@ class BufferDecoder:
         if (~keep).any():
             t[~keep] = _place(lane, keep, ts_lo, t, self.ref_lo)
         t -= self.origin_ns
+        if self.time_origin == "first record":
+            # Kept records start at 0 or later by construction; a damaged record placed near them may not.
+            np.maximum(t, 0, out=t)
 
         if not lay.has_sm:
             sm = np.full(n, -1, np.int64)

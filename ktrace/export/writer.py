@@ -225,14 +225,14 @@ def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:
     return look
 
 
-def _parts(source, records_per_part: int) -> Iterable[Decoded]:
+def _parts(source, records_per_part: int | None) -> Iterable[Decoded]:
     if isinstance(source, Decoded):
         return [source]
     return source.parts(records_per_part)
 
 
 def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None] | None = None,
-                 summary_out: list | None = None, records_per_part: int = 1 << 21):
+                 summary_out: list | None = None, records_per_part: int | None = None):
     """The trace as a sequence of byte strings.
 
     source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
@@ -275,7 +275,7 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
         summary_out.append(summary)
 
 
-def trace_bytes(source, tracks: str = "sm", records_per_part: int = 1 << 21) -> bytes:
+def trace_bytes(source, tracks: str = "sm", records_per_part: int | None = None) -> bytes:
     """The whole trace in memory (small buffers, tests)."""
     return b"".join(trace_chunks(source, tracks, records_per_part=records_per_part))
 
