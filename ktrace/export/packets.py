@@ -74,12 +74,22 @@ def encode_events(cols: dict) -> np.ndarray:
     u64["iid"] = np.asarray(cols["iid"], np.int64).view(np.uint64)
     lens = {f: varint_len(u64[f]) for f in _FIELDS}
     has_args = typ != TYPE_END
-    # Shape key: has_args and each varint's length (4 bits each); END rows ignore the arg fields.
-    key = has_args.astype(np.int64)
+    # Shape key: has_args and each varint's length (4 bits each); END rows ignore the arg fields. Built
+    # in mixed radix first (each field's radix is its largest length + 1) so distinct shapes come from a
+    # bincount, not a sort.
+    dense = has_args.astype(np.int64)
+    packed = dense.copy()
     for f in _FIELDS:
-        ln = lens[f] if f in ("ts", "uuid") else np.where(has_args, lens[f], 0)
-        key = (key << 4) | ln.astype(np.int64)
-    shapes = np.unique(key)
+        ln = (lens[f] if f in ("ts", "uuid") else np.where(has_args, lens[f], 0)).astype(np.int64)
+        dense = dense * (int(ln.max()) + 1) + ln
+        packed = (packed << 4) | ln
+    if dense.max() < 1 << 22:
+        first = np.full(int(dense.max()) + 1, -1, np.int64)
+        first[dense[::-1]] = np.arange(n - 1, -1, -1)  # a row of each shape
+        shapes = np.sort(packed[first[first >= 0]])
+    else:
+        shapes = np.unique(packed)
+    key = packed
     inv = np.searchsorted(shapes, key)
     layouts = []
     for s in shapes.tolist():

@@ -60,14 +60,14 @@ def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None) 
     L = d.launch
     ng = L.num_groups
     state = state or TrackState.new(d)
-    lanes_present = np.unique(np.concatenate([d.slices.lane, d.instants.lane, d.anomalies.lane]))
+    lanes_present = _present(np.concatenate([d.slices.lane, d.instants.lane, d.anomalies.lane]))
     lane_uuid = np.zeros(L.num_blocks * ng, np.int64)
     tracks = []
     # The SM of a block: from its first slice/instant/anomaly record (all its records carry the same).
     block_sm = _block_sm(d)
-    blocks = np.unique(lanes_present // ng)
+    blocks = _present(lanes_present // ng)
     if mode == "sm":
-        for sm in np.unique(block_sm[blocks]).tolist():
+        for sm in (_present(block_sm[blocks] + 1) - 1).tolist():
             if sm in state.sms:
                 continue
             state.sms.add(sm)
@@ -103,6 +103,14 @@ def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None) 
             tracks.append(Track(uuid, int(lane_uuid[ln]), f"{lane_name} · overlapping {L.event_name(ev)}", ev))
             overlap_uuid[(ln, ev)] = uuid
     return TrackTree(tracks, lane_uuid, overlap_uuid)
+
+
+def _present(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of non-negative ints in a narrow range (cheaper than np.unique)."""
+    if len(x) == 0:
+        return x.astype(np.int64)
+    lo = int(x.min())
+    return np.flatnonzero(np.bincount(x - lo)) + lo
 
 
 def _block_sm(d: Decoded) -> np.ndarray:
