@@ -27,7 +27,6 @@ _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
 # Interned debug-annotation names: iid -> name.
 ARG_NAMES = {1: "block", 2: "group", 3: "sm", 4: "k", 5: "instant", 6: "seq"}
 _CHUNK = 1 << 20
-_OBJ_BEGIN, _OBJ_END, _OBJ_INSTANT, _OBJ_ANOMALY = 0, 1, 2, 3
 
 
 def _pb2():
@@ -147,18 +146,6 @@ def _launch_slice(d: Decoded, summary: Summary) -> bytes:
     return _emit(begin) + _emit(end)
 
 
-def _record_objects(d: Decoded) -> tuple[np.ndarray, np.ndarray]:
-    """For each record in (lane, sequence) order: what it became (kind) and its row in that table."""
-    n = d.records
-    kind = np.empty(n, np.int8)
-    row = np.empty(n, np.int64)
-    s, i, a = d.slices, d.instants, d.anomalies
-    for k, rec in ((_OBJ_BEGIN, s.begin_rec), (_OBJ_END, s.end_rec), (_OBJ_INSTANT, i.rec), (_OBJ_ANOMALY, a.rec)):
-        kind[rec] = k
-        row[rec] = np.arange(len(rec))
-    return kind, row
-
-
 def _name_iids(d: Decoded, names: _Names) -> tuple[Callable, Callable]:
     """Vectorized lookups: event index -> name iid, and (anomaly kind, event) -> marker name iid."""
     L = d.launch
@@ -175,43 +162,39 @@ def _name_iids(d: Decoded, names: _Names) -> tuple[Callable, Callable]:
     return ev_lut, lambda kind, ev: an_lut(kind.astype(np.int64) * (1 << 20) + ev + 1)
 
 
-def _event_chunk(d: Decoded, tree, luts, kind: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """Encoded Trace.packet bytes for one chunk of records."""
-    n = len(kind)
+def _event_columns(d: Decoded, tree, luts) -> dict:
+    """The packet columns of every record of a part, in (lane, sequence) order: each record is a slice's
+    BEGIN or END, an instant, or an anomaly marker, and is scattered to its own row."""
+    n = d.records
     s, ins, an = d.slices, d.instants, d.anomalies
     ev_lut, an_lut = luts
     cols = {c: np.zeros(n, np.int64) for c in ("ts", "type", "block", "group", "sm", "last", "iid", "name", "uuid")}
-    for obj, src in ((_OBJ_BEGIN, s), (_OBJ_END, s), (_OBJ_INSTANT, ins), (_OBJ_ANOMALY, an)):
-        m = kind == obj
-        if not m.any():
+    uuid = tree.lane_uuid
+    if s.overlap.any():
+        lut = _lut({ln * 2048 + ev: u for (ln, ev), u in tree.overlap_uuid.items()})
+        slice_uuid = uuid[s.lane].copy()
+        slice_uuid[s.overlap] = lut(s.lane[s.overlap] * 2048 + s.event[s.overlap])
+    else:
+        slice_uuid = uuid[s.lane]
+    parts = (
+        (s.begin_rec, s, s.begin_ns, TYPE_BEGIN, s.k, 4, ev_lut(s.event), slice_uuid),
+        (s.end_rec, s, s.end_ns, TYPE_END, s.k, 4, 0, slice_uuid),
+        (ins.rec, ins, ins.ts_ns, TYPE_INSTANT, ins.k, 5, ev_lut(ins.event), uuid[ins.lane]),
+        (an.rec, an, an.ts_ns, TYPE_INSTANT, an.seq, 6, an_lut(an.kind, an.event), uuid[an.lane]),
+    )
+    for rec, src, ts, typ, last, iid, name, u in parts:
+        if len(rec) == 0:
             continue
-        r = row[m]
-        cols["block"][m] = src.block[r]
-        cols["group"][m] = src.group[r]
-        cols["sm"][m] = src.sm[r]
-        cols["uuid"][m] = tree.lane_uuid[src.lane[r]]
-        if obj in (_OBJ_BEGIN, _OBJ_END):
-            cols["ts"][m] = (s.begin_ns if obj == _OBJ_BEGIN else s.end_ns)[r]
-            cols["type"][m] = TYPE_BEGIN if obj == _OBJ_BEGIN else TYPE_END
-            cols["last"][m], cols["iid"][m] = s.k[r], 4
-            if obj == _OBJ_BEGIN:
-                cols["name"][m] = ev_lut(s.event[r])
-            ov = s.overlap[r]
-            if ov.any():
-                keys = s.lane[r][ov] * 2048 + s.event[r][ov]
-                lut = _lut({ln * 2048 + ev: u for (ln, ev), u in tree.overlap_uuid.items()})
-                cols["uuid"][np.flatnonzero(m)[ov]] = lut(keys)
-        elif obj == _OBJ_INSTANT:
-            cols["ts"][m] = ins.ts_ns[r]
-            cols["type"][m] = TYPE_INSTANT
-            cols["last"][m], cols["iid"][m] = ins.k[r], 5
-            cols["name"][m] = ev_lut(ins.event[r])
-        else:
-            cols["ts"][m] = an.ts_ns[r]
-            cols["type"][m] = TYPE_INSTANT
-            cols["last"][m], cols["iid"][m] = an.seq[r], 6
-            cols["name"][m] = an_lut(an.kind[r], an.event[r])
-    return encode_events(cols)
+        cols["ts"][rec] = ts
+        cols["type"][rec] = typ
+        cols["block"][rec] = src.block
+        cols["group"][rec] = src.group
+        cols["sm"][rec] = src.sm
+        cols["last"][rec] = last
+        cols["iid"][rec] = iid
+        cols["name"][rec] = name
+        cols["uuid"][rec] = u
+    return cols
 
 
 def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:
@@ -261,10 +244,10 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
         yield _track_packets(tree.tracks, parents)
         luts = _name_iids(d, names)
         yield names.flush()
-        kind, row = _record_objects(d)
-        for c0 in range(0, len(kind), _CHUNK):
-            c1 = min(len(kind), c0 + _CHUNK)
-            yield _event_chunk(d, tree, luts, kind[c0:c1], row[c0:c1]).tobytes()
+        cols = _event_columns(d, tree, luts)
+        for c0 in range(0, d.records, _CHUNK):
+            c1 = min(d.records, c0 + _CHUNK)
+            yield encode_events({k: v[c0:c1] for k, v in cols.items()}).tobytes()
             if progress:
                 progress(done + c1, total or d.records)
         done += d.records
