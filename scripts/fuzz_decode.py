@@ -109,6 +109,13 @@ def run_case(data, opts: dict) -> tuple[str, set]:
     return "ok", set(d.anomalies.counts()) | {f"note:{k}" for k in d.notes}
 
 
+def _save(name, how, seed, case, data, why: str) -> None:
+    REGRESSIONS.mkdir(parents=True, exist_ok=True)
+    raw = data if isinstance(data, bytes) else data.tobytes()
+    (REGRESSIONS / f"{name}-{how}-{seed}-{case}.bin").write_bytes(raw)
+    (REGRESSIONS / f"{name}-{how}-{seed}-{case}.txt").write_text(why)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=10_000)
@@ -117,7 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space cap for this process")
     a = ap.parse_args(argv)
     resource.setrlimit(resource.RLIMIT_AS, (int(a.mem_gb * (1 << 30)),) * 2)
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGPROF, _alarm)
     rng = np.random.default_rng(a.seed)
     bases = []
     for p in sorted((REPO / "samples").glob("*.bin")):
@@ -134,7 +141,8 @@ def main(argv=None) -> int:
         opts = {"sidecar": side if case % 2 else False}
         how, data = mutate(rng, base)
         size = len(data) if isinstance(data, bytes) else data.nbytes
-        signal.setitimer(signal.ITIMER_REAL, 2.0 + size / 1e6)  # a bound proportional to the input
+        # A bound proportional to the input, in CPU time (a busy machine must not look like a hang).
+        signal.setitimer(signal.ITIMER_PROF, 2.0 + size / 1e6)
         t0 = time.perf_counter()
         try:
             outcome, seen = run_case(data, opts)
@@ -142,16 +150,14 @@ def main(argv=None) -> int:
         except Hang:
             hangs += 1
             outcome = "hang"
+            _save(name, how, a.seed, case, data, "hang: over the CPU-time bound\n")
         except Exception:  # noqa: BLE001 - a crash is what the fuzzer looks for
             crashes += 1
             outcome = "crash"
-            REGRESSIONS.mkdir(parents=True, exist_ok=True)
-            raw = data if isinstance(data, bytes) else data.tobytes()
-            (REGRESSIONS / f"{name}-{how}-{a.seed}-{case}.bin").write_bytes(raw)
-            (REGRESSIONS / f"{name}-{how}-{a.seed}-{case}.txt").write_text(traceback.format_exc())
+            _save(name, how, a.seed, case, data, traceback.format_exc())
             print(f"crash on case {case} ({name}, {how}):\n{traceback.format_exc()}", file=sys.stderr)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
         slowest = max(slowest, time.perf_counter() - t0)
         counts[f"{how}:{outcome}"] = counts.get(f"{how}:{outcome}", 0) + 1
         if (case + 1) % 50_000 == 0:
