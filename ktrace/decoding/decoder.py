@@ -41,7 +41,7 @@ def _valid(lay, w: np.ndarray, lane: np.ndarray, ng: int, known_events: int | No
 
 class BufferDecoder:
     """A buffer opened for decoding. Arguments as ``decode``; ``part(lo, hi)`` decodes lanes [lo, hi),
-    ``parts()`` all of them in ranges of about two million slots, ``decode()`` all at once."""
+    ``parts()`` all of them in ranges of about PART_RECORDS slots, ``decode()`` all at once."""
 
     def __init__(self, source, *, sidecar=None, events=None, groups=None, layout: str | None = None,
                  num_blocks: int | None = None, num_groups: int | None = None, name: str | None = None):
