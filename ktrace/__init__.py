@@ -3,8 +3,10 @@
     import ktrace
     d = ktrace.decode("buf.bin")                  # slices, instants, anomalies (numpy columns)
     ktrace.convert("buf.bin", "buf.perfetto-trace")
+    a = ktrace.analyze("buf.bin")                 # per-phase figures and findings, via the trace processor
 """
 
+from .analysis import Analysis, Thresholds, analyze
 from .api import ConvertResult, convert, inspect
 from .decoding import decode, load_buffer
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
@@ -17,6 +19,9 @@ __all__ = [
     "load_buffer",
     "convert",
     "inspect",
+    "analyze",
+    "Analysis",
+    "Thresholds",
     "ConvertResult",
     "Decoded",
     "Launch",

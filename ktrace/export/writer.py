@@ -114,9 +114,9 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     facts["instants"] = summary.instants
     facts["anomalous_records"] = summary.anomalous_records
     for k, n in sorted(summary.anomalies.items()):
-        facts[f"anomaly.{k}"] = n
+        facts[f"anomaly_{k}"] = n
     for k, n in sorted(summary.notes.items()):
-        facts[f"note.{k}"] = n
+        facts[f"note_{k}"] = n
     return facts
 
 

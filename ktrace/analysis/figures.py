@@ -1,0 +1,55 @@
+"""The analysis figures from the ``ktrace`` SQL package, run on an engine Session.
+
+Returns the same ``Figures`` as the numpy oracle (oracle.py), so the two can be compared exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Table, Waits
+from .sql_package import include_all, register
+
+__all__ = ["sql_figures", "query_table"]
+
+_SQL_NAMES = {"group": "grp"}  # SQL column for a Python field, where they differ ('group' is a keyword)
+
+
+def query_table(session, table: type[Table]) -> Table:
+    """One ktrace table (e.g. ``Phases``) read from a Session on which the package is registered."""
+    select = ", ".join(f"{_SQL_NAMES.get(c, c)} AS {c}" if c in _SQL_NAMES else c for c in table.columns())
+    select = select.replace(" AS group", ' AS "group"')
+    r = session.query(f"{include_all()}SELECT {select} FROM {table.SQL_TABLE} ORDER BY {table.ORDER_BY}")
+    return table.from_columns({c: r.column(c) for c in table.columns()})
+
+
+def sql_figures(session, *, register_package: bool = True) -> Figures:
+    """Every figure of the analysis, computed by the SQL package on ``session`` (an open engine Session).
+
+    register_package: register the ``ktrace`` package first (pass False when it already is).
+    """
+    if register_package:
+        register(session)
+    return Figures(
+        kernel=_kernel(session),
+        launch=_launch(session),
+        phases=query_table(session, Phases),
+        instances=query_table(session, PhaseInstances),
+        lanes=query_table(session, PhaseLanes),
+        waits=query_table(session, Waits),
+        critical_path=query_table(session, CriticalPath),
+        critical_shares=query_table(session, CriticalShares),
+    )
+
+
+def _kernel(session) -> Kernel:
+    r = session.query(f"{include_all()}SELECT * FROM ktrace_kernel")
+    row = dict(zip(r.columns, r.rows[0]))
+    return Kernel(**{f.name: row[f.name] for f in fields(Kernel)})
+
+
+def _launch(session) -> dict:
+    r = session.query(f"{include_all()}SELECT key, value_type, int_value, real_value, string_value "
+                      "FROM ktrace_launch_arg")
+    column = {"int": 2, "real": 3, "string": 4}
+    return {row[0]: row[column.get(row[1], 4)] for row in r.rows}

@@ -1,0 +1,358 @@
+"""The analysis figures computed with numpy straight from a decoded buffer: an oracle for the SQL package.
+
+Same definitions, tie rules and arithmetic as ``sql/ktrace/*.sql`` (docs/analysis-schema.md), so the two
+give equal figures, bit for bit: means and ratios are one division of exact integer sums, done in float64 in
+the same order as the SQL does it. Everything is vectorized over slices; nothing loops over events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..export.writer import launch_facts
+from ..model import Decoded, Summary
+from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
+
+__all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
+
+DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
+
+
+def oracle_figures(d: Decoded) -> Figures:
+    """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``."""
+    s = _SliceColumns(d)
+    inst = _Instances(s)
+    kernel = _kernel(d, s)
+    cp = _critical_path(s, inst)
+    return Figures(
+        kernel=kernel,
+        launch=dict(launch_facts(d, Summary.of(d))),
+        phases=_phases(s, inst),
+        instances=inst.table,
+        lanes=_lanes(s, inst),
+        waits=_waits(s),
+        critical_path=cp,
+        critical_shares=_critical_shares(cp, kernel),
+    )
+
+
+class _SliceColumns:
+    """The phase slices with their phase name code and phase order."""
+
+    def __init__(self, d: Decoded) -> None:
+        sl = d.slices
+        self.n = len(sl)
+        self.begin = sl.begin_ns.astype(np.int64)
+        self.end = sl.end_ns.astype(np.int64)
+        self.dur = self.end - self.begin
+        self.block, self.group, self.sm = sl.block, sl.group, sl.sm
+        self.lane, self.k, self.seq = sl.lane, sl.k, sl.begin_seq
+        events = np.unique(sl.event)
+        event_names = [d.launch.event_name(int(e)) for e in events]
+        # Phases are named events: two event indices with one name are one phase, as in SQL.
+        self.names = sorted(set(event_names))
+        code_of_event = np.array([self.names.index(nm) for nm in event_names], np.int64)
+        self.code = code_of_event[np.searchsorted(events, sl.event)] if self.n else np.zeros(0, np.int64)
+        first = np.full(len(self.names), np.iinfo(np.int64).max)
+        np.minimum.at(first, self.code, self.begin)
+        order = sorted(range(len(self.names)), key=lambda c: (int(first[c]), self.names[c]))
+        self.phase_index = np.empty(len(self.names), np.int64)
+        self.phase_index[order] = np.arange(len(self.names))
+
+    def phase_name(self, codes: np.ndarray) -> list[str]:
+        return [self.names[c] for c in codes.tolist()]
+
+
+def _starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal keys begins."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+def _lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
+    """0-based index of the p-quantile (0 <= p <= 1) of n sorted values: floor(p * (n - 1)), computed in
+    float64 as SQLite's percentile_disc does (numpy's method='lower')."""
+    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
+
+
+def _fdiv(num, den) -> np.ndarray:
+    """num / den in float64 (exact integers converted first), NaN where den is 0: SQL's x * 1.0 / y."""
+    num = np.asarray(num).astype(np.float64)
+    den = np.asarray(den).astype(np.float64)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den != 0)
+    return out
+
+
+class _Instances:
+    """Per-instance figures, and per-slice facts the other tables need (last finisher, tie)."""
+
+    def __init__(self, s: _SliceColumns) -> None:
+        kspan = int(s.k.max()) + 1 if s.n else 1
+        key = s.code * kspan + s.k
+        by_end = np.lexsort((s.group, s.block, -s.end, key))  # instance, then latest end, block, group
+        by_dur = np.lexsort((s.group, s.block, s.dur, key))
+        starts = _starts(key[by_end])
+        n = np.diff(np.r_[starts, s.n])
+        first = by_end[starts]
+        self.is_last = np.zeros(s.n, bool)
+        self.is_last[first] = True
+        end_sorted = s.end[by_end]
+        latest = end_sorted[starts]
+        self.tied = np.zeros(s.n, bool)
+        self.tied[by_end] = end_sorted == np.repeat(latest, n)
+        second = np.where(n > 1, starts + 1, starts)
+        lead = np.where(n > 1, latest - end_sorted[second], 0).astype(np.float64)
+        lead[n <= 1] = np.nan
+        dur_sorted = s.dur[by_dur]
+        max_dur = np.maximum.reduceat(dur_sorted, starts) if s.n else np.zeros(0, np.int64)
+        sum_dur = np.add.reduceat(dur_sorted, starts) if s.n else np.zeros(0, np.int64)
+        begin_min = np.minimum.reduceat(s.begin[by_end], starts) if s.n else np.zeros(0, np.int64)
+        begin_max = np.maximum.reduceat(s.begin[by_end], starts) if s.n else np.zeros(0, np.int64)
+        end_min = np.minimum.reduceat(end_sorted, starts) if s.n else np.zeros(0, np.int64)
+        code = s.code[first]
+        cols = {
+            "phase": s.phase_name(code),
+            "phase_index": s.phase_index[code],
+            "k": s.k[first],
+            "lanes": n,
+            "min_dur_ns": dur_sorted[starts] if s.n else [],
+            "p50_dur_ns": dur_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
+            "p90_dur_ns": dur_sorted[starts + _lower_percentile(0.9, n)] if s.n else [],
+            "max_dur_ns": max_dur,
+            "sum_dur_ns": sum_dur,
+            "mean_dur_ns": _fdiv(sum_dur, n),
+            "imbalance": _fdiv(max_dur * n, sum_dur),
+            "begin_ns": begin_min,
+            "end_ns": latest,
+            "wall_ns": latest - begin_min,
+            "excess_ns": latest - begin_min - max_dur,
+            "start_skew_ns": begin_max - begin_min,
+            "end_skew_ns": latest - end_min,
+            "last_block": s.block[first],
+            "last_group": s.group[first],
+            "last_sm": s.sm[first],
+            "last_lane": s.lane[first],
+            "tied_last_lanes": np.add.reduceat(self.tied[by_end], starts) if s.n else [],
+            "last_lead_ns": lead,
+        }
+        order = np.lexsort((cols["k"], cols["phase_index"]))
+        self.code = code[order]
+        self.table = PhaseInstances.from_columns(
+            {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
+
+
+def _phases(s: _SliceColumns, inst: _Instances) -> Phases:
+    t = inst.table
+    if not len(t):
+        return Phases.empty()
+    code = inst.code
+    order = np.argsort(s.phase_index[code], kind="stable")  # instances are sorted by phase_index already
+    starts = _starts(s.phase_index[code][order])
+    pc = code[order][starts]
+
+    def total(col):
+        return np.add.reduceat(np.asarray(getattr(t, col))[order], starts)
+
+    def most(col):
+        return np.maximum.reduceat(np.asarray(getattr(t, col))[order], starts)
+
+    instances = np.diff(np.r_[starts, len(t)])
+    slices, sum_max, sum_dur = total("lanes"), total("max_dur_ns"), total("sum_dur_ns")
+    lead = t.last_lead_ns[order]
+    has_lead = ~np.isnan(lead)
+    sum_lead = np.add.reduceat(np.where(has_lead, lead, 0).astype(np.int64), starts)
+    lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
+    top_block, top_count, distinct = _stability(s, inst, len(s.names))
+    groups = [",".join(map(str, np.unique(s.group[s.code == c]).tolist())) for c in pc.tolist()]
+    mean_max = _fdiv(sum_max, instances)
+    mean_dur = _fdiv(sum_dur, slices)
+    return Phases.from_columns({
+        "phase": s.phase_name(pc),
+        "phase_index": s.phase_index[pc],
+        "groups": groups,
+        "instances": instances,
+        "slices": slices,
+        "sum_max_dur_ns": sum_max,
+        "mean_max_dur_ns": mean_max,
+        "sum_dur_ns": sum_dur,
+        "mean_dur_ns": mean_dur,
+        "imbalance": _fdiv(mean_max, mean_dur),
+        "max_imbalance": np.fmax.reduceat(t.imbalance[order], starts),
+        "sum_wall_ns": total("wall_ns"),
+        "sum_excess_ns": total("excess_ns"),
+        "mean_excess_ns": _fdiv(total("excess_ns"), instances),
+        "max_excess_ns": most("excess_ns"),
+        "mean_start_skew_ns": _fdiv(total("start_skew_ns"), instances),
+        "max_start_skew_ns": most("start_skew_ns"),
+        "mean_end_skew_ns": _fdiv(total("end_skew_ns"), instances),
+        "max_end_skew_ns": most("end_skew_ns"),
+        "mean_last_lead_ns": _fdiv(sum_lead, lead_count),
+        "top_last_block": top_block[pc],
+        "top_last_count": top_count[pc],
+        "distinct_last_blocks": distinct[pc],
+        "tied_instances": np.add.reduceat((t.tied_last_lanes[order] > 1).astype(np.int64), starts),
+    })
+
+
+def _stability(s: _SliceColumns, inst: _Instances, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
+    in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
+    m = inst.tied
+    tied = np.unique(np.stack([s.code[m], s.k[m], s.block[m]]), axis=1)  # distinct (phase, k, block)
+    code, k, block = tied
+    pairs, count = np.unique(np.stack([code, block]), axis=1, return_counts=True)
+    pick = np.lexsort((pairs[1], -count, pairs[0]))
+    first = pick[_starts(pairs[0][pick])]
+    top_block = np.full(phases, -1, np.int64)
+    top_count = np.zeros(phases, np.int64)
+    top_block[pairs[0][first]] = pairs[1][first]
+    top_count[pairs[0][first]] = count[first]
+    # Per instance: the top block if it is among the tied, else the lowest tied block.
+    starts = _starts(code * (int(k.max()) + 1 if len(k) else 1) + k)
+    has_top = np.maximum.reduceat((block == top_block[code]).astype(np.int64), starts) if len(k) else []
+    lowest = np.minimum.reduceat(block, starts) if len(k) else []
+    inst_code = code[starts]
+    chosen = np.where(np.asarray(has_top, bool), top_block[inst_code], lowest)
+    distinct = np.zeros(phases, np.int64)
+    uniq = np.unique(np.stack([inst_code, chosen]), axis=1)
+    np.add.at(distinct, uniq[0], 1)
+    return top_block, top_count, distinct
+
+
+def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
+    if not s.n:
+        return PhaseLanes.empty()
+    order = np.lexsort((s.lane, s.phase_index[s.code]))
+    key = s.phase_index[s.code][order] * (int(s.lane.max()) + 1) + s.lane[order]
+    starts = _starts(key)
+    n = np.diff(np.r_[starts, s.n])
+    dur = s.dur[order]
+    sums = np.add.reduceat(dur, starts)
+    code = s.code[order][starts]
+    return PhaseLanes.from_columns({
+        "phase": s.phase_name(code),
+        "phase_index": s.phase_index[code],
+        "block": np.minimum.reduceat(s.block[order], starts),
+        "group": np.minimum.reduceat(s.group[order], starts),
+        "lane": s.lane[order][starts],
+        "sm": np.maximum.reduceat(s.sm[order], starts),
+        "instances": n,
+        "min_dur_ns": np.minimum.reduceat(dur, starts),
+        "mean_dur_ns": _fdiv(sums, n),
+        "max_dur_ns": np.maximum.reduceat(dur, starts),
+        "sum_dur_ns": sums,
+        "last_count": np.add.reduceat(inst.is_last[order].astype(np.int64), starts),
+    })
+
+
+def _next_on_lane(s: _SliceColumns) -> tuple[np.ndarray, np.ndarray]:
+    """For each slice, the row of the lane's next slice (by begin, then record order) or -1, and the gap."""
+    order = np.lexsort((s.seq, s.begin, s.lane))
+    nxt = np.full(s.n, -1, np.int64)
+    same = s.lane[order][1:] == s.lane[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    gap = np.where(nxt >= 0, s.begin[nxt] - s.end, 0)
+    return nxt, gap
+
+
+def _waits(s: _SliceColumns) -> Waits:
+    nxt, gap = _next_on_lane(s)
+    rows = np.flatnonzero((nxt >= 0) & (gap >= 0))
+    if not len(rows):
+        return Waits.empty()
+    a, b = s.phase_index[s.code[rows]], s.phase_index[s.code[nxt[rows]]]
+    w = gap[rows]
+    key = a * len(s.names) + b
+    up = np.lexsort((w, key))
+    starts = _starts(key[up])
+    n = np.diff(np.r_[starts, len(rows)])
+    w_up = w[up]
+    down = np.lexsort((s.k[rows], s.group[rows], s.block[rows], -w, key))
+    top = rows[down[starts]]  # the same boundaries, in the same order, as `up`
+    sums = np.add.reduceat(w_up, starts)
+    first = up[starts]
+    return Waits.from_columns({
+        "phase": s.phase_name(s.code[rows[first]]),
+        "next_phase": s.phase_name(s.code[nxt[rows[first]]]),
+        "phase_index": a[first],
+        "next_phase_index": b[first],
+        "count": n,
+        "sum_ns": sums,
+        "mean_ns": _fdiv(sums, n),
+        "min_ns": w_up[starts],
+        "p50_ns": w_up[starts + _lower_percentile(0.5, n)],
+        "p90_ns": w_up[starts + _lower_percentile(0.9, n)],
+        "max_ns": w_up[starts + n - 1],
+        "max_block": s.block[top],
+        "max_group": s.group[top],
+        "max_k": s.k[top],
+    })
+
+
+def _critical_path(s: _SliceColumns, inst: _Instances) -> CriticalPath:
+    rows = np.flatnonzero(inst.is_last)
+    if not len(rows):
+        return CriticalPath.empty()
+    nxt, gap = _next_on_lane(s)
+    pi = s.phase_index[s.code[rows]]
+    rows = rows[np.lexsort((s.k[rows], pi, s.end[rows]))]
+    has_next = nxt[rows] >= 0
+    return CriticalPath.from_columns({
+        "step": np.arange(len(rows)),
+        "phase": s.phase_name(s.code[rows]),
+        "phase_index": s.phase_index[s.code[rows]],
+        "k": s.k[rows],
+        "last_block": s.block[rows],
+        "last_group": s.group[rows],
+        "last_lane": s.lane[rows],
+        "begin_ns": s.begin[rows],
+        "end_ns": s.end[rows],
+        "dur_ns": s.dur[rows],
+        "wait_ns": np.where(has_next & (gap[rows] >= 0), gap[rows], 0),
+        "next_phase": [s.names[s.code[j]] if j >= 0 else None for j in nxt[rows].tolist()],
+    })
+
+
+def _critical_shares(cp: CriticalPath, kernel: Kernel) -> CriticalShares:
+    if not len(cp):
+        return CriticalShares.empty()
+    order = np.argsort(cp.phase_index, kind="stable")
+    starts = _starts(cp.phase_index[order])
+    total = np.add.reduceat((cp.dur_ns + cp.wait_ns)[order], starts)
+    wall = kernel.wall_ns or 0
+    return CriticalShares.from_columns({
+        "phase": cp.phase[order][starts],
+        "phase_index": cp.phase_index[order][starts],
+        "instances": np.diff(np.r_[starts, len(cp)]),
+        "dur_ns": np.add.reduceat(cp.dur_ns[order], starts),
+        "wait_ns": np.add.reduceat(cp.wait_ns[order], starts),
+        "total_ns": total,
+        "share": _fdiv(total, np.full(len(total), wall)),
+    })
+
+
+def _kernel(d: Decoded, s: _SliceColumns) -> Kernel:
+    steps = np.diff(np.unique(s.dur))  # distinct durations are whole ticks apart
+    candidates = [int(steps.min())] if len(steps) else []
+    record_step = Summary.of(d).min_step_ns  # as the launch slice records it
+    if record_step and record_step > 0:
+        candidates.append(int(record_step))
+    smallest = min(candidates) if candidates else None
+    launch_tick = d.launch.timer_tick_ns if d.launch.timer_tick_ns and d.launch.timer_tick_ns > 0 else None
+    tick, source = ((launch_tick, "launch") if launch_tick else (smallest, "smallest step") if smallest
+                    else (DEFAULT_TICK_NS, "default"))
+    begin = int(s.begin.min()) if s.n else None
+    end = int(s.end.max()) if s.n else None
+    return Kernel(
+        begin_ns=begin,
+        end_ns=end,
+        wall_ns=None if begin is None else end - begin,
+        slices=s.n,
+        lanes=len(np.unique(s.lane)),
+        phases=len(s.names),
+        smallest_step_ns=smallest,
+        tick_ns=int(tick),
+        tick_source=source,
+    )

@@ -1,0 +1,343 @@
+"""The analysis figures as frozen, columnar tables (numpy, units in the names), shared by the SQL path
+(figures.py) and the numpy oracle (oracle.py) so that the two can be compared exactly.
+
+Each table is one SQL table of the ``ktrace`` package (docs/analysis-schema.md); the SQL column ``grp`` is
+``group`` here. Integer columns are int64, real ones float64 (NaN where SQL has NULL), text ones object
+arrays of str (None where SQL has NULL).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "Table",
+    "PhaseInstances",
+    "Phases",
+    "PhaseLanes",
+    "Waits",
+    "CriticalPath",
+    "CriticalShares",
+    "Kernel",
+    "Figures",
+]
+
+_INT, _REAL, _TEXT = "int", "real", "text"
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """Columns of equal length. Subclasses declare the columns as fields and their kinds in KINDS."""
+
+    KINDS: ClassVar[dict[str, str]] = {}
+    SQL_TABLE: ClassVar[str] = ""
+    ORDER_BY: ClassVar[str] = ""
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_columns(cls, data: dict[str, Any]) -> "Table":
+        """Builds the table from a mapping column -> sequence, converting each to its kind's dtype."""
+        return cls(**{name: _as_kind(data[name], cls.KINDS[name]) for name in cls.columns()})
+
+    @classmethod
+    def empty(cls) -> "Table":
+        return cls.from_columns({name: [] for name in cls.columns()})
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.columns()[0]))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows as dicts of plain Python values (NaN becomes None): JSON-ready."""
+        cols = [(name, _python_values(getattr(self, name))) for name in self.columns()]
+        return [dict(zip((n for n, _ in cols), vals)) for vals in zip(*(v for _, v in cols))]
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {name: _python_value(getattr(self, name)[i]) for name in self.columns()}
+
+    def where(self, mask) -> "Table":
+        """The rows where ``mask`` (bool array) is true."""
+        return type(self)(**{name: getattr(self, name)[mask] for name in self.columns()})
+
+    def differences(self, other: "Table") -> list[str]:
+        """Columns whose values differ from ``other``'s (NaN equals NaN): empty when the tables are equal."""
+        if type(other) is not type(self):
+            return [f"{type(other).__name__} is not a {type(self).__name__}"]
+        if len(self) != len(other):
+            return [f"{len(self)} rows != {len(other)} rows"]
+        out = []
+        for name in self.columns():
+            a, b = getattr(self, name), getattr(other, name)
+            same = np.array_equal(a, b, equal_nan=True) if a.dtype.kind == "f" else (
+                a.tolist() == b.tolist())
+            if not same:
+                bad = [i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist()))
+                       if not (x == y or (isinstance(x, float) and isinstance(y, float) and
+                                          math.isnan(x) and math.isnan(y)))]
+                i = bad[0]
+                out.append(f"{name}: {len(bad)} rows differ, first row {i}: {a[i]!r} != {b[i]!r}")
+        return out
+
+
+def _as_kind(values, kind: str) -> np.ndarray:
+    if kind == _INT:
+        return np.asarray(values, dtype=np.int64).reshape(-1)
+    if kind == _REAL:
+        arr = np.asarray([np.nan if v is None else v for v in values] if not isinstance(values, np.ndarray)
+                         else values, dtype=np.float64)
+        return arr.reshape(-1)
+    out = np.empty(len(values), dtype=object)
+    # A column of NULLs only comes back from the engine as float NaN.
+    out[:] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+              for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+    return out
+
+
+def _python_value(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else float(v)
+    return v
+
+
+def _python_values(arr: np.ndarray) -> list:
+    if arr.dtype.kind == "f":
+        return [None if math.isnan(v) else v for v in arr.tolist()]
+    return arr.tolist()
+
+
+def _kinds(**kinds: str) -> dict[str, str]:
+    return kinds
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseInstances(Table):
+    """One row per phase instance (the k-th slice of a phase on each lane): SQL ``ktrace_phase_instance``."""
+
+    phase: np.ndarray
+    phase_index: np.ndarray
+    k: np.ndarray
+    lanes: np.ndarray
+    min_dur_ns: np.ndarray
+    p50_dur_ns: np.ndarray
+    p90_dur_ns: np.ndarray
+    max_dur_ns: np.ndarray
+    sum_dur_ns: np.ndarray
+    mean_dur_ns: np.ndarray
+    imbalance: np.ndarray
+    begin_ns: np.ndarray
+    end_ns: np.ndarray
+    wall_ns: np.ndarray
+    excess_ns: np.ndarray
+    start_skew_ns: np.ndarray
+    end_skew_ns: np.ndarray
+    last_block: np.ndarray
+    last_group: np.ndarray
+    last_sm: np.ndarray
+    last_lane: np.ndarray
+    tied_last_lanes: np.ndarray
+    last_lead_ns: np.ndarray  # real: NaN with a single lane
+
+    SQL_TABLE: ClassVar[str] = "ktrace_phase_instance"
+    ORDER_BY: ClassVar[str] = "phase_index, k"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        phase=_TEXT, phase_index=_INT, k=_INT, lanes=_INT, min_dur_ns=_INT, p50_dur_ns=_INT, p90_dur_ns=_INT,
+        max_dur_ns=_INT, sum_dur_ns=_INT, mean_dur_ns=_REAL, imbalance=_REAL, begin_ns=_INT, end_ns=_INT,
+        wall_ns=_INT, excess_ns=_INT, start_skew_ns=_INT, end_skew_ns=_INT, last_block=_INT, last_group=_INT,
+        last_sm=_INT, last_lane=_INT, tied_last_lanes=_INT, last_lead_ns=_REAL)
+
+
+@dataclass(frozen=True, eq=False)
+class Phases(Table):
+    """One row per phase: sums and means over its instances, last-finisher stability. SQL ``ktrace_phase``."""
+
+    phase: np.ndarray
+    phase_index: np.ndarray
+    groups: np.ndarray
+    instances: np.ndarray
+    slices: np.ndarray
+    sum_max_dur_ns: np.ndarray
+    mean_max_dur_ns: np.ndarray
+    sum_dur_ns: np.ndarray
+    mean_dur_ns: np.ndarray
+    imbalance: np.ndarray
+    max_imbalance: np.ndarray
+    sum_wall_ns: np.ndarray
+    sum_excess_ns: np.ndarray
+    mean_excess_ns: np.ndarray
+    max_excess_ns: np.ndarray
+    mean_start_skew_ns: np.ndarray
+    max_start_skew_ns: np.ndarray
+    mean_end_skew_ns: np.ndarray
+    max_end_skew_ns: np.ndarray
+    mean_last_lead_ns: np.ndarray
+    top_last_block: np.ndarray
+    top_last_count: np.ndarray
+    distinct_last_blocks: np.ndarray
+    tied_instances: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_phase"
+    ORDER_BY: ClassVar[str] = "phase_index"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        phase=_TEXT, phase_index=_INT, groups=_TEXT, instances=_INT, slices=_INT, sum_max_dur_ns=_INT,
+        mean_max_dur_ns=_REAL, sum_dur_ns=_INT, mean_dur_ns=_REAL, imbalance=_REAL, max_imbalance=_REAL,
+        sum_wall_ns=_INT, sum_excess_ns=_INT, mean_excess_ns=_REAL, max_excess_ns=_INT,
+        mean_start_skew_ns=_REAL, max_start_skew_ns=_INT, mean_end_skew_ns=_REAL, max_end_skew_ns=_INT,
+        mean_last_lead_ns=_REAL, top_last_block=_INT, top_last_count=_INT, distinct_last_blocks=_INT,
+        tied_instances=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseLanes(Table):
+    """One row per (phase, lane): the lane's slices of the phase over all instances. SQL ``ktrace_phase_lane``."""
+
+    phase: np.ndarray
+    phase_index: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    lane: np.ndarray
+    sm: np.ndarray
+    instances: np.ndarray
+    min_dur_ns: np.ndarray
+    mean_dur_ns: np.ndarray
+    max_dur_ns: np.ndarray
+    sum_dur_ns: np.ndarray
+    last_count: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_phase_lane"
+    ORDER_BY: ClassVar[str] = "phase_index, lane"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        phase=_TEXT, phase_index=_INT, block=_INT, group=_INT, lane=_INT, sm=_INT, instances=_INT,
+        min_dur_ns=_INT, mean_dur_ns=_REAL, max_dur_ns=_INT, sum_dur_ns=_INT, last_count=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class Waits(Table):
+    """Waits (gaps >= 0 to the lane's next slice) per phase boundary ``phase -> next_phase``. SQL ``ktrace_wait``."""
+
+    phase: np.ndarray
+    next_phase: np.ndarray
+    phase_index: np.ndarray
+    next_phase_index: np.ndarray
+    count: np.ndarray
+    sum_ns: np.ndarray
+    mean_ns: np.ndarray
+    min_ns: np.ndarray
+    p50_ns: np.ndarray
+    p90_ns: np.ndarray
+    max_ns: np.ndarray
+    max_block: np.ndarray
+    max_group: np.ndarray
+    max_k: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_wait"
+    ORDER_BY: ClassVar[str] = "phase_index, next_phase_index"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        phase=_TEXT, next_phase=_TEXT, phase_index=_INT, next_phase_index=_INT, count=_INT, sum_ns=_INT,
+        mean_ns=_REAL, min_ns=_INT, p50_ns=_INT, p90_ns=_INT, max_ns=_INT, max_block=_INT, max_group=_INT,
+        max_k=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class CriticalPath(Table):
+    """Per instance in time order: its last finisher's slice and the wait after it. SQL ``ktrace_critical_path``."""
+
+    step: np.ndarray
+    phase: np.ndarray
+    phase_index: np.ndarray
+    k: np.ndarray
+    last_block: np.ndarray
+    last_group: np.ndarray
+    last_lane: np.ndarray
+    begin_ns: np.ndarray
+    end_ns: np.ndarray
+    dur_ns: np.ndarray
+    wait_ns: np.ndarray
+    next_phase: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_critical_path"
+    ORDER_BY: ClassVar[str] = "step"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        step=_INT, phase=_TEXT, phase_index=_INT, k=_INT, last_block=_INT, last_group=_INT, last_lane=_INT,
+        begin_ns=_INT, end_ns=_INT, dur_ns=_INT, wait_ns=_INT, next_phase=_TEXT)
+
+
+@dataclass(frozen=True, eq=False)
+class CriticalShares(Table):
+    """Each phase's part of the critical path and its share of kernel wall time. SQL ``ktrace_critical_path_share``."""
+
+    phase: np.ndarray
+    phase_index: np.ndarray
+    instances: np.ndarray
+    dur_ns: np.ndarray
+    wait_ns: np.ndarray
+    total_ns: np.ndarray
+    share: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_critical_path_share"
+    ORDER_BY: ClassVar[str] = "phase_index"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        phase=_TEXT, phase_index=_INT, instances=_INT, dur_ns=_INT, wait_ns=_INT, total_ns=_INT, share=_REAL)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The kernel's extent over its phase slices (ns) and the timer resolution every figure carries.
+
+    tick_ns: the launch's measured ``timer_tick_ns``, else the smallest timer step seen (between two
+    distinct slice durations, or between consecutive records of a lane), else 32 (an H200's tick); tick_source says which ('launch', 'smallest step', 'default').
+    A difference smaller than tick_ns is not a finding. begin_ns/end_ns are None without phase slices.
+    """
+
+    begin_ns: int | None
+    end_ns: int | None
+    wall_ns: int | None
+    slices: int
+    lanes: int
+    phases: int
+    smallest_step_ns: int | None
+    tick_ns: int
+    tick_source: str
+
+    SQL_TABLE: ClassVar[str] = "ktrace_kernel"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, eq=False)
+class Figures:
+    """Every figure of the analysis, from SQL (figures.py) or from the numpy oracle (oracle.py).
+
+    launch: the launch facts (the launch slice's args without 'debug.'), in the order written.
+    """
+
+    kernel: Kernel
+    launch: dict
+    phases: Phases
+    instances: PhaseInstances
+    lanes: PhaseLanes
+    waits: Waits
+    critical_path: CriticalPath
+    critical_shares: CriticalShares
+
+    TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
+                                         "critical_shares")
+
+    def differences(self, other: "Figures") -> list[str]:
+        """What differs from ``other``, one line per table column (empty when every figure is equal)."""
+        out = []
+        if self.kernel != other.kernel:
+            out.append(f"kernel: {self.kernel} != {other.kernel}")
+        if self.launch != other.launch:
+            out.append(f"launch: {self.launch} != {other.launch}")
+        for name in self.TABLES:
+            out += [f"{name}.{d}" for d in getattr(self, name).differences(getattr(other, name))]
+        return out

@@ -1,0 +1,175 @@
+-- ktrace.slices: the phase slices of a trace written by `ktrace convert`, the launch and its facts, and the
+-- kernel's extent and timer resolution. Definitions: docs/analysis-schema.md.
+--
+-- Args are read with extract_arg(arg_set_id, ...): joining the args table is far slower. A `+column IN
+-- (subquery)` (the + keeps the engine from pushing the IN into the table scan) is a fast semi-join.
+
+-- The launch slice: the one slice whose args carry the launch facts (debug.layout is only on it).
+CREATE PERFETTO TABLE ktrace_launch(
+  -- Slice id of the launch slice.
+  id LONG,
+  -- First record of the capture, ns.
+  ts LONG,
+  -- Span of the capture, ns.
+  dur LONG,
+  -- Kernel name.
+  kernel STRING,
+  -- Arg set with the launch facts (debug.*).
+  arg_set_id LONG,
+  -- Blocks in the launch.
+  num_blocks LONG,
+  -- Warp groups (writers) per block.
+  num_groups LONG,
+  -- Timer tick measured by the capture, ns (NULL when not measured).
+  timer_tick_ns LONG,
+  -- Smallest nonzero step between consecutive records of a lane, ns.
+  min_step_ns LONG
+) AS
+SELECT
+  id,
+  ts,
+  dur,
+  name AS kernel,
+  arg_set_id,
+  extract_arg(arg_set_id, 'debug.num_blocks') AS num_blocks,
+  extract_arg(arg_set_id, 'debug.num_groups') AS num_groups,
+  extract_arg(arg_set_id, 'debug.timer_tick_ns') AS timer_tick_ns,
+  extract_arg(arg_set_id, 'debug.min_step_ns') AS min_step_ns
+-- The launch track is the root of ktrace's track tree; its slice is the launch slice.
+FROM slice
+WHERE +track_id IN (SELECT id FROM track WHERE parent_id IS NULL)
+  AND depth = 0
+  AND extract_arg(arg_set_id, 'debug.layout') IS NOT NULL;
+
+-- The launch facts, one row per arg of the launch slice, in the order they were written.
+CREATE PERFETTO VIEW ktrace_launch_arg(
+  -- Fact name without the 'debug.' prefix: kernel, grid, num_blocks, anomaly_<kind>, ...
+  key STRING,
+  -- 'int', 'real' or 'string'.
+  value_type STRING,
+  int_value LONG,
+  real_value DOUBLE,
+  string_value STRING
+) AS
+SELECT substr(key, 7) AS key, value_type, int_value, real_value, string_value
+FROM args
+WHERE arg_set_id = (SELECT MIN(arg_set_id) FROM ktrace_launch)
+ORDER BY id;
+
+-- Warp groups per block: the launch's num_groups (else one more than the largest group seen).
+CREATE PERFETTO TABLE _ktrace_groups AS
+SELECT COALESCE(
+  (SELECT MAX(num_groups) FROM ktrace_launch),
+  (SELECT MAX(extract_arg(arg_set_id, 'debug.group')) + 1 FROM slice),
+  1) AS n;
+
+-- The phase slices' columns read from their args once (the lane is computed from them on use).
+CREATE PERFETTO TABLE _ktrace_slice AS
+SELECT
+  id,
+  ts,
+  dur,
+  ts + dur AS end_ts,
+  name AS phase,
+  extract_arg(arg_set_id, 'debug.block') AS block,
+  extract_arg(arg_set_id, 'debug.group') AS grp,
+  extract_arg(arg_set_id, 'debug.sm') AS sm,
+  k,
+  track_id
+FROM (SELECT id, ts, dur, name, track_id, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
+WHERE k IS NOT NULL
+ORDER BY id;
+
+-- Phase slices: a BEGIN/END pair of one event on one lane. Exactly the slices that have debug.k.
+CREATE PERFETTO VIEW ktrace_phase_slice(
+  -- Slice id.
+  id LONG,
+  -- Begin, ns.
+  ts LONG,
+  -- Duration, ns.
+  dur LONG,
+  -- End (ts + dur), ns.
+  end_ts LONG,
+  -- Phase: the event's name.
+  phase STRING,
+  -- Block index.
+  block LONG,
+  -- Warp group index within the block.
+  grp LONG,
+  -- SM id (-1 when it cannot be trusted).
+  sm LONG,
+  -- Instance: this is the k-th slice of this phase on this lane, from 0.
+  k LONG,
+  -- Lane: block * num_groups + grp.
+  lane LONG,
+  -- Track the slice is drawn on.
+  track_id LONG
+) AS
+SELECT id, ts, dur, end_ts, phase, block, grp, sm, k, block * (SELECT n FROM _ktrace_groups) + grp AS lane, track_id
+FROM _ktrace_slice;
+
+-- The kernel: extent of its phase slices, and the timer resolution every figure carries.
+CREATE PERFETTO TABLE ktrace_kernel(
+  -- Earliest phase begin, ns.
+  begin_ns LONG,
+  -- Latest phase end, ns.
+  end_ns LONG,
+  -- end_ns - begin_ns.
+  wall_ns LONG,
+  -- Phase slices.
+  slices LONG,
+  -- Lanes with phase slices.
+  lanes LONG,
+  -- Distinct phases.
+  phases LONG,
+  -- The smallest timer step seen, ns: the smaller of the smallest positive difference between two distinct
+  -- phase slice durations and the launch's min_step_ns (smallest step between consecutive records of a
+  -- lane). Both are whole timer ticks, so this is the tick or a multiple of it. NULL when neither exists.
+  smallest_step_ns LONG,
+  -- Timer resolution: the launch's timer_tick_ns, else smallest_step_ns, else 32 (an H200's tick).
+  tick_ns LONG,
+  -- 'launch', 'smallest step' or 'default'.
+  tick_source STRING
+) AS
+WITH durations AS (
+  SELECT dur FROM ktrace_phase_slice GROUP BY dur
+),
+duration_step AS (
+  SELECT MIN(step) AS step
+  FROM (SELECT dur - LAG(dur) OVER (ORDER BY dur) AS step FROM durations)
+  WHERE step > 0
+),
+record_step AS (
+  SELECT (SELECT MIN(min_step_ns) FROM ktrace_launch WHERE min_step_ns > 0) AS step
+),
+smallest AS (
+  SELECT CASE
+    WHEN d.step IS NULL THEN r.step
+    WHEN r.step IS NULL OR d.step <= r.step THEN d.step
+    ELSE r.step
+  END AS step
+  FROM duration_step d, record_step r
+),
+launch_tick AS (
+  SELECT (SELECT MAX(timer_tick_ns) FROM ktrace_launch WHERE timer_tick_ns > 0) AS tick
+),
+extent AS (
+  SELECT MIN(ts) AS begin_ns, MAX(end_ts) AS end_ns, COUNT(*) AS slices, COUNT(DISTINCT lane) AS lanes,
+    COUNT(DISTINCT phase) AS phases
+  FROM ktrace_phase_slice
+)
+SELECT
+  extent.begin_ns,
+  extent.end_ns,
+  extent.end_ns - extent.begin_ns AS wall_ns,
+  extent.slices,
+  extent.lanes,
+  extent.phases,
+  smallest.step AS smallest_step_ns,
+  COALESCE(launch_tick.tick, smallest.step, 32) AS tick_ns,
+  CASE
+    WHEN launch_tick.tick IS NOT NULL THEN 'launch'
+    WHEN smallest.step IS NOT NULL THEN 'smallest step'
+    ELSE 'default'
+  END AS tick_source
+FROM extent, smallest, launch_tick;

@@ -1,0 +1,92 @@
+-- ktrace.waits: on each lane, the gap from the end of a slice to the begin of the lane's next slice (the
+-- synchronization the method keeps outside the phase it ends), per slice and per phase boundary.
+-- Definitions: docs/analysis-schema.md.
+
+INCLUDE PERFETTO MODULE ktrace.phases;
+
+-- Every phase slice with the lane's next slice (by begin, then slice id) and the gap to it. Join
+-- ktrace_phase_slice USING (id) for the slice's other columns.
+CREATE PERFETTO TABLE ktrace_lane_wait(
+  -- Slice id, phase, instance, block and group of the slice.
+  id LONG,
+  phase STRING,
+  k LONG,
+  block LONG,
+  grp LONG,
+  -- Phase of the lane's next slice (NULL on the lane's last slice).
+  next_phase STRING,
+  -- Begin of the lane's next slice - this slice's end, ns: the wait when >= 0; negative when the next slice
+  -- begins inside this one; NULL on the lane's last slice.
+  gap_ns LONG
+) AS
+SELECT
+  id, phase, k, block, grp,
+  LEAD(phase) OVER lane_order AS next_phase,
+  LEAD(ts) OVER lane_order - end_ts AS gap_ns
+FROM _ktrace_slice
+WINDOW lane_order AS (PARTITION BY block, grp ORDER BY ts, id);
+
+-- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
+-- next slice on the same lane, of `next_phase`.
+CREATE PERFETTO TABLE ktrace_wait(
+  phase STRING,
+  next_phase STRING,
+  phase_index LONG,
+  next_phase_index LONG,
+  -- Waits counted, and their sum, ns.
+  count LONG,
+  sum_ns LONG,
+  -- Mean, shortest, median, 90th percentile (lower, as in ktrace.phases) and longest wait, ns.
+  mean_ns DOUBLE,
+  min_ns LONG,
+  p50_ns LONG,
+  p90_ns LONG,
+  max_ns LONG,
+  -- Where the longest wait was (longest, then lowest block, group and k).
+  max_block LONG,
+  max_group LONG,
+  max_k LONG
+) AS
+WITH summary AS MATERIALIZED (
+  SELECT
+    phase, next_phase,
+    COUNT(*) AS count,
+    SUM(gap_ns) AS sum_ns,
+    MIN(gap_ns) AS min_ns,
+    CAST(percentile_disc(gap_ns, 0.5) AS INT) AS p50_ns,
+    CAST(percentile_disc(gap_ns, 0.9) AS INT) AS p90_ns,
+    MAX(gap_ns) AS max_ns
+  FROM ktrace_lane_wait
+  WHERE gap_ns >= 0
+  GROUP BY phase, next_phase
+),
+-- Among the waits as long as the boundary's longest, the lowest (lane, k): lane order is block, group.
+longest AS (
+  SELECT m.phase, m.next_phase,
+    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice) + w.k)
+      AS place,
+    w.block, w.grp, w.k
+  FROM summary m
+  JOIN ktrace_lane_wait w
+    ON w.phase = m.phase AND w.next_phase = m.next_phase AND w.gap_ns = m.max_ns
+  GROUP BY m.phase, m.next_phase
+)
+SELECT
+  w.phase,
+  w.next_phase,
+  a.phase_index,
+  b.phase_index AS next_phase_index,
+  w.count,
+  w.sum_ns,
+  w.sum_ns * 1.0 / w.count AS mean_ns,
+  w.min_ns,
+  w.p50_ns,
+  w.p90_ns,
+  w.max_ns,
+  l.block AS max_block,
+  l.grp AS max_group,
+  l.k AS max_k
+FROM summary w
+JOIN longest l USING (phase, next_phase)
+JOIN _ktrace_phase_order a ON a.phase = w.phase
+JOIN _ktrace_phase_order b ON b.phase = w.next_phase;

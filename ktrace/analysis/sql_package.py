@@ -1,0 +1,56 @@
+"""The ``ktrace`` PerfettoSQL package: its modules as ``{module name: SQL}``, registered on a Session.
+
+The .sql files live in ``ktrace/analysis/sql/ktrace/`` and are read with importlib.resources, so they work
+from an installed wheel too. ``bundle_sql()`` is the whole package as one script for places that cannot
+register a package (the Perfetto UI's query page): paste it, then query the tables.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+__all__ = ["PACKAGE", "MODULES", "sql_modules", "register", "bundle_sql", "include_all"]
+
+PACKAGE = "ktrace"
+# Each module INCLUDEs the one before it; the last one brings in every table.
+MODULES = ("ktrace.slices", "ktrace.phases", "ktrace.waits", "ktrace.critical_path")
+_INCLUDE = re.compile(r"^\s*INCLUDE\s+PERFETTO\s+MODULE\s+ktrace\.[A-Za-z0-9_.*]+\s*;[ \t]*\n?",
+                      re.IGNORECASE | re.MULTILINE)
+_CREATE = re.compile(r"^CREATE\s+PERFETTO\s+", re.IGNORECASE | re.MULTILINE)
+
+
+@lru_cache(maxsize=1)
+def _read() -> tuple[tuple[str, str], ...]:
+    root = resources.files("ktrace.analysis").joinpath("sql").joinpath(PACKAGE)
+    found = {f"{PACKAGE}.{p.name[:-4]}": p.read_text(encoding="utf-8")
+             for p in root.iterdir() if p.name.endswith(".sql")}
+    return tuple(sorted(found.items()))
+
+
+def sql_modules() -> dict[str, str]:
+    """The package's modules: ``{"ktrace.phases": sql_text, ...}``."""
+    return dict(_read())
+
+
+def register(session) -> None:
+    """Registers the package on an engine Session, so ``INCLUDE PERFETTO MODULE ktrace.phases;`` works."""
+    session.add_sql_package(PACKAGE, sql_modules())
+
+
+def include_all() -> str:
+    """The statement that brings in every ktrace table."""
+    return f"INCLUDE PERFETTO MODULE {MODULES[-1]};\n"
+
+
+def bundle_sql() -> str:
+    """Every module in dependency order, without the ktrace INCLUDEs, as ``CREATE OR REPLACE`` so that
+    running it twice works: for the Perfetto UI's query page or any engine without the package."""
+    modules = sql_modules()
+    ordered = [m for m in MODULES if m in modules] + sorted(set(modules) - set(MODULES))
+    parts = []
+    for name in ordered:
+        text = _INCLUDE.sub("", modules[name])
+        parts.append(f"-- ===== {name} =====\n" + _CREATE.sub("CREATE OR REPLACE PERFETTO ", text).strip() + "\n")
+    return "\n".join(parts)

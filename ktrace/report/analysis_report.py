@@ -1,0 +1,311 @@
+"""What ``ktrace analyze`` shows: text (rich renderables), Markdown (for PR comments) and a PNG plot.
+
+Findings come first, then the figures: a summary per phase, a table of instances per phase, the waits at
+each phase boundary and the critical path. Nothing here computes a figure; it only lays them out.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis import Analysis
+from ..analysis.findings import format_ns
+from ..errors import EnvironmentMissing
+
+__all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "MAX_INSTANCE_ROWS"]
+
+MAX_INSTANCE_ROWS = 16  # per phase; longer tables show the first and last rows (the JSON has all)
+_HEAD, _TAIL = 10, 4
+_SEVERITY_STYLE = {"warning": "bold yellow", "info": "cyan"}
+
+
+def _ratio(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}x"
+
+
+def _share(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
+
+
+def _headline(a: Analysis) -> str:
+    L, k = a.launch, a.kernel
+    kernel = L.get("kernel", "kernel")
+    blocks, groups = L.get("num_blocks", "?"), L.get("num_groups", "?")
+    tick = f"{a.tick_ns:.0f} ns ({'--threshold tick_ns' if a.thresholds.tick_ns else k.tick_source})"
+    return (f"{kernel}: {blocks} blocks x {groups} group(s), {k.phases} phase(s), {k.slices:,} phase slices, "
+            f"wall {format_ns(k.wall_ns)}; timer tick {tick}: differences below it are not findings")
+
+
+def _thresholds_line(a: Analysis) -> str:
+    return "thresholds: " + " ".join(f"{n}={v:g}" for n, v in a.thresholds.to_dict().items()) + \
+        " (change with --threshold NAME=VALUE)"
+
+
+def _unit(values) -> tuple[float, str]:
+    """(divisor, name) so that the largest of ``values`` (ns) reads well: ns, µs or ms."""
+    finite = [abs(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    top = max(finite, default=0)
+    return (1.0, "ns") if top < 1e4 else (1e3, "µs") if top < 1e7 else (1e6, "ms")
+
+
+def _num(v, div: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:,.0f}" if div == 1.0 else f"{v / div:,.2f}"
+
+
+def _shares(a: Analysis) -> dict:
+    c = a.critical_shares
+    return dict(zip(c.phase.tolist(), c.share.tolist()))
+
+
+def _phase_summary_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    rows_in = a.phases.rows()
+    times = ("mean_max_dur_ns", "mean_dur_ns", "mean_excess_ns", "mean_start_skew_ns", "mean_end_skew_ns")
+    div, u = _unit([p[c] for p in rows_in for c in times])
+    head = ["phase", "groups", "inst.", f"slowest ({u})", f"mean ({u})", "imbalance", "worst inst.",
+            f"excess ({u})", f"start skew ({u})", f"end skew ({u})", "last block: in n/inst. (distinct)",
+            "crit. path"]
+    shares = _shares(a)
+    rows = []
+    for p in rows_in:
+        rows.append([p["phase"], p["groups"], str(p["instances"]), _num(p["mean_max_dur_ns"], div),
+                     _num(p["mean_dur_ns"], div), _ratio(p["imbalance"]), _ratio(p["max_imbalance"]),
+                     _num(p["mean_excess_ns"], div), _num(p["mean_start_skew_ns"], div),
+                     _num(p["mean_end_skew_ns"], div),
+                     f"{p['top_last_block']}: {p['top_last_count']}/{p['instances']} ({p['distinct_last_blocks']})",
+                     _share(shares.get(p["phase"]))])
+    return head, rows
+
+
+def _instance_rows(a: Analysis, phase: str) -> tuple[list[str], list[list[str]], int]:
+    t = a.instances
+    idx = np.flatnonzero(t.phase == phase)
+    times = ("min_dur_ns", "p50_dur_ns", "p90_dur_ns", "max_dur_ns", "mean_dur_ns", "wall_ns", "excess_ns",
+             "start_skew_ns", "end_skew_ns")
+    div, u = _unit([float(getattr(t, c)[idx].max()) for c in times if len(idx)])
+    head = ["k", "lanes", f"min ({u})", "p50", "p90", "max", "mean", "imbalance", f"wall ({u})", "excess",
+            "start skew", "end skew", "last: block/group/SM", "tied"]
+    shown = idx if len(idx) <= MAX_INSTANCE_ROWS else np.r_[idx[:_HEAD], -1, idx[-_TAIL:]]
+    rows = []
+    for i in shown.tolist():
+        if i < 0:
+            rows.append(["…"] * len(head))
+            continue
+        r = t.row(i)
+        rows.append([str(r["k"]), str(r["lanes"])] + [_num(r[c], div) for c in times[:5]] +
+                    [_ratio(r["imbalance"])] + [_num(r[c], div) for c in times[5:]] +
+                    [f"{r['last_block']}/{r['last_group']}/{r['last_sm']}",
+                     "" if r["tied_last_lanes"] <= 1 else str(r["tied_last_lanes"])])
+    return head, rows, len(idx)
+
+
+def _wait_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    rows_in = a.waits.rows()
+    div, u = _unit([w[c] for w in rows_in for c in ("mean_ns", "p90_ns", "max_ns")])
+    head = ["boundary", "waits", f"mean ({u})", "p50", "p90", "max", "longest at", f"total ({u})"]
+    rows = [[f"{w['phase']} -> {w['next_phase']}", f"{w['count']:,}", _num(w["mean_ns"], div),
+             _num(w["p50_ns"], div), _num(w["p90_ns"], div), _num(w["max_ns"], div),
+             f"block {w['max_block']} group {w['max_group']} k={w['max_k']}", _num(w["sum_ns"], div)]
+            for w in rows_in]
+    return head, rows
+
+
+def _critical_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    rows_in = a.critical_shares.rows()
+    div, u = _unit([c["total_ns"] for c in rows_in])
+    head = ["phase", "instances", f"last finishers' slices ({u})", f"waits after them ({u})", f"total ({u})",
+            "share of wall"]
+    rows = [[c["phase"], str(c["instances"]), _num(c["dur_ns"], div), _num(c["wait_ns"], div),
+             _num(c["total_ns"], div), _share(c["share"])] for c in rows_in]
+    return head, rows
+
+
+# ------------------------------------------------------------------------------------------------- text
+def analysis_text(a: Analysis) -> list:
+    """Rich renderables, findings first, then a table per phase."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
+        t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+        for i, h in enumerate(head):
+            t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right")
+        for r in rows:
+            t.add_row(*r)
+        return t
+
+    out: list = [Text(_headline(a), style="bold")]
+    out.append(Text("findings", style="bold underline"))
+    if not a.findings:
+        out.append(Text("  no findings: every figure is within its threshold", style="green"))
+    for f in a.findings:
+        line = Text("  ")
+        line.append(f"{f.severity:<8}", style=_SEVERITY_STYLE.get(f.severity, ""))
+        line.append(f.message)
+        out.append(line)
+    out.append(Text(_thresholds_line(a), style="dim"))
+    if not len(a.phases):
+        out.append(Text("no phase slices in this trace", style="yellow"))
+        return out
+    out.append(table("phases (means over instances)", *_phase_summary_rows(a)))
+    for phase in a.phases.phase.tolist():
+        head, rows, n = _instance_rows(a, phase)
+        caption = None if n <= MAX_INSTANCE_ROWS else f"{n} instances; --json has all of them"
+        out.append(table(f"{phase}: instances", head, rows, caption))
+    if len(a.waits):
+        out.append(table("waits (gap from a slice's end to the next slice on its lane)", *_wait_rows(a)))
+    out.append(table("critical path (each instance's last finisher + the wait after it)", *_critical_rows(a)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- markdown
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    def cell(s: str) -> str:
+        return str(s).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def analysis_markdown(a: Analysis) -> str:
+    """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
+    parts = [f"### ktrace analyze: `{a.launch.get('kernel', 'kernel')}`", "", _headline(a), "", "**Findings**", ""]
+    if not a.findings:
+        parts.append("- no findings: every figure is within its threshold")
+    for f in a.findings:
+        parts.append(f"- **{f.severity}** ({f.kind}): {f.message}")
+    parts += ["", f"<sub>{_thresholds_line(a)}</sub>", ""]
+    if not len(a.phases):
+        return "\n".join(parts + ["No phase slices in this trace.", ""])
+    parts += ["**Phases** (means over instances)", "", _md_table(*_phase_summary_rows(a)), ""]
+    if len(a.waits):
+        parts += ["**Waits** (gap from a slice's end to the next slice on its lane)", "",
+                  _md_table(*_wait_rows(a)), ""]
+    parts += ["**Critical path** (each instance's last finisher + the wait after it)", "",
+              _md_table(*_critical_rows(a)), ""]
+    for phase in a.phases.phase.tolist():
+        head, rows, n = _instance_rows(a, phase)
+        parts += [f"<details><summary>{phase}: {n} instances</summary>", "", _md_table(head, rows), "",
+                  "</details>", ""]
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------- plot
+def plot_analysis(a: Analysis, out) -> Path:
+    """A PNG: per phase, each lane's slice duration against its block index (mean, with min-max band);
+    below, the critical path as a timeline and each phase's share of wall time. Returns the path."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise EnvironmentMissing(f"--plot needs matplotlib ({e}): pip install matplotlib") from None
+
+    out = Path(out)
+    phases = a.phases.phase.tolist()
+    n = max(len(phases), 1)
+    rows = 0.45 * max(len(phases), 1) + 0.5
+    fig, axes = plt.subplots(n + 2, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6),
+                             gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color_of = {p: colors[i % len(colors)] for i, p in enumerate(phases)}
+    kernel = a.launch.get("kernel", "kernel")
+    fig.suptitle(f"{kernel}: per-block phase durations and critical path "
+                 f"(timer tick {a.tick_ns:.0f} ns)", fontsize=12)
+    for ax, phase in zip(axes[:n], phases):
+        _plot_phase(a, ax, phase, color_of[phase])
+    if not phases:
+        axes[0].text(0.5, 0.5, "no phase slices", ha="center", va="center", transform=axes[0].transAxes)
+    _plot_timeline(a, axes[n], color_of)
+    _plot_shares(a, axes[n + 1], color_of)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _plot_phase(a: Analysis, ax, phase: str, color) -> None:
+    lanes = a.lanes
+    m = lanes.phase == phase
+    p = a.phases.row(a.phases.phase.tolist().index(phase))
+    groups = np.unique(lanes.group[m])
+    markers = "os^D"
+    for gi, g in enumerate(groups.tolist()):
+        mg = m & (lanes.group == g)
+        x = lanes.block[mg]
+        us = 1e-3
+        label = f"group {g}" if len(groups) > 1 else "mean"
+        ax.fill_between(x, lanes.min_dur_ns[mg] * us, lanes.max_dur_ns[mg] * us, color=color, alpha=0.15,
+                        step="mid", linewidth=0)
+        ax.plot(x, lanes.mean_dur_ns[mg] * us, marker=markers[gi % len(markers)], markersize=2.5,
+                linewidth=0.8, color=color if gi == 0 else None, label=label)
+    top = p["top_last_block"]
+    tm = m & (lanes.block == top)
+    if tm.any():
+        ax.plot(lanes.block[tm], lanes.mean_dur_ns[tm] * 1e-3, "o", markersize=8, markerfacecolor="none",
+                markeredgecolor="red", label=f"block {top}: among the last in {p['top_last_count']}/{p['instances']}")
+    ax.axhline(p["mean_dur_ns"] * 1e-3, color="gray", linewidth=0.8, linestyle="--", label="phase mean")
+    word = "groups" if "," in (p["groups"] or "") else "group"
+    ax.set_title(f"{phase} ({word} {p['groups']}): imbalance {_ratio(p['imbalance'])}, "
+                 f"{p['instances']} instances; band = min..max over instances", fontsize=9, loc="left")
+    ax.set_ylabel("duration (µs)")
+    ax.set_xlabel("block index")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+
+
+def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
+    cp = a.critical_path
+    ax.set_title("critical path: each instance's last finisher (bar) and the wait after it (hatched), one row "
+                 "per phase", fontsize=9, loc="left")
+    phases = list(color_of)
+    if not len(cp) or not phases:
+        return
+    ax.set_yticks(range(len(phases)), phases, fontsize=8)
+    ax.set_ylim(len(phases) - 0.5, -0.5)
+    t0 = a.kernel.begin_ns or 0
+    for y, phase in enumerate(phases):
+        m = cp.phase == phase
+        col = color_of[phase]
+        b = (cp.begin_ns[m] - t0) * 1e-3
+        ax.broken_barh(list(zip(b.tolist(), (cp.dur_ns[m] * 1e-3).tolist())), (y - 0.35, 0.7), facecolors=col)
+        w = cp.wait_ns[m] > 0
+        e = (cp.end_ns[m][w] - t0) * 1e-3
+        ax.broken_barh(list(zip(e.tolist(), (cp.wait_ns[m][w] * 1e-3).tolist())), (y - 0.35, 0.7),
+                       facecolors="none", edgecolors=col, hatch="///", linewidth=0.3)
+    ax.set_xlim(0, (a.kernel.wall_ns or 1) * 1e-3)
+    ax.set_xlabel("time since the first phase begin (µs)")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _plot_shares(a: Analysis, ax, color_of: dict) -> None:
+    c = a.critical_shares
+    ax.set_title("share of kernel wall time on the critical path (slices solid, waits hatched); phases that "
+                 "run at once on different groups can add up to more than 1", fontsize=9, loc="left")
+    phases = list(color_of)
+    if not phases:
+        return
+    ax.set_yticks(range(len(phases)), phases, fontsize=8)
+    ax.set_ylim(len(phases) - 0.5, -0.5)
+    wall = a.kernel.wall_ns or 0
+    top = 1.0
+    for r in c.rows():
+        if not wall or r["phase"] not in color_of:
+            continue
+        y = phases.index(r["phase"])
+        d, w = r["dur_ns"] / wall, r["wait_ns"] / wall
+        col = color_of[r["phase"]]
+        ax.barh(y, d, color=col, height=0.7)
+        ax.barh(y, w, left=d, color="none", edgecolor=col, hatch="///", height=0.7)
+        ax.text(d + w + 0.01, y, f"{r['share']:.0%}", va="center", fontsize=8)
+        top = max(top, d + w + 0.08)
+    ax.set_xlim(0, top)
+    ax.set_xlabel("fraction of wall time")
+    ax.grid(axis="x", alpha=0.3)
