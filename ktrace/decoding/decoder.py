@@ -78,7 +78,7 @@ class BufferDecoder:
         self._tmpdir = tempfile.TemporaryDirectory(prefix="ktrace-")
         self._lane_major = Path(self._tmpdir.name) / "lanes.u64"
         start = 1  # the record area follows the header word
-        rows_per_block = max(1, (8 << 20) // lanes)
+        rows_per_block = max(1, (1 << 20) // lanes)  # 8 MB read at a time
         with open(self._lane_major, "wb") as out:
             out.truncate(cap * lanes * 8)
             fd = out.fileno()
@@ -90,7 +90,7 @@ class BufferDecoder:
                     block = np.concatenate([block, np.zeros((r1 - r0) * lanes - len(block), np.uint64)])
                 cols = np.ascontiguousarray(block.reshape(r1 - r0, lanes).T)
                 for ln in range(lanes):  # a loop over lanes, each writing one contiguous run
-                    os.pwrite(fd, cols[ln].tobytes(), (ln * cap + r0) * 8)
+                    os.pwrite(fd, memoryview(cols[ln]), (ln * cap + r0) * 8)
 
     def _split_trailer(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The record area, and per-lane overflow counts when ktrace's header wrote a trailer (whose last
