@@ -253,6 +253,9 @@ def test_huge_buffer_path_transposes_and_decodes_the_same(tmp_path, monkeypatch)
     buf = np.concatenate([buf, np.zeros(5, np.uint64)])  # a partial last row too
     path = write_buffer(tmp_path, buf)
     whole = decode(buf)
+    from ktrace.decoding import source
+
+    monkeypatch.setattr(source, "_MAP_MIN_BYTES", 0)
     monkeypatch.setattr(BufferDecoder, "TRANSPOSE_MIN_BYTES", 0)
     monkeypatch.setattr(BufferDecoder, "PART_RECORDS", 100)
     dec = BufferDecoder(path)
@@ -262,3 +265,15 @@ def test_huge_buffer_path_transposes_and_decodes_the_same(tmp_path, monkeypatch)
     assert got[0].tolist() == whole.slices.begin_ns.tolist() and got[1].tolist() == whole.slices.end_ns.tolist()
     _, summary = summarize(path)
     assert summary.records == whole.records and summary.accounted and summary.slices == len(whole.slices)
+
+
+def test_mapped_npy_and_bin_read_the_same(tmp_path, monkeypatch):
+    from ktrace.decoding import source
+
+    monkeypatch.setattr(source, "_MAP_MIN_BYTES", 0)  # map even small files
+    begin = np.arange(3 * 4).reshape(3, 4) * 1000 + 1000
+    buf = phase_buffer(begin, begin + 100, [0, 1, 0, 1], spare=1)
+    np.save(tmp_path / "b.npy", buf)
+    for p in (tmp_path / "b.npy", write_buffer(tmp_path, buf)):
+        assert source.load_buffer(p).file_offset is not None
+        assert decode(p).slices.begin_ns.tolist() == decode(buf).slices.begin_ns.tolist()

@@ -67,7 +67,7 @@ class BufferDecoder:
 
     def _worth_transposing(self) -> bool:
         return (
-            self.buf.path is not None
+            self.buf.file_offset is not None
             and self.body.nbytes >= self.TRANSPOSE_MIN_BYTES
             and len(self.part_ranges()) > 1
             and self.lanes <= 1 << 16
@@ -85,7 +85,8 @@ class BufferDecoder:
             for r0 in range(0, cap, rows_per_block):
                 r1 = min(cap, r0 + rows_per_block)
                 n = min(len(self.body), r1 * lanes) - r0 * lanes
-                block = np.fromfile(self.buf.path, dtype="<u8", count=n, offset=(start + r0 * lanes) * 8)
+                block = np.fromfile(self.buf.path, dtype="<u8", count=n,
+                                    offset=self.buf.file_offset + (start + r0 * lanes) * 8)
                 if len(block) < (r1 - r0) * lanes:  # the partial last row: missing slots read 0
                     block = np.concatenate([block, np.zeros((r1 - r0) * lanes - len(block), np.uint64)])
                 cols = np.ascontiguousarray(block.reshape(r1 - r0, lanes).T)
@@ -116,16 +117,25 @@ class BufferDecoder:
         width = max(self.lanes, 16384)
         if n <= 64 * width:
             pos = np.arange(n, dtype=np.int64)
+            words = np.asarray(self.body)
         else:  # 64 non-overlapping windows, evenly spread
             starts = np.linspace(0, n - width, 64).astype(np.int64)
             pos = (starts[:, None] + np.arange(width, dtype=np.int64)[None, :]).ravel()
-        words = self.body[pos]
+            words = np.concatenate([self._read(s, width) for s in starts.tolist()])
         nz = words != 0
         pos, words = pos[nz], words[nz]
         lane = pos % self.lanes
         tag = (words & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         ng = self.launch.num_groups
         return tag, lane // ng, lane % ng
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        """Slots [start, start + count) of the record area. From a mapped file they are read, not mapped:
+        a touched page of a mapping can bring megabytes of its neighbours into the process's memory."""
+        if self.buf.file_offset is not None:
+            return np.fromfile(self.buf.path, dtype="<u8", count=count,
+                               offset=self.buf.file_offset + (1 + start) * 8).astype(np.uint64)
+        return np.asarray(self.body[start:start + count])
 
     def _lane_firsts(self) -> np.ndarray:
         """Low 32 timer bits of each lane's first valid record, for the lanes that have one, in lane order."""
@@ -139,7 +149,7 @@ class BufferDecoder:
             if r == 8:  # lanes still open after a few rows are mostly empty: scan them column-wise
                 found.append(self._scan_columns(todo, r))
                 break
-            w = self.body[r * self.lanes + todo]
+            w = self._read(r * self.lanes, self.lanes)[todo]
             ok = _valid(self.layout, w, todo, ng, self._known_events)
             found.append(np.stack([todo[ok], (w[ok] >> np.uint64(32)).astype(np.int64)]))
             todo = todo[~ok]

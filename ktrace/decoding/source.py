@@ -21,6 +21,7 @@ class Buffer:
     words: np.ndarray
     name: str
     path: Path | None = None
+    file_offset: int | None = None  # byte offset of word 0 in ``path`` when the words are mapped from it
 
 
 def load_buffer(source, name: str | None = None) -> Buffer:
@@ -65,13 +66,15 @@ def _load_path(path: Path) -> Buffer:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as e:
             raise InputError(f"{path}: not a readable .npy file ({e})") from None
-        return Buffer(_as_words(arr, str(path)), str(path), path)
+        words = _as_words(arr, str(path))
+        mapped = isinstance(arr, np.memmap) and arr.dtype.itemsize == 8 and arr.dtype.byteorder in "<=|"
+        return Buffer(words, str(path), path, arr.offset if mapped else None)
     size = path.stat().st_size
     if size % 8:
         raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
     if size >= _MAP_MIN_BYTES:
         # Mapped, not read: a huge buffer is decoded a range of lanes at a time and never held whole.
-        return Buffer(np.memmap(path, dtype="<u8", mode="r"), str(path), path)
+        return Buffer(np.memmap(path, dtype="<u8", mode="r"), str(path), path, 0)
     words = np.fromfile(path, dtype="<u8")
     return Buffer(words.astype(np.uint64, copy=False), str(path), path)
 
