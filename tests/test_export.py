@@ -103,9 +103,10 @@ def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
     want = {(b, g, k, d.launch.event_name(e), t, sm) for b, g, k, e, t, sm in
             zip(s.block.tolist(), s.group.tolist(), s.k.tolist(), s.event.tolist(), s.begin_ns.tolist(), s.sm.tolist())}
     assert got == want
-    # The SM recorded in the tag is the SM the block really ran on (read independently at capture time).
+    # The SM recorded in the tag is the SM the block really ran on (read independently at capture time),
+    # except where FlashInfer's header OR-ed block bits into it (blocks >= 4096): then it is flagged (-1).
     smid = sample_meta(name)["block_smid"]
-    assert all(sm == smid[b] for b, _, _, _, _, sm in got)
+    assert all(sm == smid[b] or (sm == -1 and b >= 4096 and d.launch.producer != "ktrace") for b, _, _, _, _, sm in got)
 
 
 def test_warpgroups_both_groups_of_every_block_on_their_own_tracks():
