@@ -73,6 +73,7 @@ _COMMAND_MODULES = {
     "cli_analysis": "add_analysis_commands",
     "cli_capture": "add_capture_commands",
     "cli_view": "add_view_commands",
+    "cli_compare": "add_compare_commands",
 }
 
 

@@ -1,0 +1,467 @@
+"""CI gates: rules on a capture's figures, absolute or relative to a baseline, and raw SQL rules.
+
+    compute.imbalance <= 1.2              a phase's figure against a number
+    kernel.wall_us <= 650                 the kernel's
+    compute.wall_us <= baseline * 1.05    against the same figure of a baseline capture (also: baseline,
+                                          baseline + c, baseline - c, k * baseline)
+    *.imbalance < 1.5                     every phase (``*@1.wall_us``: every phase of group 1)
+    mma@1.wall_us <= 40                   a phase on warp group 1 (see ``resolve``)
+
+Operators: < <= > >= == != (``==``/``!=`` compare exactly: meant for counts and block indices). Figures are
+the catalog of compare.py (KERNEL_FIGURES, PHASE_FIGURES, GROUP_FIGURES; docs/ci.md). A SQL rule is a query
+on the ktrace tables (every module already included) that must return no rows; each row it returns is a
+violation. A rules file (TOML) has rules for every kernel and sections per kernel name (docs/ci.md).
+
+A figure that is undefined in the capture (an imbalance with every slice 0 ns long) fails its rule. Rules
+that cannot be evaluated (bad syntax, unknown figure or phase, a baseline rule without a baseline, a SQL
+error) raise InputError naming every such rule and why: exit 2, distinct from a failed gate (exit 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import math
+import operator
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import InputError
+from .compare import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value, group_values, kernel_values, \
+    phase_values, read_timing
+
+__all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", "Check", "parse_rule",
+           "load_rules_file", "rule_book", "evaluate", "check", "baseline_for"]
+
+OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+             "!=": operator.ne}
+_RULE = re.compile(r"^(?P<metric>[^<>=!]*?)\s*(?P<op>[<>=!]+)\s*(?P<rhs>.*)$", re.S)
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_BASELINE = re.compile(rf"^baseline(?:\s*(?P<op>[*+-])\s*(?P<k>{_NUM}))?$|^(?P<k2>{_NUM})\s*\*\s*baseline$")
+_SHOWN_ROWS = 5
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``metric op limit``: limit is ``value``, or the baseline's figure combined with ``baseline_k`` by
+    ``baseline_op`` ('*', '+' or '-'). scope: 'kernel', a phase name or '*'; group: the warp group of
+    ``phase@group``. origin: where it was written (``--rule 1``, ``rules.toml [kernels.attn] rules[2]``)."""
+
+    text: str
+    origin: str
+    scope: str
+    group: int | None
+    figure: str
+    op: str
+    value: float | None = None
+    baseline_op: str | None = None
+    baseline_k: float = 1.0
+
+    @property
+    def uses_baseline(self) -> bool:
+        return self.baseline_op is not None
+
+    def metric(self, phase: str | None = None) -> str:
+        scope = phase if phase is not None else self.scope
+        return f"{scope}{'' if self.group is None else f'@{self.group}'}.{self.figure}"
+
+
+@dataclass(frozen=True)
+class SqlRule:
+    """A query that must return no rows (each row is a violation)."""
+
+    name: str
+    query: str
+    origin: str
+    uses_baseline = False
+
+
+@dataclass(frozen=True)
+class Section:
+    """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel)."""
+
+    pattern: str | None
+    rules: tuple
+
+
+@dataclass(frozen=True)
+class RuleBook:
+    """Every rule, by the kernels it applies to."""
+
+    sections: tuple[Section, ...]
+
+    def for_kernel(self, kernel: str) -> tuple:
+        return tuple(r for s in self.sections if s.pattern is None or fnmatch.fnmatchcase(kernel, s.pattern)
+                     for r in s.rules)
+
+    @property
+    def uses_baseline(self) -> bool:
+        return any(r.uses_baseline for s in self.sections for r in s.rules)
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(s.pattern for s in self.sections if s.pattern is not None)
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One rule on one subject (a wildcard rule gives one result per phase). status: 'pass', 'fail' or
+    'skip'; measured/limit/baseline in ``unit``; for a SQL rule, row_count and the first rows."""
+
+    rule: str
+    origin: str
+    subject: str
+    status: str
+    message: str
+    measured: float | None = None
+    op: str | None = None
+    limit: float | None = None
+    baseline: float | None = None
+    unit: str = ""
+    noise: float = 0.0
+    row_count: int = 0
+    rows: tuple = ()
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "origin": self.origin, "subject": self.subject, "status": self.status,
+                "message": self.message, "measured": self.measured, "op": self.op, "limit": self.limit,
+                "baseline": self.baseline, "unit": self.unit, "noise": self.noise, "row_count": self.row_count,
+                "rows": [dict(r) for r in self.rows]}
+
+
+@dataclass(frozen=True)
+class Check:
+    """The rules applied to one capture."""
+
+    source: str
+    kernel: str
+    baseline: str | None
+    results: tuple[RuleResult, ...]
+
+    @property
+    def failures(self) -> tuple[RuleResult, ...]:
+        return tuple(r for r in self.results if r.status == "fail")
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "kernel": self.kernel, "baseline": self.baseline, "passed": self.passed,
+                "results": [r.to_dict() for r in self.results]}
+
+
+# -------------------------------------------------------------------------------------------- parsing
+def parse_rule(text: str, origin: str = "rule") -> Rule:
+    """A Rule from its text; InputError saying what is wrong with it."""
+    def bad(why: str) -> InputError:
+        return InputError(f"{origin} {text!r}: {why}")
+
+    if not isinstance(text, str):
+        raise InputError(f"{origin}: a rule is a string such as 'compute.imbalance <= 1.2', not {text!r}")
+    m = _RULE.match(text.strip())
+    if not m or not m["metric"]:
+        raise bad("write METRIC OP LIMIT, e.g. 'compute.imbalance <= 1.2' or 'kernel.wall_us <= baseline * 1.05'")
+    op, rhs = m["op"], m["rhs"].strip()
+    if op not in OPERATORS:
+        hint = " (use == to compare equal)" if op == "=" else ""
+        raise bad(f"unknown operator {op!r}: use one of {' '.join(OPERATORS)}{hint}")
+    scope, group, figure = _parse_metric(m["metric"].strip(), bad)
+    if not rhs:
+        raise bad("no limit after the operator")
+    b = _BASELINE.match(rhs)
+    if b:
+        k = b["k"] or b["k2"]
+        return Rule(text.strip(), origin, scope, group, figure, op, baseline_op=b["op"] or "*",
+                    baseline_k=float(k) if k else 1.0)
+    if not re.fullmatch(_NUM, rhs):
+        raise bad(f"limit {rhs!r} is not a number nor baseline, baseline * K, baseline + C, baseline - C")
+    return Rule(text.strip(), origin, scope, group, figure, op, value=float(rhs))
+
+
+def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
+    scope, dot, figure = metric.rpartition(".")
+    if not dot or not scope or not figure:
+        raise bad(f"metric {metric!r}: write kernel.FIGURE, PHASE.FIGURE, PHASE@GROUP.FIGURE or *.FIGURE")
+    group = None
+    if "@" in scope:
+        scope, _, g = scope.rpartition("@")
+        if not g.isdigit() or not scope:
+            raise bad(f"metric {metric!r}: after '@' give a warp group index, e.g. mma@1.wall_us")
+        group = int(g)
+    if scope == "kernel":
+        if group is not None:
+            raise bad("kernel figures have no group")
+        catalog = KERNEL_FIGURES
+    else:
+        catalog = {**PHASE_FIGURES, **GROUP_FIGURES} if group is not None else PHASE_FIGURES
+    if figure not in catalog:
+        near = difflib.get_close_matches(figure, catalog, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        if group is None and figure in GROUP_FIGURES:
+            raise bad(f"{figure} is a per-group figure: write {scope}@GROUP.{figure}")
+        raise bad(f"unknown {'kernel' if scope == 'kernel' else 'phase'} figure {figure!r}{hint}; figures: "
+                  f"{', '.join(catalog)}")
+    return scope, group, figure
+
+
+def _load_toml(path: Path) -> dict:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the rules file ({e.strerror or e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: not valid TOML ({e})") from None
+
+
+def load_rules_file(path) -> tuple[list[Section], list[str]]:
+    """The sections of a TOML rules file and the problems found (each names the rule and why)."""
+    path = Path(path)
+    doc = _load_toml(path)
+    errors: list[str] = []
+    sections = [_section(path, None, "", doc, {"rules", "sql", "kernels"}, errors)]
+    kernels = doc.get("kernels", {})
+    if not isinstance(kernels, dict):
+        errors.append(f"{path}: 'kernels' must be a table of [kernels.NAME] sections")
+        kernels = {}
+    for name, body in kernels.items():
+        where = f"[kernels.{name}]" if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'[kernels."{name}"]'
+        if not isinstance(body, dict):
+            errors.append(f"{path} {where}: must be a table with 'rules' and/or 'sql'")
+            continue
+        sections.append(_section(path, name, where, body, {"rules", "sql"}, errors))
+    return [s for s in sections if s.rules], errors
+
+
+def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: list) -> Section:
+    here = f"{path}{' ' + where if where else ''}"
+    for k in body:
+        if k not in keys:
+            errors.append(f"{here}: unknown key {k!r} (allowed: {', '.join(sorted(keys))})")
+    rules: list = []
+    texts = body.get("rules", [])
+    if not isinstance(texts, list):
+        errors.append(f"{here}: 'rules' must be a list of strings")
+        texts = []
+    for i, t in enumerate(texts):
+        try:
+            rules.append(parse_rule(t, f"{here} rules[{i}]"))
+        except InputError as e:
+            errors.append(str(e))
+    sql = body.get("sql", [])
+    if not isinstance(sql, list):
+        errors.append(f"{here}: 'sql' must be a list of {{name, query}} tables ([[...sql]])")
+        sql = []
+    for i, s in enumerate(sql):
+        origin = f"{here} sql[{i}]"
+        if not isinstance(s, dict) or not isinstance(s.get("query"), str) or not s["query"].strip():
+            errors.append(f"{origin}: give a table with a non-empty 'query' (and a 'name')")
+            continue
+        extra = set(s) - {"name", "query"}
+        if extra:
+            errors.append(f"{origin}: unknown key(s) {', '.join(sorted(extra))} (allowed: name, query)")
+        rules.append(SqlRule(str(s.get("name") or f"sql[{i}]"), s["query"], origin))
+    return Section(pattern, tuple(rules))
+
+
+def rule_book(rules=(), sql=(), files=()) -> RuleBook:
+    """Rules from the command line (texts, SQL queries) and rules files; InputError listing every bad one."""
+    errors, parsed = [], []
+    for i, t in enumerate(rules, 1):
+        try:
+            parsed.append(parse_rule(t, f"--rule {i}"))
+        except InputError as e:
+            errors.append(str(e))
+    for i, q in enumerate(sql, 1):
+        if not q.strip():
+            errors.append(f"--sql {i}: empty query")
+        else:
+            parsed.append(SqlRule(f"--sql {i}", q, f"--sql {i}"))
+    sections = [Section(None, tuple(parsed))] if parsed else []
+    for f in files:
+        s, e = load_rules_file(f)
+        sections += s
+        errors += e
+    if errors:
+        raise InputError("bad rules:\n  " + "\n  ".join(errors))
+    if not sections:
+        raise InputError("no rules: give --rule 'METRIC OP LIMIT', --sql QUERY or --rules FILE")
+    return RuleBook(tuple(sections))
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+def resolve(rule: Rule, cap: Capture, phase: str | None = None) -> Value:
+    """The Value of ``rule``'s figure in ``cap`` (phase: a wildcard's phase); InputError when it has none.
+
+    ``phase@G``: a figure of GROUP_FIGURES comes from group G's lanes; any other needs the phase to have run
+    on group G alone (its figures are over all its lanes)."""
+    a = cap.analysis
+    name = rule.metric(phase)
+    if rule.scope == "kernel":
+        v = kernel_values(cap).get(rule.figure)
+        if v is None:
+            raise InputError(f"{name}: this capture has no control timings (sidecar 'timing'); capture it "
+                             "with `ktrace run` or drop the rule")
+        return v
+    phase = phase if phase is not None else rule.scope
+    values = phase_values(a)
+    if phase not in values:
+        raise InputError(f"{name}: no phase {phase!r} in {a.source} (phases: {', '.join(values) or 'none'})")
+    if rule.group is None:
+        return values[phase][rule.figure]
+    groups = [int(g) for g in str(a.phases.groups[a.phases.phase == phase][0] or "").split(",") if g.strip()]
+    if rule.group not in groups:
+        raise InputError(f"{name}: phase {phase} ran on group(s) {', '.join(map(str, groups))}, not {rule.group}")
+    if rule.figure in GROUP_FIGURES:
+        return group_values(a, phase, rule.group)[rule.figure]
+    if groups != [rule.group]:
+        raise InputError(f"{name}: phase {phase} ran on groups {', '.join(map(str, groups))} together and its "
+                         f"{rule.figure} is over all their lanes; per group there is {', '.join(GROUP_FIGURES)} "
+                         f"(or give each group's phase its own event name)")
+    return values[phase][rule.figure]
+
+
+def _unit(rule: Rule) -> str:
+    cat = KERNEL_FIGURES if rule.scope == "kernel" else {**PHASE_FIGURES, **GROUP_FIGURES}
+    return cat[rule.figure].unit
+
+
+def _fmt(v, unit: str) -> str:
+    if v is None:
+        return "undefined"
+    if unit == "x":
+        return f"{v:.4g}x"
+    if unit in ("count", "block"):
+        return f"{v:g}"
+    if unit == "fraction":
+        return f"{v:.4g}"
+    return f"{v:,.4g} {unit}"
+
+
+def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: str | None) -> RuleResult:
+    subject = rule.metric(phase)
+    unit = _unit(rule)
+    v = resolve(rule, cap, phase)
+    base = None
+    if rule.uses_baseline:
+        if baseline is None:
+            raise InputError(f"{rule.origin} {rule.text!r}: compares with a baseline; give --baseline BEFORE")
+        try:
+            base = resolve(rule, baseline, phase).value
+        except InputError as e:
+            if phase is not None:
+                return RuleResult(rule.text, rule.origin, subject, "skip", f"not in the baseline: {e}", unit=unit)
+            raise InputError(f"{rule.origin} {rule.text!r}: baseline: {e}") from None
+        if base is None or (isinstance(base, float) and math.isnan(base)):
+            raise InputError(f"{rule.origin} {rule.text!r}: {subject} is undefined in the baseline")
+        k = rule.baseline_k
+        limit = base * k if rule.baseline_op == "*" else base + k if rule.baseline_op == "+" else base - k
+    else:
+        limit = rule.value
+    measured = v.value if not (isinstance(v.value, float) and math.isnan(v.value)) else None
+    ok = measured is not None and OPERATORS[rule.op](measured, limit)
+    msg = f"{subject} = {_fmt(measured, unit)}, limit {rule.op} {_fmt(limit, unit)}"
+    if base is not None:
+        msg += f" (baseline {_fmt(base, unit)})"
+    if not ok and measured is not None and v.noise and abs(measured - limit) <= v.noise:
+        msg += f"; within the measurement noise ±{_fmt(v.noise, unit)}"
+    return RuleResult(rule.text, rule.origin, subject, "pass" if ok else "fail", msg, measured, rule.op, limit,
+                      base, unit, v.noise)
+
+
+def _sql_result(rule: SqlRule, session) -> RuleResult:
+    try:
+        r = session.query(rule.query)
+    except InputError as e:
+        why = str(e).removeprefix(f"{session.trace_name}: ")  # the temporary trace's path says nothing
+        raise InputError(f"{rule.origin}{_label(rule)}: {why}") from None
+    n = len(r)
+    rows = tuple(r.to_dicts()[:_SHOWN_ROWS])
+    msg = "no rows" if not n else f"{n} row{'s' if n != 1 else ''} returned (each is a violation)"
+    return RuleResult(rule.name, rule.origin, rule.name, "pass" if not n else "fail", msg, measured=float(n),
+                      op="==", limit=0.0, unit="rows", row_count=n, rows=rows)
+
+
+def evaluate(rules, cap: Capture, baseline: Capture | None = None, session=None) -> tuple[RuleResult, ...]:
+    """Every rule on ``cap`` (SQL rules on ``session``, the open trace of ``cap``); InputError naming every
+    rule that cannot be evaluated and why."""
+    out, errors = [], []
+    phases = list(phase_values(cap.analysis))
+    for rule in rules:
+        try:
+            if isinstance(rule, SqlRule):
+                if session is None:
+                    raise InputError(f"{rule.origin}{_label(rule)}: SQL rules need the trace open in an engine")
+                out.append(_sql_result(rule, session))
+            elif rule.scope == "*":
+                subjects = [p for p in phases if rule.group is None or _ran_on(cap, p, rule.group)]
+                if not subjects:
+                    raise InputError(f"{rule.origin} {rule.text!r}: no phase"
+                                     f"{'' if rule.group is None else f' of group {rule.group}'} to check")
+                out += [_figure_result(rule, cap, baseline, p) for p in subjects]
+            else:
+                out.append(_figure_result(rule, cap, baseline, None))
+        except InputError as e:
+            text = str(e)
+            errors.append(text if text.startswith(rule.origin) else f"{rule.origin}{_label(rule)}: {text}")
+    if errors:
+        raise InputError(f"{cap.analysis.source}: rules that cannot be evaluated:\n  " + "\n  ".join(errors))
+    return tuple(out)
+
+
+def _label(rule) -> str:
+    if isinstance(rule, SqlRule):
+        return "" if rule.name == rule.origin else f" ({rule.name})"
+    return f" {rule.text!r}"
+
+
+def _ran_on(cap: Capture, phase: str, group: int) -> bool:
+    lanes = cap.analysis.lanes
+    return bool(((lanes.phase == phase) & (lanes.group == group)).any())
+
+
+def baseline_for(kernel: str, baselines) -> Capture | None:
+    """The baseline Capture for a kernel: the only one given, else the one of the same kernel name."""
+    baselines = list(baselines)
+    if len(baselines) <= 1:
+        return baselines[0] if baselines else None
+    same = [b for b in baselines if b.kernel_name == kernel]
+    if len(same) > 1:
+        raise InputError(f"{len(same)} baselines are captures of kernel {kernel!r}; give one per kernel")
+    return same[0] if same else None
+
+
+def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
+    """Applies ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
+    ``decode_options``). baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no
+    rule applies or a rule cannot be evaluated; the Check says which passed."""
+    from ..engine import open_trace
+    from . import analyze, is_trace_path, temporary_trace
+
+    def run(trace) -> Check:
+        with open_trace(trace, engine=engine) as session:
+            a = replace(analyze(session), source=str(source))
+            cap = Capture(a, read_timing(source, None if is_trace_path(source) else decode_options.get("sidecar")))
+            rules = book.for_kernel(cap.kernel_name)
+            if not rules:
+                have = ", ".join(book.patterns) or "none"
+                raise InputError(f"{source}: no rule applies to kernel {cap.kernel_name!r} (kernel sections: "
+                                 f"{have}); add a [kernels.{cap.kernel_name}] section or rules for every kernel")
+            base = baseline_for(cap.kernel_name, baselines)
+            if base is None and any(r.uses_baseline for r in rules) and baselines:
+                raise InputError(f"{source}: no baseline of kernel {cap.kernel_name!r} among "
+                                 f"{', '.join(b.kernel_name for b in baselines)}")
+            results = evaluate(rules, cap, base, session)
+            return Check(str(source), cap.kernel_name, base.analysis.source if base else None, results)
+
+    if is_trace_path(source):
+        return run(source)
+    with temporary_trace(source, **decode_options) as trace:
+        return run(trace)

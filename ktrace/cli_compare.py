@@ -1,0 +1,161 @@
+"""Command-line handlers for before/after and CI gates (diff, check), kept apart from cli.py.
+
+    ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all]
+    ktrace check TRACE|BUF ... [--rule 'compute.imbalance <= 1.2' ...] [--rules rules.toml] [--sql QUERY ...]
+                 [--baseline BEFORE ...] [--junit FILE] [--markdown [FILE]] [--json]
+
+Buffers are converted to temporary traces first, with the same decoding options as ``ktrace convert``.
+Exit codes: 0 ok (check: every rule passed), 1 a rule failed, 2 bad input or a bad rule, 3 engine missing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .errors import EXIT_GATE, EXIT_OK, InputError
+
+__all__ = ["add_compare_commands", "HANDLERS"]
+
+_ENGINES = ("auto", "wasm", "native")
+
+
+def add_compare_commands(sub, decode_options) -> None:
+    """Register ``diff`` and ``check`` on the ``ktrace`` parser; ``decode_options(p)`` adds convert's
+    decoding options to a subparser."""
+    d = sub.add_parser(
+        "diff", help="before/after: every phase's figures side by side, what changed beyond the noise",
+        description="Compare two captures (traces or buffers) phase by phase: wall, slowest/mean, imbalance, "
+        "start and end skew, waits, last-finisher stability, share of the critical path, with absolute and "
+        "relative changes; kernel wall and, when both sidecars carry them, the unprofiled control timings. "
+        "A change within the noise (the larger of a timer tick and the spread across instances) is marked '~'; "
+        "cost that moved between phases on the critical path is called out.",
+        epilog="Figures are named as `ktrace check` rules name them (docs/ci.md). JSON schema: ktrace.diff/1.")
+    d.add_argument("before", metavar="BEFORE", help="trace or buffer before the change")
+    d.add_argument("after", metavar="AFTER", help="trace or buffer after the change")
+    fmt = d.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the comparison as JSON (schema ktrace.diff/1)")
+    fmt.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
+                     help="print Markdown instead of the table; with FILE, append it to FILE (e.g. "
+                     "$GITHUB_STEP_SUMMARY) and still print the table")
+    d.add_argument("--plot", metavar="PNG", help="also write a plot: each phase's wall and imbalance before/after")
+    d.add_argument("--all", action="store_true", help="show every figure, not only the main ones")
+    _engine_option(d)
+    decode_options(d)
+
+    c = sub.add_parser(
+        "check", help="CI gate: rules on a capture's figures; exit 1 when one fails",
+        description="Check captures against rules: METRIC OP LIMIT (compute.imbalance <= 1.2, kernel.wall_us "
+        "<= 650, compute.wall_us <= baseline * 1.05, *.imbalance < 1.5), raw SQL that must return no rows, or "
+        "a TOML rules file with sections per kernel name. Each failing rule is printed with its measured value "
+        "and limit.",
+        epilog="Exit codes: 0 every rule passed, 1 a rule failed, 2 a bad rule or input (the message says which "
+        "rule and why), 3 engine missing. Figures, operators and the rules file: docs/ci.md.")
+    c.add_argument("sources", metavar="TRACE|BUF", nargs="+", help="captures to check (traces or buffers)")
+    c.add_argument("--rule", metavar="RULE", action="append", default=[],
+                   help="a rule, e.g. 'compute.imbalance <= 1.2' (repeatable)")
+    c.add_argument("--rules", metavar="TOML", action="append", default=[],
+                   help="a rules file: rules for every kernel and [kernels.NAME] sections (repeatable)")
+    c.add_argument("--sql", metavar="QUERY", action="append", default=[],
+                   help="a SQL rule: a query on the ktrace tables that must return no rows (repeatable)")
+    c.add_argument("--baseline", metavar="BEFORE", action="append", default=[],
+                   help="capture for 'baseline' rules (repeatable: matched to captures by kernel name)")
+    c.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
+    c.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
+                   help="Markdown summary: to stdout instead of the table; with FILE, appended to FILE (e.g. "
+                   "$GITHUB_STEP_SUMMARY) and the table still printed")
+    c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
+    _engine_option(c)
+    decode_options(c)
+
+
+def _engine_option(p) -> None:
+    p.add_argument("--engine", choices=_ENGINES, default="auto",
+                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto")
+
+
+def _decode_kwargs(a, sources) -> dict:
+    from .analysis import is_trace_path
+    from .cli import _decode_kwargs as convert_kwargs
+
+    options = convert_kwargs(a)
+    if all(is_trace_path(s) for s in sources):
+        given = [k for k, v in options.items() if v not in (None, False)]
+        if given:
+            raise InputError(f"decoding options ({', '.join(given)}) apply to buffers; "
+                             f"{', '.join(map(str, sources))} {'is a trace' if len(sources) == 1 else 'are traces'}")
+    return options
+
+
+def _console():
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    except OSError as e:
+        raise InputError(f"{path}: cannot write it ({e.strerror or e})") from None
+
+
+def _cmd_diff(a) -> int:
+    from .analysis.compare import diff, load_capture
+    from .report import compare_report as rep
+
+    options = _decode_kwargs(a, [a.before, a.after])
+    result = diff(load_capture(a.before, engine=a.engine, **options),
+                  load_capture(a.after, engine=a.engine, **options))
+    if a.plot:
+        print(f"plot: {rep.plot_diff(result, a.plot)}", file=sys.stderr)
+    if a.json:
+        print(result.to_json())
+        return EXIT_OK
+    if a.markdown and a.markdown != "-":
+        _append(a.markdown, rep.diff_markdown(result, a.all))
+    if a.markdown == "-":
+        print(rep.diff_markdown(result, a.all))
+    else:
+        con = _console()
+        for r in rep.diff_text(result, a.all):
+            con.print(r)
+    return EXIT_OK
+
+
+def _cmd_check(a) -> int:
+    from .analysis.compare import load_capture
+    from .analysis.rules import check, rule_book
+    from .report import compare_report as rep
+
+    if a.json and a.markdown == "-":
+        raise InputError("check: --json and --markdown both print to stdout; give --markdown a FILE")
+    book = rule_book(a.rule, a.sql, a.rules)
+    if a.baseline and not book.uses_baseline:
+        print("ktrace: note: --baseline given but no rule uses 'baseline'", file=sys.stderr)
+    if book.uses_baseline and not a.baseline:
+        raise InputError("rules compare with 'baseline' but no --baseline BEFORE was given")
+    options = _decode_kwargs(a, a.sources + a.baseline)
+    baselines = [load_capture(b, engine=a.engine, **options) for b in a.baseline] if book.uses_baseline else []
+    checks = [check(s, book, baselines=baselines, engine=a.engine, **options) for s in a.sources]
+    if a.junit:
+        try:
+            Path(a.junit).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.junit).write_text(rep.junit_xml(checks), encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
+    if a.markdown and a.markdown != "-":
+        _append(a.markdown, rep.check_markdown(checks))
+    if a.json:
+        print(rep.check_json(checks))
+    elif a.markdown == "-":
+        print(rep.check_markdown(checks))
+    else:
+        con = _console()
+        for r in rep.check_text(checks):
+            con.print(r)
+    return EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+
+
+HANDLERS: dict = {"diff": _cmd_diff, "check": _cmd_check}

@@ -1,0 +1,325 @@
+"""ktrace diff: every phase before and after, noise-aware verdicts, cost moved between phases, reports, CLI.
+
+The real before is samples/imbalance.bin (block 17 does 3x the compute); the after is a synthetic capture
+(tests/data/imbalance_balanced_synthetic.bin, written by ``balanced_words`` below) where block 17's extra
+compute is spread evenly over all 132 blocks, every other duration, offset and barrier release as captured.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ktrace import decode
+from ktrace.analysis import Thresholds, analyze
+from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
+                                     load_capture, phase_values, read_timing)
+from ktrace.report.compare_report import diff_markdown, diff_text, plot_diff
+from ktrace.synthetic import phase_buffer
+
+from conftest import ROOT, SAMPLES, run_ktrace, sample, write_buffer
+
+DATA = ROOT / "tests" / "data"
+AFTER = DATA / "imbalance_balanced_synthetic.bin"
+BEFORE = sample("imbalance")
+# A real 'after' capture (the slow block's work spread evenly), when one has been captured into samples/.
+REAL_AFTER = sorted(p for p in SAMPLES.glob("*balanced*.bin") if not p.stem.startswith("imbalance"))
+SYNTH_META = {
+    "kernel": "persistent_phases",
+    "event_names": ["load", "compute", "reduce"],
+    "ground_truth": {"description": "synthetic 'after' for samples/imbalance.bin (tests/test_compare.py "
+                     "balanced_words): block 17's extra compute spread evenly over all 132 blocks; every other "
+                     "duration, start offset and barrier release as captured"},
+}
+T0, TICK = 10_000, 32
+
+
+def balanced_words(before=BEFORE, slow_block=17, compute=1, tick=TICK, t0=T0):
+    """The 'after' buffer: the slow block's extra compute (over the median block) spread over every block in
+    whole ticks; each lane keeps its start offset within an instance and each barrier its release time."""
+    d = decode(before)
+    s = d.slices
+    lanes = d.launch.num_blocks * d.launch.num_groups
+    o = np.lexsort((s.begin_ns, s.lane))
+    b, e = s.begin_ns[o].reshape(lanes, -1), s.end_ns[o].reshape(lanes, -1)
+    ev = s.event[o].reshape(lanes, -1)[0]
+    dur = e - b
+    for j in np.flatnonzero(ev == compute):
+        extra = int(dur[slow_block, j] - np.median(np.delete(dur[:, j], slow_block)))
+        dur[slow_block, j] -= extra
+        dur[:, j] += tick * round(extra / lanes / tick)
+    offset = b - b.min(axis=0)
+    release = b.min(axis=0)[1:] - e.max(axis=0)[:-1]
+    nb, ne = np.zeros_like(b), np.zeros_like(e)
+    t = t0
+    for j in range(b.shape[1]):
+        nb[:, j] = t + offset[:, j]
+        ne[:, j] = nb[:, j] + dur[:, j]
+        if j + 1 < b.shape[1]:
+            t = int(ne[:, j].max()) + int(release[j])
+    smid = json.loads(Path(before).with_suffix(".json").read_text())["block_smid"]
+    return phase_buffer(nb, ne, np.broadcast_to(ev, b.shape), sm=smid)
+
+
+def steps_kernel(durs, events, lanes, barrier=320):
+    """(begin, end) for lanes running the same steps back to back with a grid barrier between steps.
+    durs: (steps,) or (lanes, steps) ns."""
+    d = np.broadcast_to(np.asarray(durs, np.int64), (lanes, len(events))).copy()
+    b, e = np.zeros_like(d), np.zeros_like(d)
+    t = T0
+    for j in range(d.shape[1]):
+        b[:, j] = t
+        e[:, j] = t + d[:, j]
+        t = int(e[:, j].max()) + barrier
+    return b, e
+
+
+def oracle(durs, events, lanes=4, names="load,compute,reduce") -> Capture:
+    b, e = steps_kernel(durs, events, lanes)
+    # Whole-tick synthetic durations would make the "smallest step" tick coarse: say it is 32 ns.
+    return Capture(analyze(decode(phase_buffer(b, e, events), events=names), Thresholds(tick_ns=TICK)))
+
+
+# -- fixtures --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_loaded_engine_module():
+    """Leave the engine's in-process module cache as found (test_engine.py's warm-start test loads its own)."""
+    yield
+    from ktrace.engine import wasm_cache
+
+    wasm_cache._loaded.clear()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_capture(BEFORE), load_capture(AFTER)
+
+
+@pytest.fixture(scope="module")
+def d(pair):
+    return diff(*pair)
+
+
+# -- the synthetic after ---------------------------------------------------------------------------------
+
+def test_the_committed_synthetic_after_is_what_the_generator_writes():
+    words = np.fromfile(AFTER, dtype="<u8")
+    assert np.array_equal(words, balanced_words())
+    assert json.loads(AFTER.with_suffix(".json").read_text()) == SYNTH_META
+    assert AFTER.stat().st_size < 100_000
+
+
+# -- the real-ish pair -----------------------------------------------------------------------------------
+
+def test_compute_imbalance_and_wall_fall_beyond_the_noise(d):
+    c = d.phase("compute")
+    imb = c.change("imbalance")
+    assert imb.before == pytest.approx(2.9127, abs=1e-4) and imb.after == pytest.approx(1.0038, abs=1e-4)
+    assert imb.significant and imb.verdict == "better" and imb.relative == pytest.approx(-0.655, abs=1e-3)
+    wall = c.change("wall_us")
+    assert wall.before == pytest.approx(64.38) and wall.after == pytest.approx(22.48)
+    assert wall.verdict == "better"
+    assert c.change("end_skew_us").verdict == "better"
+    # The work did not shrink, it was spread: the mean slice is the same within the noise.
+    assert c.change("mean_dur_us").verdict == "same"
+    assert abs(c.change("mean_dur_us").delta) < c.change("mean_dur_us").noise
+
+
+def test_the_wait_moves_off_the_barrier_and_the_last_finisher_starts_moving(d):
+    assert d.phase("compute").change("wait_after_us").before == pytest.approx(43.627, abs=1e-3)
+    assert d.phase("compute").change("wait_after_us").after == pytest.approx(1.728, abs=1e-3)
+    reduce_wait = d.phase("reduce").change("wait_before_us")
+    assert reduce_wait.verdict == "better" and reduce_wait.after < 2.0
+    c = d.phase("compute")
+    assert c.change("last_block").before == 17 and c.change("last_block").after != 17
+    assert c.change("last_block").verdict == "changed" and c.change("last_block").delta is None
+    assert c.change("last_block_stability").before == 1.0 and c.change("last_block_stability").after < 1.0
+    assert c.change("distinct_last_blocks").after > 1
+
+
+def test_untouched_phases_are_the_same_and_shares_follow_the_wall(d):
+    for phase in ("load", "reduce"):
+        p = d.phase(phase)
+        for fig in ("wall_us", "max_dur_us", "mean_dur_us", "imbalance", "start_skew_us", "critical_us"):
+            assert p.change(fig).verdict == "same", (phase, fig)
+        assert p.change("critical_share").verdict == "changed"  # same time, shorter kernel
+    assert d.cost_shift is None  # nothing rose: no cost moved to another phase
+
+
+def test_kernel_wall_findings_and_notes(d):
+    w = d.kernel_change("wall_us")
+    assert w.before == pytest.approx(602.208) and w.after == pytest.approx(267.008) and w.verdict == "better"
+    assert "load_imbalance: compute" in d.findings_resolved and "stable_straggler: compute" in d.findings_resolved
+    assert any("only the before capture" in n for n in d.notes)  # the synthetic after has no timings
+    assert all(c.figure not in ("control_us", "profiled_us") for c in d.kernel)
+
+
+def test_json_has_every_phase_and_figure_and_no_nan(d):
+    doc = json.loads(d.to_json())
+    assert doc["schema"] == DIFF_SCHEMA
+    assert [p["phase"] for p in doc["phases"]] == ["load", "compute", "reduce"]
+    assert [f["figure"] for f in doc["phases"][1]["figures"]] == list(PHASE_FIGURES)
+    f = {x["figure"]: x for x in doc["phases"][1]["figures"]}["imbalance"]
+    assert set(f) == {"figure", "unit", "before", "after", "change", "relative", "noise", "significant", "verdict"}
+    assert "NaN" not in d.to_json()
+
+
+def test_a_capture_against_itself_changes_nothing(pair):
+    same = diff(pair[0], pair[0])
+    assert {c.verdict for p in same.phases for c in p.changes} == {"same"}
+    assert same.cost_shift is None and not same.findings_new and not same.findings_resolved
+
+
+# -- noise -----------------------------------------------------------------------------------------------
+
+EV = [0, 1, 2] * 4
+
+
+def test_a_change_below_the_timer_tick_is_not_significant():
+    base = [960, 1920, 320] * 4
+    after = list(base)
+    after[1] += TICK  # one instance's compute one tick longer: the mean over 4 instances moves 8 ns
+    d = diff(oracle(base, EV), oracle(after, EV))
+    c = d.phase("compute").change("max_dur_us")
+    assert c.delta == pytest.approx(0.008) and c.noise == pytest.approx(0.032)
+    assert not c.significant and c.verdict == "same"
+
+
+def test_a_change_within_the_spread_across_instances_is_not_significant():
+    spread = [960, 1000, 320, 960, 3000, 320] * 2  # compute alternates 1 and 3 µs: std 1 µs
+    d = diff(oracle(spread, EV), oracle([x + 320 if i % 3 == 1 else x for i, x in enumerate(spread)], EV))
+    c = d.phase("compute").change("wall_us")
+    assert c.delta == pytest.approx(0.32) and c.noise == pytest.approx(1.0)
+    assert c.verdict == "same"
+    d = diff(oracle(spread, EV), oracle([x + 3200 if i % 3 == 1 else x for i, x in enumerate(spread)], EV))
+    assert d.phase("compute").change("wall_us").verdict == "worse"
+
+
+def test_cost_that_moved_from_one_phase_to_another_is_called_out():
+    d = diff(oracle([960, 1920, 320] * 4, EV), oracle([960, 960, 1280] * 4, EV))
+    s = d.cost_shift
+    assert s is not None and set(s.fell_us) == {"compute"} and set(s.rose_us) == {"reduce"}
+    assert s.fell_us["compute"] == pytest.approx(-3.84) and s.rose_us["reduce"] == pytest.approx(3.84)
+    assert "compute" in s.message and "reduce" in s.message and "100%" in s.message
+    assert d.phase("compute").change("wall_us").verdict == "better"
+    assert d.phase("reduce").change("wall_us").verdict == "worse"
+
+
+def test_phases_present_on_one_side_only():
+    d = diff(oracle([960, 1920, 320] * 4, EV), oracle([960, 1920] * 4, [0, 1] * 4))
+    r = d.phase("reduce")
+    assert r.present == "before" and r.change("wall_us").after is None and r.change("wall_us").verdict == "undefined"
+    assert d.phase("load").present == "both"
+    text = diff_markdown(d)
+    assert "**reduce** (only before)" in text
+
+
+# -- control timings -------------------------------------------------------------------------------------
+
+def _timed(tmp_path, name, src, median_profiled, median_control, spread=2.0):
+    meta = json.loads(Path(src).with_suffix(".json").read_text())
+    meta["timing"] = {k: {"median_us": m, "p10_us": m - spread / 2, "p90_us": m + spread / 2}
+                      for k, m in (("with_profiler", median_profiled), ("without_profiler", median_control))}
+    return write_buffer(tmp_path, np.fromfile(src, "<u8"), name, meta)
+
+
+def test_control_timings_compared_when_both_captures_carry_them(tmp_path, pair):
+    b = Capture(pair[0].analysis, read_timing(_timed(tmp_path, "b", BEFORE, 607.3, 601.5)))
+    a = Capture(pair[1].analysis, read_timing(_timed(tmp_path, "a", AFTER, 272.0, 266.1)))
+    d = diff(b, a)
+    control = d.kernel_change("control_us")
+    assert control.before == 601.5 and control.after == 266.1 and control.noise == 2.0
+    assert control.verdict == "better"
+    assert d.kernel_change("overhead_ratio").before == pytest.approx(607.3 / 601.5)
+    same = diff(b, Capture(pair[1].analysis, Timing(608.0, 2.0, 602.5, 2.0, "x")))
+    assert same.kernel_change("control_us").verdict == "same"  # 1 µs within the 2 µs spread of the reps
+    assert "profiled_us" in markdown_rows(diff_markdown(d))
+
+
+def markdown_rows(md: str) -> str:
+    return "\n".join(line for line in md.splitlines() if line.startswith("|"))
+
+
+def test_read_timing_finds_the_sidecar_beside_a_buffer_or_a_trace(tmp_path):
+    assert read_timing(BEFORE).control_median_us == pytest.approx(601.472, abs=1e-3)
+    assert read_timing(BEFORE, sidecar=False) is None
+    assert read_timing(AFTER) is None  # its sidecar has no timing
+    (tmp_path / "run.json").write_text((SAMPLES / "imbalance.json").read_text())
+    assert read_timing(tmp_path / "run.perfetto-trace").profiled_median_us == pytest.approx(607.344, abs=1e-3)
+    (tmp_path / "junk.json").write_text("{not json")
+    assert read_timing(tmp_path / "junk.perfetto-trace") is None  # not a sidecar: ignored beside a trace
+    assert read_timing(tmp_path / "none.perfetto-trace") is None
+
+
+def test_kernel_and_phase_values_come_with_units_and_noise(pair):
+    k = kernel_values(pair[0])
+    assert k["wall_us"].value == pytest.approx(602.208) and k["wall_us"].noise == pytest.approx(0.032)
+    assert k["control_us"].value == pytest.approx(601.472, abs=1e-3)
+    assert k["control_us"].noise == pytest.approx(601.5743851661682 - 601.1488020420074)
+    p = phase_values(pair[0].analysis)["compute"]
+    assert p["critical_share"].value == pytest.approx(0.8688, abs=1e-4)
+    assert p["last_block"].value == 17 and p["last_block_stability"].value == 1.0
+    assert all(not (isinstance(v.value, float) and math.isnan(v.value)) for v in p.values())
+
+
+# -- reports ---------------------------------------------------------------------------------------------
+
+def test_text_markdown_and_plot(d, tmp_path):
+    from rich.console import Console
+
+    con = Console(width=160, record=True)
+    for r in diff_text(d):
+        con.print(r)
+    out = con.export_text()
+    assert "kernel wall 602.21 µs -> 267.01 µs" in out and "imbalance" in out and "block 17: 8/8" in out
+    assert "WORSE" in out or "better" in out
+    md = diff_markdown(d, all_figures=True)
+    assert md.startswith("### ktrace diff") and "| figure | before | after |" in md and "max_start_skew_us" in md
+    png = plot_diff(d, tmp_path / "diff.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+# -- the command line ------------------------------------------------------------------------------------
+
+def test_cli_diff_json_markdown_plot(tmp_path):
+    rc, out, err = run_ktrace("diff", BEFORE, AFTER, "--json", "--plot", tmp_path / "d.png")
+    assert rc == 0, err
+    doc = json.loads(out)
+    comp = {f["figure"]: f for f in doc["phases"][1]["figures"]}
+    assert comp["imbalance"]["verdict"] == "better" and (tmp_path / "d.png").exists()
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    rc, out, err = run_ktrace("diff", BEFORE, AFTER, "--markdown", summary)
+    assert rc == 0, err
+    assert summary.read_text().startswith("earlier step\n### ktrace diff")  # appended, like $GITHUB_STEP_SUMMARY
+    assert "compute" in out and "kernel wall" in out  # the table still printed
+
+
+def test_cli_diff_bad_input(tmp_path):
+    rc, _, err = run_ktrace("diff", BEFORE, tmp_path / "missing.bin")
+    assert rc == 2 and "missing.bin" in err
+    trace = tmp_path / "t.perfetto-trace"
+    assert run_ktrace("convert", BEFORE, "-o", trace)[0] == 0
+    rc, _, err = run_ktrace("diff", trace, trace, "--events", "a,b,c")
+    assert rc == 2 and "apply to buffers" in err
+
+
+def real_before(after: Path) -> Path:
+    """The before of the same header: balanced_ktrace.bin -> imbalance_ktrace.bin, else imbalance.bin."""
+    suffix = after.stem.split("balanced", 1)[1]
+    p = SAMPLES / f"imbalance{suffix}.bin"
+    return p if p.exists() else BEFORE
+
+
+@pytest.mark.skipif(not REAL_AFTER, reason="no real balanced capture in samples/ yet")
+@pytest.mark.parametrize("after", REAL_AFTER, ids=lambda p: p.stem)
+def test_the_real_before_after_pair(after):
+    d = diff(load_capture(real_before(after)), load_capture(after))
+    c = d.phase("compute")
+    assert c.change("imbalance").verdict == "better" and c.change("imbalance").after < 1.2
+    assert c.change("wall_us").verdict == "better" and d.kernel_change("wall_us").verdict == "better"
+    assert d.phase("compute").change("wait_after_us").verdict == "better"
+    assert c.change("last_block").after != 17 or c.change("last_block_stability").after < 1.0
