@@ -1,0 +1,57 @@
+"""Capturing profiler buffers on the GPU with PyCUDA: compile, time, launch, read back, save.
+
+The only part of ktrace that uses PyCUDA, imported on first use: importing this package needs no GPU.
+
+    from ktrace.capture import BUFFER, Kernel, profile
+    kern = Kernel.from_file("persistent.cu", "persistent_phases")   # instrumented + control builds
+    cap = profile(kern, grid=(132, 1, 1), block=(128, 1, 1), args=[BUFFER, ...],
+                  max_events_per_lane=48, event_names=["load", "compute", "reduce"], name="imbalance")
+    cap.save(); cap.trace(); cap.analyze()
+
+``Capture`` is the context object underneath (allocate and zero on entry, read back on exit) for launches
+``profile`` does not describe. ``calibrate()`` measures the timer tick and one probe's cost.
+"""
+
+from __future__ import annotations
+
+from . import settings
+from .build import HEADERS, BuildSpec, HeaderChoice, Kernel, find_flashinfer_include, ktrace_include, resolve_header
+from .session import BUFFER, Capture, buffer_words, profile, saved_captures
+
+__all__ = [
+    "BUFFER",
+    "Capture",
+    "Kernel",
+    "profile",
+    "calibrate",
+    "device",
+    "configure",
+    "settings",
+    "saved_captures",
+    "buffer_words",
+    "HEADERS",
+    "BuildSpec",
+    "HeaderChoice",
+    "find_flashinfer_include",
+    "ktrace_include",
+    "resolve_header",
+]
+
+
+def calibrate(**kw):
+    """Measure the timer tick and each header's probe cost on the current GPU (see ``calibrate.calibrate``)."""
+    from .calibrate import calibrate as _calibrate
+
+    return _calibrate(**kw)
+
+
+def device():
+    """The current GPU's facts (``DeviceInfo``), making a CUDA context current first."""
+    from ._cuda import device_info
+
+    return device_info()
+
+
+def configure(**changes):
+    """Set capture defaults (``settings.Settings`` fields: header, out_dir, suffix, reps, ...)."""
+    return settings.configure(**changes)

@@ -1,0 +1,285 @@
+"""The capture API: a context object that owns one launch's profiler buffer.
+
+    kern = Kernel.from_file("my.cu", "my_kernel")               # instrumented + control builds
+    with Capture(blocks=132, max_events_per_lane=48, kernel=kern, name="mine",
+                 event_names=["load", "compute"]) as cap:
+        kern.instrumented(cap.pointer, x, grid=(132, 1, 1), block=(128, 1, 1))
+    cap.save()            # mine.bin + mine.json (the sidecar) in the output folder
+    cap.trace()           # mine.perfetto-trace
+    cap.analyze()         # the analysis report (or the inspect summary)
+
+``profile(kern, ...)`` does all of it for a launch described by its arguments: times the instrumented
+build against its control (interleaved CUDA events), then captures one instrumented launch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError, KtraceError
+from . import settings as _settings
+
+__all__ = ["BUFFER", "Capture", "profile", "saved_captures", "forget_saved"]
+
+
+class _BufferArg:
+    """Stands for the profiler buffer's pointer in ``profile``'s argument list."""
+
+    def __repr__(self) -> str:
+        return "BUFFER"
+
+
+BUFFER = _BufferArg()
+_SAVED: list["Capture"] = []
+
+
+def saved_captures() -> list["Capture"]:
+    """Captures saved in this process, in order (``ktrace run`` converts and reports each)."""
+    return list(_SAVED)
+
+
+def forget_saved() -> None:
+    _SAVED.clear()
+
+
+def buffer_words(producer: str, lanes: int, capacity: int) -> int:
+    """Words of a buffer: header, capacity records per lane, and for ktrace's header the trailer
+    (one overflow count per lane, then the 64-bit timer anchor)."""
+    return 1 + capacity * lanes + (lanes + 1 if producer == "ktrace" else 0)
+
+
+class Capture:
+    """One launch's profiler buffer: allocated and zeroed on ``with``, read back when the block ends.
+
+    blocks, groups: the launch's blocks (all of gridDim) and warp groups per block (lanes = blocks *
+    groups); max_events_per_lane: records each lane may write (ktrace's header drops and counts the rest;
+    FlashInfer's has no guard and writes past the end: size it generously); producer: "ktrace" or
+    "flashinfer" (default: ``kernel.producer``); kernel: the ``Kernel`` launched (its module gets the
+    capacity, its build goes into the sidecar), or a PyCUDA module of your own built with ktrace's header
+    (it gets the capacity); name: the files' stem; event_names, group_names: names in index order; grid,
+    block, shared_bytes: the launch's shape, for the sidecar.
+    """
+
+    def __init__(self, blocks: int, groups: int = 1, max_events_per_lane: int = 64, *, producer: str | None = None,
+                 kernel=None, name: str = "capture", event_names=(), group_names=(), grid=None, block=None,
+                 shared_bytes: int = 0):
+        if blocks <= 0 or groups <= 0 or max_events_per_lane <= 0:
+            raise InputError(f"a capture needs blocks, groups and max_events_per_lane > 0 "
+                             f"(got {blocks}, {groups}, {max_events_per_lane})")
+        self.kernel = kernel
+        self.producer = producer or getattr(kernel, "producer", "ktrace")
+        if self.producer not in ("ktrace", "flashinfer"):
+            raise InputError(f"producer {self.producer!r}: 'ktrace' or 'flashinfer'")
+        self.blocks, self.groups, self.capacity = int(blocks), int(groups), int(max_events_per_lane)
+        self.lanes = self.blocks * self.groups
+        self.name = name
+        self.event_names = list(event_names)
+        self.group_names = list(group_names)
+        self.grid = tuple(grid) if grid is not None else (self.blocks, 1, 1)
+        self.block = tuple(block) if block is not None else None
+        self.shared_bytes = int(shared_bytes)
+        self.words: np.ndarray | None = None
+        self.host_launch_unix_ns: int | None = None
+        self.timing = None  # a timing.Comparison, when the builds were timed
+        self.meta: dict = {}  # more sidecar keys: ground_truth, block_smid, checks, ...
+        self.paths: dict[str, Path] = {}
+        self._alloc = None
+
+    # -- the buffer on the device ---------------------------------------------------------------------------
+    @property
+    def nwords(self) -> int:
+        return buffer_words(self.producer, self.lanes, self.capacity)
+
+    @property
+    def pointer(self) -> np.uintp:
+        """The buffer's device address, to pass as the kernel's ``uint64_t*`` argument."""
+        if self._alloc is None:
+            raise InputError("the capture's buffer exists only inside its 'with' block")
+        return np.uintp(int(self._alloc))
+
+    def __enter__(self) -> "Capture":
+        from ._cuda import ensure_context
+
+        cuda = ensure_context()
+        nbytes = self.nwords * 8
+        try:
+            self._alloc = cuda.mem_alloc(nbytes)
+        except cuda.Error as e:
+            raise KtraceError(f"cannot allocate the {nbytes:,}-byte profiler buffer on the GPU ({e})") from None
+        self.reset()
+        if self.kernel is not None and self.producer == "ktrace":
+            _set_capacity(self.kernel, self.capacity)
+        self.host_launch_unix_ns = time.time_ns()
+        return self
+
+    def reset(self) -> None:
+        """Zero the buffer (before a launch whose records should be the only ones in it)."""
+        from ._cuda import driver
+
+        driver().memset_d8(self._alloc, 0, self.nwords * 8)
+
+    def mark_launch(self) -> None:
+        """Note the host clock just before the launch (``with`` notes it on entry; call this when the
+        launch comes later). It places the 32-bit timestamps in time when the kernel wrote no anchor."""
+        self.host_launch_unix_ns = time.time_ns()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from ._cuda import driver
+
+        cuda = driver()
+        try:
+            if exc_type is None:
+                try:
+                    cuda.Context.synchronize()
+                except cuda.Error as e:
+                    raise KtraceError(f"the kernel failed on the GPU ({e}); its profiler buffer is lost") from None
+                words = np.empty(self.nwords, dtype=np.uint64)
+                cuda.memcpy_dtoh(words, self._alloc)
+                self.words = words
+        finally:
+            self._alloc.free()
+            self._alloc = None
+        return False
+
+    # -- what the buffer says --------------------------------------------------------------------------------
+    def _need_words(self) -> np.ndarray:
+        if self.words is None:
+            raise InputError("the capture has no buffer yet: launch inside its 'with' block first")
+        return self.words
+
+    @property
+    def header_ok(self) -> bool:
+        """The kernel wrote the header this capture expects (blocks | groups << 32)."""
+        return int(self._need_words()[0]) == (self.blocks | (self.groups << 32))
+
+    @property
+    def overflow(self) -> np.ndarray | None:
+        """Records each lane dropped because it was full (ktrace's header only; None for FlashInfer's)."""
+        if self.producer != "ktrace":
+            return None
+        start = 1 + self.capacity * self.lanes
+        return self._need_words()[start:start + self.lanes]
+
+    @property
+    def anchor_ns(self) -> int | None:
+        """The kernel's 64-bit %globaltimer read at PROFILER_INIT (ktrace's header; None if absent)."""
+        if self.producer != "ktrace":
+            return None
+        v = int(self._need_words()[-1])
+        return v or None
+
+    @property
+    def records(self) -> int:
+        """Non-empty record slots."""
+        w = self._need_words()
+        return int(np.count_nonzero(w[1:1 + self.capacity * self.lanes]))
+
+    # -- files ---------------------------------------------------------------------------------------------
+    def default_path(self) -> Path:
+        s = _settings.current()
+        return s.out_dir / f"{self.name}{s.suffix}.bin"
+
+    def save(self, path=None) -> Path:
+        """Write ``NAME.bin`` (the raw buffer) and ``NAME.json`` (the sidecar); returns the .bin path."""
+        from .sidecar import capture_metadata, write_sidecar
+
+        words = self._need_words()
+        p = Path(path) if path is not None else self.default_path()
+        if p.suffix != ".bin":
+            p = p.with_name(p.name + ".bin")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        words.astype("<u8").tofile(p)
+        side = write_sidecar(p.with_suffix(".json"), capture_metadata(self, p))
+        self.paths.update(bin=p, json=side)
+        if self not in _SAVED:
+            _SAVED.append(self)
+        return p
+
+    def trace(self, out=None, **convert_options) -> Path:
+        """Convert the saved buffer to a Perfetto trace (saving first if needed); returns its path."""
+        from ..api import convert
+
+        if "bin" not in self.paths:
+            self.save()
+        res = convert(self.paths["bin"], out, **convert_options)
+        self.paths["trace"] = res.path
+        return res.path
+
+    def analyze(self):
+        """The analysis of this capture (``ktrace.analysis``, where it is installed), else the inspect
+        report (a dict, schema ktrace.inspect/1)."""
+        if "bin" not in self.paths:
+            self.save()
+        try:
+            from .. import analysis
+        except ImportError:
+            analysis = None
+        fn = getattr(analysis, "analyze", None)
+        if callable(fn):
+            return fn(self.paths["bin"])
+        from ..api import inspect
+
+        return inspect(self.paths["bin"])
+
+
+def _set_capacity(kernel, capacity: int) -> None:
+    """Tell ktrace's header the per-lane capacity: through a ``Kernel``, or a PyCUDA module of the user's
+    own compiled with ktrace/profiler.cuh (its device variable ``ktrace_profiler_capacity``)."""
+    if hasattr(kernel, "set_capacity"):
+        kernel.set_capacity(capacity)
+        return
+    from ._cuda import driver
+
+    try:
+        ptr, _ = kernel.get_global("ktrace_profiler_capacity")
+    except Exception:  # noqa: BLE001 - pycuda raises its own error types for a missing symbol
+        raise InputError("the module has no ktrace_profiler_capacity: was it compiled with ktrace/profiler.cuh "
+                         "and -DFLASHINFER_ENABLE_PROFILER?") from None
+    driver().memcpy_htod(ptr, np.array([capacity], dtype=np.uint32))
+
+
+def _prod(xs) -> int:
+    return int(math.prod(int(x) for x in xs))
+
+
+def profile(kernel, *, grid, block, args, shared_bytes: int = 0, groups: int = 1, max_events_per_lane: int,
+            event_names=(), group_names=(), name: str, reps: int | None = None, warmup: int | None = None,
+            before_capture=None) -> Capture:
+    """Time ``kernel``'s instrumented build against its control, then capture one instrumented launch.
+
+    args: the kernel's arguments, with ``BUFFER`` where the profiler buffer goes (both builds get the same
+    arguments); grid, block: 3-tuples; shared_bytes: dynamic shared memory; groups: lanes per block;
+    before_capture: called before the captured launch (to reset state the timing runs changed).
+    Returns the Capture (buffer read back, ``timing`` set), not yet saved: add metadata to ``cap.meta``,
+    then ``cap.save()``.
+    """
+    s = _settings.current()
+    grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+    cap = Capture(_prod(grid), groups, max_events_per_lane, kernel=kernel, name=name, event_names=event_names,
+                  group_names=group_names, grid=grid, block=block, shared_bytes=shared_bytes)
+    with cap:
+        real = [cap.pointer if a is BUFFER else a for a in args]
+
+        def launcher(fn):
+            return lambda stream=None: fn(*real, grid=grid, block=block, shared=shared_bytes, stream=stream)
+
+        if s.timing:
+            from .timing import time_interleaved
+
+            cap.timing = time_interleaved(launcher(kernel.instrumented), launcher(kernel.control),
+                                          reps=reps or s.reps, warmup=s.warmup if warmup is None else warmup,
+                                          spin_us=s.spin_us)
+        from ._cuda import driver
+
+        driver().Context.synchronize()
+        cap.reset()
+        if before_capture is not None:
+            before_capture()
+        driver().Context.synchronize()
+        cap.mark_launch()
+        launcher(kernel.instrumented)()
+    return cap

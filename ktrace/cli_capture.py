@@ -1,0 +1,190 @@
+"""Command-line handlers for the capture commands (run, calibrate): GPU work through ``ktrace.capture``.
+
+    ktrace run [OPTIONS] DRIVER.py [DRIVER ARGS...]   run a driver script, then convert and report its captures
+    ktrace calibrate [--json]                          timer tick and probe cost on this GPU
+
+Both exit 3 when there is no GPU or no PyCUDA. ``python -m ktrace.cli_capture`` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import EXIT_INPUT, EXIT_OK, InputError
+
+__all__ = ["add_capture_commands", "HANDLERS", "main"]
+
+
+def _capture_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("compiling")
+    g.add_argument("--header", choices=["auto", "flashinfer", "ktrace"], default="auto",
+                   help="profiler header: FlashInfer's when found, else ktrace's (auto, default), or force one")
+    g.add_argument("--flashinfer-include", metavar="DIR",
+                   help="FlashInfer's include folder (holding flashinfer/profiler.cuh); default: "
+                        "$FLASHINFER_INCLUDE, then an installed flashinfer-python")
+
+
+def add_capture_commands(sub, decode_options=None) -> None:
+    """Register ``run`` and ``calibrate`` on the ``ktrace`` subparsers. (Names and layout come from the
+    captures' sidecars, so ``decode_options`` is accepted for symmetry and not used.)"""
+    r = sub.add_parser(
+        "run", help="run a driver script on the GPU, then convert and analyze what it captured",
+        description="Run DRIVER.py (it compiles its kernel with and without the profiler through ktrace.capture, "
+                    "times both and captures one profiled launch), then write each capture's trace and print the "
+                    "timings and a report. Options after DRIVER.py go to the driver.",
+    )
+    r.add_argument("driver", metavar="DRIVER.py")
+    r.add_argument("driver_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the driver")
+    r.add_argument("-o", "--out", metavar="DIR", default="ktrace-out", help="folder for buffers, sidecars and "
+                   "traces (default: ktrace-out)")
+    r.add_argument("--suffix", default="", help="appended to each capture's name, e.g. _ktrace")
+    _capture_options(r)
+    t = r.add_argument_group("timing")
+    t.add_argument("--reps", type=int, default=50, metavar="N", help="timed launches per build (default 50)")
+    t.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed launch pairs first (default 5)")
+    t.add_argument("--no-timing", action="store_true", help="capture only; do not time the builds")
+    t.add_argument("--no-calibrate", action="store_true",
+                   help="do not measure the probe cost when this GPU has no cached calibration")
+    o = r.add_argument_group("output")
+    o.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm", help="trace track tree (see convert)")
+    o.add_argument("--no-report", action="store_true", help="write the files; print no analysis")
+
+    c = sub.add_parser("calibrate", help="measure the timer tick and one probe's cost on this GPU",
+                       description="Measure %globaltimer's tick (smallest nonzero step of back-to-back reads) and "
+                                   "one probe's cost (START/END pairs in a loop, instrumented minus control), "
+                                   "for ktrace's header and FlashInfer's when found. The results are cached per "
+                                   "GPU and go into later captures' sidecars and traces.")
+    _capture_options(c)
+    c.add_argument("--probes", type=int, default=1024, metavar="N", help="START/END pairs per lane (default 1024)")
+    c.add_argument("--reps", type=int, default=30, metavar="N", help="timed launches per build (default 30)")
+    c.add_argument("--json", action="store_true", help="print the calibration as JSON")
+
+
+def _cmd_run(a) -> int:
+    from .capture import settings
+    from .capture.runner import run_driver
+
+    from pathlib import Path
+
+    if not Path(a.driver).is_file():
+        raise InputError(f"{a.driver}: no such driver script")
+    if a.reps <= 0 or a.warmup < 0:
+        raise InputError("--reps must be > 0 and --warmup >= 0")
+    settings.configure(header=a.header, flashinfer_include=a.flashinfer_include, out_dir=a.out, suffix=a.suffix,
+                       reps=a.reps, warmup=a.warmup, timing=not a.no_timing)
+    argv = a.driver_args[1:] if a.driver_args[:1] == ["--"] else a.driver_args
+    if not a.no_calibrate:
+        _ensure_calibration(a.flashinfer_include)
+    caps = run_driver(a.driver, argv)
+    if not caps:
+        print(f"ktrace: {a.driver} saved no capture (call .save() on the Capture that profile() returns)",
+              file=sys.stderr)
+        return EXIT_INPUT
+    for cap in caps:
+        _report_capture(cap, a)
+    return EXIT_OK
+
+
+def _ensure_calibration(flashinfer_include) -> None:
+    from .capture.calibrate import cached, calibrate
+
+    if cached() is not None:
+        return
+    print("calibrating this GPU (once; cached): timer tick and probe cost ...", file=sys.stderr)
+    cal = calibrate(flashinfer_include=flashinfer_include)
+    costs = ", ".join(f"{h} {ns:.1f} ns" for h, ns in cal.probe_cost_ns.items())
+    print(f"timer tick {cal.tick_ns} ns; one probe costs {costs}", file=sys.stderr)
+
+
+def _report_capture(cap, a) -> None:
+    print()
+    print(f"== {cap.name} ({cap.kernel.spec.name if hasattr(cap.kernel, 'spec') else 'kernel'}, grid {list(cap.grid)}, "
+          f"block {list(cap.block or [])}, {cap.producer} header)")
+    t = cap.timing
+    if t is not None:
+        w, wo = t.with_profiler, t.without_profiler
+        print(f"timing, median of {w.reps} interleaved launches after {w.warmup} warm-up pairs: "
+              f"unprofiled {wo.median_us:.2f} us (p10-p90 {wo.p10_us:.2f}-{wo.p90_us:.2f}), "
+              f"profiled {w.median_us:.2f} us (p10-p90 {w.p10_us:.2f}-{w.p90_us:.2f}); "
+              f"overhead x{t.overhead_ratio:.4f} ({t.overhead_us:+.2f} us)")
+    ov = cap.overflow
+    if ov is not None and ov.any():
+        print(f"warning: {int(ov.sum()):,} records dropped by {int((ov > 0).sum()):,} full lanes: raise "
+              f"max_events_per_lane (now {cap.capacity})", file=sys.stderr)
+    trace = cap.trace(tracks=a.tracks)
+    print(f"buffer {cap.paths['bin']}  sidecar {cap.paths['json']}  trace {trace}")
+    print("open the trace at https://ui.perfetto.dev (Open trace file)")
+    if not a.no_report:
+        _print_report(cap.paths["bin"])
+
+
+def _print_report(bin_path) -> None:
+    """``ktrace analyze`` where it exists and its engine runs here; else ``ktrace inspect``."""
+    from .cli import main
+
+    try:
+        from .cli_analysis import HANDLERS as analysis_handlers
+    except ImportError:
+        analysis_handlers = {}
+    sys.stdout.flush()
+    if "analyze" in analysis_handlers and main(["analyze", str(bin_path)]) == EXIT_OK:
+        return
+    main(["inspect", str(bin_path)])
+
+
+def _cmd_calibrate(a) -> int:
+    from .capture.build import resolve_header
+    from .capture.calibrate import calibrate
+
+    if a.probes <= 0 or a.reps <= 0:
+        raise InputError("--probes and --reps must be > 0")
+    if a.header == "auto":
+        headers = None
+    else:
+        resolve_header(a.header, a.flashinfer_include)  # a missing FlashInfer header is an input error
+        headers = [a.header]
+    cal = calibrate(headers=headers, flashinfer_include=a.flashinfer_include, n=a.probes, reps=a.reps)
+    if a.json:
+        print(json.dumps(cal.as_dict(), indent=1))
+        return EXIT_OK
+    steps = sorted(cal.tick_steps.items(), key=lambda kv: -kv[1])[:4]
+    print(f"{cal.device} ({cal.pci_bus_id}, driver {cal.driver_version})")
+    print(f"timer tick: {cal.tick_ns} ns (steps between {cal.timer_reads:,} back-to-back reads: "
+          + ", ".join(f"{k} ns x{v:,}" for k, v in steps) + ")")
+    if cal.sm_clock_mhz:
+        print(f"SM clock while measuring: {cal.sm_clock_mhz:.0f} MHz")
+    for h, ns in cal.probe_cost_ns.items():
+        loop = cal.probe_loop.get(h, {})
+        print(f"one probe, {h} header: {ns:.2f} ns of kernel time, {cal.probe_cost_cycles[h]:.1f} SM cycles in the "
+              f"writing thread ({loop.get('probes_per_lane', '?')} probes per lane, {loop.get('blocks', '?')} blocks)")
+    if {"ktrace", "flashinfer"} <= set(cal.probe_cost_ns):
+        r = cal.probe_cost_ns["ktrace"] / cal.probe_cost_ns["flashinfer"]
+        print(f"ktrace's probe / FlashInfer's: x{r:.3f}")
+    return EXIT_OK
+
+
+HANDLERS = {"run": _cmd_run, "calibrate": _cmd_calibrate}
+
+
+def main(argv=None) -> int:
+    """The capture commands on their own (``python -m ktrace.cli_capture run ...``)."""
+    from .errors import KtraceError
+
+    p = argparse.ArgumentParser(prog="ktrace")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    add_capture_commands(sub)
+    a = p.parse_args(argv)
+    if not a.command:
+        p.print_help()
+        return EXIT_INPUT
+    try:
+        return HANDLERS[a.command](a)
+    except KtraceError as e:
+        print(f"ktrace: error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
