@@ -69,6 +69,9 @@ class Launch:
     producer: str | None = None  # "flashinfer" or "ktrace" (ktrace's header), when the sidecar says
     capacity_per_lane: int | None = None  # records per lane the buffer was sized for, when known
     trailer: bool = False  # ktrace's header: per-lane overflow counts and a 64-bit timer anchor follow
+    probe_cost_ns: float | None = None  # one probe's cost measured by `ktrace calibrate`
+    profiled_median_us: float | None = None  # the instrumented build's median kernel time
+    control_median_us: float | None = None  # the unprofiled control's median kernel time
 
     @property
     def instants_advance(self) -> bool:

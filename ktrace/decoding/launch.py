@@ -77,4 +77,17 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
         producer=meta.get("producer") if isinstance(meta.get("producer"), str) else None,
         capacity_per_lane=_int_or_none(bufmeta.get("records_per_lane_capacity")),
         trailer=bufmeta.get("trailer") is True,
+        probe_cost_ns=_float_or_none(timer.get("probe_cost_ns")),
+        profiled_median_us=_float_or_none(_get(meta, "timing", "with_profiler", "median_us")),
+        control_median_us=_float_or_none(_get(meta, "timing", "without_profiler", "median_us")),
     )
+
+
+def _get(d, *keys):
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _float_or_none(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -100,12 +100,17 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
         facts["block"] = "x".join(map(str, L.block_dim))
     if L.device:
         facts["device"] = L.device
+    if L.producer:
+        facts["producer"] = L.producer
     facts["layout"] = d.layout.name
     facts["layout_match"] = round(d.layout.score, 6)
     facts["num_blocks"] = L.num_blocks
     facts["num_groups"] = L.num_groups
     if L.timer_tick_ns is not None:
         facts["timer_tick_ns"] = L.timer_tick_ns
+    for key in ("probe_cost_ns", "profiled_median_us", "control_median_us"):
+        if getattr(L, key) is not None:
+            facts[key] = float(getattr(L, key))
     if summary.min_step_ns is not None:
         facts["min_step_ns"] = summary.min_step_ns
     facts["time_origin"] = d.time_origin
