@@ -40,7 +40,9 @@ def _headline(a: Analysis) -> str:
 
 
 def _thresholds_line(a: Analysis) -> str:
-    return "thresholds: " + " ".join(f"{n}={v:g}" for n, v in a.thresholds.to_dict().items()) + \
+    shown = {n: (f"{v:g}" if (n != "tick_ns" or v) else f"auto ({a.tick_ns:.0f})")
+             for n, v in a.thresholds.to_dict().items()}
+    return "thresholds: " + " ".join(f"{n}={v}" for n, v in shown.items()) + \
         " (change with --threshold NAME=VALUE)"
 
 
