@@ -74,6 +74,7 @@ _COMMAND_MODULES = {
     "cli_capture": "add_capture_commands",
     "cli_view": "add_view_commands",
     "cli_compare": "add_compare_commands",
+    "cli_merge": "add_merge_commands",
 }
 
 

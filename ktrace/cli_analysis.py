@@ -1,6 +1,7 @@
 """Command-line handlers for the analysis commands (analyze, query), kept apart from cli.py's decoding ones.
 
     ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--threshold NAME=VALUE ...]
+    ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them (cli_merge)
     ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json]
 
 A BUF (anything not ending in .perfetto-trace / .pftrace) is converted to a temporary trace first, with the
@@ -30,8 +31,9 @@ def add_analysis_commands(sub, decode_options) -> None:
         "they support. Findings come first, then a table per phase.",
         epilog="Thresholds (NAME=VALUE): imbalance, excess_fraction, stable_fraction, wait_fraction, "
         "top_waits, dominant_share, tick_ns. The JSON schema is ktrace.analysis/1 (docs/analysis-schema.md).")
-    a.add_argument("source", metavar="TRACE|BUF",
-                   help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first)")
+    a.add_argument("source", metavar="TRACE|BUF", nargs="+",
+                   help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first); several "
+                   "buffers (one per GPU): each analyzed, then a table across GPUs")
     fmt = a.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/1)")
     fmt.add_argument("--markdown", action="store_true", help="print the report as Markdown (for a PR comment)")
@@ -39,6 +41,9 @@ def add_analysis_commands(sub, decode_options) -> None:
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
     _engine_option(a)
+    from .cli_merge import align_option
+
+    align_option(a)
     decode_options(a)
 
     q = sub.add_parser(
@@ -76,6 +81,11 @@ def _decode_kwargs(a) -> dict:
 def _cmd_analyze(a) -> int:
     from .analysis import Thresholds, analyze, is_trace_path
 
+    if len(a.source) > 1:
+        from .cli_merge import analyze_several
+
+        return analyze_several(a)
+    a.source = a.source[0]
     thresholds = Thresholds.parse(a.threshold)
     options = {} if is_trace_path(a.source) else _decode_kwargs(a)
     if is_trace_path(a.source):

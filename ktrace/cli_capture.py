@@ -1,6 +1,7 @@
 """Command-line handlers for the capture commands (run, calibrate): GPU work through ``ktrace.capture``.
 
     ktrace run [OPTIONS] DRIVER.py [DRIVER ARGS...]   run a driver script, then convert and report its captures
+    ktrace run --device 0,1 DRIVER.py                  once per GPU at the same time, clocks measured, merged
     ktrace calibrate [--json]                          timer tick and probe cost on this GPU
 
 Both exit 3 when there is no GPU or no PyCUDA. ``python -m ktrace.cli_capture`` runs them on their own.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import EXIT_INPUT, EXIT_OK, InputError
@@ -24,6 +26,9 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--flashinfer-include", metavar="DIR",
                    help="FlashInfer's include folder (holding flashinfer/profiler.cuh); default: "
                         "$FLASHINFER_INCLUDE, then an installed flashinfer-python")
+    g.add_argument("--device", metavar="N[,N...]",
+                   help="CUDA device index (default: $KTRACE_DEVICE, else 0); for run, several (0,1 or 0-3) run "
+                        "the driver once per GPU at the same time, each in its own process")
 
 
 def add_capture_commands(sub, decode_options=None) -> None:
@@ -50,6 +55,9 @@ def add_capture_commands(sub, decode_options=None) -> None:
     o = r.add_argument_group("output")
     o.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm", help="trace track tree (see convert)")
     o.add_argument("--no-report", action="store_true", help="write the files; print no analysis")
+    m = r.add_argument_group("several GPUs (--device 0,1)")
+    m.add_argument("--sync-rounds", type=int, default=50, metavar="N",
+                   help="clock-offset samples per GPU, before and after the run (default 50)")
 
     c = sub.add_parser("calibrate", help="measure the timer tick and one probe's cost on this GPU",
                        description="Measure %globaltimer's tick (smallest nonzero step of back-to-back reads) and "
@@ -72,18 +80,91 @@ def _cmd_run(a) -> int:
         raise InputError(f"{a.driver}: no such driver script")
     if a.reps <= 0 or a.warmup < 0:
         raise InputError("--reps must be > 0 and --warmup >= 0")
+    if _select_device(a):
+        return _run_on_devices(a)
     settings.configure(header=a.header, flashinfer_include=a.flashinfer_include, out_dir=a.out, suffix=a.suffix,
                        reps=a.reps, warmup=a.warmup, timing=not a.no_timing)
     argv = a.driver_args[1:] if a.driver_args[:1] == ["--"] else a.driver_args
     if not a.no_calibrate:
         _ensure_calibration(a.flashinfer_include)
     caps = run_driver(a.driver, argv)
+    from .capture.multigpu import write_manifest
+
+    write_manifest(c.paths["bin"] for c in caps if "bin" in c.paths)
     if not caps:
         print(f"ktrace: {a.driver} saved no capture (call .save() on the Capture that profile() returns)",
               file=sys.stderr)
         return EXIT_INPUT
     for cap in caps:
         _report_capture(cap, a)
+    return EXIT_OK
+
+
+def _select_device(a) -> bool:
+    """Point this process at --device; True when several devices were asked for."""
+    if not a.device:
+        return False
+    from .capture.multigpu import parse_devices
+
+    devices = parse_devices(a.device)
+    if len(devices) > 1:
+        return True
+    os.environ["KTRACE_DEVICE"] = str(devices[0])
+    return False
+
+
+def _child_command(a, device: int) -> list[str]:
+    """``ktrace run`` for one GPU of a multi-GPU run: the same options, files suffixed ``_gpu<i>``, no
+    report (the parent prints the one across GPUs)."""
+    cmd = [sys.executable, "-m", "ktrace", "run", "--device", str(device), "--out", a.out,
+           "--suffix", f"{a.suffix}_gpu{device}", "--header", a.header, "--reps", str(a.reps),
+           "--warmup", str(a.warmup), "--tracks", a.tracks]
+    if a.flashinfer_include:
+        cmd += ["--flashinfer-include", a.flashinfer_include]
+    cmd += [flag for flag, on in (("--no-timing", a.no_timing), ("--no-calibrate", a.no_calibrate)) if on]
+    return cmd + ["--no-report", a.driver, *a.driver_args]  # the parent reports across GPUs
+
+
+def _run_on_devices(a) -> int:
+    from .capture.multigpu import parse_devices, run_on_devices
+    from .errors import EXIT_ENV
+    from .export.merge import merge_traces
+
+    devices = parse_devices(a.device)
+    if a.sync_rounds <= 0:
+        raise InputError("--sync-rounds must be > 0")
+    print(f"measuring the clocks of GPUs {', '.join(map(str, devices))} ({a.sync_rounds} rounds), then running "
+          f"{a.driver} on each at once ...", file=sys.stderr)
+    run = run_on_devices(devices, lambda d: _child_command(a, d), a.out, rounds=a.sync_rounds)
+    failed = [r for r in run.runs if r.returncode != 0]
+    for r in run.runs:
+        print(f"\n######## GPU {r.device} (exit {r.returncode})")
+        sys.stdout.write(r.stdout)
+        if r.stderr.strip():
+            sys.stdout.flush()
+            sys.stderr.write(r.stderr)
+    print("\n######## across GPUs")
+    for label, sync in (("before", run.before), ("after", run.after)):
+        ref = sync.reference
+        offs = "; ".join(f"GPU {o.device_index} {o.offset_to_reference_ns:+,} ns (spread {o.spread_ns:,} ns)"
+                         for o in sync.offsets[1:])
+        print(f"clock offsets to GPU {ref.device_index} {label} the run ({sync.rounds} rounds): {offs}")
+    print(f"clock measurements: {run.sync_file}")
+    if failed:
+        print(f"ktrace: the run failed on GPU(s) {', '.join(str(r.device) for r in failed)}", file=sys.stderr)
+        return max(r.returncode for r in failed) if all(r.returncode > 0 for r in failed) else EXIT_ENV
+    groups = list(zip(*(r.saved for r in run.runs)))
+    for group in groups:
+        stem = group[0].stem.removesuffix(f"_gpu{run.runs[0].device}")
+        res = merge_traces(group, group[0].with_name(f"{stem}_merged.perfetto-trace"), tracks=a.tracks)
+        print(f"merged trace, a process per GPU: {res.path}")
+        if not a.no_report:
+            from .analysis.multigpu import cross_gpu
+            from .cli_merge import print_cross_gpu
+
+            sys.stdout.flush()
+            print_cross_gpu(cross_gpu(group, alignment=res.alignment))
+            print(f"each GPU's own analysis: ktrace analyze {' '.join(str(p) for p in group)}")
     return EXIT_OK
 
 
@@ -140,6 +221,8 @@ def _cmd_calibrate(a) -> int:
 
     if a.probes <= 0 or a.reps <= 0:
         raise InputError("--probes and --reps must be > 0")
+    if _select_device(a):
+        raise InputError("calibrate measures one GPU: give one --device (each GPU's calibration is cached)")
     if a.header == "auto":
         headers = None
     else:

@@ -280,6 +280,9 @@ def profile(kernel, *, grid, block, args, shared_bytes: int = 0, groups: int = 1
         if before_capture is not None:
             before_capture()
         driver().Context.synchronize()
+        from .multigpu import launch_barrier
+
+        launch_barrier()  # a multi-GPU run (ktrace run --device 0,1): all GPUs launch together
         cap.mark_launch()
         launcher(kernel.instrumented)()
     return cap

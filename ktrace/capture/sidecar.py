@@ -18,9 +18,9 @@ TRAILER = ("then one overflow count per lane at 1+capacity*lanes+lane, then the 
            "anchor at 1+capacity*lanes+lanes")
 
 
-def timer_metadata(producer: str, anchor_ns: int | None) -> dict:
+def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: int | None = None) -> dict:
     """The sidecar's ``timer``: tick and probe cost from this device's calibration (when one exists; the
-    tick is measured now if not), and the kernel's anchor."""
+    tick is measured now if not), the kernel's anchor and, in a multi-GPU run, this GPU's clock offset."""
     from .calibrate import cached, measure_tick
 
     out: dict = {}
@@ -44,6 +44,10 @@ def timer_metadata(producer: str, anchor_ns: int | None) -> dict:
         out["source"] = "tick measured at capture (run ktrace calibrate for the probe cost)"
     if anchor_ns is not None:
         out["anchor_ns"] = int(anchor_ns)
+    from ._cuda import device_info
+    from .multigpu import sidecar_clock
+
+    out.update(sidecar_clock(device_info().pci_bus_id, anchor_ns or host_launch_unix_ns))
     return out
 
 
@@ -51,10 +55,11 @@ def capture_metadata(cap, bin_path: Path) -> dict:
     """The sidecar for a read-back Capture saved at ``bin_path``."""
     from .. import __version__
     from ._cuda import device_info
+    from .multigpu import device_index
 
     dev = device_info()
     words = cap.words
-    device = dev.as_dict()
+    device = {"index": device_index(), **dev.as_dict()}
     if hasattr(cap.kernel, "compile_info"):
         device["compile"] = cap.kernel.compile_info()
     buffer = {
@@ -85,7 +90,7 @@ def capture_metadata(cap, bin_path: Path) -> dict:
         "event_names": list(cap.event_names),
         "group_names": list(cap.group_names),
         "host_launch_unix_ns": int(cap.host_launch_unix_ns),
-        "timer": timer_metadata(cap.producer, cap.anchor_ns),
+        "timer": timer_metadata(cap.producer, cap.anchor_ns, cap.host_launch_unix_ns),
         "buffer": buffer,
         "device": device,
         "ktrace_version": __version__,

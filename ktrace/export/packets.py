@@ -8,7 +8,7 @@ order, minimal varints, negative int64 as ten bytes): tests compare with ``Seria
 
 Packet (as ``Trace.packet``, field 1)::
 
-    TracePacket { timestamp(8)=ts  trusted_packet_sequence_id(10)=1
+    TracePacket { timestamp(8)=ts  trusted_packet_sequence_id(10)=seq_id (1 unless merging several GPUs)
                   track_event(11) { debug_annotations(4) x4 {name_iid(1) int_value(4)}   (not on END)
                                     type(9)  name_iid(10) (not on END)  track_uuid(11) }
                   sequence_flags(13)=SEQ_NEEDS_INCREMENTAL_STATE (not on END) }
@@ -39,7 +39,7 @@ def varint_len(v: np.ndarray) -> np.ndarray:
     return n
 
 
-def _layout(has_args: bool, lens: dict) -> list:
+def _layout(has_args: bool, lens: dict, seq_id: int = 1) -> list:
     """Byte layout of one shape: items (const byte) or (field, byte index, varint length)."""
     te: list = []
     if has_args:
@@ -51,20 +51,23 @@ def _layout(has_args: bool, lens: dict) -> list:
     if has_args:
         te += [0x50] + [("name", i, lens["name"]) for i in range(lens["name"])]
     te += [0x58] + [("uuid", i, lens["uuid"]) for i in range(lens["uuid"])]
-    pkt = [0x40] + [("ts", i, lens["ts"]) for i in range(lens["ts"])] + [0x50, 0x01, 0x5A, len(te)] + te
+    pkt = [0x40] + [("ts", i, lens["ts"]) for i in range(lens["ts"])] + [0x50, seq_id, 0x5A, len(te)] + te
     if has_args:
         pkt += [0x68, 0x02]
     assert len(te) < 128 and len(pkt) < 128  # one-byte length prefixes: true for every shape
     return [0x0A, len(pkt)] + pkt
 
 
-def encode_events(cols: dict) -> np.ndarray:
+def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
     """Encoded ``Trace.packet`` bytes, one packet per row, rows in the given order.
 
+    seq_id: the packets' trusted_packet_sequence_id, 1 to 127 (one varint byte).
     cols: int64 arrays ``ts``, ``type`` (1 begin, 2 end, 3 instant), ``block``, ``group``, ``sm``,
     ``last`` (the 4th arg's value), ``iid`` (the 4th arg's interned name), ``name`` (event name iid),
     ``uuid``. Arg and name columns are ignored on END rows.
     """
+    if not 1 <= seq_id < 128:
+        raise ValueError(f"seq_id {seq_id}: 1 to 127")
     typ = np.asarray(cols["type"], np.int64)
     n = len(typ)
     if n == 0:
@@ -98,7 +101,7 @@ def encode_events(cols: dict) -> np.ndarray:
         for f in reversed(_FIELDS):
             fl[f] = x & 15
             x >>= 4
-        layouts.append(_layout(bool(x & 1), fl))
+        layouts.append(_layout(bool(x & 1), fl, seq_id))
     widths = np.array([len(lay) for lay in layouts], np.int64)
     wmax = int(widths.max())
     # Each row padded to the widest shape, then the padding squeezed out in one boolean pass.

@@ -1,6 +1,8 @@
 """The track tree of a trace: launch, then SM, block, warp group (or flatter), with numeric sibling order.
 
-Track uuids are small for lane tracks (they are written with every event) and tagged by kind otherwise.
+Track uuids are small for lane tracks (they are written with every event) and tagged by kind otherwise. A
+trace holding several GPUs' launches (``ktrace merge``) gives each its own range: every uuid plus
+``uuid_offset`` (a multiple of ``GPU_UUID_STRIDE``), under a per-GPU process track.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import numpy as np
 
 from ..model import Decoded
 
-__all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "TRACK_MODES", "LAUNCH_UUID"]
+__all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "TRACK_MODES", "LAUNCH_UUID",
+           "PROCESS_UUID", "GPU_UUID_STRIDE"]
 
 TRACK_MODES = ("sm", "block", "flat")
 LAUNCH_UUID = 1 << 44
+PROCESS_UUID = 1 << 45  # a merged trace's per-GPU process track (plus the GPU's uuid_offset)
+GPU_UUID_STRIDE = 1 << 48  # uuid_offset of the i-th GPU of a merged trace: i * GPU_UUID_STRIDE
 _BLOCK_BASE = 1 << 42
 _SM_BASE = 1 << 43
 
@@ -50,13 +55,23 @@ class TrackState:
         return TrackState(set(), d.launch.num_blocks * d.launch.num_groups + 1)
 
 
-def launch_track(d: Decoded) -> Track:
-    return Track(LAUNCH_UUID, None, _launch_name(d), None)
+def launch_track(d: Decoded, uuid_offset: int = 0, parent: int | None = None) -> Track:
+    return Track(LAUNCH_UUID + uuid_offset, parent, _launch_name(d), None)
 
 
-def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None) -> TrackTree:
+def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None, uuid_offset: int = 0) -> TrackTree:
     """The tracks for a decoded buffer or part of one (not the launch track). Only lanes with records get
-    tracks; with a ``state``, SM tracks already declared by earlier parts are not declared again."""
+    tracks; with a ``state``, SM tracks already declared by earlier parts are not declared again.
+    uuid_offset is added to every uuid (a merged trace's GPU range)."""
+    tree = _build_tracks(d, mode, state)
+    if not uuid_offset:
+        return tree
+    return TrackTree([Track(t.uuid + uuid_offset, None if t.parent is None else t.parent + uuid_offset, t.name,
+                            t.rank) for t in tree.tracks],
+                     tree.lane_uuid + uuid_offset, {k: u + uuid_offset for k, u in tree.overlap_uuid.items()})
+
+
+def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
     L = d.launch
     ng = L.num_groups
     state = state or TrackState.new(d)

@@ -6,11 +6,16 @@ buffer. Tracks, interned names and the launch slice are few and go through the p
 per-record packets are many and go through the vectorized encoder in ``packets``, in (lane, sequence)
 order: the trace processor sorts by timestamp itself, and this order keeps each track's events in the
 producer's order (ties included). The launch slice, whose args count everything, comes last.
+
+A ``TraceSpace`` places one buffer among several in one trace (``ktrace merge``): its own packet sequence
+(and so its own interned names), its own track uuid range, and a process track above its launch track. The
+default space writes exactly the single-buffer trace.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -18,15 +23,31 @@ import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
-from .tracks import LAUNCH_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
+from .tracks import LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
-__all__ = ["write_trace", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES"]
+__all__ = ["write_trace", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
 
 SEQ_ID = 1
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
 # Interned debug-annotation names: iid -> name.
 ARG_NAMES = {1: "block", 2: "group", 3: "sm", 4: "k", 5: "instant", 6: "seq"}
 _CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TraceSpace:
+    """Where one buffer's packets go in a trace: seq_id (trusted_packet_sequence_id, 1..127), uuid_offset
+    (added to every track uuid), process (pid, name): a process track above the launch track, with
+    ``description``; launch_args: extra (name, value) args on the launch slice."""
+
+    seq_id: int = SEQ_ID
+    uuid_offset: int = 0
+    process: tuple[int, str] | None = None
+    description: str | None = None
+    launch_args: tuple = ()
+
+
+_DEFAULT_SPACE = TraceSpace()
 
 
 def _pb2():
@@ -44,9 +65,10 @@ def _emit(pkt) -> bytes:
 class _Names:
     """Interned event names: iids handed out in first-use order, declared before the packets using them."""
 
-    def __init__(self) -> None:
+    def __init__(self, seq_id: int = SEQ_ID) -> None:
         self.iid: dict[str, int] = {}
         self.pending: list[str] = []
+        self.seq_id = seq_id
 
     def get(self, name: str) -> int:
         if name not in self.iid:
@@ -58,7 +80,7 @@ class _Names:
         if not self.pending and not first:
             return b""
         p = _pb2().TracePacket()
-        p.trusted_packet_sequence_id = SEQ_ID
+        p.trusted_packet_sequence_id = self.seq_id
         p.sequence_flags = _SEQ_CLEARED if first else _SEQ_NEEDS
         for nm in self.pending:
             p.interned_data.event_names.add(iid=self.iid[nm], name=nm)
@@ -69,12 +91,14 @@ class _Names:
         return _emit(p)
 
 
-def _track_packets(tracks: list, parents: set, description: str | None = None) -> bytes:
+def _track_packets(tracks: list, parents: set, description: str | None = None,
+                   space: TraceSpace = _DEFAULT_SPACE) -> bytes:
     pb = _pb2()
     out = bytearray()
+    launch_uuid = LAUNCH_UUID + space.uuid_offset
     for t in tracks:
         p = pb.TracePacket()
-        p.trusted_packet_sequence_id = SEQ_ID
+        p.trusted_packet_sequence_id = space.seq_id
         td = p.track_descriptor
         td.uuid = t.uuid
         td.name = t.name
@@ -82,12 +106,24 @@ def _track_packets(tracks: list, parents: set, description: str | None = None) -
             td.parent_uuid = t.parent
         if t.rank is not None:
             td.sibling_order_rank = t.rank
-        if t.uuid in parents or t.uuid == LAUNCH_UUID:
+        if t.uuid in parents or t.uuid == launch_uuid:
             td.child_ordering = pb.TrackDescriptor.EXPLICIT
-        if description and t.uuid == LAUNCH_UUID:
+        if description and t.uuid == launch_uuid:
             td.description = description
         out.extend(_emit(p))
     return bytes(out)
+
+
+def _process_packet(space: TraceSpace) -> bytes:
+    """The process track a merged trace puts above one GPU's launch track."""
+    p = _pb2().TracePacket()
+    p.trusted_packet_sequence_id = space.seq_id
+    td = p.track_descriptor
+    td.uuid = PROCESS_UUID + space.uuid_offset
+    td.process.pid, td.process.process_name = space.process
+    if space.description:
+        td.description = space.description
+    return _emit(p)
 
 
 def launch_facts(d: Decoded, summary: Summary) -> dict:
@@ -125,18 +161,18 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     return facts
 
 
-def _launch_slice(d: Decoded, summary: Summary) -> bytes:
+def _launch_slice(d: Decoded, summary: Summary, space: TraceSpace = _DEFAULT_SPACE) -> bytes:
     pb = _pb2()
     t0 = summary.first_ns or 0
     t1 = summary.last_ns or 0
     begin, end = pb.TracePacket(), pb.TracePacket()
     begin.timestamp = t0
-    begin.trusted_packet_sequence_id = SEQ_ID
+    begin.trusted_packet_sequence_id = space.seq_id
     te = begin.track_event
     te.type = pb.TrackEvent.TYPE_SLICE_BEGIN
-    te.track_uuid = LAUNCH_UUID
+    te.track_uuid = LAUNCH_UUID + space.uuid_offset
     te.name = d.launch.kernel
-    for k, v in launch_facts(d, summary).items():
+    for k, v in [*launch_facts(d, summary).items(), *space.launch_args]:
         a = te.debug_annotations.add(name=k)
         if isinstance(v, str):
             a.string_value = v
@@ -145,9 +181,9 @@ def _launch_slice(d: Decoded, summary: Summary) -> bytes:
         else:
             a.int_value = v
     end.timestamp = t1
-    end.trusted_packet_sequence_id = SEQ_ID
+    end.trusted_packet_sequence_id = space.seq_id
     end.track_event.type = pb.TrackEvent.TYPE_SLICE_END
-    end.track_event.track_uuid = LAUNCH_UUID
+    end.track_event.track_uuid = LAUNCH_UUID + space.uuid_offset
     return _emit(begin) + _emit(end)
 
 
@@ -220,16 +256,19 @@ def _parts(source, records_per_part: int | None) -> Iterable[Decoded]:
 
 
 def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None] | None = None,
-                 summary_out: list | None = None, records_per_part: int | None = None):
+                 summary_out: list | None = None, records_per_part: int | None = None,
+                 space: TraceSpace = _DEFAULT_SPACE):
     """The trace as a sequence of byte strings.
 
     source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
     progress(done_records, total_slots) is called after each chunk. If ``summary_out`` is a list, the
-    buffer's Summary is appended to it at the end.
+    buffer's Summary is appended to it at the end. space: where the packets go in a trace of several
+    buffers (TraceSpace; the default writes the single-buffer trace).
     """
     if tracks not in TRACK_MODES:
         raise ValueError(f"tracks must be one of {TRACK_MODES}")
-    names = _Names()
+    names = _Names(space.seq_id)
+    off = space.uuid_offset
     state = None
     summary = Summary()
     first = None
@@ -242,23 +281,27 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
             for i in range(len(d.launch.event_names)):  # the launch's own names first, in index order
                 names.get(d.launch.event_name(i))
             yield names.flush(first=True)
-            yield _track_packets([launch_track(d)], set())
+            parent = None
+            if space.process is not None:
+                yield _process_packet(space)
+                parent = PROCESS_UUID + off
+            yield _track_packets([launch_track(d, off, parent)], set(), space=space)
             state = TrackState.new(d)
-        tree = build_tracks(d, mode, state)
+        tree = build_tracks(d, mode, state, off)
         parents = {t.parent for t in tree.tracks}
-        yield _track_packets(tree.tracks, parents)
+        yield _track_packets(tree.tracks, parents, space=space)
         luts = _name_iids(d, names)
         yield names.flush()
         cols = _event_columns(d, tree, luts)
         for c0 in range(0, d.records, _CHUNK):
             c1 = min(d.records, c0 + _CHUNK)
-            yield encode_events({k: v[c0:c1] for k, v in cols.items()}).tobytes()
+            yield encode_events({k: v[c0:c1] for k, v in cols.items()}, space.seq_id).tobytes()
             if progress:
                 progress(done + c1, total or d.records)
         done += d.records
         summary = summary.merge(Summary.of(d))
     if first is not None:
-        yield _launch_slice(first, summary)
+        yield _launch_slice(first, summary, space)
     if summary_out is not None:
         summary_out.append(summary)
 

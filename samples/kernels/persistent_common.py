@@ -1,8 +1,11 @@
-"""The persistent kernel's driver, shared by imbalance.py (one slow block) and moving_straggler.py (the slow
-block moves each iteration)."""
+"""The persistent kernel's driver, shared by imbalance.py (one slow block), moving_straggler.py (the slow
+block moves each iteration) and balanced.py (the slow block's extra compute spread over all blocks).
+
+Every driver takes ``--name NAME`` (the captures' stem; ``ktrace run --device 0,1`` adds ``_gpu<i>``)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +22,35 @@ THREADS = 128
 EVENTS = ["load", "compute", "reduce"]
 
 
-def run_persistent(name: str, slow_block: int, slow_step: int, description: str) -> None:
+def max_over_mean(d, event: int, iterations: int) -> list[float]:
+    """For each instance k of ``event``: the longest slice over the mean slice (1.0: perfectly balanced)."""
+    s = d.slices
+    out = []
+    for k in range(iterations):
+        dur = s.dur_ns[(s.event == event) & (s.k == k)]
+        out.append(float(dur.max() / dur.mean()) if len(dur) and dur.mean() > 0 else float("nan"))
+    return out
+
+
+def _name(default: str) -> str:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default=default, help=f"the captures' stem (default {default})")
+    return ap.parse_args().name
+
+
+def run_persistent(name: str, slow_block: int, slow_step: int, description: str, *, spread: bool = False) -> None:
+    """Capture the persistent kernel. slow_block, slow_step: block (slow_block + it * slow_step) % blocks gets
+    SLOW_MULT times the compute in iteration it; spread: instead, that extra work ((SLOW_MULT - 1) *
+    COMPUTE_BASE FMAs per iteration) is shared evenly by all blocks (same total, to within blocks - 1 FMAs
+    per thread), so no block stands out."""
     import pycuda.gpuarray as gpuarray
 
+    name = _name(name)
     dev = device()
     nb = dev.multiprocessors
+    base, mult = COMPUTE_BASE, SLOW_MULT
+    if spread:
+        base, mult = COMPUTE_BASE + round((SLOW_MULT - 1) * COMPUTE_BASE / nb), 1
     # More than half an SM's shared memory: one block per SM, so all blocks are resident for the barrier.
     smem = min(153600, dev.max_shared_per_block_optin)
     load_n4 = LOAD_BYTES // 16
@@ -33,8 +60,8 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str)
     src = gpuarray.to_gpu(rng.random(nb * load_n4 * 4, dtype=np.float32))
     out = gpuarray.zeros(ITERS, np.float32)
     smid = gpuarray.zeros(nb, np.int32)
-    args = [BUFFER, bar, src, out, smid, np.int32(ITERS), np.int32(load_n4), np.int32(COMPUTE_BASE),
-            np.int32(SLOW_MULT), np.int32(slow_block), np.int32(slow_step)]
+    args = [BUFFER, bar, src, out, smid, np.int32(ITERS), np.int32(load_n4), np.int32(base),
+            np.int32(mult), np.int32(slow_block), np.int32(slow_step)]
     capacity = 6 * ITERS + 4  # a few spare slots per lane
 
     def reset():
@@ -45,7 +72,7 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str)
     if int(bar.get()[2]):
         raise SystemExit(f"{name}: a block gave up waiting at the grid barrier: the {nb} blocks were not all "
                          "resident at once (is another kernel using the GPU?)")
-    slow = [(slow_block + it * slow_step) % nb for it in range(ITERS)]
+    slow = [] if spread else [(slow_block + it * slow_step) % nb for it in range(ITERS)]
     block_smid = smid.get().tolist()
     cap.meta.update(
         block_smid=block_smid,
@@ -55,8 +82,9 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str)
             "iterations": ITERS,
             "phases_per_iter": EVENTS,
             "slow_block_per_iter": slow,
-            "compute_work_multiplier_slow": SLOW_MULT,
-            "compute_iters_base": COMPUTE_BASE,
+            "compute_work_multiplier_slow": mult,
+            "compute_iters_base": base,
+            "compute_iters_total_per_iter": base * (nb - 1 + mult),
             "load_bytes_per_block": LOAD_BYTES,
             "barrier_wait_inside_probes": False,
             "expected_record_sequence_per_lane": "(load B, load E, compute B, compute E, reduce B, reduce E) x 8",
@@ -65,15 +93,25 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str)
     cap.save()
     d = decode_saved(cap)
     last = last_finishers(d, EVENTS.index("compute"), ITERS)
-    ratios = [duration_ratio(d, EVENTS.index("compute"), k, slow[k]) for k in range(ITERS)]
     checks = sm_field_checks(cap.words, capacity, nb, 1, block_smid)
     checks.update(
         last_compute_finisher_per_iter=last,
+        compute_max_over_mean_per_iter=[round(r, 4) for r in max_over_mean(d, EVENTS.index("compute"), ITERS)],
+        slices=len(d.slices),
+        overflow_records=int(cap.overflow.sum()) if cap.overflow is not None else None,
+    )
+    if spread:
+        cap.meta["checks"] = checks
+        cap.save()
+        print(summary_line(cap))
+        print(f"{name}: no slow block; 'compute' max/mean duration per iteration: "
+              f"{', '.join(f'{r:.3f}' for r in checks['compute_max_over_mean_per_iter'])}")
+        return
+    ratios = [duration_ratio(d, EVENTS.index("compute"), k, slow[k]) for k in range(ITERS)]
+    checks.update(
         expected_last_compute_finisher_per_iter=slow,
         last_finisher_matches_ground_truth=last == slow,
         slow_block_compute_duration_over_median_others=[round(r, 4) for r in ratios],
-        slices=len(d.slices),
-        overflow_records=int(cap.overflow.sum()) if cap.overflow is not None else None,
     )
     cap.meta["checks"] = checks
     cap.save()

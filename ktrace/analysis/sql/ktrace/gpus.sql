@@ -1,0 +1,81 @@
+-- ktrace.gpus: across GPUs, in a trace written by `ktrace merge` (a process per GPU, every GPU on the first
+-- GPU's clock): each GPU's span of every phase instance, and per instance which GPU finished last and how far
+-- apart the GPUs began and ended. The same figures as ktrace.analysis.multigpu computes from the buffers (the
+-- tests compare them). A trace of one buffer has no GPU processes, so the tables are empty there.
+--
+-- Phase slices are the slices with debug.k; a phase is an event name, instance k of it on a GPU spans that
+-- GPU's lanes' k-th slices of it.
+
+-- One row per (GPU, phase instance).
+CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
+  -- Position of the GPU's buffer among the merged ones (its process's pid - 1).
+  gpu LONG,
+  -- The GPU's process name, e.g. 'GPU 1 (NVIDIA H200)'.
+  gpu_name STRING,
+  -- Phase (event name).
+  phase STRING,
+  -- Instance.
+  k LONG,
+  -- Lanes that ran it on this GPU.
+  lanes LONG,
+  -- The GPU's earliest begin and latest end of it, ns on the common axis.
+  begin_ns LONG,
+  end_ns LONG
+) AS
+SELECT
+  p.pid - 1 AS gpu,
+  p.name AS gpu_name,
+  s.name AS phase,
+  extract_arg(s.arg_set_id, 'debug.k') AS k,
+  COUNT(*) AS lanes,
+  MIN(s.ts) AS begin_ns,
+  MAX(s.ts + s.dur) AS end_ns
+FROM slice AS s
+JOIN process_track AS t ON s.track_id = t.id
+JOIN process AS p USING (upid)
+WHERE extract_arg(s.arg_set_id, 'debug.k') IS NOT NULL
+GROUP BY p.upid, s.name, k;
+
+-- One row per phase instance over the GPUs that ran it.
+CREATE PERFETTO TABLE ktrace_cross_gpu_instance(
+  -- Phase (event name) and instance.
+  phase STRING,
+  k LONG,
+  -- GPUs that ran it.
+  gpus LONG,
+  -- First begin and last end over all GPUs, ns.
+  begin_ns LONG,
+  end_ns LONG,
+  -- Latest GPU begin - earliest GPU begin, and latest GPU end - earliest GPU end, ns.
+  start_skew_ns LONG,
+  end_skew_ns LONG,
+  -- The GPU that began first, and the GPU that ended last (the lowest on a tie).
+  first_gpu LONG,
+  last_gpu LONG,
+  -- GPUs whose end is the latest.
+  tied_last_gpus LONG,
+  -- The last GPU's end - the next latest GPU end, ns (NULL with one GPU).
+  last_lead_ns LONG
+) AS
+WITH ranked AS (
+  SELECT
+    *,
+    ROW_NUMBER() OVER (PARTITION BY phase, k ORDER BY end_ns DESC, gpu) AS end_rank,
+    ROW_NUMBER() OVER (PARTITION BY phase, k ORDER BY begin_ns, gpu) AS begin_rank,
+    MAX(end_ns) OVER (PARTITION BY phase, k) AS latest
+  FROM ktrace_gpu_phase_instance
+)
+SELECT
+  phase,
+  k,
+  COUNT(*) AS gpus,
+  MIN(begin_ns) AS begin_ns,
+  MAX(end_ns) AS end_ns,
+  MAX(begin_ns) - MIN(begin_ns) AS start_skew_ns,
+  MAX(end_ns) - MIN(end_ns) AS end_skew_ns,
+  MAX(IIF(begin_rank = 1, gpu, NULL)) AS first_gpu,
+  MAX(IIF(end_rank = 1, gpu, NULL)) AS last_gpu,
+  SUM(IIF(end_ns = latest, 1, 0)) AS tied_last_gpus,
+  MAX(end_ns) - MAX(IIF(end_rank = 2, end_ns, NULL)) AS last_lead_ns
+FROM ranked
+GROUP BY phase, k;

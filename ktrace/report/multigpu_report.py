@@ -1,0 +1,111 @@
+"""What ``ktrace analyze A.bin B.bin`` and ``ktrace merge`` show across GPUs: the clocks and their
+alignment, a summary per phase (which GPU finishes it last, the skews between GPUs) and a table of phase
+instances with each GPU's end. Text (rich renderables) and Markdown; nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..analysis.findings import format_ns
+from ..analysis.multigpu import CrossGpu
+from ..decoding.align import Alignment
+
+__all__ = ["alignment_lines", "cross_gpu_text", "cross_gpu_markdown", "MAX_INSTANCE_ROWS"]
+
+MAX_INSTANCE_ROWS = 48  # longer tables show the first and last rows (the JSON has all)
+_HEAD, _TAIL = 40, 8
+
+
+def _ns(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format_ns(v)
+
+
+def alignment_lines(al: Alignment) -> list[str]:
+    """One line per GPU: label, buffer, measured offset, shift; then the notes."""
+    how = {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record"}[al.mode]
+    out = [f"{len(al.clocks)} GPU(s), aligned {how}" +
+           (f"; offsets known to ±{format_ns(al.spread_ns)} (the measurement's spread): smaller skews are noise"
+            if al.spread_ns is not None else "")]
+    for c in al.clocks:
+        off = ("offset not measured" if c.offset_to_reference_ns is None else
+               f"clock {c.offset_to_reference_ns:+,} ns vs the reference"
+               + (f" (spread {c.offset_spread_ns:,} ns)" if c.offset_spread_ns is not None else ""))
+        out.append(f"  {c.label}: {c.source}; {off}; shifted {c.shift_ns:+,} ns")
+    out += [f"note: {n}" for n in al.notes]
+    return out
+
+
+def _phase_rows(x: CrossGpu) -> tuple[list[str], list[list[str]]]:
+    head = ["phase", "inst.", "finished last: GPU n/inst. (distinct)", "end skew mean", "end skew max",
+            "start skew mean", "start skew max"]
+    rows = []
+    for p in x.phases.rows():
+        rows.append([p["phase"], str(p["instances"]),
+                     f"{x.label(p['top_last_gpu'])}: {p['top_last_count']}/{p['instances']} "
+                     f"({p['distinct_last_gpus']})",
+                     _ns(p["mean_end_skew_ns"]), _ns(p["max_end_skew_ns"]), _ns(p["mean_start_skew_ns"]),
+                     _ns(p["max_start_skew_ns"])])
+    return head, rows
+
+
+def _instance_rows(x: CrossGpu) -> tuple[list[str], list[list[str]], int]:
+    """Each instance: every GPU's end after the instance's first begin, the last GPU and its lead, skews."""
+    gpus = len(x.alignment.clocks)
+    ends: dict[tuple, dict[int, int]] = {}
+    pg = x.per_gpu
+    for ph, k, g, e in zip(pg.phase_index.tolist(), pg.k.tolist(), pg.gpu.tolist(), pg.end_ns.tolist()):
+        ends.setdefault((ph, k), {})[g] = e
+    head = ["phase", "k"] + [f"{x.label(g).split(' (')[0]} end" for g in range(gpus)] + \
+        ["last", "lead", "end skew", "start skew"]
+    rows = []
+    t = x.instances
+    for r in t.rows():
+        mine = ends.get((r["phase_index"], r["k"]), {})
+        cells = [_ns(mine[g] - r["begin_ns"]) if g in mine else "—" for g in range(gpus)]
+        last = x.label(r["last_gpu"]).split(" (")[0] + (f" (tie x{r['tied_last_gpus']})" if r["tied_last_gpus"] > 1 else "")
+        rows.append([r["phase"], str(r["k"]), *cells, last, _ns(r["last_lead_ns"]), _ns(r["end_skew_ns"]),
+                     _ns(r["start_skew_ns"])])
+    hidden = 0
+    if len(rows) > MAX_INSTANCE_ROWS:
+        hidden = len(rows) - _HEAD - _TAIL
+        rows = rows[:_HEAD] + [["…"] * len(head)] + rows[-_TAIL:]
+    return head, rows, hidden
+
+
+def cross_gpu_text(x: CrossGpu) -> list:
+    """Rich renderables: the alignment, the per-phase summary and the instance table."""
+    from rich.table import Table
+
+    out: list = ["[bold]across GPUs[/bold]", *alignment_lines(x.alignment)]
+    if not len(x.instances):
+        return out + ["no phase slices in these buffers"]
+    head, rows = _phase_rows(x)
+    t = Table(title="phases across GPUs", title_justify="left")
+    for h in head:
+        t.add_column(h, justify="left" if h in ("phase",) or h.startswith("finished") else "right")
+    for r in rows:
+        t.add_row(*r)
+    out.append(t)
+    head, rows, hidden = _instance_rows(x)
+    t = Table(title="phase instances: each GPU's end after the instance's first begin",
+              caption=f"{hidden:,} rows not shown (--json has them)" if hidden else None, title_justify="left",
+              caption_justify="left")
+    for h in head:
+        t.add_column(h, justify="left" if h in ("phase", "last") else "right")
+    for r in rows:
+        t.add_row(*r)
+    out.append(t)
+    return out
+
+
+def cross_gpu_markdown(x: CrossGpu) -> str:
+    """The same as Markdown."""
+    lines = ["### across GPUs", ""]
+    lines += [f"- {ln.strip()}" for ln in alignment_lines(x.alignment)]
+    if not len(x.instances):
+        return "\n".join(lines + ["", "no phase slices in these buffers", ""])
+    for title, (head, rows) in (("phases", _phase_rows(x)), ("instances", _instance_rows(x)[:2])):
+        lines += ["", f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
