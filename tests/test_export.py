@@ -87,9 +87,11 @@ def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
     assert args == ARG_NAMES
     assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     assert all(p.trusted_packet_sequence_id == 1 for p in packets)
-    ev = [p for p in events_of(packets) if not p.track_event.name]  # the launch slice is named inline
+    # The launch slice and the SM/block "extent" slices are named inline; phase slices and instants interned.
+    inline = {p.track_event.track_uuid for p in events_of(packets) if p.track_event.name}
+    ev = [p for p in events_of(packets) if p.track_event.track_uuid not in inline]
     begins = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
-    ends = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END and p.track_event.track_uuid != 1 << 44]
+    ends = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END]
     inst = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
     assert len(begins) == len(ends) == len(d.slices)
     assert len(inst) == len(d.instants) + len(d.anomalies)
@@ -143,9 +145,10 @@ def test_tracks_ordered_numerically_and_nested_sm_block_group():
 def test_launch_slice_carries_the_facts():
     d = decode(sample("imbalance"))
     packets = parse(trace_bytes(d))
-    launch = [p for p in events_of(packets) if p.track_event.name][0]
+    launch = [p for p in events_of(packets) if p.track_event.track_uuid == 1 << 44 and p.track_event.name][0]
     a = {x.name: (x.string_value or x.int_value) for x in launch.track_event.debug_annotations}
     assert a["kernel"] == "persistent_phases" and a["grid"] == "132x1x1" and a["device"] == "NVIDIA H200"
+    assert a["block_dim"] == "128x1x1"
     assert a["layout"] == "flashinfer" and a["slices"] == 3168 and a["records"] == 6336
 
 
@@ -193,3 +196,27 @@ def test_streamed_in_lane_ranges_gives_the_same_trace_events(name):
         return sorted(out), sorted((t.name, t.sibling_order_rank) for t in tracks.values())
 
     assert key(whole) == key(streamed)
+
+
+def test_collapsed_sm_and_block_tracks_show_their_extent():
+    # Each SM track (and each block track above warp-group tracks) carries one slice from the first BEGIN
+    # to the last END under it, so a collapsed track is not blank; it has no args, so it is no phase slice.
+    d = decode(sample("warpgroups"))
+    packets = parse(trace_bytes(d))
+    tracks = tracks_of(packets)
+    inline = [p for p in events_of(packets) if p.track_event.name and p.track_event.track_uuid != 1 << 44]
+    by_track = {}
+    for p in inline:
+        by_track.setdefault(tracks[p.track_event.track_uuid].name, []).append(p)
+    assert all(not p.track_event.debug_annotations for p in inline)
+    s = d.slices
+    sms = sorted(set(s.sm.tolist()))
+    assert {n for n in by_track if n.startswith("SM ")} == {f"SM {k}" for k in sms}
+    assert len([n for n in by_track if n.startswith("block ")]) == 264
+    m = s.block == 17
+    (b17,) = by_track["block 17"]
+    assert b17.timestamp == s.begin_ns[m].min() and b17.track_event.name == "running"
+    m = s.sm == sms[0]
+    (first_sm,) = by_track[f"SM {sms[0]}"]
+    assert first_sm.timestamp == s.begin_ns[m].min()
+    assert first_sm.track_event.name == f"{len(set(s.block[m].tolist()))} blocks"

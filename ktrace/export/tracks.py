@@ -20,8 +20,8 @@ TRACK_MODES = ("sm", "block", "flat")
 LAUNCH_UUID = 1 << 44
 PROCESS_UUID = 1 << 45  # a merged trace's per-GPU process track (plus the GPU's uuid_offset)
 GPU_UUID_STRIDE = 1 << 48  # uuid_offset of the i-th GPU of a merged trace: i * GPU_UUID_STRIDE
-_BLOCK_BASE = 1 << 42
-_SM_BASE = 1 << 43
+BLOCK_BASE = 1 << 42  # a block's track, when its warp groups have tracks of their own
+SM_BASE = 1 << 43  # an SM's track: SM_BASE + sm + 1 (sm = -1: SM ids that cannot be trusted)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
                 continue
             state.sms.add(sm)
             rank = sm if sm >= 0 else 1 << 20
-            tracks.append(Track(_SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
+            tracks.append(Track(SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
     for b in blocks.tolist():
         lanes = lanes_present[lanes_present // ng == b] if ng > 1 else np.array([b])
         if mode == "flat":
@@ -97,15 +97,15 @@ def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
                 tracks.append(Track(ln + 1, LAUNCH_UUID, name, ln))
                 lane_uuid[ln] = ln + 1
             continue
-        parent = _SM_BASE + int(block_sm[b]) + 1 if mode == "sm" else LAUNCH_UUID
+        parent = SM_BASE + int(block_sm[b]) + 1 if mode == "sm" else LAUNCH_UUID
         if ng == 1:
             tracks.append(Track(b + 1, parent, f"block {b}", b))
             lane_uuid[b] = b + 1
             continue
-        tracks.append(Track(_BLOCK_BASE + b, parent, f"block {b}", b))
+        tracks.append(Track(BLOCK_BASE + b, parent, f"block {b}", b))
         for ln in lanes.tolist():
             g = ln % ng
-            tracks.append(Track(ln + 1, _BLOCK_BASE + b, L.group_name(g), g))
+            tracks.append(Track(ln + 1, BLOCK_BASE + b, L.group_name(g), g))
             lane_uuid[ln] = ln + 1
     overlap_uuid = {}
     s = d.slices
@@ -137,6 +137,5 @@ def _block_sm(d: Decoded) -> np.ndarray:
 
 
 def _launch_name(d: Decoded) -> str:
-    L = d.launch
-    grid = "x".join(map(str, L.grid)) if L.grid else str(L.num_blocks)
-    return f"{L.kernel} launch (grid {grid}, {L.num_groups} group{'s' if L.num_groups != 1 else ''})"
+    # Short, so the track list shows it whole; the grid and the rest are the launch slice's args.
+    return f"{d.launch.kernel} launch"

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
-from .tracks import LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
+from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
 __all__ = ["write_trace", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
 
@@ -133,7 +133,7 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     if L.grid:
         facts["grid"] = "x".join(map(str, L.grid))
     if L.block_dim:
-        facts["block"] = "x".join(map(str, L.block_dim))
+        facts["block_dim"] = "x".join(map(str, L.block_dim))
     if L.device:
         facts["device"] = L.device
     if L.producer:
@@ -146,7 +146,7 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
         facts["timer_tick_ns"] = L.timer_tick_ns
     for key in ("probe_cost_ns", "profiled_median_us", "control_median_us"):
         if getattr(L, key) is not None:
-            facts[key] = float(getattr(L, key))
+            facts[key] = round(float(getattr(L, key)), 3)  # measured to a few ns: no float noise
     if summary.min_step_ns is not None:
         facts["min_step_ns"] = summary.min_step_ns
     facts["time_origin"] = d.time_origin
@@ -185,6 +185,63 @@ def _launch_slice(d: Decoded, summary: Summary, space: TraceSpace = _DEFAULT_SPA
     end.track_event.type = pb.TrackEvent.TYPE_SLICE_END
     end.track_event.track_uuid = LAUNCH_UUID + space.uuid_offset
     return _emit(begin) + _emit(end)
+
+
+def _hull_packets(hulls, space: TraceSpace) -> bytes:
+    """Slices that give collapsed SM and block tracks something to show: one per track, from the first
+    BEGIN to the last END under it. Named inline, without args: they are not phase slices (no debug.k)."""
+    pb = _pb2()
+    out = bytearray()
+    for uuid, t0, t1, name in hulls:
+        for ts, typ in ((t0, pb.TrackEvent.TYPE_SLICE_BEGIN), (t1, pb.TrackEvent.TYPE_SLICE_END)):
+            p = pb.TracePacket()
+            p.timestamp = int(ts)
+            p.trusted_packet_sequence_id = space.seq_id
+            p.track_event.type = typ
+            p.track_event.track_uuid = uuid + space.uuid_offset
+            if typ == pb.TrackEvent.TYPE_SLICE_BEGIN:
+                p.track_event.name = name
+            out.extend(_emit(p))
+    return bytes(out)
+
+
+def _block_hulls(d: Decoded, mode: str) -> list:
+    """(block track uuid, first BEGIN, last END, name) for blocks whose warp groups have their own tracks."""
+    s = d.slices
+    if d.launch.num_groups == 1 or mode == "flat" or len(s) == 0:
+        return []
+    starts = np.flatnonzero(np.r_[True, s.block[1:] != s.block[:-1]])  # slices are in lane, so block, order
+    lo = np.minimum.reduceat(s.begin_ns, starts)
+    hi = np.maximum.reduceat(s.end_ns, starts)
+    return [(BLOCK_BASE + b, t0, t1, "running") for b, t0, t1 in zip(s.block[starts].tolist(), lo.tolist(), hi.tolist())]
+
+
+class _SmHulls:
+    """Per SM, across parts: the first BEGIN and last END of its blocks' slices, and how many blocks."""
+
+    def __init__(self) -> None:
+        self.lo: dict[int, int] = {}
+        self.hi: dict[int, int] = {}
+        self.blocks: dict[int, set] = {}
+
+    def add(self, d: Decoded) -> None:
+        s = d.slices
+        if len(s) == 0:
+            return
+        order = np.lexsort((s.block, s.sm))
+        sm, blk = s.sm[order], s.block[order]
+        starts = np.flatnonzero(np.r_[True, sm[1:] != sm[:-1]])
+        lo = np.minimum.reduceat(s.begin_ns[order], starts)
+        hi = np.maximum.reduceat(s.end_ns[order], starts)
+        for j, k in enumerate(sm[starts].tolist()):  # a loop over SMs
+            self.lo[k] = min(self.lo.get(k, lo[j]), int(lo[j]))
+            self.hi[k] = max(self.hi.get(k, hi[j]), int(hi[j]))
+            end = starts[j + 1] if j + 1 < len(starts) else len(sm)
+            self.blocks.setdefault(k, set()).update(np.unique(blk[starts[j]:end]).tolist())
+
+    def hulls(self) -> list:
+        return [(SM_BASE + k + 1, self.lo[k], self.hi[k],
+                 f"{len(self.blocks[k])} block{'s' if len(self.blocks[k]) != 1 else ''}") for k in sorted(self.lo)]
 
 
 def _name_iids(d: Decoded, names: _Names) -> tuple[Callable, Callable]:
@@ -287,6 +344,7 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
                 parent = PROCESS_UUID + off
             yield _track_packets([launch_track(d, off, parent)], set(), space=space)
             state = TrackState.new(d)
+            sm_hulls = _SmHulls()
         tree = build_tracks(d, mode, state, off)
         parents = {t.parent for t in tree.tracks}
         yield _track_packets(tree.tracks, parents, space=space)
@@ -300,7 +358,11 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
                 progress(done + c1, total or d.records)
         done += d.records
         summary = summary.merge(Summary.of(d))
+        yield _hull_packets(_block_hulls(d, mode), space)
+        if mode == "sm":
+            sm_hulls.add(d)
     if first is not None:
+        yield _hull_packets(sm_hulls.hulls(), space)
         yield _launch_slice(first, summary, space)
     if summary_out is not None:
         summary_out.append(summary)
