@@ -31,7 +31,8 @@ def _decode_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-groups", type=int, metavar="N", help="override the header's group count")
 
 
-def _decode_kwargs(a) -> dict:
+def decode_kwargs(a) -> dict:
+    """The decoding options given on the command line, as keyword arguments for BufferDecoder/decode."""
     return {
         "events": a.events,
         "groups": a.groups,
@@ -118,7 +119,7 @@ def _cmd_convert(a) -> int:
     from .api import convert
     from .decoding import BufferDecoder
 
-    dec = BufferDecoder(a.buffer, **_decode_kwargs(a))
+    dec = BufferDecoder(a.buffer, **decode_kwargs(a))
     big = len(dec.body) >= _PROGRESS_MIN_RECORDS
     with _progress("writing trace", big) as cb:
         res = convert(dec, a.output or _default_out(a.buffer), tracks=a.tracks, progress=cb)
@@ -145,7 +146,7 @@ def _cmd_inspect(a) -> int:
 
     from .api import inspect
 
-    info = inspect(a.buffer, **_decode_kwargs(a))
+    info = inspect(a.buffer, **decode_kwargs(a))
     if a.json:
         print(json.dumps(info, indent=2, sort_keys=False))
         return EXIT_OK

@@ -18,7 +18,7 @@ from .errors import EXIT_OK, InputError
 
 __all__ = ["add_analysis_commands", "HANDLERS"]
 
-_ENGINES = ("auto", "wasm", "native")
+from .engine.session import ENGINES as _ENGINES
 
 
 def add_analysis_commands(sub, decode_options) -> None:
@@ -73,7 +73,7 @@ def _engine_option(p: argparse.ArgumentParser) -> None:
 
 
 def _decode_kwargs(a) -> dict:
-    from .cli import _decode_kwargs as convert_kwargs
+    from .cli import decode_kwargs as convert_kwargs
 
     return convert_kwargs(a)
 

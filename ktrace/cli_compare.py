@@ -17,7 +17,7 @@ from .errors import EXIT_GATE, EXIT_OK, InputError
 
 __all__ = ["add_compare_commands", "HANDLERS"]
 
-_ENGINES = ("auto", "wasm", "native")
+from .engine.session import ENGINES as _ENGINES
 
 
 def add_compare_commands(sub, decode_options) -> None:
@@ -76,7 +76,7 @@ def _engine_option(p) -> None:
 
 def _decode_kwargs(a, sources) -> dict:
     from .analysis import is_trace_path
-    from .cli import _decode_kwargs as convert_kwargs
+    from .cli import decode_kwargs as convert_kwargs
 
     options = convert_kwargs(a)
     if all(is_trace_path(s) for s in sources):

@@ -47,7 +47,7 @@ def add_merge_commands(sub, decode_options) -> None:
 
 
 def _decode_kwargs(a) -> dict:
-    from .cli import _decode_kwargs as convert_kwargs
+    from .cli import decode_kwargs as convert_kwargs
 
     return convert_kwargs(a)
 

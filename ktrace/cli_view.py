@@ -20,24 +20,14 @@ def add_view_commands(sub, decode_options) -> None:
     decode_options(v)
 
 
-def _decode_kwargs(a) -> dict:
-    return {
-        "events": a.events,
-        "groups": a.groups,
-        "layout": a.layout,
-        "sidecar": False if a.no_sidecar else a.sidecar,
-        "num_blocks": a.num_blocks,
-        "num_groups": a.num_groups,
-    }
-
-
 def _cmd_view(a) -> int:
+    from .cli import decode_kwargs
     from .errors import InputError
     from .view import view
 
     if not 0 <= a.port <= 65535:
         raise InputError(f"--port {a.port}: a port is 0-65535 (0: any free one)")
-    return view(a.source, port=a.port, open_browser=not a.no_browser, tracks=a.tracks, **_decode_kwargs(a))
+    return view(a.source, port=a.port, open_browser=not a.no_browser, tracks=a.tracks, **decode_kwargs(a))
 
 
 HANDLERS = {"view": _cmd_view}
