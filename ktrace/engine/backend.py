@@ -61,6 +61,21 @@ def rpc_protos() -> Any:
     return ProtoFactory(PlatformDelegate())
 
 
+def register_sql_package_rpc(name: str, modules: dict[str, str], replace: bool) -> Any:
+    """A TraceProcessorRpcStream holding one TPM_REGISTER_SQL_PACKAGE request (both engines send it)."""
+    stream = rpc_protos().TraceProcessorRpcStream()
+    request = stream.msg.add()
+    request.request = rpc_protos().TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE
+    args = request.register_sql_package_args
+    args.package_name = name
+    args.allow_override = replace
+    for module_name, sql in modules.items():
+        module = args.modules.add()
+        module.name = module_name
+        module.sql = sql
+    return stream
+
+
 def split_rpc_stream(data: bytes | bytearray) -> Iterator[memoryview]:
     """Yields the payloads of a ``TraceProcessorRpcStream``: each is field 1 (tag 0x0A), length-delimited."""
     for field, value in proto_fields(data):

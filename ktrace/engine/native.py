@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Iterator
 
-from ktrace.engine.backend import Backend, RawQueryResult, UnsupportedRequest, rpc_protos, split_rpc_stream
+from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, register_sql_package_rpc, rpc_protos,
+                                   split_rpc_stream)
 from ktrace.errors import EnvironmentMissing, KtraceError
 
 __all__ = ["SHELL_ENV", "NativeTraceProcessor"]
@@ -67,16 +68,7 @@ class NativeTraceProcessor(Backend):
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
         # The shell's HTTP server takes any RPC request on /rpc and answers with the reply stream.
         protos = rpc_protos()
-        stream = protos.TraceProcessorRpcStream()
-        request = stream.msg.add()
-        request.request = protos.TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE
-        args = request.register_sql_package_args
-        args.package_name = name
-        args.allow_override = replace
-        for module_name, sql in modules.items():
-            module = args.modules.add()
-            module.name = module_name
-            module.sql = sql
+        stream = register_sql_package_rpc(name, modules, replace)
         conn = self._http().conn
         try:
             conn.request("POST", "/rpc", body=stream.SerializeToString())

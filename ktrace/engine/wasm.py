@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, rpc_protos,
-                                   split_rpc_stream)
+from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
+                                   rpc_protos, split_rpc_stream)
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, KtraceError
@@ -115,15 +115,7 @@ class WasmTraceProcessor(Backend):
         return RawQueryResult(columns=tuple(columns), error="".join(errors), batches=batches)
 
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
-        rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_REGISTER_SQL_PACKAGE)
-        args = rpc.msg[0].register_sql_package_args
-        args.package_name = name
-        args.allow_override = replace
-        for module_name, sql in modules.items():
-            module = args.modules.add()
-            module.name = module_name
-            module.sql = sql
-        (reply,) = self._call(rpc)
+        (reply,) = self._call(register_sql_package_rpc(name, modules, replace))
         return reply.register_sql_package_result.error
 
     def close(self) -> None:
