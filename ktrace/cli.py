@@ -94,8 +94,9 @@ def _command_modules():
 
 
 @contextmanager
-def _progress(label: str, enabled: bool):
-    """A rich progress bar on a terminal; a no-op callback otherwise."""
+def progress_bar(label: str, enabled: bool, unit: str = "records"):
+    """A rich progress bar on stderr when it is a terminal, as a callback progress(done, total); None
+    otherwise."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
@@ -103,7 +104,7 @@ def _progress(label: str, enabled: bool):
 
     from rich.console import Console
 
-    with Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} records"),
+    with Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} " + unit),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
         task = prog.add_task(label, total=None)
 
@@ -121,7 +122,7 @@ def _cmd_convert(a) -> int:
 
     dec = BufferDecoder(a.buffer, **decode_kwargs(a))
     big = len(dec.body) >= _PROGRESS_MIN_RECORDS
-    with _progress("writing trace", big) as cb:
+    with progress_bar("writing trace", big) as cb:
         res = convert(dec, a.output or _default_out(a.buffer), tracks=a.tracks, progress=cb)
     sm = res.summary
     anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"

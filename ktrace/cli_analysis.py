@@ -78,6 +78,9 @@ def _decode_kwargs(a) -> dict:
     return convert_kwargs(a)
 
 
+_PROGRESS_MIN_BYTES = 16 << 20
+
+
 def _cmd_analyze(a) -> int:
     from .analysis import Thresholds, analyze, is_trace_path
 
@@ -90,7 +93,13 @@ def _cmd_analyze(a) -> int:
     options = {} if is_trace_path(a.source) else _decode_kwargs(a)
     if is_trace_path(a.source):
         _refuse_decode_options(a)
-    result = analyze(a.source, thresholds, engine=a.engine, **options)
+    from pathlib import Path
+
+    from .cli import progress_bar
+
+    big = Path(a.source).is_file() and Path(a.source).stat().st_size >= _PROGRESS_MIN_BYTES
+    with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
+        result = analyze(a.source, thresholds, engine=a.engine, progress=cb, **options)
     if a.plot:
         from .report.analysis_report import plot_analysis
 
