@@ -50,19 +50,21 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_opt
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
 
 
-def summarize(source, **decode_options) -> tuple[Decoded, Summary]:
+def summarize(source, progress=None, **decode_options) -> tuple[Decoded, Summary]:
     """(the first decoded part, the whole buffer's Summary), decoding a range of lanes at a time so that
-    memory stays bounded by the range, not the buffer."""
+    memory stays bounded by the range, not the buffer. progress(done_lanes, lanes) after each range."""
     src = _open(source, decode_options)
     parts = [src] if isinstance(src, Decoded) else src.parts()
     first, total = None, Summary()
     for d in parts:
         first = first or d
         total = total.merge(Summary.of(d))
+        if progress and isinstance(src, BufferDecoder):
+            progress(d.lane_range[1], src.lanes)
     return first, total
 
 
-def inspect(source, **decode_options) -> dict:
+def inspect(source, progress=None, **decode_options) -> dict:
     """The inspect report (schema ``ktrace.inspect/1``) for a buffer: layout, lanes, anomalies, notes."""
-    first, summary = summarize(source, **decode_options)
+    first, summary = summarize(source, progress=progress, **decode_options)
     return inspect_dict(first, summary)

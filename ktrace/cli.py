@@ -100,11 +100,11 @@ def progress_bar(label: str, enabled: bool, unit: str = "records"):
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rich.console import Console
 
-    with Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} " + unit),
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
         task = prog.add_task(label, total=None)
 
@@ -122,7 +122,7 @@ def _cmd_convert(a) -> int:
 
     dec = BufferDecoder(a.buffer, **decode_kwargs(a))
     big = len(dec.body) >= _PROGRESS_MIN_RECORDS
-    with progress_bar("writing trace", big) as cb:
+    with progress_bar("writing trace", big, unit="lanes") as cb:
         res = convert(dec, a.output or _default_out(a.buffer), tracks=a.tracks, progress=cb)
     sm = res.summary
     anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
@@ -147,7 +147,11 @@ def _cmd_inspect(a) -> int:
 
     from .api import inspect
 
-    info = inspect(a.buffer, **decode_kwargs(a))
+    from pathlib import Path
+
+    big = Path(a.buffer).is_file() and Path(a.buffer).stat().st_size >= 8 * _PROGRESS_MIN_RECORDS
+    with progress_bar("decoding", big, unit="lanes") as cb:
+        info = inspect(a.buffer, progress=cb, **decode_kwargs(a))
     if a.json:
         print(json.dumps(info, indent=2, sort_keys=False))
         return EXIT_OK

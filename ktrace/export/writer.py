@@ -318,7 +318,7 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
     """The trace as a sequence of byte strings.
 
     source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
-    progress(done_records, total_slots) is called after each chunk. If ``summary_out`` is a list, the
+    progress(done_lanes, lanes) is called after each range of lanes. If ``summary_out`` is a list, the
     buffer's Summary is appended to it at the end. space: where the packets go in a trace of several
     buffers (TraceSpace; the default writes the single-buffer trace).
     """
@@ -329,8 +329,7 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
     state = None
     summary = Summary()
     first = None
-    total = getattr(getattr(source, "body", None), "size", None)
-    done = 0
+    total = getattr(source, "lanes", None)
     for d in _parts(source, records_per_part):
         if first is None:
             first = d
@@ -354,9 +353,8 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
         for c0 in range(0, d.records, _CHUNK):
             c1 = min(d.records, c0 + _CHUNK)
             yield encode_events({k: v[c0:c1] for k, v in cols.items()}, space.seq_id).tobytes()
-            if progress:
-                progress(done + c1, total or d.records)
-        done += d.records
+        if progress:
+            progress(d.lane_range[1] if total else 1, total or 1)
         summary = summary.merge(Summary.of(d))
         yield _hull_packets(_block_hulls(d, mode), space)
         if mode == "sm":
