@@ -94,3 +94,12 @@ def test_bad_sidecar_is_named(tmp_path):
 def test_no_command_prints_help_and_exits_2():
     rc, out, _ = run_ktrace()
     assert rc == 2 and "convert" in out
+
+
+@pytest.mark.parametrize("name", ["imbalance", "warpgroups_ktrace"])
+@pytest.mark.parametrize("args", [["inspect", "--json"], ["analyze", "--json"], ["analyze", "--markdown"]])
+def test_reports_are_byte_identical_across_runs(name, args):
+    # Two separate processes, same input: the same bytes (no dict-order, time or path dependence).
+    first = run_ktrace(args[0], sample(name), *args[1:])
+    second = run_ktrace(args[0], sample(name), *args[1:])
+    assert first[0] == 0 and first[1] == second[1] and len(first[1]) > 100
