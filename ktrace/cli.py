@@ -31,6 +31,23 @@ def _decode_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-groups", type=int, metavar="N", help="override the header's group count")
 
 
+def tracks_option(p: argparse.ArgumentParser, help: str = "track tree: launch > SM > block > group (sm, "
+                  "default), launch > block > group, or flat") -> None:
+    """--tracks, as every command that writes a trace takes it."""
+    from .export.tracks import TRACK_MODES
+
+    p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
+
+
+def engine_option(p: argparse.ArgumentParser) -> None:
+    """--engine, as every command that queries a trace takes it."""
+    from .engine.session import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
+                   "is set, else wasm)")
+
+
 def decode_kwargs(a) -> dict:
     """The decoding options given on the command line, as keyword arguments for BufferDecoder/decode."""
     return {
@@ -55,8 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)")
     c.add_argument("buffer", metavar="BUF", help="profiler buffer: .bin (raw uint64) or .npy")
     c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
-    c.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm",
-                   help="track tree: launch > SM > block > group (sm, default), launch > block > group, or flat")
+    tracks_option(c)
     _decode_options(c)
 
     i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies")

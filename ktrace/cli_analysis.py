@@ -10,7 +10,6 @@ same decoding options as ``ktrace convert``. Exit codes: 0 ok, 2 bad input, 3 en
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -18,7 +17,7 @@ from .errors import EXIT_OK, InputError
 
 __all__ = ["add_analysis_commands", "HANDLERS"]
 
-from .engine.session import ENGINES as _ENGINES
+from .cli import engine_option as _engine_option
 
 
 def add_analysis_commands(sub, decode_options) -> None:
@@ -64,12 +63,6 @@ def add_analysis_commands(sub, decode_options) -> None:
                       "and exit")
     _engine_option(q)
     decode_options(q)
-
-
-def _engine_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=_ENGINES, default="auto",
-                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
-                   "is set, else wasm)")
 
 
 def _decode_kwargs(a) -> dict:

@@ -15,6 +15,7 @@ import os
 import sys
 
 from .errors import EXIT_INPUT, EXIT_OK, InputError
+from .cli import tracks_option
 
 __all__ = ["add_capture_commands", "HANDLERS", "main"]
 
@@ -53,7 +54,7 @@ def add_capture_commands(sub, decode_options=None) -> None:
     t.add_argument("--no-calibrate", action="store_true",
                    help="do not measure the probe cost when this GPU has no cached calibration")
     o = r.add_argument_group("output")
-    o.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm", help="trace track tree (see convert)")
+    tracks_option(o, "trace track tree (see convert)")
     o.add_argument("--no-report", action="store_true", help="write the files; print no analysis")
     m = r.add_argument_group("several GPUs (--device 0,1)")
     m.add_argument("--sync-rounds", type=int, default=50, metavar="N",

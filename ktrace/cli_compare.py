@@ -17,7 +17,7 @@ from .errors import EXIT_GATE, EXIT_OK, InputError
 
 __all__ = ["add_compare_commands", "HANDLERS"]
 
-from .engine.session import ENGINES as _ENGINES
+from .cli import engine_option as _engine_option
 
 
 def add_compare_commands(sub, decode_options) -> None:
@@ -67,11 +67,6 @@ def add_compare_commands(sub, decode_options) -> None:
     c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
     _engine_option(c)
     decode_options(c)
-
-
-def _engine_option(p) -> None:
-    p.add_argument("--engine", choices=_ENGINES, default="auto",
-                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto")
 
 
 def _decode_kwargs(a, sources) -> dict:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .errors import EXIT_OK, InputError
+from .cli import tracks_option
 
 __all__ = ["add_merge_commands", "HANDLERS", "analyze_several", "align_option", "print_cross_gpu"]
 
@@ -39,8 +40,7 @@ def add_merge_commands(sub, decode_options) -> None:
     m.add_argument("buffers", nargs="+", metavar="BUF", help="profiler buffers, one per GPU (.bin or .npy)")
     m.add_argument("-o", "--output", metavar="OUT",
                    help="trace path (default: the first buffer's name with _merged.perfetto-trace)")
-    m.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm", help="each GPU's track tree "
-                   "(see convert)")
+    tracks_option(m, "each GPU's track tree (see convert)")
     align_option(m)
     m.add_argument("--report", action="store_true", help="also print the cross-GPU table (as analyze does)")
     decode_options(m)

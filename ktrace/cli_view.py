@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .cli import tracks_option
+
 __all__ = ["add_view_commands", "HANDLERS"]
 
 
@@ -15,8 +17,7 @@ def add_view_commands(sub, decode_options) -> None:
                    help="a .perfetto-trace, or a profiler buffer (.bin/.npy) to convert into a temporary folder")
     v.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default 0: any free one)")
     v.add_argument("--no-browser", action="store_true", help="only print the URL; do not open a browser")
-    v.add_argument("--tracks", choices=["sm", "block", "flat"], default="sm",
-                   help="track tree when converting a buffer (as in ktrace convert)")
+    tracks_option(v, "track tree when converting a buffer (as in ktrace convert)")
     decode_options(v)
 
 

@@ -13,27 +13,8 @@
 # and .fi/flashinfer/profiler.cuh from flashinfer-python 0.7.4.
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RES=${1:-/tmp/ktrace-capture}
-DEST=${OUT:-$ROOT}
-mkdir -p "$RES/samples" "$DEST"
-LOG=$RES/log.txt
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$ROOT
-export PYTHONUNBUFFERED=1
-export KTRACE_CACHE_DIR=$RES/cache
-PY=${PYTHON:-python3}
-REPS=${REPS:-50}
-cd "$ROOT"
-
-if $PY -c "import sys; from ktrace.cli import build_parser; \
-sub = next(a for a in build_parser()._actions if a.dest == 'command'); sys.exit('run' not in sub.choices)"; then
-  K=("$PY" -m ktrace)
-else
-  K=("$PY" -m ktrace.cli_capture)
-fi
-
-step() { echo; echo "### $*" | tee -a "$LOG"; }
-t0=$(date +%s)
+RES_DEFAULT=/tmp/ktrace-capture
+source "$(dirname "$0")/_capture_env.sh"
 {
   echo "capture_all: $(date -u +%FT%TZ)  host $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1

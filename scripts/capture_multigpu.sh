@@ -11,21 +11,8 @@
 #   PYTHONPATH=/tmp/site:$PWD FLASHINFER_INCLUDE=$PWD/.fi scripts/capture_multigpu.sh
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RES=${1:-/tmp/ktrace-multigpu}
-DEST=${OUT:-$ROOT}
-mkdir -p "$RES/samples" "$DEST"
-LOG=$RES/log.txt
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$ROOT
-export PYTHONUNBUFFERED=1
-export KTRACE_CACHE_DIR=$RES/cache
-PY=${PYTHON:-python3}
-REPS=${REPS:-50}
-K=("$PY" -m ktrace)
-cd "$ROOT"
-
-step() { echo; echo "### $*" | tee -a "$LOG"; }
-t0=$(date +%s)
+RES_DEFAULT=/tmp/ktrace-multigpu
+source "$(dirname "$0")/_capture_env.sh"
 {
   echo "capture_multigpu: $(date -u +%FT%TZ)  host $(hostname)"
   nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.sm,temperature.gpu --format=csv 2>&1

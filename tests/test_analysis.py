@@ -114,16 +114,6 @@ def build(case, tmp):
 
 # -- fixtures: one engine session per trace ------------------------------------------------------------
 
-@pytest.fixture(scope="module", autouse=True)
-def _forget_loaded_engine_module():
-    """Leave the engine's in-process module cache as found: test_engine.py's warm-start test expects the
-    module to be loaded (and so cached) under its own cache directory by its own tests."""
-    yield
-    from ktrace.engine import wasm_cache
-
-    wasm_cache._loaded.clear()
-
-
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     """name -> (Decoded, trace path) for every sample and synthetic case."""

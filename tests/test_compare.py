@@ -84,15 +84,6 @@ def oracle(durs, events, lanes=4, names="load,compute,reduce") -> Capture:
 
 # -- fixtures --------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module", autouse=True)
-def _forget_loaded_engine_module():
-    """Leave the engine's in-process module cache as found (test_engine.py's warm-start test loads its own)."""
-    yield
-    from ktrace.engine import wasm_cache
-
-    wasm_cache._loaded.clear()
-
-
 @pytest.fixture(scope="module")
 def pair():
     return load_capture(BEFORE), load_capture(AFTER)

@@ -118,9 +118,11 @@ def load_module() -> tuple[Any, Any]:
     """
     wasmtime = import_wasmtime()
     path = wasm_path()
+    # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
+    key = f"{path}|{cache_dir()}"
     with _lock:
-        if str(path) in _loaded:
-            return _loaded[str(path)]
+        if key in _loaded:
+            return _loaded[key]
         wasm_bytes = path.read_bytes()
         engine = _make_engine(wasmtime)
         entry = cache_dir() / f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
@@ -135,7 +137,7 @@ def load_module() -> tuple[Any, Any]:
                   file=sys.stderr, flush=True)
             module = wasmtime.Module(engine, wasm_bytes)
             _write_atomically(entry, module.serialize())
-        _loaded[str(path)] = (engine, module)
+        _loaded[key] = (engine, module)
         return engine, module
 
 

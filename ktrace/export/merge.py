@@ -12,14 +12,13 @@ offset from its sidecar, or onto the first buffer's first record with ``align="s
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.align import Alignment, GpuClock, Shifted, align, open_decoders
 from ..model import Summary
 from .tracks import GPU_UUID_STRIDE
-from .writer import TraceSpace, trace_chunks
+from .writer import TraceSpace, trace_chunks, write_chunks
 
 __all__ = ["MergeResult", "merge_traces", "merge_chunks", "gpu_space", "MAX_GPUS"]
 
@@ -83,16 +82,6 @@ def merge_traces(sources, out, *, align_mode: str = "offset", tracks: str = "sm"
     if len(decoders) > MAX_GPUS:
         raise InputError(f"{len(decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
     alignment = align(decoders, align_mode)
-    out = Path(out)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    size, summaries = 0, []
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in merge_chunks(decoders, alignment, tracks, summaries):
-                f.write(chunk)
-                size += len(chunk)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return MergeResult(out, size, alignment, tuple(summaries))
+    summaries: list = []
+    size = write_chunks(out, merge_chunks(decoders, alignment, tracks, summaries))
+    return MergeResult(Path(out), size, alignment, tuple(summaries))

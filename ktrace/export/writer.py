@@ -25,7 +25,7 @@ from ..model import Anomalies, Decoded, Summary
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
-__all__ = ["write_trace", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
+__all__ = ["write_trace", "write_chunks", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
 
 SEQ_ID = 1
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
@@ -376,17 +376,24 @@ def write_trace(source, out: str | Path, tracks: str = "sm", progress=None) -> t
 
     source: a Decoded or a BufferDecoder. Returns (bytes written, the buffer's Summary).
     """
+    got: list = []
+    size = write_chunks(out, trace_chunks(source, tracks, progress, summary_out=got))
+    return size, got[0]
+
+
+def write_chunks(out: str | Path, chunks: Iterable[bytes]) -> int:
+    """Write byte chunks to ``out`` atomically: into a temp file beside it, renamed into place at the end, so
+    an error part-way leaves no half trace. Returns the bytes written."""
     out = Path(out)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     size = 0
-    got: list = []
     try:
         with open(tmp, "wb") as f:
-            for chunk in trace_chunks(source, tracks, progress, summary_out=got):
+            for chunk in chunks:
                 f.write(chunk)
                 size += len(chunk)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return size, got[0]
+    return size
