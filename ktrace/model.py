@@ -193,20 +193,8 @@ class Decoded:
     dropped_records: int = 0  # records ktrace's capacity guard counted but could not store
 
     @property
-    def unused_names(self) -> tuple[str, ...]:
-        """Event names (from the sidecar or the user) never seen in this part of the buffer."""
-        return tuple(nm for i, nm in enumerate(self.launch.event_names) if i not in self.seen_events)
-
-    @property
     def accounted(self) -> bool:
         return 2 * len(self.slices) + len(self.instants) + len(self.anomalies) == self.records
-
-    @property
-    def span_ns(self) -> int:
-        ts = [a for a in (self.slices.begin_ns, self.slices.end_ns, self.instants.ts_ns) if len(a)]
-        if not ts:
-            return 0
-        return int(max(a.max() for a in ts) - min(a.min() for a in ts))
 
 
 _EXAMPLES = 3
