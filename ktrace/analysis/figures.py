@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Table, Waits
+from .results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Kernel, LaneTotals, Occupancy,
+                      PhaseInstances, PhaseLanes, Phases, Table, Waits)
 from .sql_package import include_all, register
 
 __all__ = ["sql_figures", "query_table"]
@@ -39,6 +40,10 @@ def sql_figures(session, *, register_package: bool = True) -> Figures:
         waits=query_table(session, Waits),
         critical_path=query_table(session, CriticalPath),
         critical_shares=query_table(session, CriticalShares),
+        blocks=query_table(session, Blocks),
+        lane_totals=query_table(session, LaneTotals),
+        busy_sms=query_table(session, BusySms),
+        occupancy=query_table(session, Occupancy),
     )
 
 

@@ -22,11 +22,17 @@ __all__ = [
     "Waits",
     "CriticalPath",
     "CriticalShares",
+    "Blocks",
+    "LaneTotals",
+    "BusySms",
+    "Occupancy",
+    "REMAINDERS",
     "Kernel",
     "Figures",
 ]
 
 _INT, _REAL, _TEXT = "int", "real", "text"
+_INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,11 +61,11 @@ class Table:
 
     def rows(self) -> list[dict[str, Any]]:
         """The rows as dicts of plain Python values (NaN becomes None): JSON-ready."""
-        cols = [(name, _python_values(getattr(self, name))) for name in self.columns()]
+        cols = [(name, _python_values(getattr(self, name), self.KINDS[name])) for name in self.columns()]
         return [dict(zip((n for n, _ in cols), vals)) for vals in zip(*(v for _, v in cols))]
 
     def row(self, i: int) -> dict[str, Any]:
-        return {name: _python_value(getattr(self, name)[i]) for name in self.columns()}
+        return {name: _python_value(getattr(self, name)[i], self.KINDS[name]) for name in self.columns()}
 
     def where(self, mask) -> "Table":
         """The rows where ``mask`` (bool array) is true."""
@@ -86,6 +92,8 @@ class Table:
 
 
 def _as_kind(values, kind: str) -> np.ndarray:
+    if kind == _INTN:
+        kind = _REAL
     if kind == _INT:
         return np.asarray(values, dtype=np.int64).reshape(-1)
     if kind == _REAL:
@@ -99,16 +107,18 @@ def _as_kind(values, kind: str) -> np.ndarray:
     return out
 
 
-def _python_value(v):
+def _python_value(v, kind: str = ""):
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else float(v)
+        return None if math.isnan(v) else (int(v) if kind == _INTN else float(v))
     return v
 
 
-def _python_values(arr: np.ndarray) -> list:
+def _python_values(arr: np.ndarray, kind: str = "") -> list:
     if arr.dtype.kind == "f":
+        if kind == _INTN:
+            return [None if math.isnan(v) else int(v) for v in arr.tolist()]
         return [None if math.isnan(v) else v for v in arr.tolist()]
     return arr.tolist()
 
@@ -144,6 +154,15 @@ class PhaseInstances(Table):
     last_lane: np.ndarray
     tied_last_lanes: np.ndarray
     last_lead_ns: np.ndarray  # real: NaN with a single lane
+    depth: np.ndarray
+    p50_begin_ns: np.ndarray
+    last_begin_ns: np.ndarray
+    last_dur_ns: np.ndarray
+    prev_lanes: np.ndarray
+    sync_lanes: np.ndarray
+    lead_in_min_ns: np.ndarray  # intn: NULL without prev_lanes
+    lead_in_max_ns: np.ndarray
+    later_wave_lanes: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_phase_instance"
     ORDER_BY: ClassVar[str] = "phase_index, k"
@@ -151,7 +170,9 @@ class PhaseInstances(Table):
         phase=_TEXT, phase_index=_INT, k=_INT, lanes=_INT, min_dur_ns=_INT, p50_dur_ns=_INT, p90_dur_ns=_INT,
         max_dur_ns=_INT, sum_dur_ns=_INT, mean_dur_ns=_REAL, imbalance=_REAL, begin_ns=_INT, end_ns=_INT,
         wall_ns=_INT, excess_ns=_INT, start_skew_ns=_INT, end_skew_ns=_INT, last_block=_INT, last_group=_INT,
-        last_sm=_INT, last_lane=_INT, tied_last_lanes=_INT, last_lead_ns=_REAL)
+        last_sm=_INT, last_lane=_INT, tied_last_lanes=_INT, last_lead_ns=_REAL, depth=_INT, p50_begin_ns=_INT,
+        last_begin_ns=_INT, last_dur_ns=_INT, prev_lanes=_INT, sync_lanes=_INT, lead_in_min_ns=_INTN,
+        lead_in_max_ns=_INTN, later_wave_lanes=_INT)
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,6 +203,13 @@ class Phases(Table):
     top_last_count: np.ndarray
     distinct_last_blocks: np.ndarray
     tied_instances: np.ndarray
+    depth: np.ndarray
+    lanes: np.ndarray
+    idle_lanes: np.ndarray
+    min_lane_instances: np.ndarray
+    max_lane_instances: np.ndarray
+    sync_instances: np.ndarray
+    wave_instances: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_phase"
     ORDER_BY: ClassVar[str] = "phase_index"
@@ -191,7 +219,8 @@ class Phases(Table):
         sum_wall_ns=_INT, sum_excess_ns=_INT, mean_excess_ns=_REAL, max_excess_ns=_INT,
         mean_start_skew_ns=_REAL, max_start_skew_ns=_INT, mean_end_skew_ns=_REAL, max_end_skew_ns=_INT,
         mean_last_lead_ns=_REAL, top_last_block=_INT, top_last_count=_INT, distinct_last_blocks=_INT,
-        tied_instances=_INT)
+        tied_instances=_INT, depth=_INT, lanes=_INT, idle_lanes=_INT, min_lane_instances=_INT,
+        max_lane_instances=_INT, sync_instances=_INT, wave_instances=_INT)
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,9 +276,12 @@ class Waits(Table):
 
 @dataclass(frozen=True, eq=False)
 class CriticalPath(Table):
-    """Per instance in time order: its last finisher's slice and the wait after it. SQL ``ktrace_critical_path``."""
+    """The backward walk that tiles the kernel's wall time, one row per part in time order: a slice of the
+    path, or a gap (``wait``, ``lane_gap``, ``block_switch``, ``lead_in``). SQL ``ktrace_critical_path``;
+    docs/analysis-structure.md."""
 
     step: np.ndarray
+    kind: np.ndarray
     phase: np.ndarray
     phase_index: np.ndarray
     k: np.ndarray
@@ -259,20 +291,25 @@ class CriticalPath(Table):
     begin_ns: np.ndarray
     end_ns: np.ndarray
     dur_ns: np.ndarray
-    wait_ns: np.ndarray
     next_phase: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_critical_path"
     ORDER_BY: ClassVar[str] = "step"
     KINDS: ClassVar[dict[str, str]] = _kinds(
-        step=_INT, phase=_TEXT, phase_index=_INT, k=_INT, last_block=_INT, last_group=_INT, last_lane=_INT,
-        begin_ns=_INT, end_ns=_INT, dur_ns=_INT, wait_ns=_INT, next_phase=_TEXT)
+        step=_INT, kind=_TEXT, phase=_TEXT, phase_index=_INTN, k=_INTN, last_block=_INTN, last_group=_INTN,
+        last_lane=_INTN, begin_ns=_INT, end_ns=_INT, dur_ns=_INT, next_phase=_TEXT)
+
+
+REMAINDERS = ("lead_in", "lane_gap", "block_switch")
 
 
 @dataclass(frozen=True, eq=False)
 class CriticalShares(Table):
-    """Each phase's part of the critical path and its share of kernel wall time. SQL ``ktrace_critical_path_share``."""
+    """The wall time's parts on the critical path: each phase (its slices and the waits after it), then the
+    remainders (``lead_in``, ``lane_gap``, ``block_switch``). Shares add up to 1. SQL
+    ``ktrace_critical_path_share``."""
 
+    part: np.ndarray
     phase: np.ndarray
     phase_index: np.ndarray
     instances: np.ndarray
@@ -282,9 +319,97 @@ class CriticalShares(Table):
     share: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_critical_path_share"
-    ORDER_BY: ClassVar[str] = "phase_index"
+    ORDER_BY: ClassVar[str] = "sort_key"
     KINDS: ClassVar[dict[str, str]] = _kinds(
-        phase=_TEXT, phase_index=_INT, instances=_INT, dur_ns=_INT, wait_ns=_INT, total_ns=_INT, share=_REAL)
+        part=_TEXT, phase=_TEXT, phase_index=_INTN, instances=_INT, dur_ns=_INT, wait_ns=_INT, total_ns=_INT,
+        share=_REAL)
+
+    def coverage(self, wall_ns) -> float | None:
+        """Sum of the parts / wall: 1.0 when the parts account for the whole wall."""
+        return float(self.total_ns.sum()) / wall_ns if wall_ns else None
+
+
+@dataclass(frozen=True, eq=False)
+class Blocks(Table):
+    """One row per block with phase slices: its SM, extent, and whether it ran in a later wave. SQL
+    ``ktrace_block``."""
+
+    block: np.ndarray
+    sm: np.ndarray
+    lanes: np.ndarray
+    slices: np.ndarray
+    begin_ns: np.ndarray
+    end_ns: np.ndarray
+    dur_ns: np.ndarray
+    later_wave: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_block"
+    ORDER_BY: ClassVar[str] = "block"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        block=_INT, sm=_INT, lanes=_INT, slices=_INT, begin_ns=_INT, end_ns=_INT, dur_ns=_INT, later_wave=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class LaneTotals(Table):
+    """One row per lane: its slices over all phases, busy time (top-level slices) and extent. SQL
+    ``ktrace_lane``."""
+
+    lane: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    sm: np.ndarray
+    slices: np.ndarray
+    top_slices: np.ndarray
+    busy_ns: np.ndarray
+    begin_ns: np.ndarray
+    end_ns: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_lane"
+    ORDER_BY: ClassVar[str] = "lane"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        lane=_INT, block=_INT, group=_INT, sm=_INT, slices=_INT, top_slices=_INT, busy_ns=_INT, begin_ns=_INT,
+        end_ns=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class BusySms(Table):
+    """Busy SMs over time: from ``ts`` on, ``busy_sms`` SMs run a block. SQL ``ktrace_busy_sms``."""
+
+    ts: np.ndarray
+    busy_sms: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_busy_sms"
+    ORDER_BY: ClassVar[str] = "ts"
+    KINDS: ClassVar[dict[str, str]] = _kinds(ts=_INT, busy_sms=_INT)
+
+
+@dataclass(frozen=True, eq=False)
+class Occupancy(Table):
+    """The launch shape, one row: SMs, blocks per SM, waves, SM busy fraction, the tail and the block that
+    ends the kernel. SQL ``ktrace_occupancy``; docs/analysis-structure.md."""
+
+    sms: np.ndarray
+    blocks: np.ndarray
+    unknown_sm_blocks: np.ndarray
+    blocks_per_sm_max: np.ndarray
+    max_resident: np.ndarray
+    waves: np.ndarray
+    sm_busy_ns: np.ndarray
+    sm_busy_fraction: np.ndarray
+    tail_begin_ns: np.ndarray
+    tail_ns: np.ndarray
+    busy_sms_in_tail: np.ndarray
+    last_block: np.ndarray
+    last_block_begin_ns: np.ndarray
+    last_block_dur_ns: np.ndarray
+    median_block_dur_ns: np.ndarray
+
+    SQL_TABLE: ClassVar[str] = "ktrace_occupancy"
+    ORDER_BY: ClassVar[str] = "1"
+    KINDS: ClassVar[dict[str, str]] = _kinds(
+        sms=_INT, blocks=_INT, unknown_sm_blocks=_INT, blocks_per_sm_max=_INTN, max_resident=_INT, waves=_REAL,
+        sm_busy_ns=_INTN, sm_busy_fraction=_REAL, tail_begin_ns=_INTN, tail_ns=_INTN, busy_sms_in_tail=_REAL,
+        last_block=_INT, last_block_begin_ns=_INT, last_block_dur_ns=_INT, median_block_dur_ns=_INT)
 
 
 @dataclass(frozen=True)
@@ -327,9 +452,13 @@ class Figures:
     waits: Waits
     critical_path: CriticalPath
     critical_shares: CriticalShares
+    blocks: Blocks
+    lane_totals: LaneTotals
+    busy_sms: BusySms
+    occupancy: Occupancy
 
     TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
-                                         "critical_shares")
+                                         "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy")
 
     def differences(self, other: "Figures") -> list[str]:
         """What differs from ``other``, one line per table column (empty when every figure is equal)."""
