@@ -29,14 +29,16 @@ def add_analysis_commands(sub, decode_options) -> None:
         "critical path), computed by the ktrace SQL package in Perfetto's trace processor, and the findings "
         "they support. Findings come first, then a table per phase.",
         epilog="Thresholds (NAME=VALUE): imbalance, excess_fraction, stable_fraction, wait_fraction, "
-        "top_waits, dominant_share, tick_ns. The JSON schema is ktrace.analysis/1 (docs/analysis-schema.md).")
+        "top_waits, dominant_share, tick_ns. The JSON schema is ktrace.analysis/2 (docs/analysis-schema.md).")
     a.add_argument("source", metavar="TRACE|BUF", nargs="+",
                    help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first); several "
                    "buffers (one per GPU): each analyzed, then a table across GPUs")
     fmt = a.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/1)")
+    fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/2)")
     fmt.add_argument("--markdown", action="store_true", help="print the report as Markdown (for a PR comment)")
     a.add_argument("--plot", metavar="PNG", help="also write a plot: per-block durations and the critical path")
+    a.add_argument("--all", dest="show_all", action="store_true",
+                   help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
     _engine_option(a)
@@ -103,14 +105,14 @@ def _cmd_analyze(a) -> int:
     elif a.markdown:
         from .report.analysis_report import analysis_markdown
 
-        print(analysis_markdown(result))
+        print(analysis_markdown(result, show_all=a.show_all))
     else:
         from rich.console import Console
 
         from .report.analysis_report import analysis_text
 
         con = Console() if sys.stdout.isatty() else Console(width=160)
-        for r in analysis_text(result):
+        for r in analysis_text(result, show_all=a.show_all):
             con.print(r)
     return EXIT_OK
 

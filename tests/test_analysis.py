@@ -358,7 +358,7 @@ def test_analyze_on_trace_buffer_and_decoded_agree(traces):
     assert by_trace.figures.differences(by_oracle.figures) == []
     assert [f.message for f in by_trace.findings] == [f.message for f in by_oracle.findings]
     doc = json.loads(by_trace.to_json())
-    assert doc["schema"] == "ktrace.analysis/1"
+    assert doc["schema"] == "ktrace.analysis/2"
     assert doc["phases"][1]["top_last_block"] == 17
     assert {"kind", "phase", "severity", "message", "figures"} <= set(doc["findings"][0])
 
@@ -383,7 +383,7 @@ def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     rc, out, err = run_ktrace("analyze", sample("imbalance"), "--json", "--plot", png)
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema"] == "ktrace.analysis/1" and doc["launch"]["kernel"] == "persistent_phases"
+    assert doc["schema"] == "ktrace.analysis/2" and doc["launch"]["kernel"] == "persistent_phases"
     assert any(f["kind"] == "stable_straggler" and f["figures"]["top_last_block"] == 17 for f in doc["findings"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 

@@ -293,7 +293,7 @@ def test_cli_analyze_several_buffers(pair, tmp_path):
     doc = json.loads(out)
     assert doc["schema"] == "ktrace.analysis.multi/1"
     assert [g["label"] for g in doc["gpus"]] == ["GPU 0 (NVIDIA H200)", "GPU 1 (NVIDIA H200)"]
-    assert all(g["schema"] == "ktrace.analysis/1" and g["kernel"]["slices"] == BLOCKS * STEPS for g in doc["gpus"])
+    assert all(g["schema"] == "ktrace.analysis/2" and g["kernel"]["slices"] == BLOCKS * STEPS for g in doc["gpus"])
     x = doc["cross_gpu"]
     assert x["schema"] == "ktrace.cross_gpu/1" and x["alignment"]["spread_ns"] == SPREAD
     want = expected_cross()

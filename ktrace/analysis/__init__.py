@@ -5,7 +5,7 @@
     for f in a.findings:
         print(f.severity, f.message)
     a.phases.imbalance                          # numpy columns, units in the names
-    a.to_json()                                 # schema "ktrace.analysis/1" (docs/analysis-schema.md)
+    a.to_json()                                 # schema "ktrace.analysis/2" (docs/analysis-schema.md)
 
 Figures come from the SQL package run by the trace processor (a trace, a buffer converted on the fly, or a
 Session), or from the numpy oracle (a Decoded): the two are equal, figure for figure (tests check it).
@@ -54,7 +54,7 @@ __all__ = [
     "format_ns",
 ]
 
-ANALYSIS_SCHEMA = "ktrace.analysis/1"
+ANALYSIS_SCHEMA = "ktrace.analysis/2"
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
 
 
@@ -105,8 +105,14 @@ class Analysis:
     def critical_shares(self) -> CriticalShares:
         return self.figures.critical_shares
 
+    @property
+    def occupancy(self) -> dict | None:
+        """The launch shape (docs/analysis-structure.md), or None without phase slices."""
+        o = self.figures.occupancy
+        return o.row(0) if len(o) else None
+
     def to_dict(self) -> dict:
-        """Plain JSON-ready values, schema ``ktrace.analysis/1`` (docs/analysis-schema.md)."""
+        """Plain JSON-ready values, schema ``ktrace.analysis/2`` (docs/analysis-schema.md)."""
         f = self.figures
         return {
             "schema": ANALYSIS_SCHEMA,
@@ -121,7 +127,12 @@ class Analysis:
             "instances": f.instances.rows(),
             "lanes": f.lanes.rows(),
             "waits": f.waits.rows(),
-            "critical_path": {"steps": f.critical_path.rows(), "shares": f.critical_shares.rows()},
+            "occupancy": f.occupancy.rows()[0] if len(f.occupancy) else None,
+            "blocks": f.blocks.rows(),
+            "lane_totals": f.lane_totals.rows(),
+            "busy_sms": f.busy_sms.rows(),
+            "critical_path": {"coverage": f.critical_shares.coverage(f.kernel.wall_ns),
+                              "steps": f.critical_path.rows(), "shares": f.critical_shares.rows()},
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -92,7 +92,7 @@ PHASE_FIGURES = _catalog(
     ("wait_after_us", "µs", True, "mean wait from a slice's end to the lane's next slice"),
     ("wait_before_us", "µs", True, "mean wait from the lane's previous slice to this phase's begin"),
     ("max_wait_us", "µs", True, "longest single wait after the phase"),
-    ("critical_us", "µs", True, "time on the critical path: last finishers' slices + the waits after them"),
+    ("critical_us", "µs", True, "time on the critical path: the phase's slices on it + the waits after them"),
     ("critical_share", "fraction", None, "critical_us / kernel wall"),
 )
 # phase@G for a phase that ran on several groups: only what the per-lane table gives exactly per group.
@@ -238,7 +238,7 @@ def phase_values(a: Analysis) -> dict[str, dict[str, Value]]:
         wait_noise = max([tick_ns] + [w["p90_ns"] - w["p50_ns"] for w in after + before]) / 1e3
         imb_noise = max(tick_ns / p["mean_dur_ns"] if p["mean_dur_ns"] else 0.0, _std(inst.imbalance[m]))
         cm = cp.phase == name
-        step_noise = max(tick_ns, _std((cp.dur_ns[cm] + cp.wait_ns[cm]).astype(np.float64)))
+        step_noise = max(tick_ns, _std(cp.dur_ns[cm].astype(np.float64)))
         crit_noise = math.sqrt(max(int(cm.sum()), 1)) * step_noise
         share = shares.get(name)
         v = {

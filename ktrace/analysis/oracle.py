@@ -11,7 +11,8 @@ import numpy as np
 
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
-from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
+from . import oracle_structure as st
+from .results import Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
 
 __all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
 
@@ -21,18 +22,26 @@ DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 def oracle_figures(d: Decoded) -> Figures:
     """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``."""
     s = _SliceColumns(d)
-    inst = _Instances(s)
+    blocks, s.block_row = st.blocks_table(s.block, s.sm, s.lane, s.begin, s.end)
+    inst = _Instances(s, blocks)
     kernel = _kernel(d, s)
-    cp = _critical_path(s, inst)
+    lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
+    busy = st.busy_sms(blocks)
+    pred, kind = st.predecessors(s, s.top, s.prev, inst.end_of_slice, inst.last_of_slice, s.block_row, blocks)
+    cp = st.critical_path(s, s.top, pred, kind, kernel.begin_ns, kernel.end_ns) if s.n else st.CriticalPath.empty()
     return Figures(
         kernel=kernel,
         launch=dict(launch_facts(d, Summary.of(d))),
-        phases=_phases(s, inst),
+        phases=_phases(s, inst, lane_totals),
         instances=inst.table,
         lanes=_lanes(s, inst),
         waits=_waits(s),
         critical_path=cp,
-        critical_shares=_critical_shares(cp, kernel),
+        critical_shares=st.critical_shares(cp, kernel.wall_ns),
+        blocks=blocks,
+        lane_totals=lane_totals,
+        busy_sms=busy,
+        occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if s.n else st.Occupancy.empty(),
     )
 
 
@@ -58,6 +67,10 @@ class _SliceColumns:
         order = sorted(range(len(self.names)), key=lambda c: (int(first[c]), self.names[c]))
         self.phase_index = np.empty(len(self.names), np.int64)
         self.phase_index[order] = np.arange(len(self.names))
+        self.depth = st.slice_depth(self.lane, sl.begin_seq, sl.end_seq, sl.overlap)
+        self.top = self.depth == 0
+        self.prev, self.next = st.lane_neighbours(self.lane, self.begin, self.seq, self.top)
+        self.block_row = np.zeros(self.n, np.int64)
 
     def phase_name(self, codes: np.ndarray) -> list[str]:
         return [self.names[c] for c in codes.tolist()]
@@ -86,32 +99,59 @@ def _fdiv(num, den) -> np.ndarray:
 
 
 class _Instances:
-    """Per-instance figures, and per-slice facts the other tables need (last finisher, tie)."""
+    """Per-instance figures, and per-slice facts the other tables need (last finisher, tie, the instance's
+    latest end and last finisher)."""
 
-    def __init__(self, s: _SliceColumns) -> None:
+    def __init__(self, s: _SliceColumns, blocks) -> None:
         kspan = int(s.k.max()) + 1 if s.n else 1
         key = s.code * kspan + s.k
         by_end = np.lexsort((s.group, s.block, -s.end, key))  # instance, then latest end, block, group
         by_dur = np.lexsort((s.group, s.block, s.dur, key))
+        by_begin = np.lexsort((s.begin, key))
         starts = _starts(key[by_end])
         n = np.diff(np.r_[starts, s.n])
-        first = by_end[starts]
-        self.is_last = np.zeros(s.n, bool)
-        self.is_last[first] = True
         end_sorted = s.end[by_end]
         latest = end_sorted[starts]
         self.tied = np.zeros(s.n, bool)
         self.tied[by_end] = end_sorted == np.repeat(latest, n)
+        top_block, self.top_count, self.distinct = _stability(s, self.tied, len(s.names))
+        self.top_block = top_block
+        # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane.
+        not_top = (s.block != top_block[s.code]).astype(np.int64)
+        pick = np.lexsort((s.lane, not_top, ~self.tied, key))
+        first = pick[_starts(key[pick])]
+        self.is_last = np.zeros(s.n, bool)
+        self.is_last[first] = True
         second = np.where(n > 1, starts + 1, starts)
         lead = np.where(n > 1, latest - end_sorted[second], 0).astype(np.float64)
         lead[n <= 1] = np.nan
         dur_sorted = s.dur[by_dur]
-        max_dur = np.maximum.reduceat(dur_sorted, starts) if s.n else np.zeros(0, np.int64)
-        sum_dur = np.add.reduceat(dur_sorted, starts) if s.n else np.zeros(0, np.int64)
-        begin_min = np.minimum.reduceat(s.begin[by_end], starts) if s.n else np.zeros(0, np.int64)
-        begin_max = np.maximum.reduceat(s.begin[by_end], starts) if s.n else np.zeros(0, np.int64)
-        end_min = np.minimum.reduceat(end_sorted, starts) if s.n else np.zeros(0, np.int64)
-        code = s.code[first]
+        red = (lambda f, a: f.reduceat(a, starts)) if s.n else (lambda f, a: np.zeros(0, np.int64))
+        max_dur = red(np.maximum, dur_sorted)
+        sum_dur = red(np.add, dur_sorted)
+        begin_min = red(np.minimum, s.begin[by_end])
+        begin_max = red(np.maximum, s.begin[by_end])
+        end_min = red(np.minimum, end_sorted)
+        # Per slice: its instance's latest end and last finisher (for synchronization and the critical path).
+        inst_of = np.empty(s.n, np.int64)
+        inst_of[by_end] = np.repeat(np.arange(len(starts)), n)
+        self.end_of_slice = latest[inst_of] if s.n else np.zeros(0, np.int64)
+        self.last_of_slice = first[inst_of] if s.n else np.zeros(0, np.int64)
+        # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
+        has_prev = (s.prev >= 0)
+        prev_end = np.where(has_prev, s.end[np.maximum(s.prev, 0)], 0)
+        synced = has_prev & (s.begin >= np.where(has_prev, self.end_of_slice[np.maximum(s.prev, 0)], 0))
+        lead_in = s.begin - prev_end
+        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        hp = has_prev[by_end]
+        prev_lanes = red(np.add, hp.astype(np.int64))
+        li_min = red(np.minimum, np.where(hp, lead_in[by_end], big)).astype(np.float64)
+        li_max = red(np.maximum, np.where(hp, lead_in[by_end], small)).astype(np.float64)
+        li_min[prev_lanes == 0] = np.nan
+        li_max[prev_lanes == 0] = np.nan
+        later = blocks.later_wave[s.block_row] if s.n else np.zeros(0, np.int64)
+        code = s.code[first] if s.n else np.zeros(0, np.int64)
+        begin_sorted = s.begin[by_begin]
         cols = {
             "phase": s.phase_name(code),
             "phase_index": s.phase_index[code],
@@ -134,8 +174,17 @@ class _Instances:
             "last_group": s.group[first],
             "last_sm": s.sm[first],
             "last_lane": s.lane[first],
-            "tied_last_lanes": np.add.reduceat(self.tied[by_end], starts) if s.n else [],
+            "tied_last_lanes": red(np.add, self.tied[by_end].astype(np.int64)),
             "last_lead_ns": lead,
+            "depth": red(np.minimum, s.depth[by_end]),
+            "p50_begin_ns": begin_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
+            "last_begin_ns": s.begin[first],
+            "last_dur_ns": s.dur[first],
+            "prev_lanes": prev_lanes,
+            "sync_lanes": red(np.add, synced[by_end].astype(np.int64)),
+            "lead_in_min_ns": li_min,
+            "lead_in_max_ns": li_max,
+            "later_wave_lanes": red(np.add, later[by_end].astype(np.int64)),
         }
         order = np.lexsort((cols["k"], cols["phase_index"]))
         self.code = code[order]
@@ -143,7 +192,7 @@ class _Instances:
             {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
 
 
-def _phases(s: _SliceColumns, inst: _Instances) -> Phases:
+def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     t = inst.table
     if not len(t):
         return Phases.empty()
@@ -164,10 +213,20 @@ def _phases(s: _SliceColumns, inst: _Instances) -> Phases:
     has_lead = ~np.isnan(lead)
     sum_lead = np.add.reduceat(np.where(has_lead, lead, 0).astype(np.int64), starts)
     lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
-    top_block, top_count, distinct = _stability(s, inst, len(s.names))
+    top_block, top_count, distinct = inst.top_block, inst.top_count, inst.distinct
     groups = [",".join(map(str, np.unique(s.group[s.code == c]).tolist())) for c in pc.tolist()]
     mean_max = _fdiv(sum_max, instances)
     mean_dur = _fdiv(sum_dur, slices)
+    # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
+    pairs, per_lane = np.unique(np.stack([s.code, s.lane]), axis=1, return_counts=True)
+    lanes_of = np.bincount(pairs[0], minlength=len(s.names))
+    lo = np.full(len(s.names), np.iinfo(np.int64).max)
+    hi = np.zeros(len(s.names), np.int64)
+    np.minimum.at(lo, pairs[0], per_lane)
+    np.maximum.at(hi, pairs[0], per_lane)
+    group_lanes = {g: int((lane_totals.group == g).sum()) for g in np.unique(lane_totals.group).tolist()}
+    idle = [sum(group_lanes[int(g)] for g in gs.split(",")) - int(lanes_of[c]) for gs, c in zip(groups, pc.tolist())]
+    synced = (t.lanes >= 2) & (t.sync_lanes == t.lanes)
     return Phases.from_columns({
         "phase": s.phase_name(pc),
         "phase_index": s.phase_index[pc],
@@ -193,13 +252,20 @@ def _phases(s: _SliceColumns, inst: _Instances) -> Phases:
         "top_last_count": top_count[pc],
         "distinct_last_blocks": distinct[pc],
         "tied_instances": np.add.reduceat((t.tied_last_lanes[order] > 1).astype(np.int64), starts),
+        "depth": np.minimum.reduceat(t.depth[order], starts),
+        "lanes": lanes_of[pc],
+        "idle_lanes": idle,
+        "min_lane_instances": lo[pc],
+        "max_lane_instances": hi[pc],
+        "sync_instances": np.add.reduceat(synced[order].astype(np.int64), starts),
+        "wave_instances": np.add.reduceat((t.later_wave_lanes[order] > 0).astype(np.int64), starts),
     })
 
 
-def _stability(s: _SliceColumns, inst: _Instances, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
     in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
-    m = inst.tied
+    m = tied_mask
     tied = np.unique(np.stack([s.code[m], s.k[m], s.block[m]]), axis=1)  # distinct (phase, k, block)
     code, k, block = tied
     pairs, count = np.unique(np.stack([code, block]), axis=1, return_counts=True)
@@ -248,11 +314,9 @@ def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
 
 
 def _next_on_lane(s: _SliceColumns) -> tuple[np.ndarray, np.ndarray]:
-    """For each slice, the row of the lane's next slice (by begin, then record order) or -1, and the gap."""
-    order = np.lexsort((s.seq, s.begin, s.lane))
-    nxt = np.full(s.n, -1, np.int64)
-    same = s.lane[order][1:] == s.lane[order][:-1]
-    nxt[order[:-1][same]] = order[1:][same]
+    """For each top-level slice, the row of the lane's next top-level slice (by begin, then record order)
+    or -1, and the gap to it."""
+    nxt = s.next
     gap = np.where(nxt >= 0, s.begin[nxt] - s.end, 0)
     return nxt, gap
 
@@ -288,48 +352,6 @@ def _waits(s: _SliceColumns) -> Waits:
         "max_block": s.block[top],
         "max_group": s.group[top],
         "max_k": s.k[top],
-    })
-
-
-def _critical_path(s: _SliceColumns, inst: _Instances) -> CriticalPath:
-    rows = np.flatnonzero(inst.is_last)
-    if not len(rows):
-        return CriticalPath.empty()
-    nxt, gap = _next_on_lane(s)
-    pi = s.phase_index[s.code[rows]]
-    rows = rows[np.lexsort((s.k[rows], pi, s.end[rows]))]
-    has_next = nxt[rows] >= 0
-    return CriticalPath.from_columns({
-        "step": np.arange(len(rows)),
-        "phase": s.phase_name(s.code[rows]),
-        "phase_index": s.phase_index[s.code[rows]],
-        "k": s.k[rows],
-        "last_block": s.block[rows],
-        "last_group": s.group[rows],
-        "last_lane": s.lane[rows],
-        "begin_ns": s.begin[rows],
-        "end_ns": s.end[rows],
-        "dur_ns": s.dur[rows],
-        "wait_ns": np.where(has_next & (gap[rows] >= 0), gap[rows], 0),
-        "next_phase": [s.names[s.code[j]] if j >= 0 else None for j in nxt[rows].tolist()],
-    })
-
-
-def _critical_shares(cp: CriticalPath, kernel: Kernel) -> CriticalShares:
-    if not len(cp):
-        return CriticalShares.empty()
-    order = np.argsort(cp.phase_index, kind="stable")
-    starts = _starts(cp.phase_index[order])
-    total = np.add.reduceat((cp.dur_ns + cp.wait_ns)[order], starts)
-    wall = kernel.wall_ns or 0
-    return CriticalShares.from_columns({
-        "phase": cp.phase[order][starts],
-        "phase_index": cp.phase_index[order][starts],
-        "instances": np.diff(np.r_[starts, len(cp)]),
-        "dur_ns": np.add.reduceat(cp.dur_ns[order], starts),
-        "wait_ns": np.add.reduceat(cp.wait_ns[order], starts),
-        "total_ns": total,
-        "share": _fdiv(total, np.full(len(total), wall)),
     })
 
 

@@ -61,7 +61,39 @@ def _num(v, div: float) -> str:
 
 def _shares(a: Analysis) -> dict:
     c = a.critical_shares
-    return dict(zip(c.phase.tolist(), c.share.tolist()))
+    return {p: sh for p, sh, part in zip(c.phase.tolist(), c.share.tolist(), c.part.tolist()) if part == "phase"}
+
+
+_PART_NAMES = {"lead_in": "(lead-in before the path's first slice)", "lane_gap": "(gaps on the path's lanes)",
+               "block_switch": "(waiting for an SM slot: waves)"}
+
+
+def _occupancy_line(a: Analysis) -> str | None:
+    if not len(a.figures.occupancy):
+        return None
+    o = a.figures.occupancy.row(0)
+    k = a.kernel
+    if not o["sms"]:
+        return f"launch shape: {o['blocks']} blocks, SM ids unknown; at most {o['max_resident']} blocks at once"
+    tail = ""
+    if o["tail_ns"] and k.wall_ns:
+        tail = (f"; tail {format_ns(o['tail_ns'])} ({o['tail_ns'] / k.wall_ns:.0%} of wall) from "
+                f"+{format_ns(o['tail_begin_ns'] - k.begin_ns)}")
+    return (f"launch shape: {o['sms']} SMs, {o['blocks']} blocks, up to {o['blocks_per_sm_max']} per SM "
+            f"({o['max_resident']} resident at most), {o['waves']:.2f} waves, SMs busy "
+            f"{o['sm_busy_fraction']:.0%} of the wall{tail}; block {o['last_block']} ends the kernel "
+            f"(began +{format_ns(o['last_block_begin_ns'] - k.begin_ns)}, ran {format_ns(o['last_block_dur_ns'])}, "
+            f"median block {format_ns(o['median_block_dur_ns'])})")
+
+
+def _shown_findings(a: Analysis, show_all: bool):
+    shown = [f for f in a.findings if show_all or f.severity == "warning"]
+    return shown, len(a.findings) - len(shown)
+
+
+def _impact_text(f) -> str:
+    share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
+    return f"impact {format_ns(f.impact_ns)}{share}; evidence: {f.evidence}"
 
 
 def _phase_summary_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
@@ -119,16 +151,23 @@ def _wait_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
 def _critical_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     rows_in = a.critical_shares.rows()
     div, u = _unit([c["total_ns"] for c in rows_in])
-    head = ["phase", "instances", f"last finishers' slices ({u})", f"waits after them ({u})", f"total ({u})",
-            "share of wall"]
-    rows = [[c["phase"], str(c["instances"]), _num(c["dur_ns"], div), _num(c["wait_ns"], div),
-             _num(c["total_ns"], div), _share(c["share"])] for c in rows_in]
+    head = ["part", "slices", f"slices ({u})", f"waits after them ({u})", f"total ({u})", "share of wall"]
+    rows = [[c["phase"] if c["part"] == "phase" else _PART_NAMES.get(c["part"], c["part"]),
+             str(c["instances"]) if c["part"] == "phase" else "", _num(c["dur_ns"], div),
+             _num(c["wait_ns"], div), _num(c["total_ns"], div), _share(c["share"])] for c in rows_in]
     return head, rows
 
 
+def _critical_title(a: Analysis) -> str:
+    cov = a.critical_shares.coverage(a.kernel.wall_ns)
+    cov = f"; coverage {cov:.0%}" if cov is not None else ""
+    return ("critical path (backward from the kernel's end through what each slice waited for; the parts tile "
+            f"the wall{cov})")
+
+
 # ------------------------------------------------------------------------------------------------- text
-def analysis_text(a: Analysis) -> list:
-    """Rich renderables, findings first, then a table per phase."""
+def analysis_text(a: Analysis, show_all: bool = False) -> list:
+    """Rich renderables, findings first (warnings; info too with ``show_all``), then a table per phase."""
     from rich.table import Table
     from rich.text import Text
 
@@ -141,14 +180,21 @@ def analysis_text(a: Analysis) -> list:
         return t
 
     out: list = [Text(_headline(a), style="bold")]
-    out.append(Text("findings", style="bold underline"))
-    if not a.findings:
-        out.append(Text("  no findings: every figure is within its threshold", style="green"))
-    for f in a.findings:
+    shape = _occupancy_line(a)
+    if shape:
+        out.append(Text(shape))
+    out.append(Text("findings (by kernel time at stake)", style="bold underline"))
+    shown, hidden = _shown_findings(a, show_all)
+    if not shown:
+        out.append(Text("  no warnings: nothing costs the kernel enough time to act on", style="green"))
+    for f in shown:
         line = Text("  ")
         line.append(f"{f.severity:<8}", style=_SEVERITY_STYLE.get(f.severity, ""))
         line.append(f.message)
         out.append(line)
+        out.append(Text("          " + _impact_text(f), style="dim"))
+    if hidden:
+        out.append(Text(f"  ({hidden} info finding(s) below the impact floor: --all shows them)", style="dim"))
     out.append(Text(_thresholds_line(a), style="dim"))
     if not len(a.phases):
         out.append(Text("no phase slices in this trace", style="yellow"))
@@ -160,7 +206,7 @@ def analysis_text(a: Analysis) -> list:
         out.append(table(f"{phase}: instances", head, rows, caption))
     if len(a.waits):
         out.append(table("waits (gap from a slice's end to the next slice on its lane)", *_wait_rows(a)))
-    out.append(table("critical path (each instance's last finisher + the wait after it)", *_critical_rows(a)))
+    out.append(table(_critical_title(a), *_critical_rows(a)))
     return out
 
 
@@ -174,13 +220,20 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def analysis_markdown(a: Analysis) -> str:
+def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
-    parts = [f"### ktrace analyze: `{a.launch.get('kernel', 'kernel')}`", "", _headline(a), "", "**Findings**", ""]
-    if not a.findings:
-        parts.append("- no findings: every figure is within its threshold")
-    for f in a.findings:
-        parts.append(f"- **{f.severity}** ({f.kind}): {f.message}")
+    parts = [f"### ktrace analyze: `{a.launch.get('kernel', 'kernel')}`", "", _headline(a), ""]
+    shape = _occupancy_line(a)
+    if shape:
+        parts += [shape, ""]
+    parts += ["**Findings** (by kernel time at stake)", ""]
+    shown, hidden = _shown_findings(a, show_all)
+    if not shown:
+        parts.append("- no warnings: nothing costs the kernel enough time to act on")
+    for f in shown:
+        parts.append(f"- **{f.severity}** ({f.kind}): {f.message}  \n  <sub>{_impact_text(f)}</sub>")
+    if hidden:
+        parts.append(f"- <sub>{hidden} info finding(s) below the impact floor (`--all` shows them)</sub>")
     parts += ["", f"<sub>{_thresholds_line(a)}</sub>", ""]
     if not len(a.phases):
         return "\n".join(parts + ["No phase slices in this trace.", ""])
@@ -188,7 +241,7 @@ def analysis_markdown(a: Analysis) -> str:
     if len(a.waits):
         parts += ["**Waits** (gap from a slice's end to the next slice on its lane)", "",
                   _md_table(*_wait_rows(a)), ""]
-    parts += ["**Critical path** (each instance's last finisher + the wait after it)", "",
+    parts += [f"**{_critical_title(a)}**", "",
               _md_table(*_critical_rows(a)), ""]
     for phase in a.phases.phase.tolist():
         head, rows, n = _instance_rows(a, phase)
@@ -265,7 +318,7 @@ def _plot_phase(a: Analysis, ax, phase: str, color) -> None:
 
 def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
     cp = a.critical_path
-    ax.set_title("critical path: each instance's last finisher (bar) and the wait after it (hatched), one row "
+    ax.set_title("critical path: the path's slices (bars) and the waits and gaps after them (hatched), one row "
                  "per phase", fontsize=9, loc="left")
     phases = list(color_of)
     if not len(cp) or not phases:
@@ -274,14 +327,16 @@ def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
     ax.set_ylim(len(phases) - 0.5, -0.5)
     t0 = a.kernel.begin_ns or 0
     for y, phase in enumerate(phases):
-        m = cp.phase == phase
         col = color_of[phase]
-        b = (cp.begin_ns[m] - t0) * 1e-3
-        ax.broken_barh(list(zip(b.tolist(), (cp.dur_ns[m] * 1e-3).tolist())), (y - 0.35, 0.7), facecolors=col)
-        w = cp.wait_ns[m] > 0
-        e = (cp.end_ns[m][w] - t0) * 1e-3
-        ax.broken_barh(list(zip(e.tolist(), (cp.wait_ns[m][w] * 1e-3).tolist())), (y - 0.35, 0.7),
-                       facecolors="none", edgecolors=col, hatch="///", linewidth=0.3)
+        for solid in (True, False):
+            m = (cp.phase == phase) & ((cp.kind == "slice") == solid)
+            b = (cp.begin_ns[m] - t0) * 1e-3
+            bars = list(zip(b.tolist(), (cp.dur_ns[m] * 1e-3).tolist()))
+            if solid:
+                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=col)
+            else:
+                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors="none", edgecolors=col, hatch="///",
+                               linewidth=0.3)
     ax.set_xlim(0, (a.kernel.wall_ns or 1) * 1e-3)
     ax.set_xlabel("time since the first phase begin (µs)")
     ax.grid(axis="x", alpha=0.3)
@@ -289,8 +344,8 @@ def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
 
 def _plot_shares(a: Analysis, ax, color_of: dict) -> None:
     c = a.critical_shares
-    ax.set_title("share of kernel wall time on the critical path (slices solid, waits hatched); phases that "
-                 "run at once on different groups can add up to more than 1", fontsize=9, loc="left")
+    ax.set_title("share of kernel wall time on the critical path (slices solid, waits hatched); the parts and "
+                 "the remainders (lead-in, gaps, SM slots) add up to 1", fontsize=9, loc="left")
     phases = list(color_of)
     if not phases:
         return

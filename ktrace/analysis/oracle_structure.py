@@ -1,0 +1,299 @@
+"""The structural figures in numpy, an oracle for the SQL package: slice depth, each lane's previous
+top-level slice, blocks and their waves, lane totals, busy SMs over time, the launch's occupancy and tail,
+and the critical path as a backward walk that tiles the wall. Definitions: docs/analysis-structure.md.
+
+Vectorized over slices; loops run over SMs or over the critical path's steps (one per instance on the path),
+never over all events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
+
+__all__ = ["slice_depth", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
+           "critical_path", "critical_shares"]
+
+
+def _starts(sorted_keys: np.ndarray) -> np.ndarray:
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+def _lower(p: float, n) -> np.ndarray:
+    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
+
+
+def slice_depth(lane, begin_seq, end_seq, overlap) -> np.ndarray:
+    """Per slice: how many slices of its lane are open when its BEGIN is read (0 for partial overlaps,
+    which sit on their own child track)."""
+    n = len(lane)
+    depth = np.zeros(n, np.int64)
+    rows = np.flatnonzero(~np.asarray(overlap, bool))
+    if not len(rows):
+        return depth
+    ev_lane = np.r_[lane[rows], lane[rows]]
+    ev_seq = np.r_[begin_seq[rows], end_seq[rows]]
+    delta = np.r_[np.ones(len(rows), np.int64), -np.ones(len(rows), np.int64)]
+    order = np.lexsort((ev_seq, ev_lane))
+    open_after = np.cumsum(delta[order])  # every lane's slices balance, so the count restarts per lane
+    is_begin = order < len(rows)
+    depth[rows[order[is_begin]]] = open_after[is_begin] - 1
+    return depth
+
+
+def lane_neighbours(lane, begin, seq, top) -> tuple[np.ndarray, np.ndarray]:
+    """Per slice: the row of the previous and of the next top-level slice on its lane (by begin, then
+    record order), -1 when none or when the slice is not top-level."""
+    n = len(lane)
+    prev = np.full(n, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    rows = np.flatnonzero(top)
+    order = rows[np.lexsort((seq[rows], begin[rows], lane[rows]))]
+    same = lane[order][1:] == lane[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    prev[order[1:][same]] = order[:-1][same]
+    return prev, nxt
+
+
+def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
+    """The ktrace_block table, and per slice the row of its block in it."""
+    if not len(block):
+        return Blocks.empty(), np.zeros(0, np.int64)
+    ub, inv = np.unique(block, return_inverse=True)
+    nb = len(ub)
+    b_sm = np.full(nb, np.iinfo(np.int64).min)
+    np.maximum.at(b_sm, inv, sm)
+    b_begin = np.full(nb, np.iinfo(np.int64).max)
+    np.minimum.at(b_begin, inv, begin)
+    b_end = np.full(nb, np.iinfo(np.int64).min)
+    np.maximum.at(b_end, inv, end)
+    slices = np.bincount(inv, minlength=nb)
+    pairs = np.unique(np.stack([inv, lane]), axis=1)
+    lanes = np.bincount(pairs[0], minlength=nb)
+    later = np.zeros(nb, np.int64)
+    for s in np.unique(b_sm[b_sm >= 0]).tolist():
+        on = np.flatnonzero(b_sm == s)
+        if len(on) < 2:
+            continue
+        ends = np.sort(b_end[on])
+        # Another block on the SM ended at or before this one began (the block itself ends after it began,
+        # except a block of zero length, which is not counted against itself).
+        n_le = np.searchsorted(ends, b_begin[on], side="right") - (b_end[on] <= b_begin[on])
+        later[on] = n_le > 0
+    return Blocks.from_columns({
+        "block": ub, "sm": b_sm, "lanes": lanes, "slices": slices, "begin_ns": b_begin, "end_ns": b_end,
+        "dur_ns": b_end - b_begin, "later_wave": later}), inv
+
+
+def lane_totals(lane, block, group, sm, begin, end, top) -> LaneTotals:
+    if not len(lane):
+        return LaneTotals.empty()
+    ul, inv = np.unique(lane, return_inverse=True)
+    n = len(ul)
+    first = np.zeros(n, np.int64)
+    first[inv[::-1]] = np.arange(len(lane))[::-1]
+    l_sm = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(l_sm, inv, sm)
+    l_begin = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(l_begin, inv, begin)
+    l_end = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(l_end, inv, end)
+    busy = np.zeros(n, np.int64)
+    np.add.at(busy, inv[top], (end - begin)[top])
+    return LaneTotals.from_columns({
+        "lane": ul, "block": block[first], "group": group[first], "sm": l_sm,
+        "slices": np.bincount(inv, minlength=n), "top_slices": np.bincount(inv[top], minlength=n),
+        "busy_ns": busy, "begin_ns": l_begin, "end_ns": l_end})
+
+
+def _sweep(key, b, e):
+    """Running counts of intervals [b, e) per key: events sorted by (key, time, ends before begins).
+    Returns (key, time, count after the event) per event, in that order."""
+    k = np.r_[key, key]
+    t = np.r_[b, e]
+    d = np.r_[np.ones(len(b), np.int64), -np.ones(len(e), np.int64)]
+    o = np.lexsort((d, t, k))
+    return k[o], t[o], np.cumsum(d[o])
+
+
+def _sm_busy(bl: Blocks):
+    """Per SM, its busy intervals (the union of its blocks' extents): arrays (start, end)."""
+    m = (bl.sm >= 0) & (bl.dur_ns > 0)
+    k, t, c = _sweep(bl.sm[m], bl.begin_ns[m], bl.end_ns[m])
+    prev = np.r_[0, c[:-1]]
+    newkey = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, bool)
+    prev[newkey] = 0
+    starts = t[(prev == 0) & (c > 0)]
+    ends = t[(prev > 0) & (c == 0)]
+    return starts, ends, (k, c)
+
+
+def busy_sms(bl: Blocks) -> BusySms:
+    starts, ends, _ = _sm_busy(bl)
+    if not len(starts):
+        return BusySms.empty()
+    t = np.r_[starts, ends]
+    d = np.r_[np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)]
+    o = np.lexsort((d, t))
+    t, c = t[o], np.cumsum(d[o])
+    last_at_t = np.r_[t[1:] != t[:-1], True]  # the count after every event at that time
+    t, c = t[last_at_t], c[last_at_t]
+    keep = np.r_[True, c[1:] != c[:-1]]
+    return BusySms.from_columns({"ts": t[keep], "busy_sms": c[keep]})
+
+
+def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
+    nan = float("nan")
+    if not len(bl):
+        return Occupancy.empty()
+    known = bl.sm >= 0
+    sms = len(np.unique(bl.sm[known]))
+    m = bl.dur_ns > 0
+    _, _, c_all = _sweep(np.zeros(int(m.sum()), np.int64), bl.begin_ns[m], bl.end_ns[m])
+    max_resident = int(c_all.max()) if len(c_all) else 0
+    wall = kernel_end - kernel_begin
+    per_sm = tail_begin = tail = busy_ns = in_tail = frac = nan
+    if sms:
+        starts, ends, (_, c_sm) = _sm_busy(bl)
+        per_sm = int(c_sm.max()) if len(c_sm) else 0
+        busy_ns = int((ends - starts).sum())
+        frac = busy_ns / (sms * wall) if wall else nan
+        ts, v = busy.ts, busy.busy_sms
+        high = np.flatnonzero(v * 2 >= sms)
+        tb = int(ts[high[-1] + 1]) if len(high) else int(kernel_begin)
+        tail_begin, tail = tb, int(kernel_end) - tb
+        after = ts >= tb
+        seg = np.diff(np.r_[ts, ts[-1]])  # the last row has 0 busy SMs
+        in_tail = float((v[after] * seg[after]).sum()) / tail if tail else nan
+    last = int(np.lexsort((bl.block, -bl.end_ns))[0])
+    durs = np.sort(bl.dur_ns)
+    return Occupancy.from_columns({
+        "sms": [sms], "blocks": [len(bl)], "unknown_sm_blocks": [int((~known).sum())],
+        "blocks_per_sm_max": [per_sm], "max_resident": [max_resident],
+        "waves": [len(bl) / max_resident if max_resident else nan], "sm_busy_ns": [busy_ns],
+        "sm_busy_fraction": [frac], "tail_begin_ns": [tail_begin], "tail_ns": [tail],
+        "busy_sms_in_tail": [in_tail], "last_block": [int(bl.block[last])],
+        "last_block_begin_ns": [int(bl.begin_ns[last])], "last_block_dur_ns": [int(bl.dur_ns[last])],
+        "median_block_dur_ns": [int(durs[_lower(0.5, len(durs))])]})
+
+
+def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):
+    """Per top-level slice: the row of what it waited for (-1: none) and the gap kind code
+    (0 wait, 1 lane_gap, 2 block_switch). inst_end / inst_last: per slice, its instance's latest end and
+    its instance's last finisher's row."""
+    n = s.n
+    pred = np.full(n, -1, np.int64)
+    kind = np.full(n, -1, np.int64)
+    has_prev = prev >= 0
+    synced = np.zeros(n, bool)
+    synced[has_prev] = s.begin[has_prev] >= inst_end[prev[has_prev]]
+    pred[synced] = inst_last[prev[synced]]
+    kind[synced] = 0
+    lane_gap = has_prev & ~synced
+    pred[lane_gap] = prev[lane_gap]
+    kind[lane_gap] = 1
+    first = top & ~has_prev & (bl.later_wave[block_row] == 1) if n else np.zeros(0, bool)
+    if first.any():
+        # Each block's top-level slice with the latest end (then lowest lane, then record order).
+        t = np.flatnonzero(top)
+        o = t[np.lexsort((s.seq[t], s.lane[t], -s.end[t], block_row[t]))]
+        end_slice = np.full(len(bl), -1, np.int64)
+        end_slice[block_row[o][_starts(block_row[o])]] = o[_starts(block_row[o])]
+        before = np.full(len(bl), -1, np.int64)  # per block: the block that freed its SM slot
+        for sm in np.unique(bl.sm[bl.later_wave == 1]).tolist():
+            on = np.flatnonzero(bl.sm == sm)
+            o2 = on[np.lexsort((-bl.block[on], bl.end_ns[on]))]  # by end; among equal ends lowest block last
+            later = on[bl.later_wave[on] == 1]
+            pos = np.searchsorted(bl.end_ns[o2], bl.begin_ns[later], side="right") - 1
+            pick = np.where(pos >= 0, o2[np.maximum(pos, 0)], -1)
+            # never the block itself (only possible for a zero-length block)
+            pick = np.where(pick == later, -1, pick)
+            before[later] = pick
+        rows = np.flatnonzero(first)
+        b = before[block_row[rows]]
+        ok = b >= 0
+        pred[rows[ok]] = end_slice[b[ok]]
+        kind[rows[ok]] = 2
+    return pred, kind
+
+
+_GAP_KIND = ("wait", "lane_gap", "block_switch")
+
+
+def critical_path(s, top, pred, kind, kernel_begin, kernel_end) -> CriticalPath:
+    """The backward walk (docs/analysis-structure.md): parts in time order."""
+    t_rows = np.flatnonzero(top)
+    if not len(t_rows):
+        return CriticalPath.empty()
+    cur = int(t_rows[np.lexsort((s.seq[t_rows], s.lane[t_rows], -s.end[t_rows]))[0]])
+    t = int(kernel_end)
+    parts = []  # (kind, slice row or -1, next row or -1, begin, end)
+    pred_l, kind_l, begin_l, end_l = pred.tolist(), kind.tolist(), s.begin.tolist(), s.end.tolist()
+    while True:
+        b = min(begin_l[cur], t)
+        parts.append(("slice", cur, -1, b, t))
+        t = b
+        q = pred_l[cur]
+        if q < 0:
+            if t > kernel_begin:
+                parts.append(("lead_in", -1, cur, int(kernel_begin), t))
+            break
+        gb = min(end_l[q], t)
+        if gb < t:
+            parts.append((_GAP_KIND[kind_l[cur]], q, cur, gb, t))
+        t = gb
+        cur = q
+    parts.reverse()
+    rows = np.array([p[1] for p in parts], np.int64)
+    nxt = np.array([p[2] for p in parts], np.int64)
+    has = rows >= 0
+    r = np.where(has, rows, 0)
+
+    def col(values, cast=float):
+        return [cast(v) if h else None for v, h in zip(values.tolist(), has.tolist())]
+
+    kinds = [p[0] for p in parts]
+    begin = np.array([p[3] for p in parts], np.int64)
+    end = np.array([p[4] for p in parts], np.int64)
+    return CriticalPath.from_columns({
+        "step": np.arange(len(parts)),
+        "kind": kinds,
+        "phase": [s.names[c] if h else None for c, h in zip(s.code[r].tolist(), has.tolist())],
+        "phase_index": col(s.phase_index[s.code[r]]),
+        "k": col(s.k[r]),
+        "last_block": col(s.block[r]),
+        "last_group": col(s.group[r]),
+        "last_lane": col(s.lane[r]),
+        "begin_ns": begin,
+        "end_ns": end,
+        "dur_ns": end - begin,
+        "next_phase": [s.names[s.code[j]] if kd not in ("slice", "lead_in") else None
+                       for j, kd in zip(nxt.tolist(), kinds)],
+    })
+
+
+def critical_shares(cp: CriticalPath, wall) -> CriticalShares:
+    if not len(cp):
+        return CriticalShares.empty()
+    rows = []
+    is_phase = np.array([k in ("slice", "wait") for k in cp.kind.tolist()])
+    pi = cp.phase_index
+    for p in np.unique(pi[is_phase]).tolist():
+        sl = (pi == p) & (cp.kind == "slice")
+        wt = (pi == p) & (cp.kind == "wait")
+        name = cp.phase[np.flatnonzero((pi == p) & is_phase)[0]]
+        dur, wait = int(cp.dur_ns[sl].sum()), int(cp.dur_ns[wt].sum())
+        rows.append(("phase", name, p, int(sl.sum()), dur, wait))
+    for rem in REMAINDERS:
+        m = cp.kind == rem
+        if m.any() and cp.dur_ns[m].sum() > 0:
+            rows.append((rem, None, None, 0, int(cp.dur_ns[m].sum()), 0))
+    total = np.array([r[4] + r[5] for r in rows], np.int64)
+    share = total / float(wall) if wall else np.full(len(rows), np.nan)
+    return CriticalShares.from_columns({
+        "part": [r[0] for r in rows], "phase": [r[1] for r in rows], "phase_index": [r[2] for r in rows],
+        "instances": [r[3] for r in rows], "dur_ns": [r[4] for r in rows], "wait_ns": [r[5] for r in rows],
+        "total_ns": total, "share": share})
