@@ -281,3 +281,12 @@ def test_ties_resolve_to_the_same_block_in_both_tables():
     p = a.phases.row(a.phases.phase.tolist().index("compute"))
     assert p["top_last_block"] == 3 and inst.last_block.tolist() == [3, 3, 3, 3]
     assert inst.tied_last_lanes.tolist()[2] == 2
+
+
+def test_duplicate_event_names_are_refused():
+    from ktrace.errors import InputError
+    from ktrace.synthetic import phase_buffer
+
+    buf = phase_buffer([[T0, T0 + 2000]], [[T0 + 1000, T0 + 3000]], [0, 1])
+    with pytest.raises(InputError, match="'load' appear more than once"):
+        decode(buf, events="load,load")

@@ -31,6 +31,7 @@ def sql_figures(session, *, register_package: bool = True) -> Figures:
     """
     if register_package:
         register(session)
+    _refuse_several_gpus(session)
     return Figures(
         kernel=_kernel(session),
         launch=_launch(session),
@@ -45,6 +46,19 @@ def sql_figures(session, *, register_package: bool = True) -> Figures:
         busy_sms=query_table(session, BusySms),
         occupancy=query_table(session, Occupancy),
     )
+
+
+def _refuse_several_gpus(session) -> None:
+    """A trace written by ``ktrace merge`` holds several GPUs' blocks on one axis: the per-launch figures
+    would mix them (a figure no real block has). Refuse it with the way to the per-GPU analysis."""
+    r = session.query("INCLUDE PERFETTO MODULE ktrace.gpus;\nSELECT COUNT(DISTINCT gpu) AS n FROM ktrace_gpu_phase_instance")
+    n = int(r.rows[0][0] or 0)
+    if n > 1:
+        from ..errors import InputError
+
+        raise InputError(f"{session.trace_name}: a trace of {n} GPUs (written by ktrace merge): one analysis "
+                         "would mix their blocks; analyze the GPUs' buffers instead: ktrace analyze A.bin B.bin "
+                         "(each GPU, then across GPUs)")
 
 
 def _kernel(session) -> Kernel:

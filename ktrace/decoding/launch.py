@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import InputError
 from ..model import Launch
 from ..sidecar import read_names_file, read_sidecar, sidecar_path
 
@@ -26,6 +27,23 @@ def parse_names(value) -> tuple[list[str] | None, str | None]:
     if "," not in text and Path(text).is_file():
         return read_names_file(text), "file"
     return [s.strip() for s in text.split(",")], "cli"
+
+
+def _refuse_duplicates(names, source, sidecar) -> None:
+    """Two event indices with one name would merge two phases into one: refuse it, naming the repeats."""
+    if not names:
+        return
+    seen, dup = set(), []
+    for n in names:
+        if n in seen and n not in dup:
+            dup.append(n)
+        seen.add(n)
+    if dup:
+        where = {"cli": "--events", "file": "the event names file", "sidecar": f"the sidecar {sidecar}"}.get(
+            source, "the event names")
+        listed = ", ".join(repr(n)[:40] for n in dup[:5])
+        raise InputError(f"{where}: event name(s) {listed} appear more than once; each event index needs its own "
+                         "name (two indices with one name would be merged into one phase)")
 
 
 def _ints(v) -> tuple[int, ...] | None:
@@ -54,6 +72,7 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
     gr_names, _ = parse_names(groups)
     if ev_names is None and meta.get("event_names"):
         ev_names, ev_src = list(meta["event_names"]), "sidecar"
+    _refuse_duplicates(ev_names, ev_src, side_used)
     if gr_names is None and meta.get("group_names"):
         gr_names = list(meta["group_names"])
     dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
