@@ -2,7 +2,9 @@
 -- with last-finisher stability, and per-lane figures. Definitions: docs/analysis-schema.md.
 --
 -- Last finisher of an instance: the lane with the latest end; ties (same end timestamp, common with a
--- 32 ns timer) go to the lowest block, then the lowest group, i.e. the lowest lane. p50/p90 are the
+-- 32 ns timer) go to the lowest lane of the phase's top_last_block when that block is among the tied, else
+-- to the lowest lane (docs/analysis-structure.md: "the one tie rule"), so the instance and the phase name
+-- the same block. p50/p90 are the
 -- "lower" percentiles: the value at 0-based index floor(p * (n - 1)) of the n sorted durations
 -- (SQLite's percentile_disc; numpy's method='lower').
 --
@@ -11,7 +13,7 @@
 -- "bare" columns (id, block, ...) next to a single MIN() or MAX(): SQLite takes them from the row that
 -- holds the minimum or maximum.
 
-INCLUDE PERFETTO MODULE ktrace.slices;
+INCLUDE PERFETTO MODULE ktrace.blocks;
 
 -- Phases in the order they first begin (then by name), numbered from 0.
 CREATE PERFETTO TABLE _ktrace_phase_order AS
@@ -28,8 +30,9 @@ SELECT
 FROM ktrace_phase_slice
 GROUP BY phase, k, end_ts;
 
--- Per instance: the last finisher (its slice id), how many lanes tie with it and their blocks.
-CREATE PERFETTO TABLE _ktrace_last AS
+-- Per instance: the latest end, the lowest lane that ends then (its slice id), how many lanes tie and
+-- their blocks.
+CREATE PERFETTO TABLE _ktrace_latest AS
 SELECT phase, k, MAX(end_ts) AS end_ts, lane, id, block, grp, sm, lanes AS tied_lanes, blocks
 FROM _ktrace_end_group
 GROUP BY phase, k
@@ -39,7 +42,7 @@ ORDER BY id;
 CREATE PERFETTO TABLE _ktrace_runner_up AS
 SELECT phase, k, MAX(end_ts) AS end_ts
 FROM _ktrace_end_group
-WHERE +id NOT IN (SELECT id FROM _ktrace_last)
+WHERE +id NOT IN (SELECT id FROM _ktrace_latest)
 GROUP BY phase, k;
 
 -- Per instance: the duration and time figures.
@@ -54,10 +57,88 @@ SELECT
   MAX(dur) AS max_dur_ns,
   SUM(dur) AS sum_dur_ns,
   MIN(ts) AS begin_ns,
-  MAX(ts) AS last_begin_ns,
+  MAX(ts) AS max_begin_ns,
+  CAST(percentile_disc(ts, 0.5) AS INT) AS p50_begin_ns,
   MIN(end_ts) AS first_end_ns,
-  MAX(end_ts) AS end_ns
-FROM ktrace_phase_slice
+  MAX(end_ts) AS end_ns,
+  MIN(depth) AS depth
+FROM _ktrace_slice
+GROUP BY phase, k;
+
+-- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
+CREATE PERFETTO TABLE _ktrace_tied_last AS
+SELECT DISTINCT l.phase, l.k, j.value AS block
+FROM _ktrace_latest l, json_each(l.blocks) j;
+
+-- Per phase, the block that is among the last finishers in the most instances (then the lowest block).
+CREATE PERFETTO TABLE _ktrace_top_last AS
+SELECT phase, block AS top_last_block, n AS top_last_count
+FROM (
+  SELECT phase, block, COUNT(*) AS n,
+    ROW_NUMBER() OVER (PARTITION BY phase ORDER BY COUNT(*) DESC, block) AS rn
+  FROM _ktrace_tied_last
+  GROUP BY phase, block
+)
+WHERE rn = 1;
+
+-- Per instance: the last finisher by the one tie rule. The top block's lowest lane at the latest end when
+-- the top block is among the tied, else the lowest tied lane.
+CREATE PERFETTO TABLE _ktrace_last AS
+WITH top_block_end AS MATERIALIZED (
+  -- The top block's slices, per instance and end: the lowest lane (a bare column next to MIN).
+  SELECT phase, k, end_ts, MIN(lane) AS lane, id, block, grp, sm
+  FROM ktrace_phase_slice
+  WHERE (phase, block) IN (SELECT phase, top_last_block FROM _ktrace_top_last)
+  GROUP BY phase, k, end_ts
+),
+chosen AS (
+  SELECT
+    l.phase, l.k, l.end_ts, l.tied_lanes,
+    COALESCE(t.id, l.id) AS id,
+    COALESCE(t.lane, l.lane) AS lane,
+    COALESCE(t.block, l.block) AS block,
+    COALESCE(t.grp, l.grp) AS grp,
+    COALESCE(t.sm, l.sm) AS sm
+  FROM _ktrace_latest l
+  LEFT JOIN top_block_end t USING (phase, k, end_ts)
+)
+SELECT c.phase, c.k, c.end_ts, c.lane, c.id, c.block, c.grp, c.sm, s.ts, s.dur, c.tied_lanes
+FROM chosen c JOIN _ktrace_slice s USING (id)
+ORDER BY c.id;
+
+-- Top-level slices with a previous top-level slice on their lane: the gap to it (the lead-in) and whether
+-- the slice began at or after the latest end of the previous slice's instance (a synchronization).
+CREATE PERFETTO TABLE _ktrace_top_prev AS
+SELECT
+  t.id,
+  t.phase,
+  t.k,
+  t.prev_id,
+  p.phase AS prev_phase,
+  p.k AS prev_k,
+  t.ts - p.end_ts AS lead_in_ns,
+  t.ts >= i.end_ns AS sync
+FROM _ktrace_top_slice t
+JOIN _ktrace_top_slice p ON p.id = t.prev_id
+JOIN _ktrace_instance_agg i ON i.phase = p.phase AND i.k = p.k
+ORDER BY t.id;
+
+-- Per instance: its top-level slices with a previous one, synchronizations, and lead-ins.
+CREATE PERFETTO TABLE _ktrace_instance_prev AS
+SELECT
+  phase, k,
+  COUNT(*) AS prev_lanes,
+  SUM(sync) AS sync_lanes,
+  MIN(lead_in_ns) AS lead_in_min_ns,
+  MAX(lead_in_ns) AS lead_in_max_ns
+FROM _ktrace_top_prev
+GROUP BY phase, k;
+
+-- Per instance: slices on blocks of a later wave.
+CREATE PERFETTO TABLE _ktrace_instance_wave AS
+SELECT phase, k, COUNT(*) AS later_wave_lanes
+FROM _ktrace_slice
+WHERE +block IN (SELECT block FROM ktrace_block WHERE later_wave)
 GROUP BY phase, k;
 
 -- One row per phase instance.
@@ -99,7 +180,24 @@ CREATE PERFETTO TABLE ktrace_phase_instance(
   -- Lanes whose end equals the latest end (1 = no tie).
   tied_last_lanes LONG,
   -- Latest end - the latest end of the other lanes (0 on a tie; NULL with one lane), ns.
-  last_lead_ns LONG
+  last_lead_ns LONG,
+  -- The smallest depth among its slices (0: top-level on some lane).
+  depth LONG,
+  -- Lower median of the slices' begins, ns.
+  p50_begin_ns LONG,
+  -- The last finisher's slice begin and duration, ns.
+  last_begin_ns LONG,
+  last_dur_ns LONG,
+  -- Top-level slices with a previous top-level slice on their lane, and of those the ones that began at or
+  -- after the latest end of that slice's instance (they waited for every lane of it).
+  prev_lanes LONG,
+  sync_lanes LONG,
+  -- Shortest and longest gap from the previous top-level slice's end to the begin, ns (NULL without
+  -- prev_lanes).
+  lead_in_min_ns LONG,
+  lead_in_max_ns LONG,
+  -- Slices on blocks of a later wave (ktrace_block.later_wave).
+  later_wave_lanes LONG
 ) AS
 SELECT
   a.phase,
@@ -117,7 +215,7 @@ SELECT
   a.end_ns,
   a.end_ns - a.begin_ns AS wall_ns,
   a.end_ns - a.begin_ns - a.max_dur_ns AS excess_ns,
-  a.last_begin_ns - a.begin_ns AS start_skew_ns,
+  a.max_begin_ns - a.begin_ns AS start_skew_ns,
   a.end_ns - a.first_end_ns AS end_skew_ns,
   l.block AS last_block,
   l.grp AS last_group,
@@ -125,38 +223,30 @@ SELECT
   l.lane AS last_lane,
   l.id AS last_slice_id,
   l.tied_lanes AS tied_last_lanes,
-  CASE WHEN l.tied_lanes > 1 THEN 0 ELSE l.end_ts - r.end_ts END AS last_lead_ns
+  CASE WHEN l.tied_lanes > 1 THEN 0 ELSE l.end_ts - r.end_ts END AS last_lead_ns,
+  a.depth,
+  a.p50_begin_ns,
+  l.ts AS last_begin_ns,
+  l.dur AS last_dur_ns,
+  COALESCE(p.prev_lanes, 0) AS prev_lanes,
+  COALESCE(p.sync_lanes, 0) AS sync_lanes,
+  p.lead_in_min_ns,
+  p.lead_in_max_ns,
+  COALESCE(w.later_wave_lanes, 0) AS later_wave_lanes
 FROM _ktrace_instance_agg a
 JOIN _ktrace_phase_order o USING (phase)
 JOIN _ktrace_last l USING (phase, k)
-LEFT JOIN _ktrace_runner_up r USING (phase, k);
+LEFT JOIN _ktrace_runner_up r USING (phase, k)
+LEFT JOIN _ktrace_instance_prev p USING (phase, k)
+LEFT JOIN _ktrace_instance_wave w USING (phase, k);
 
--- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
-CREATE PERFETTO TABLE _ktrace_tied_last AS
-SELECT DISTINCT l.phase, l.k, j.value AS block
-FROM _ktrace_last l, json_each(l.blocks) j;
-
--- Per phase, the block that is among the last finishers in the most instances (then the lowest block).
-CREATE PERFETTO TABLE _ktrace_top_last AS
-SELECT phase, block AS top_last_block, n AS top_last_count
-FROM (
-  SELECT phase, block, COUNT(*) AS n,
-    ROW_NUMBER() OVER (PARTITION BY phase ORDER BY COUNT(*) DESC, block) AS rn
-  FROM _ktrace_tied_last
-  GROUP BY phase, block
-)
-WHERE rn = 1;
-
--- Each instance's last block as stability counts it: the phase's top block when it is among the tied last
--- finishers, else the lowest tied block. So a tie never counts as the last finisher moving.
-CREATE PERFETTO TABLE _ktrace_stable_last AS
+-- Per (phase, lane): the lane's slices of that phase over all instances.
+CREATE PERFETTO TABLE _ktrace_phase_lane_agg AS
 SELECT
-  t.phase,
-  t.k,
-  CASE WHEN MAX(t.block = top.top_last_block) THEN top.top_last_block ELSE MIN(t.block) END AS block
-FROM _ktrace_tied_last t
-JOIN _ktrace_top_last top USING (phase)
-GROUP BY t.phase, t.k;
+  phase, block, grp, block * (SELECT n FROM _ktrace_groups) + grp AS lane, MAX(sm) AS sm,
+  COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns
+FROM _ktrace_slice
+GROUP BY phase, block, grp;
 
 -- One row per phase: sums and means over its instances, and last-finisher stability.
 CREATE PERFETTO TABLE ktrace_phase(
@@ -195,7 +285,19 @@ CREATE PERFETTO TABLE ktrace_phase(
   top_last_block LONG,
   top_last_count LONG,
   distinct_last_blocks LONG,
-  tied_instances LONG
+  tied_instances LONG,
+  -- The smallest depth among its slices.
+  depth LONG,
+  -- Distinct lanes that ran it, and lanes of its groups (in ktrace_lane) that ran none of it.
+  lanes LONG,
+  idle_lanes LONG,
+  -- Over the lanes that ran it: the fewest and most slices of it on one lane.
+  min_lane_instances LONG,
+  max_lane_instances LONG,
+  -- Instances with lanes >= 2 whose every lane synchronized (sync_lanes = lanes), and instances with slices
+  -- on blocks of a later wave.
+  sync_instances LONG,
+  wave_instances LONG
 ) AS
 WITH agg AS (
   SELECT
@@ -215,16 +317,31 @@ WITH agg AS (
     MAX(end_skew_ns) AS max_end_skew_ns,
     SUM(last_lead_ns) AS sum_last_lead_ns,
     COUNT(last_lead_ns) AS lead_instances,
-    SUM(tied_last_lanes > 1) AS tied_instances
+    SUM(tied_last_lanes > 1) AS tied_instances,
+    MIN(depth) AS depth,
+    SUM(lanes >= 2 AND sync_lanes = lanes) AS sync_instances,
+    SUM(later_wave_lanes > 0) AS wave_instances
   FROM ktrace_phase_instance
   GROUP BY phase
 ),
+-- Each instance's last block is the tie rule's, so a tie never counts as the last finisher moving.
 stable AS (
-  SELECT phase, COUNT(DISTINCT block) AS distinct_last_blocks FROM _ktrace_stable_last GROUP BY phase
+  SELECT phase, COUNT(DISTINCT block) AS distinct_last_blocks FROM _ktrace_last GROUP BY phase
+),
+lane_counts AS (
+  SELECT phase, COUNT(*) AS lanes, MIN(instances) AS min_lane_instances, MAX(instances) AS max_lane_instances
+  FROM _ktrace_phase_lane_agg
+  GROUP BY phase
+),
+group_phase AS MATERIALIZED (
+  SELECT phase, grp FROM _ktrace_phase_lane_agg GROUP BY phase, grp ORDER BY phase, grp
+),
+group_lanes AS (
+  SELECT grp, COUNT(*) AS n FROM ktrace_lane GROUP BY grp
 ),
 phase_groups AS (
-  SELECT phase, GROUP_CONCAT(grp, ',') AS groups
-  FROM (SELECT phase, grp FROM ktrace_phase_slice GROUP BY phase, grp ORDER BY phase, grp)
+  SELECT phase, GROUP_CONCAT(grp, ',') AS groups, SUM(n) AS group_lanes
+  FROM (SELECT g.phase, g.grp, l.n FROM group_phase g JOIN group_lanes l USING (grp) ORDER BY g.phase, g.grp)
   GROUP BY phase
 )
 SELECT
@@ -254,11 +371,19 @@ SELECT
   top.top_last_block,
   top.top_last_count,
   stable.distinct_last_blocks,
-  agg.tied_instances
+  agg.tied_instances,
+  agg.depth,
+  lane_counts.lanes,
+  phase_groups.group_lanes - lane_counts.lanes AS idle_lanes,
+  lane_counts.min_lane_instances,
+  lane_counts.max_lane_instances,
+  agg.sync_instances,
+  agg.wave_instances
 FROM agg
 JOIN _ktrace_top_last top USING (phase)
 JOIN stable USING (phase)
-JOIN phase_groups USING (phase);
+JOIN phase_groups USING (phase)
+JOIN lane_counts USING (phase);
 
 -- One row per (phase, lane): the lane's slices of that phase over all instances.
 CREATE PERFETTO TABLE ktrace_phase_lane(
@@ -275,17 +400,10 @@ CREATE PERFETTO TABLE ktrace_phase_lane(
   mean_dur_ns DOUBLE,
   max_dur_ns LONG,
   sum_dur_ns LONG,
-  -- Instances in which this lane was the last finisher (tie rule above).
+  -- Instances in which this lane was the last finisher (the one tie rule above).
   last_count LONG
 ) AS
-WITH lane_agg AS (
-  SELECT
-    phase, block, grp, block * (SELECT n FROM _ktrace_groups) + grp AS lane, MAX(sm) AS sm,
-    COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns
-  FROM _ktrace_slice
-  GROUP BY phase, block, grp
-),
-last_counts AS (
+WITH last_counts AS (
   SELECT phase, lane, COUNT(*) AS n FROM _ktrace_last GROUP BY phase, lane
 )
 SELECT
@@ -301,6 +419,6 @@ SELECT
   a.max_dur_ns,
   a.sum_dur_ns,
   COALESCE(c.n, 0) AS last_count
-FROM lane_agg a
+FROM _ktrace_phase_lane_agg a
 JOIN _ktrace_phase_order o USING (phase)
 LEFT JOIN last_counts c USING (phase, lane);

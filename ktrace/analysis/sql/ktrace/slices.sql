@@ -63,7 +63,7 @@ SELECT COALESCE(
   (SELECT MAX(extract_arg(arg_set_id, 'debug.group')) + 1 FROM slice),
   1) AS n;
 
--- The phase slices' columns read from their args once (the lane is computed from them on use).
+-- The phase slices' columns read from their args once.
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
   id,
@@ -75,8 +75,11 @@ SELECT
   extract_arg(arg_set_id, 'debug.group') AS grp,
   extract_arg(arg_set_id, 'debug.sm') AS sm,
   k,
-  track_id
-FROM (SELECT id, ts, dur, name, track_id, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
+  extract_arg(arg_set_id, 'debug.block') * (SELECT n FROM _ktrace_groups) + extract_arg(arg_set_id, 'debug.group')
+    AS lane,
+  track_id,
+  depth
+FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
 WHERE k IS NOT NULL
 ORDER BY id;
 
@@ -103,9 +106,11 @@ CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Lane: block * num_groups + grp.
   lane LONG,
   -- Track the slice is drawn on.
-  track_id LONG
+  track_id LONG,
+  -- Nesting depth on that track (slice.depth): 0 = not inside another slice of the lane (a top-level slice).
+  depth LONG
 ) AS
-SELECT id, ts, dur, end_ts, phase, block, grp, sm, k, block * (SELECT n FROM _ktrace_groups) + grp AS lane, track_id
+SELECT id, ts, dur, end_ts, phase, block, grp, sm, k, lane, track_id, depth
 FROM _ktrace_slice;
 
 -- The kernel: extent of its phase slices, and the timer resolution every figure carries.

@@ -1,11 +1,12 @@
--- ktrace.waits: on each lane, the gap from the end of a slice to the begin of the lane's next slice (the
--- synchronization the method keeps outside the phase it ends), per slice and per phase boundary.
--- Definitions: docs/analysis-schema.md.
+-- ktrace.waits: on each lane, the gap from the end of a top-level slice to the begin of the lane's next
+-- top-level slice (the synchronization the method keeps outside the phase it ends), per slice and per phase
+-- boundary. Time inside an enclosing slice is not idle, so nested slices (depth > 0) have no waits.
+-- Definitions: docs/analysis-schema.md, docs/analysis-structure.md.
 
 INCLUDE PERFETTO MODULE ktrace.phases;
 
--- Every phase slice with the lane's next slice (by begin, then slice id) and the gap to it. Join
--- ktrace_phase_slice USING (id) for the slice's other columns.
+-- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id) and
+-- the gap to it. Join ktrace_phase_slice USING (id) for the slice's other columns.
 CREATE PERFETTO TABLE ktrace_lane_wait(
   -- Slice id, phase, instance, block and group of the slice.
   id LONG,
@@ -20,11 +21,12 @@ CREATE PERFETTO TABLE ktrace_lane_wait(
   gap_ns LONG
 ) AS
 SELECT
-  id, phase, k, block, grp,
-  LEAD(phase) OVER lane_order AS next_phase,
-  LEAD(ts) OVER lane_order - end_ts AS gap_ns
-FROM _ktrace_slice
-WINDOW lane_order AS (PARTITION BY block, grp ORDER BY ts, id);
+  t.id, t.phase, t.k, t.block, t.grp,
+  n.phase AS next_phase,
+  n.ts - t.end_ts AS gap_ns
+FROM _ktrace_top_slice t
+LEFT JOIN _ktrace_top_slice n ON n.id = t.next_id
+ORDER BY t.id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
 -- next slice on the same lane, of `next_phase`.
