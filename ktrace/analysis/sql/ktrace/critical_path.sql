@@ -51,7 +51,7 @@ pick AS (
 )
 SELECT block, key % 4294967296 AS id FROM pick;
 
--- Every top-level slice with its predecessor (NULL: none) and the gap kind.
+-- Every top-level slice with its predecessor (NULL: none) and the gap kind. Nested slices have none.
 CREATE PERFETTO TABLE _ktrace_pred AS
 WITH linked AS (
   SELECT
@@ -119,7 +119,8 @@ WITH visit AS MATERIALIZED (
   SELECT w.n, w.id, w.t, MIN(s.ts, w.t) AS slice_begin, p.pred_id, p.pred_end, p.kind, s.phase
   FROM _ktrace_walk w
   JOIN _ktrace_slice s ON s.id = w.id
-  JOIN _ktrace_pred p ON p.id = w.id
+  -- A nested slice (a last finisher inside another slice) has no predecessor: the walk stops there.
+  LEFT JOIN _ktrace_pred p ON p.id = w.id
 ),
 parts AS (
   -- The slices.
@@ -162,7 +163,7 @@ CREATE PERFETTO TABLE ktrace_critical_path_share(
   -- The phase (NULL for a remainder).
   phase STRING,
   phase_index LONG,
-  -- Slice parts of the phase, and their sum, ns (for a remainder: its parts and their sum).
+  -- Slice parts of the phase (0 for a remainder), and their sum, ns (for a remainder: the sum of its parts).
   instances LONG,
   dur_ns LONG,
   -- 'wait' parts after the phase, ns (0 for a remainder).
@@ -186,7 +187,7 @@ WITH per_phase AS (
   GROUP BY phase
 ),
 remainder AS (
-  SELECT kind, COUNT(*) AS instances, SUM(dur_ns) AS dur_ns,
+  SELECT kind, 0 AS instances, SUM(dur_ns) AS dur_ns,
     CASE kind WHEN 'lead_in' THEN 0 WHEN 'lane_gap' THEN 1 ELSE 2 END AS position
   FROM ktrace_critical_path
   WHERE kind IN ('lead_in', 'lane_gap', 'block_switch')

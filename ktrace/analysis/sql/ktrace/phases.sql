@@ -58,7 +58,9 @@ SELECT
   SUM(dur) AS sum_dur_ns,
   MIN(ts) AS begin_ns,
   MAX(ts) AS max_begin_ns,
-  CAST(percentile_disc(ts, 0.5) AS INT) AS p50_begin_ns,
+  -- percentile_disc works in doubles: take it of offsets from the kernel's begin, exact below 2^53 ns.
+  CAST(percentile_disc(ts - (SELECT begin_ns FROM ktrace_kernel), 0.5) AS INT) + (SELECT begin_ns FROM ktrace_kernel)
+    AS p50_begin_ns,
   MIN(end_ts) AS first_end_ns,
   MAX(end_ts) AS end_ns,
   MIN(depth) AS depth
