@@ -156,10 +156,20 @@ def _runs(seq: np.ndarray):
     return [(int(seq[a]), int(a), int(b) - 1) for a, b in zip(cut[:-1], cut[1:])]
 
 
+def _carried(p, inst) -> bool:
+    """The phase's start skew comes over from the phase before it on each lane: no synchronization, and the
+    gaps before it (lead-ins) spread over at most half the start skew."""
+    with_prev = inst.prev_lanes > 0
+    if not with_prev.any() or p["sync_instances"] * 2 >= int(with_prev.sum()):
+        return False
+    spread = (inst.lead_in_max_ns - inst.lead_in_min_ns)[with_prev]
+    return float(spread.mean()) * 2 <= p["mean_start_skew_ns"]
+
+
 def _last_finisher(ctx, p, inst, on_path) -> Verdict | None:
     th, eps = ctx.th, ctx.eps
     n = len(inst)
-    if n < 2 or not _aligned(p) or _num(p["mean_last_lead_ns"]) < eps:
+    if n < 1 or not _aligned(p) or _num(p["mean_last_lead_ns"]) < eps or p["wave_instances"]:
         return None
     lead = np.nan_to_num(inst.last_lead_ns)
     impact = float(lead[on_path].sum())
@@ -175,6 +185,16 @@ def _last_finisher(ctx, p, inst, on_path) -> Verdict | None:
             "late_instances": int(late_.sum()), "tick_ns": ctx.tick}
     label, top, count = ctx.label(p), p["top_last_block"], p["top_last_count"]
     lead_txt = f"ahead of the next lane by {_fmt(p['mean_last_lead_ns'])} on average"
+    if late_.mean() >= 0.5 and p["phase_index"] > 0 and _carried(p, inst):
+        return None  # it starts late because it ended the phase before late: that phase's finding says why
+    if n == 1:  # one instance: only a late start can be told apart (no stability to judge)
+        if not late_[0]:
+            return None
+        msg = (f"{label}: block {top} finishes last because it starts late: it begins {_fmt(float(late[0]))} after the "
+               f"median lane while its slice is within {_fmt(max(float(work[0]), 0))} of the median; look at what "
+               "delays its start, not its work")
+        ev = f"last finisher's begin - median begin {_fmt(float(late[0]))} > its slice - median slice {_fmt(float(work[0]))}"
+        return Verdict("late_start", p["phase"], msg, ev, impact, True, {**base, "block": top, "cause": "late_start"})
     if count / n >= th.stable_fraction:
         m = seq == top
         w, lt = float(work[m].mean()), float(late[m].mean())
@@ -265,6 +285,11 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
                "carried over from the previous phase's ends; its cause is upstream")
         ev = (f"no synchronization evidenced; lead-in spread {_fmt(float(spread.mean()))} <= half the start skew "
               f"{_fmt(skew)}")
+    elif p["depth"] > 0:
+        cause, impact, warn = "nested", 0.0, False
+        msg = (f"{head}: a nested phase: its begins follow its parent slices' ({_fmt(skew)} apart); judge the skew "
+               "on the top-level phase")
+        ev = f"depth {p['depth']}: inside another phase on every lane"
     elif not with_prev.any():
         cause = "launch"
         msg = f"{head}: the lanes' first phase begins spread over {_fmt(skew)}: blocks start at different times"
