@@ -197,11 +197,18 @@ def test_oracle_matches_expected_figures(figures, name):
     got = {(r["phase"], r["k"]): r for r in inst.rows()}
     assert len(got) == len(expected)
     first = int(inst.begin_ns.min())
+    phases = figures[name][0].phases
+    top = dict(zip(phases.phase.tolist(), phases.top_last_block.tolist()))
     for e in expected:
         r = got[(e["phase"], e["k"])]
-        for key in ("lanes", "max_dur_ns", "wall_ns", "excess_ns", "start_skew_ns", "end_skew_ns",
-                    "last_block", "last_group"):
+        for key in ("lanes", "max_dur_ns", "wall_ns", "excess_ns", "start_skew_ns", "end_skew_ns"):
             assert r[key] == e[key], (e["phase"], e["k"], key)
+        # The independent decoder breaks a tie by the lowest block; ktrace by the phase's top last block
+        # when it is among the tied lanes (one rule for both tables), else by the lowest block too.
+        if r["tied_last_lanes"] == 1:
+            assert (r["last_block"], r["last_group"]) == (e["last_block"], e["last_group"]), (e["phase"], e["k"])
+        else:
+            assert r["last_block"] in (e["last_block"], top[e["phase"]]), (e["phase"], e["k"])
         assert r["mean_dur_ns"] == pytest.approx(e["mean_dur_ns"], abs=5e-4)
         assert r["imbalance"] == pytest.approx(e["imbalance"], abs=5e-7)
         assert r["begin_ns"] - first == e["first_begin_ns"]
@@ -239,8 +246,10 @@ def test_moving_straggler(figures):
     assert compute.last_block.tolist() == [0, 1, 2, 3]
     p = phase_row(fig, "compute")
     assert (p["top_last_count"], p["distinct_last_blocks"]) == (1, 4)
-    moving = [f for f in find(fig) if f.kind == "moving_last_finisher"]
-    assert len(moving) == 1 and "4 different blocks were last in 4 instances" in moving[0].message
+    # Each instance has one long lane, a different one each time: the cost is in the work assignment.
+    rotating = [f for f in find(fig) if f.kind == "rotating_imbalance"]
+    assert len(rotating) == 1 and "4 blocks" in rotating[0].message
+    assert not any(f.kind == "moving_last_finisher" for f in find(fig))
 
 
 def test_skewed_starts(figures):
@@ -250,9 +259,15 @@ def test_skewed_starts(figures):
     assert fig.instances.excess_ns.tolist() == [spread] * len(fig.instances)  # equal durations
     assert fig.instances.imbalance.tolist() == [1.0] * len(fig.instances)
     assert fig.instances.last_block.tolist() == [7] * len(fig.instances)  # the latest starter ends last
-    kinds = {(f.kind, f.phase) for f in find(fig)}
+    # The synthetic kernel's smallest step is 320 ns; judge it at the real 32 ns tick.
+    found = find(fig, Thresholds(tick_ns=32))
+    kinds = {(f.kind, f.phase) for f in found}
     assert ("start_skew", "reduce") in kinds  # 448 ns of a 768 ns wall
-    assert not any(k == "load_imbalance" for k, _ in kinds)
+    skew = [f for f in found if f.kind == "start_skew" and f.phase == "reduce"][0]
+    assert skew.figures["cause"] == "sync_release"  # every lane begins after the barrier
+    late = [f for f in found if f.kind == "late_start"]  # block 7 is last because it starts last
+    assert late and all(f.figures["block"] == 7 for f in late)
+    assert not any(k in ("load_imbalance", "stable_straggler") for k, _ in kinds)
 
 
 def test_slow_release(figures):
@@ -272,7 +287,7 @@ def test_slow_release(figures):
 def test_a_tie_is_not_the_last_finisher_moving(figures):
     fig = figures["ties"][1]
     compute = fig.instances.where(fig.instances.phase == "compute")
-    assert compute.last_block.tolist() == [3, 3, 1, 0]  # latest end, then lowest block
+    assert compute.last_block.tolist() == [3, 3, 3, 3]  # latest end; a tie goes to the phase's top block
     assert compute.tied_last_lanes.tolist() == [1, 1, 2, 2]
     assert compute.last_lead_ns[2:].tolist() == [0.0, 0.0]
     p = phase_row(fig, "compute")
@@ -290,14 +305,15 @@ def test_two_groups_report_their_phases_separately(figures):
 def test_critical_path_follows_the_last_finishers(figures):
     fig = figures["imbalanced_block"][1]
     cp = fig.critical_path
-    assert cp.phase.tolist() == ["load", "compute", "reduce"] * 4
-    assert np.all(np.diff(cp.end_ns) > 0)
-    assert cp.last_block[cp.phase == "compute"].tolist() == [5] * 4
-    # Block 5 leaves compute last: it waits only the barrier; the path's shares cover the kernel.
-    assert cp.wait_ns[cp.phase == "compute"].tolist() == [320] * 4
-    total = fig.critical_shares.total_ns.sum()
-    assert total == fig.kernel.wall_ns - (cp.begin_ns[0] - fig.kernel.begin_ns)
-    assert fig.critical_shares.share.sum() == pytest.approx(1.0)
+    sl = cp.kind == "slice"
+    assert cp.phase[sl].tolist() == ["load", "compute", "reduce"] * 4
+    assert cp.kind[~sl].tolist() == ["wait"] * 11  # every phase waits at the barrier for the last finisher
+    assert cp.last_block[sl & (cp.phase == "compute")].tolist() == [5] * 4
+    # After block 5 leaves compute, the barrier's 320 ns; the parts tile the kernel exactly.
+    assert cp.dur_ns[(cp.kind == "wait") & (cp.phase == "compute")].tolist() == [320] * 4
+    assert (cp.begin_ns[1:] == cp.end_ns[:-1]).all() and cp.begin_ns[0] == fig.kernel.begin_ns
+    assert fig.critical_shares.total_ns.sum() == fig.kernel.wall_ns
+    assert fig.critical_shares.coverage(fig.kernel.wall_ns) == 1.0
 
 
 # -- findings on the real captures --------------------------------------------------------------------------

@@ -266,6 +266,8 @@ def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np
     """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
     in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
     m = tied_mask
+    if not m.any():
+        return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
     tied = np.unique(np.stack([s.code[m], s.k[m], s.block[m]]), axis=1)  # distinct (phase, k, block)
     code, k, block = tied
     pairs, count = np.unique(np.stack([code, block]), axis=1, return_counts=True)
