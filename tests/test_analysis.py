@@ -17,7 +17,7 @@ from ktrace.analysis.findings import find
 from ktrace.engine import open_trace
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, InputError
 from ktrace.export.writer import write_trace
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import SAMPLE_NAMES, SAMPLES, run_ktrace, sample
 
@@ -153,7 +153,7 @@ def test_sql_and_oracle_figures_are_equal(figures, name):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_sql_and_oracle_agree_on_random_nesting_ties_and_zero_durations(tmp_path, seed):
-    from ktrace.synthetic import encode_tags, place_records
+    from ktrace.decoding.encode import encode_tags, place_records
 
     rng = np.random.default_rng(seed)
     groups, blocks = int(rng.integers(1, 3)), int(rng.integers(1, 5))
@@ -444,7 +444,7 @@ def test_cli_query_prints_the_package(tmp_path):
 
 def test_a_trace_without_phase_slices_has_empty_figures_and_no_findings(tmp_path):
     from ktrace.report.analysis_report import analysis_markdown
-    from ktrace.synthetic import encode_tags, place_records
+    from ktrace.decoding.encode import encode_tags, place_records
 
     tag = encode_tags("flashinfer", [2, 2], [0, 0], [0, 1], [0, 0], 1, sm=[0, 1])  # two instants
     d = decode(place_records(2, 1, [0, 1], [0, 0], [0, 0], tag, [T0, T0 + TICK], 2), events="a")

@@ -17,7 +17,7 @@ from ktrace.analysis import Thresholds, analyze
 from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
                                      load_capture, phase_values, read_timing)
 from ktrace.report.compare_report import diff_markdown, diff_text, plot_diff
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import ROOT, SAMPLES, run_ktrace, sample, write_buffer
 

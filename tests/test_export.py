@@ -7,7 +7,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ktrace import decode
 from ktrace.export.packets import encode_events
 from ktrace.export.writer import ARG_NAMES, trace_bytes
-from ktrace.synthetic import encode_tags, place_records
+from ktrace.decoding.encode import encode_tags, place_records
 
 from conftest import SAMPLE_NAMES, sample, sample_meta
 

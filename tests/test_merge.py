@@ -16,7 +16,7 @@ from ktrace.errors import InputError
 from ktrace.export.merge import merge_traces
 from ktrace.export.tracks import GPU_UUID_STRIDE, PROCESS_UUID
 from ktrace.export.writer import trace_bytes
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import SAMPLES, run_ktrace
 

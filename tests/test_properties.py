@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from ktrace import decode
 from ktrace.export.writer import trace_bytes
-from ktrace.synthetic import encode_tags, place_records
+from ktrace.decoding.encode import encode_tags, place_records
 
 WRAP = 1 << 32
 

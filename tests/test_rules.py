@@ -14,7 +14,7 @@ from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Secti
                                    evaluate, load_rules_file, parse_rule, rule_book)
 from ktrace.errors import InputError
 from ktrace.report.compare_report import CHECK_SCHEMA, check_json, check_markdown, check_text, junit_xml
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import ROOT, run_ktrace, sample
 from test_compare import REAL_AFTER, real_before
