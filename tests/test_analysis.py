@@ -114,32 +114,50 @@ def build(case, tmp):
 
 # -- fixtures: one engine session per trace ------------------------------------------------------------
 
+class _Lazy(dict):
+    """A dict that computes an entry on first use (the quick lane asks for a few of them only)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name):
+        self[name] = value = self._make(name)
+        return value
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    """name -> (Decoded, trace path) for every sample and synthetic case."""
+    """name -> (Decoded, trace path) for every sample and synthetic case, each made when first asked for."""
     tmp = tmp_path_factory.mktemp("analysis")
-    out = {}
-    for name in SAMPLE_NAMES:
+
+    def make(name):
+        if name in CASES:
+            return build(name, tmp)
         d = decode(sample(name))
         path = tmp / f"{name}.perfetto-trace"
         write_trace(d, path)
-        out[name] = (d, path)
-    for case in CASES:
-        out[case] = build(case, tmp)
-    return out
+        return d, path
+
+    return _Lazy(make)
 
 
 @pytest.fixture(scope="module")
 def figures(traces):
-    """name -> (oracle Figures, SQL Figures)."""
-    out = {}
-    for name, (d, path) in traces.items():
+    """name -> (oracle Figures, SQL Figures), each made when first asked for."""
+
+    def make(name):
+        d, path = traces[name]
         with open_trace(path) as session:
-            out[name] = (oracle_figures(d), sql_figures(session))
-    return out
+            return oracle_figures(d), sql_figures(session)
+
+    return _Lazy(make)
 
 
-ALL = SAMPLE_NAMES + list(CASES)
+# Every capture and case in the full run; the quick lane (-m "not slow") keeps the synthetic cases and one
+# capture per kind of kernel (one group, warp groups, instants, overflow).
+_QUICK = {"imbalance", "warpgroups", "instants_ktrace", "overflow_ktrace"}
+ALL = [n if n in _QUICK else pytest.param(n, marks=pytest.mark.slow) for n in SAMPLE_NAMES] + list(CASES)
 
 
 # -- SQL == oracle -------------------------------------------------------------------------------------
@@ -378,6 +396,7 @@ def imbalance_trace(traces):
     return traces["imbalance"][1]
 
 
+@pytest.mark.slow
 def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     png = tmp_path / "out.png"
     rc, out, err = run_ktrace("analyze", sample("imbalance"), "--json", "--plot", png)
@@ -394,6 +413,7 @@ def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     assert "thresholds: imbalance=1.1" in out
 
 
+@pytest.mark.slow
 def test_cli_analyze_trace_markdown_and_threshold(imbalance_trace):
     rc, out, err = run_ktrace("analyze", imbalance_trace, "--markdown", "--threshold", "imbalance=5")
     assert rc == 0, err
@@ -410,6 +430,7 @@ def test_cli_analyze_trace_markdown_and_threshold(imbalance_trace):
     (("query", "TRACE", "SELECT * FROM ktrace_phase"), EXIT_INPUT, "INCLUDE PERFETTO MODULE"),
     (("analyze", "TRACE", "--engine", "native"), EXIT_ENV, "KTRACE_TP_SHELL"),
 ])
+@pytest.mark.slow
 def test_cli_errors_exit_with_the_documented_code(imbalance_trace, args, code, words):
     args = [{"IMB": sample("imbalance"), "TRACE": imbalance_trace}.get(a, a) for a in args]
     rc, out, err = run_ktrace(*args, env={"KTRACE_TP_SHELL": ""})
@@ -417,6 +438,7 @@ def test_cli_errors_exit_with_the_documented_code(imbalance_trace, args, code, w
     assert words in err and "Traceback (most recent call last):\n  File \"/" not in err  # no Python traceback
 
 
+@pytest.mark.slow
 def test_cli_query_csv_json_and_file(imbalance_trace, tmp_path):
     sql = "INCLUDE PERFETTO MODULE ktrace.phases;\nSELECT phase, top_last_block, top_last_count FROM ktrace_phase ORDER BY phase_index"
     rc, out, err = run_ktrace("query", imbalance_trace, sql, "--csv")
@@ -435,6 +457,7 @@ def test_cli_query_csv_json_and_file(imbalance_trace, tmp_path):
     assert "load" in out and "mma" in out and "2 rows" in out
 
 
+@pytest.mark.slow
 def test_cli_query_prints_the_package(tmp_path):
     rc, out, err = run_ktrace("query", "--print-package")
     assert rc == 0, err

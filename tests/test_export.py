@@ -78,7 +78,12 @@ def test_packet_encoder_matches_protobuf_serialization():
     assert ours == ref.SerializeToString()
 
 
-@pytest.mark.parametrize("name", SAMPLE_NAMES)
+# The quick lane (-m "not slow") checks one capture per kind of kernel; the full run checks every one.
+_QUICK = {"imbalance", "warpgroups", "instants_ktrace", "overflow_ktrace"}
+
+
+@pytest.mark.parametrize("name", [n if n in _QUICK else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in SAMPLE_NAMES])
 def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
     d = decode(sample(name))
     packets = parse(trace_bytes(d))
