@@ -84,13 +84,12 @@ def floor_main(buf: str, nbytes: int, out: str) -> None:
 
 # -------------------------------------------------------------------------------------------- buffers
 def _load_synthetic():
-    # By file path: the benchmark needs the encoder only, whatever state ktrace/__init__.py is in.
-    import importlib.util
+    # From this checkout (not whichever ktrace the benchmarked python has): the encoder beside its layouts.
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from ktrace.decoding import encode
 
-    spec = importlib.util.spec_from_file_location("_ktrace_synthetic", os.path.join(REPO, "ktrace", "synthetic.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return encode
 
 
 def make_buffer(records: int, groups: int, seed: int):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bench_convert import measure  # noqa: E402
-from ktrace.synthetic import encode_tags  # noqa: E402
+from ktrace.decoding.encode import encode_tags  # noqa: E402
 
 LANES = 132
 

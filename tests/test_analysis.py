@@ -17,7 +17,7 @@ from ktrace.analysis.findings import find
 from ktrace.engine import open_trace
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, InputError
 from ktrace.export.writer import write_trace
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import SAMPLE_NAMES, SAMPLES, run_ktrace, sample
 
@@ -114,32 +114,50 @@ def build(case, tmp):
 
 # -- fixtures: one engine session per trace ------------------------------------------------------------
 
+class _Lazy(dict):
+    """A dict that computes an entry on first use (the quick lane asks for a few of them only)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name):
+        self[name] = value = self._make(name)
+        return value
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    """name -> (Decoded, trace path) for every sample and synthetic case."""
+    """name -> (Decoded, trace path) for every sample and synthetic case, each made when first asked for."""
     tmp = tmp_path_factory.mktemp("analysis")
-    out = {}
-    for name in SAMPLE_NAMES:
+
+    def make(name):
+        if name in CASES:
+            return build(name, tmp)
         d = decode(sample(name))
         path = tmp / f"{name}.perfetto-trace"
         write_trace(d, path)
-        out[name] = (d, path)
-    for case in CASES:
-        out[case] = build(case, tmp)
-    return out
+        return d, path
+
+    return _Lazy(make)
 
 
 @pytest.fixture(scope="module")
 def figures(traces):
-    """name -> (oracle Figures, SQL Figures)."""
-    out = {}
-    for name, (d, path) in traces.items():
+    """name -> (oracle Figures, SQL Figures), each made when first asked for."""
+
+    def make(name):
+        d, path = traces[name]
         with open_trace(path) as session:
-            out[name] = (oracle_figures(d), sql_figures(session))
-    return out
+            return oracle_figures(d), sql_figures(session)
+
+    return _Lazy(make)
 
 
-ALL = SAMPLE_NAMES + list(CASES)
+# Every capture and case in the full run; the quick lane (-m "not slow") keeps the synthetic cases and one
+# capture per kind of kernel (one group, warp groups, instants, overflow).
+_QUICK = {"imbalance", "warpgroups", "instants_ktrace", "overflow_ktrace"}
+ALL = [n if n in _QUICK else pytest.param(n, marks=pytest.mark.slow) for n in SAMPLE_NAMES] + list(CASES)
 
 
 # -- SQL == oracle -------------------------------------------------------------------------------------
@@ -153,7 +171,7 @@ def test_sql_and_oracle_figures_are_equal(figures, name):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_sql_and_oracle_agree_on_random_nesting_ties_and_zero_durations(tmp_path, seed):
-    from ktrace.synthetic import encode_tags, place_records
+    from ktrace.decoding.encode import encode_tags, place_records
 
     rng = np.random.default_rng(seed)
     groups, blocks = int(rng.integers(1, 3)), int(rng.integers(1, 5))
@@ -394,6 +412,7 @@ def imbalance_trace(traces):
     return traces["imbalance"][1]
 
 
+@pytest.mark.slow
 def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     png = tmp_path / "out.png"
     rc, out, err = run_ktrace("analyze", sample("imbalance"), "--json", "--plot", png)
@@ -410,6 +429,7 @@ def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     assert "thresholds: imbalance=1.1" in out
 
 
+@pytest.mark.slow
 def test_cli_analyze_trace_markdown_and_threshold(imbalance_trace):
     rc, out, err = run_ktrace("analyze", imbalance_trace, "--markdown", "--threshold", "imbalance=5")
     assert rc == 0, err
@@ -426,6 +446,7 @@ def test_cli_analyze_trace_markdown_and_threshold(imbalance_trace):
     (("query", "TRACE", "SELECT * FROM ktrace_phase"), EXIT_INPUT, "INCLUDE PERFETTO MODULE"),
     (("analyze", "TRACE", "--engine", "native"), EXIT_ENV, "KTRACE_TP_SHELL"),
 ])
+@pytest.mark.slow
 def test_cli_errors_exit_with_the_documented_code(imbalance_trace, args, code, words):
     args = [{"IMB": sample("imbalance"), "TRACE": imbalance_trace}.get(a, a) for a in args]
     rc, out, err = run_ktrace(*args, env={"KTRACE_TP_SHELL": ""})
@@ -433,6 +454,7 @@ def test_cli_errors_exit_with_the_documented_code(imbalance_trace, args, code, w
     assert words in err and "Traceback (most recent call last):\n  File \"/" not in err  # no Python traceback
 
 
+@pytest.mark.slow
 def test_cli_query_csv_json_and_file(imbalance_trace, tmp_path):
     sql = "INCLUDE PERFETTO MODULE ktrace.phases;\nSELECT phase, top_last_block, top_last_count FROM ktrace_phase ORDER BY phase_index"
     rc, out, err = run_ktrace("query", imbalance_trace, sql, "--csv")
@@ -451,6 +473,7 @@ def test_cli_query_csv_json_and_file(imbalance_trace, tmp_path):
     assert "load" in out and "mma" in out and "2 rows" in out
 
 
+@pytest.mark.slow
 def test_cli_query_prints_the_package(tmp_path):
     rc, out, err = run_ktrace("query", "--print-package")
     assert rc == 0, err
@@ -460,7 +483,7 @@ def test_cli_query_prints_the_package(tmp_path):
 
 def test_a_trace_without_phase_slices_has_empty_figures_and_no_findings(tmp_path):
     from ktrace.report.analysis_report import analysis_markdown
-    from ktrace.synthetic import encode_tags, place_records
+    from ktrace.decoding.encode import encode_tags, place_records
 
     tag = encode_tags("flashinfer", [2, 2], [0, 0], [0, 1], [0, 0], 1, sm=[0, 1])  # two instants
     d = decode(place_records(2, 1, [0, 1], [0, 0], [0, 0], tag, [T0, T0 + TICK], 2), events="a")

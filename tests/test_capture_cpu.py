@@ -58,6 +58,7 @@ no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: the no-G
 
 
 @no_gpu
+@pytest.mark.slow
 def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
     rc, out, err = _run("run", "--out", tmp_path, KERNELS / "imbalance.py", cwd=tmp_path)
     assert rc == 3, (out, err)
@@ -67,22 +68,26 @@ def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
 
 
 @no_gpu
+@pytest.mark.slow
 def test_calibrate_without_gpu_exits_3():
     rc, out, err = _run("calibrate")
     assert rc == 3 and "Traceback" not in err and err.startswith("ktrace: error:")
 
 
+@pytest.mark.slow
 def test_run_missing_driver_exits_2(tmp_path):
     rc, _, err = _run("run", tmp_path / "nope.py")
     assert rc == 2 and "no such driver script" in err
 
 
+@pytest.mark.slow
 def test_importing_capture_needs_no_pycuda():
     code = "import sys, ktrace.capture, ktrace.cli_capture; print('pycuda' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and p.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_decode_and_export_never_import_capture():
     code = ("import sys, ktrace; ktrace.decode('samples/imbalance.bin'); "
             "print([m for m in sys.modules if m.startswith('ktrace.capture') or m.startswith('pycuda')])")
@@ -181,6 +186,7 @@ def test_sample_kernels_compile_against_each_header(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
     src = (KERNELS / "instants.cu").read_text()
     spec = BuildSpec(src, "instant_events", resolve_header("ktrace"), "instants.cu")
@@ -198,6 +204,7 @@ def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_headers_cannot_both_be_included(tmp_path):
     (tmp_path / "flashinfer").mkdir()
     (tmp_path / "flashinfer" / "profiler.cuh").write_text("#ifndef FLASHINFER_PROFILER_CUH_\n#define FLASHINFER_PROFILER_CUH_\n#endif\n")
@@ -232,6 +239,7 @@ def _message_class(tmp_path):
 SIDECARS = sorted(SAMPLES.glob("*.json"))
 
 
+@pytest.mark.slow
 def test_every_sidecar_follows_the_schema_and_round_trips(tmp_path):
     from google.protobuf import json_format
 

@@ -8,6 +8,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from conftest import SAMPLE_NAMES, run_ktrace, sample, write_buffer
 
+pytestmark = pytest.mark.slow  # every test runs the installed command in a subprocess
+
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 def test_convert_writes_a_trace_next_to_the_buffer(tmp_path, name):

@@ -17,7 +17,7 @@ from ktrace.analysis import Thresholds, analyze
 from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
                                      load_capture, phase_values, read_timing)
 from ktrace.report.compare_report import diff_markdown, diff_text, plot_diff
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import ROOT, SAMPLES, run_ktrace, sample, write_buffer
 
@@ -105,6 +105,7 @@ def test_the_committed_synthetic_after_is_what_the_generator_writes():
 
 # -- the real-ish pair -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_compute_imbalance_and_wall_fall_beyond_the_noise(d):
     c = d.phase("compute")
     imb = c.change("imbalance")
@@ -258,6 +259,7 @@ def test_kernel_and_phase_values_come_with_units_and_noise(pair):
 
 # -- reports ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_text_markdown_and_plot(d, tmp_path):
     from rich.console import Console
 
@@ -275,6 +277,7 @@ def test_text_markdown_and_plot(d, tmp_path):
 
 # -- the command line ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_diff_json_markdown_plot(tmp_path):
     rc, out, err = run_ktrace("diff", BEFORE, AFTER, "--json", "--plot", tmp_path / "d.png")
     assert rc == 0, err
@@ -289,6 +292,7 @@ def test_cli_diff_json_markdown_plot(tmp_path):
     assert "compute" in out and "kernel wall" in out  # the table still printed
 
 
+@pytest.mark.slow
 def test_cli_diff_bad_input(tmp_path):
     rc, _, err = run_ktrace("diff", BEFORE, tmp_path / "missing.bin")
     assert rc == 2 and "missing.bin" in err
@@ -307,6 +311,7 @@ def real_before(after: Path) -> Path:
 
 @pytest.mark.skipif(not REAL_AFTER, reason="no real balanced capture in samples/ yet")
 @pytest.mark.parametrize("after", REAL_AFTER, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_the_real_before_after_pair(after):
     d = diff(load_capture(real_before(after)), load_capture(after))
     c = d.phase("compute")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ktrace import InputError, decode
-from ktrace.synthetic import encode_tags, phase_buffer, place_records
+from ktrace.decoding.encode import encode_tags, phase_buffer, place_records
 
 from conftest import write_buffer
 

@@ -2,12 +2,14 @@
 run SQL. Traces are built with Perfetto's own protobuf classes, so what the engine reads is what was meant.
 
 The first test that needs the engine compiles the WebAssembly module once (5-20 s) into a temporary cache
-directory; every later session in this run reuses it.
+directory, unless the user's cache already holds it (then it is copied, not recompiled); every later session
+in this run reuses it.
 """
 
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,8 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session", autouse=True)
 def engine_cache(tmp_path_factory):
-    """One compiled module for the whole run, in a temporary cache directory (not the user's)."""
+    """One compiled module for the whole run, in a temporary cache directory (not the user's). Modules the
+    user's cache already compiled are copied in (read, never written), so a quick run does not recompile."""
     cache = tmp_path_factory.mktemp("ktrace-cache")
+    for compiled in wasm_cache.cache_dir().glob("*.cwasm"):
+        shutil.copyfile(compiled, cache / compiled.name)
     old = os.environ.get("KTRACE_CACHE_DIR")
     os.environ["KTRACE_CACHE_DIR"] = str(cache)
     yield cache
@@ -312,6 +317,7 @@ OOM_SQL = """
     SELECT count(*) FROM big"""
 
 
+@pytest.mark.slow
 def test_trap_kills_the_session_but_not_the_next(trace_bytes, wasm_only):
     from ktrace.engine.wasm import WasmTraceProcessor
 
@@ -400,6 +406,7 @@ def test_unwritable_cache_is_not_fatal(tiny_module, monkeypatch):
     assert _answer(*wasm_cache.load_module()) == 42
 
 
+@pytest.mark.slow
 def test_warm_start_is_fast_and_silent(trace_bytes, engine_cache, wasm_only):
     with open_trace(trace_bytes):
         pass  # makes sure the real module is compiled and cached in engine_cache
@@ -474,6 +481,7 @@ HTTPServer(("localhost", port), Handler).serve_forever()
 '''
 
 
+@pytest.mark.slow
 def test_native_backend_through_a_stand_in_shell(tmp_path, trace_bytes, monkeypatch):
     shell = tmp_path / "trace_processor_shell"
     shell.write_text(FAKE_SHELL.format(python=sys.executable, root=str(ROOT)))

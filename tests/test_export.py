@@ -7,7 +7,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ktrace import decode
 from ktrace.export.packets import encode_events
 from ktrace.export.writer import ARG_NAMES, trace_bytes
-from ktrace.synthetic import encode_tags, place_records
+from ktrace.decoding.encode import encode_tags, place_records
 
 from conftest import SAMPLE_NAMES, sample, sample_meta
 
@@ -78,7 +78,12 @@ def test_packet_encoder_matches_protobuf_serialization():
     assert ours == ref.SerializeToString()
 
 
-@pytest.mark.parametrize("name", SAMPLE_NAMES)
+# The quick lane (-m "not slow") checks one capture per kind of kernel; the full run checks every one.
+_QUICK = {"imbalance", "warpgroups", "instants_ktrace", "overflow_ktrace"}
+
+
+@pytest.mark.parametrize("name", [n if n in _QUICK else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in SAMPLE_NAMES])
 def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
     d = decode(sample(name))
     packets = parse(trace_bytes(d))

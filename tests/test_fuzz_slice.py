@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = sorted((ROOT / "tests" / "fuzz_regressions").glob("*.bin"))
 
 
+@pytest.mark.slow
 def test_fuzz_slice_has_no_crash_or_hang(tmp_path):
     # In its own process: the fuzzer caps its address space and sets alarms.
     out = tmp_path / "summary.json"

@@ -16,7 +16,7 @@ from ktrace.errors import InputError
 from ktrace.export.merge import merge_traces
 from ktrace.export.tracks import GPU_UUID_STRIDE, PROCESS_UUID
 from ktrace.export.writer import trace_bytes
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import SAMPLES, run_ktrace
 
@@ -223,6 +223,7 @@ def test_parts_are_reduced_like_the_whole(pair):
 
 # -- alignment errors and modes -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_buffer_without_time_anchor_cannot_be_aligned(tmp_path):
     a = write_gpu(tmp_path, 0)
     b = write_gpu(tmp_path, 1, anchored=False, host=False, sync=False, producer="flashinfer")
@@ -233,6 +234,7 @@ def test_a_buffer_without_time_anchor_cannot_be_aligned(tmp_path):
     assert rc == 2 and "no absolute time anchor" in err and not (tmp_path / "m.perfetto-trace").exists()
 
 
+@pytest.mark.slow
 def test_align_start_lines_the_first_records_up(tmp_path):
     a = write_gpu(tmp_path, 0, sync=False)
     b = write_gpu(tmp_path, 1, anchored=False, host=False, sync=False, producer="flashinfer")
@@ -265,6 +267,7 @@ def test_same_gpu_twice_gets_distinct_labels(tmp_path):
 
 # -- the command line ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_merge_writes_the_trace_and_reports(pair, tmp_path):
     out = tmp_path / "both.perfetto-trace"
     rc, stdout, err = run_ktrace("merge", *pair, "-o", out, "--report")
@@ -276,6 +279,7 @@ def test_cli_merge_writes_the_trace_and_reports(pair, tmp_path):
     assert rc == 0 and (tmp_path / "run_gpu0_merged.perfetto-trace").exists()
 
 
+@pytest.mark.slow
 def test_cli_merge_bad_input(pair, tmp_path):
     rc, _, err = run_ktrace("merge", *pair, "--sidecar", tmp_path / "run_gpu0.json")
     assert rc == 2 and "with several buffers" in err
@@ -287,6 +291,7 @@ def test_cli_merge_bad_input(pair, tmp_path):
     assert rc == 2 and "missing.bin" in err
 
 
+@pytest.mark.slow
 def test_cli_analyze_several_buffers(pair, tmp_path):
     rc, out, err = run_ktrace("analyze", *pair, "--json")
     assert rc == 0, err

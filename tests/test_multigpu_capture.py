@@ -97,6 +97,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_run_on_devices_releases_the_launches_together_and_writes_the_offsets(tmp_path, monkeypatch):
     measured = iter([BEFORE, AFTER])
     monkeypatch.setattr(mg, "measure_clock_offsets", lambda devices, rounds: next(measured))
@@ -124,6 +125,7 @@ def test_the_barrier_is_a_no_op_outside_a_multi_gpu_run(monkeypatch):
     assert mg.sidecar_clock(BUS0, T) == {}
 
 
+@pytest.mark.slow
 def test_run_on_several_devices_with_bad_options_exits_2(tmp_path):
     rc, _, err = _run("run", "--device", "0,0", KERNELS / "imbalance.py")
     assert rc == 2 and "distinct device indices" in err
@@ -134,6 +136,7 @@ def test_run_on_several_devices_with_bad_options_exits_2(tmp_path):
 
 
 @no_gpu
+@pytest.mark.slow
 def test_run_on_several_devices_without_gpu_exits_3(tmp_path):
     rc, out, err = _run("run", "--device", "0,1", "--out", tmp_path, KERNELS / "imbalance.py", cwd=tmp_path)
     assert rc == 3, (out, err)

@@ -1,12 +1,15 @@
 """Property tests: random launches built into valid buffers, and the decoder's invariants on them."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ktrace import decode
 from ktrace.export.writer import trace_bytes
-from ktrace.synthetic import encode_tags, place_records
+from ktrace.decoding.encode import encode_tags, place_records
+
+pytestmark = pytest.mark.slow  # hypothesis runs each property on many generated launches
 
 WRAP = 1 << 32
 

@@ -14,7 +14,7 @@ from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Secti
                                    evaluate, load_rules_file, parse_rule, rule_book)
 from ktrace.errors import InputError
 from ktrace.report.compare_report import CHECK_SCHEMA, check_json, check_markdown, check_text, junit_xml
-from ktrace.synthetic import phase_buffer
+from ktrace.decoding.encode import phase_buffer
 
 from conftest import ROOT, run_ktrace, sample
 from test_compare import REAL_AFTER, real_before
@@ -249,6 +249,7 @@ def test_the_example_rules_file_fails_the_before_and_passes_the_after():
 
 @pytest.mark.skipif(not REAL_AFTER, reason="no real balanced capture in samples/ yet")
 @pytest.mark.parametrize("after", REAL_AFTER, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_the_example_rules_file_on_the_real_pair(after):
     book = rule_book(files=[EXAMPLE_RULES])
     assert not check(real_before(after), book).passed
@@ -348,6 +349,7 @@ def test_rule_book_from_sections():
 
 # -- the command line ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_rules_file_fails_before_passes_after(tmp_path):
     junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
     rc, out, err = run_ktrace("check", BEFORE, "--rules", EXAMPLE_RULES, "--junit", junit, "--markdown", summary)
@@ -361,6 +363,7 @@ def test_cli_rules_file_fails_before_passes_after(tmp_path):
     assert "passed" in out
 
 
+@pytest.mark.slow
 def test_cli_baseline_json_and_sql(tmp_path):
     rc, out, err = run_ktrace("check", BEFORE, "--rule", "compute.wall_us <= baseline * 1.05", "--baseline", AFTER,
                               "--sql", "SELECT 1 WHERE 0", "--json")
@@ -381,6 +384,7 @@ def test_cli_baseline_json_and_sql(tmp_path):
     (["--rules", "missing.toml"], "missing.toml: cannot read"),
     (["--rule", "kernel.wall_us < 1", "--json", "--markdown"], "--json and --markdown"),
 ])
+@pytest.mark.slow
 def test_cli_bad_rules_exit_2(args, why):
     rc, out, err = run_ktrace("check", AFTER, *args)
     assert rc == 2 and why in err, err

@@ -2,7 +2,7 @@
 that changes mid-run, a late starter, a rotating imbalance, contention, skew carried over, nested phases, a
 work list, idle lanes; the critical path tiles the wall; two runs with timer jitter give the same warnings.
 
-Buffers are built record by record (ktrace.synthetic) and analyzed by the numpy oracle; the SQL package is
+Buffers are built record by record (ktrace.decoding.encode) and analyzed by the numpy oracle; the SQL package is
 held equal to the oracle by tests/test_analysis.py, and the real H200 captures of these shapes are checked
 in tests/test_shapes_verdicts.py.
 """
@@ -15,7 +15,7 @@ import pytest
 from ktrace import decode
 from ktrace.analysis import Thresholds, analyze
 from ktrace.analysis.findings import find
-from ktrace.synthetic import encode_tags, place_records
+from ktrace.decoding.encode import encode_tags, place_records
 
 T0 = 100_000
 B, E = 0, 1
@@ -285,7 +285,7 @@ def test_ties_resolve_to_the_same_block_in_both_tables():
 
 def test_duplicate_event_names_are_refused():
     from ktrace.errors import InputError
-    from ktrace.synthetic import phase_buffer
+    from ktrace.decoding.encode import phase_buffer
 
     buf = phase_buffer([[T0, T0 + 2000]], [[T0 + 1000, T0 + 3000]], [0, 1])
     with pytest.raises(InputError, match="'load' appear more than once"):

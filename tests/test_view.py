@@ -174,6 +174,7 @@ def stop_view(p: subprocess.Popen) -> tuple[int, str]:
     return p.returncode, out
 
 
+@pytest.mark.slow
 def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
     p, url, lines = start_view("--port", "0", sample("warpgroups"))
     try:
@@ -191,6 +192,7 @@ def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
         socket.create_connection(("127.0.0.1", u.port), timeout=5).close()
 
 
+@pytest.mark.slow
 def test_installed_command_serves_a_trace_on_the_port_asked(trace):
     with socket.socket() as probe:  # a port free right now
         probe.bind(("127.0.0.1", 0))
@@ -205,6 +207,7 @@ def test_installed_command_serves_a_trace_on_the_port_asked(trace):
         assert stop_view(p)[0] == 0
 
 
+@pytest.mark.slow
 def test_help_names_the_offline_ui():
     rc, out, _ = run_ktrace("view", "--help")
     assert rc == 0 and "--no-browser" in out and "--port" in out and "127.0.0.1" in out

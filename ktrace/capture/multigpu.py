@@ -214,7 +214,7 @@ def run_on_devices(devices, command_for, out_dir, *, rounds: int = 50, env=None)
 def apply_clock_sync(sidecar_path, record: dict) -> dict:
     """Rewrite a sidecar's clock keys from a clock-sync record (interpolated at its time anchor); returns
     the new ``timer``."""
-    from .sidecar import write_sidecar
+    from ..sidecar import write_sidecar
 
     p = Path(sidecar_path)
     meta = json.loads(p.read_text())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..decoding import layouts as _layouts
 from ..errors import InputError, KtraceError
 from . import settings as _settings
 
@@ -49,7 +50,7 @@ def forget_saved() -> None:
 def buffer_words(producer: str, lanes: int, capacity: int) -> int:
     """Words of a buffer: header, capacity records per lane, and for ktrace's header the trailer
     (one overflow count per lane, then the 64-bit timer anchor)."""
-    return 1 + capacity * lanes + (lanes + 1 if producer == "ktrace" else 0)
+    return _layouts.buffer_words(lanes, capacity, trailer=producer == "ktrace")
 
 
 class Capture:
@@ -154,29 +155,27 @@ class Capture:
     @property
     def header_ok(self) -> bool:
         """The kernel wrote the header this capture expects (blocks | groups << 32)."""
-        return int(self._need_words()[0]) == (self.blocks | (self.groups << 32))
+        return int(self._need_words()[0]) == _layouts.header_word(self.blocks, self.groups)
 
     @property
     def overflow(self) -> np.ndarray | None:
         """Records each lane dropped because it was full (ktrace's header only; None for FlashInfer's)."""
         if self.producer != "ktrace":
             return None
-        start = 1 + self.capacity * self.lanes
-        return self._need_words()[start:start + self.lanes]
+        return _layouts.overflow_counts(self._need_words(), self.lanes, self.capacity)
 
     @property
     def anchor_ns(self) -> int | None:
         """The kernel's 64-bit %globaltimer read at PROFILER_INIT (ktrace's header; None if absent)."""
         if self.producer != "ktrace":
             return None
-        v = int(self._need_words()[-1])
-        return v or None
+        return _layouts.timer_anchor(self._need_words()) or None
 
     @property
     def records(self) -> int:
         """Non-empty record slots."""
         w = self._need_words()
-        return int(np.count_nonzero(w[1:1 + self.capacity * self.lanes]))
+        return int(np.count_nonzero(w[_layouts.HEADER_WORDS:_layouts.trailer_start(self.lanes, self.capacity)]))
 
     # -- files ---------------------------------------------------------------------------------------------
     def default_path(self) -> Path:

@@ -1,21 +1,17 @@
-"""Writing the launch sidecar (``NAME.json`` beside ``NAME.bin``).
+"""Building a capture's launch sidecar (``NAME.json`` beside ``NAME.bin``) from what only the GPU knows.
 
-Its schema is ``proto/ktrace/launch.proto`` (message ``LaunchMetadata``) in protobuf's JSON form with the
-proto's field names (docs/sidecar.md); ``ktrace.sidecar`` reads it back for the decoder.
+The schema, its reading and its writing live in ``ktrace.sidecar``; the buffer's layout in
+``ktrace.decoding.layouts``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
-__all__ = ["SCHEMA", "capture_metadata", "write_sidecar", "timer_metadata"]
+from ..decoding.layouts import LAYOUT_TEXT as LAYOUT, TRAILER_TEXT as TRAILER
+from ..sidecar import SCHEMA
 
-SCHEMA = "ktrace.launch/1"
-LAYOUT = "buf[0]=num_blocks|num_groups<<32; record k of lane (b,g) at 1+k*nb*ng+b*ng+g"
-TRAILER = ("then one overflow count per lane at 1+capacity*lanes+lane, then the kernel's 64-bit %globaltimer "
-           "anchor at 1+capacity*lanes+lanes")
+__all__ = ["capture_metadata", "timer_metadata"]
 
 
 def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: int | None = None) -> dict:
@@ -103,11 +99,3 @@ def capture_metadata(cap, bin_path: Path) -> dict:
         del meta["group_names"]
     return meta
 
-
-def write_sidecar(path, meta: dict) -> Path:
-    """Write the sidecar as JSON (atomically: a reader never sees half a file)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(p)
-    return p

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..model import Launch
-from ..sidecar import read_names_file, read_sidecar, sidecar_path
+from ..sidecar import launch_fields, read_names_file, read_sidecar, sidecar_path
 
 __all__ = ["build_launch", "parse_names"]
 
@@ -46,16 +46,6 @@ def _refuse_duplicates(names, source, sidecar) -> None:
                          "name (two indices with one name would be merged into one phase)")
 
 
-def _ints(v) -> tuple[int, ...] | None:
-    if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
-        return tuple(v)
-    return None
-
-
-def _int_or_none(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, events=None, groups=None) -> Launch:
     """The Launch for a buffer.
 
@@ -68,45 +58,18 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
         if p is not None and (sidecar not in (None, True) or p.exists()):
             meta = read_sidecar(p)
             side_used = str(p)
+    f = launch_fields(meta)
     ev_names, ev_src = parse_names(events)
     gr_names, _ = parse_names(groups)
-    if ev_names is None and meta.get("event_names"):
-        ev_names, ev_src = list(meta["event_names"]), "sidecar"
+    if ev_names is None and f["event_names"]:
+        ev_names, ev_src = list(f["event_names"]), "sidecar"
     _refuse_duplicates(ev_names, ev_src, side_used)
-    if gr_names is None and meta.get("group_names"):
-        gr_names = list(meta["group_names"])
-    dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
-    bufmeta = meta.get("buffer") if isinstance(meta.get("buffer"), dict) else {}
-    timer = meta.get("timer") if isinstance(meta.get("timer"), dict) else {}
-    return Launch(
-        num_blocks=num_blocks,
-        num_groups=num_groups,
-        kernel=str(meta.get("kernel") or (Path(buffer_path).stem if buffer_path else "kernel")),
-        grid=_ints(meta.get("grid")),
-        block_dim=_ints(meta.get("block")),
-        device=dev.get("name") if isinstance(dev.get("name"), str) else None,
-        num_sms=_int_or_none(dev.get("multiprocessors")),
+    if gr_names is None and f["group_names"]:
+        gr_names = list(f["group_names"])
+    f.update(
+        kernel=str(f["kernel"] or (Path(buffer_path).stem if buffer_path else "kernel")),
         event_names=tuple(ev_names or ()),
         group_names=tuple(gr_names or ()),
-        names_source=ev_src or "default",
-        timer_tick_ns=_int_or_none(timer.get("tick_ns", meta.get("timer_tick_ns"))),
-        host_launch_unix_ns=_int_or_none(meta.get("host_launch_unix_ns")),
-        timer_anchor_ns=_int_or_none(timer.get("anchor_ns", meta.get("timer_anchor_ns"))),
-        sidecar=side_used,
-        producer=meta.get("producer") if isinstance(meta.get("producer"), str) else None,
-        capacity_per_lane=_int_or_none(bufmeta.get("records_per_lane_capacity")),
-        trailer=bufmeta.get("trailer") is True,
-        probe_cost_ns=_float_or_none(timer.get("probe_cost_ns")),
-        profiled_median_us=_float_or_none(_get(meta, "timing", "with_profiler", "median_us")),
-        control_median_us=_float_or_none(_get(meta, "timing", "without_profiler", "median_us")),
     )
-
-
-def _get(d, *keys):
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
-def _float_or_none(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return Launch(num_blocks=num_blocks, num_groups=num_groups, names_source=ev_src or "default", sidecar=side_used,
+                  **f)

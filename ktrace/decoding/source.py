@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from .layouts import split_header
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
 
@@ -88,8 +89,9 @@ def parse_header(buf: Buffer, num_blocks: int | None = None, num_groups: int | N
     if len(w) == 0:
         raise InputError(f"{buf.name}: empty file: a profiler buffer has at least its header word")
     hdr = int(w[0])
-    nb = num_blocks if num_blocks is not None else hdr & 0xFFFFFFFF
-    ng = num_groups if num_groups is not None else hdr >> 32
+    hdr_blocks, hdr_groups = split_header(hdr)
+    nb = num_blocks if num_blocks is not None else hdr_blocks
+    ng = num_groups if num_groups is not None else hdr_groups
     fix = "pass --blocks and --groups if the header was never written"
     if nb <= 0 or ng <= 0:
         raise InputError(

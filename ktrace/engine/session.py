@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Union
 
 from ktrace.engine.backend import Backend, UnsupportedRequest
 from ktrace.engine.result import QueryResult, decode
-from ktrace.engine.sql_packages import check_package, dependency_order, strip_includes
+from ktrace.engine.package_registration import check_package, dependency_order, strip_includes
 from ktrace.errors import InputError, KtraceError
 
 __all__ = ["Session", "open_trace", "ENGINES"]

@@ -100,6 +100,7 @@ def test_blocks_over_4096(tmp_path, header):
     assert np.array_equal(np.unique(d.slices.block), np.arange(nb))
 
 
+@pytest.mark.slow
 def test_calibrate(tmp_path):
     from .conftest import _capture_cli
     import os

@@ -26,7 +26,7 @@ def _gpus() -> int:
         return 0
 
 
-pytestmark = pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs")
+pytestmark = [pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs"), pytest.mark.slow]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 

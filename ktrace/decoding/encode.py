@@ -1,6 +1,6 @@
 """Build profiler buffers with known contents, for tests, benchmarks and fuzzing.
 
-The encoder side of the formats ktrace decodes (see docs/buffer-formats in the README): each lane's records
+The encoder side of the formats in ``layouts`` (see docs/buffer-formats in the README): each lane's records
 are given as columns (type, event, timestamp in ns) and placed at the positions the producer would write them.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["encode_tags", "place_records", "phase_buffer"]
+from .layouts import BEGIN, END, FINALIZE, HEADER_WORDS, INSTANT, header_word
 
-BEGIN, END, INSTANT, FINALIZE = 0, 1, 2, 3
+__all__ = ["encode_tags", "place_records", "phase_buffer", "BEGIN", "END", "INSTANT", "FINALIZE"]
 
 
 def encode_tags(layout: str, rtype, event, block, group, num_groups: int, sm=None, counter=None) -> np.ndarray:
@@ -47,9 +47,9 @@ def place_records(num_blocks: int, num_groups: int, block, group, seq, tag, ts_n
     ts_ns are full nanosecond times; only their low 32 bits are stored, as ``%globaltimer_lo`` would be.
     """
     lanes = num_blocks * num_groups
-    buf = np.zeros(1 + capacity * lanes, dtype=np.uint64)
-    buf[0] = np.uint64(num_blocks) | (np.uint64(num_groups) << np.uint64(32))
-    pos = 1 + np.asarray(seq, np.int64) * lanes + np.asarray(block, np.int64) * num_groups + np.asarray(group, np.int64)
+    buf = np.zeros(HEADER_WORDS + capacity * lanes, dtype=np.uint64)
+    buf[0] = np.uint64(header_word(num_blocks, num_groups))
+    pos = HEADER_WORDS + np.asarray(seq, np.int64) * lanes + np.asarray(block, np.int64) * num_groups + np.asarray(group, np.int64)
     lo = np.asarray(ts_ns, np.uint64) & np.uint64(0xFFFFFFFF)
     buf[pos] = (lo << np.uint64(32)) | np.asarray(tag, np.uint64)
     return buf

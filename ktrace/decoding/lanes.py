@@ -1,0 +1,114 @@
+"""Lane I/O: a buffer's record area read lane by lane, from a file, a mapped file or an array.
+
+Producers write the record area row-major (record k of every lane, then record k + 1), and the decoder wants
+it lane by lane: ``LaneReader`` makes the strided reads, and for a huge file first copies the area lane-major
+into a temporary file, so each range of lanes is one contiguous read.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .layouts import HEADER_WORDS
+from .source import Buffer
+
+__all__ = ["LaneReader", "lane_ranges"]
+
+
+def lane_ranges(lanes: int, capacity_per_lane: int, num_groups: int, records_per_part: int) -> list[tuple[int, int]]:
+    """Lane ranges [lo, hi) of about ``records_per_part`` slots each, in whole blocks."""
+    per = max(1, records_per_part // max(1, capacity_per_lane * num_groups)) * num_groups
+    return [(lo, min(lanes, lo + per)) for lo in range(0, lanes, per)]
+
+
+class LaneReader:
+    """The record area ``body`` (slots, row-major) of ``buf`` for ``lanes`` lanes.
+
+    rows: full rows (every lane has a slot); rem: lanes with one more slot in the partial last row;
+    capacity_per_lane: slots of the longest lanes.
+    """
+
+    def __init__(self, buf: Buffer, body: np.ndarray, lanes: int):
+        self.buf, self.body, self.lanes = buf, body, lanes
+        self.rows, self.rem = divmod(len(body), lanes)
+        self.capacity_per_lane = self.rows + (1 if self.rem else 0)
+        self.lane_major: Path | None = None  # the lane-major copy, once made
+
+    @property
+    def from_file(self) -> bool:
+        """The words are mapped from a file (and read from it, not through the mapping)."""
+        return self.buf.file_offset is not None
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Slots [start, start + count) of the record area. From a mapped file they are read, not mapped:
+        a touched page of a mapping can bring megabytes of its neighbours into the process's memory."""
+        if self.from_file:
+            return np.fromfile(self.buf.path, dtype="<u8", count=count,
+                               offset=self.buf.file_offset + (HEADER_WORDS + start) * 8).astype(np.uint64)
+        return np.asarray(self.body[start:start + count])
+
+    def row(self, r: int) -> np.ndarray:
+        """Slot r of every lane (the partial last row is shorter)."""
+        return self.read(r * self.lanes, self.lanes)
+
+    def sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """(position, word) of the non-empty slots in 64 windows spread over the record area (for layout
+        detection): contiguous reads, so a mapped file is touched in 64 places only."""
+        n = len(self.body)
+        width = max(self.lanes, 16384)
+        if n <= 64 * width:
+            pos = np.arange(n, dtype=np.int64)
+            words = np.asarray(self.body)
+        else:  # 64 non-overlapping windows, evenly spread
+            starts = np.linspace(0, n - width, 64).astype(np.int64)
+            pos = (starts[:, None] + np.arange(width, dtype=np.int64)[None, :]).ravel()
+            words = np.concatenate([self.read(s, width) for s in starts.tolist()])
+        nz = words != 0
+        return pos[nz], words[nz]
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """The slots of lanes [lo, hi) as a (lanes, capacity) array; slots past the buffer's end read 0."""
+        cap, lanes, rows, rem = self.capacity_per_lane, self.lanes, self.rows, self.rem
+        if self.lane_major is not None:
+            return np.fromfile(self.lane_major, dtype=np.uint64, count=(hi - lo) * cap,
+                               offset=lo * cap * 8).reshape(hi - lo, cap)
+        sub = self.body[: rows * lanes].reshape(rows, lanes)[:, lo:hi].T
+        if not rem:
+            return sub
+        full = np.zeros((hi - lo, cap), np.uint64)
+        full[:, :rows] = sub
+        top = min(hi, rem)
+        if lo < top:
+            full[: top - lo, rows] = self.body[rows * lanes + lo: rows * lanes + top]
+        return full
+
+    def records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
+        block = self.block(lo, hi)
+        li, seq = np.nonzero(block)
+        raw = block[li, seq]
+        return li.astype(np.int64) + lo, seq.astype(np.int64), raw
+
+    def copy_lane_major(self) -> None:
+        """Copy the record area lane-major into a temporary file, which ``block`` reads from then on."""
+        cap, lanes = self.capacity_per_lane, self.lanes
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="ktrace-")
+        self.lane_major = Path(self._tmpdir.name) / "lanes.u64"
+        rows_per_block = max(1, (1 << 20) // lanes)  # 8 MB read at a time
+        with open(self.lane_major, "wb") as out:
+            out.truncate(cap * lanes * 8)
+            fd = out.fileno()
+            for r0 in range(0, cap, rows_per_block):
+                r1 = min(cap, r0 + rows_per_block)
+                n = min(len(self.body), r1 * lanes) - r0 * lanes
+                block = np.fromfile(self.buf.path, dtype="<u8", count=n,
+                                    offset=self.buf.file_offset + (HEADER_WORDS + r0 * lanes) * 8)
+                if len(block) < (r1 - r0) * lanes:  # the partial last row: missing slots read 0
+                    block = np.concatenate([block, np.zeros((r1 - r0) * lanes - len(block), np.uint64)])
+                cols = np.ascontiguousarray(block.reshape(r1 - r0, lanes).T)
+                for ln in range(lanes):  # a loop over lanes, each writing one contiguous run
+                    os.pwrite(fd, memoryview(cols[ln]), (ln * cap + r0) * 8)
