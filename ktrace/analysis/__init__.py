@@ -1,7 +1,7 @@
 """ktrace's analysis layer: the ``ktrace`` PerfettoSQL package, its numpy oracle, and the method's verdicts.
 
-    from ktrace.analysis import analyze
-    a = analyze("run.perfetto-trace")          # or a buffer path, a Decoded, an open engine Session
+    import ktrace
+    a = ktrace.analyze("run.perfetto-trace")   # or a buffer path, a Decoded, an open engine Session
     for f in a.findings:
         print(f.severity, f.message)
     a.phases.imbalance                          # numpy columns, units in the names
@@ -14,13 +14,9 @@ Session), or from the numpy oracle (a Decoded): the two are equal, figure for fi
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..errors import InputError
+from ..filetypes import TRACE_SUFFIXES
 from ..model import Decoded
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
@@ -31,6 +27,7 @@ from .sql_package import bundle_sql, register, sql_modules
 
 __all__ = [
     "analyze",
+    "analyze_opened",
     "Analysis",
     "ANALYSIS_SCHEMA",
     "TRACE_SUFFIXES",
@@ -55,7 +52,6 @@ __all__ = [
 ]
 
 ANALYSIS_SCHEMA = "ktrace.analysis/2"
-TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
 
 
 @dataclass(frozen=True)
@@ -140,66 +136,30 @@ class Analysis:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
-def is_trace_path(path) -> bool:
-    """True for a Perfetto trace path (.perfetto-trace, .pftrace, optionally .gz); else it is a buffer."""
-    name = str(path).lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
-    return name.endswith(TRACE_SUFFIXES)
-
-
-def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
-            **decode_options) -> Analysis:
-    """Analyze a kernel capture: per-phase figures and the method's findings.
-
-    source: a trace path (.perfetto-trace / .pftrace): figures from the SQL package in the trace processor;
-    a profiler buffer path (anything else): decoded with ``decode_options`` (events, groups, layout,
-    sidecar, num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open
-    engine Session: the SQL package is registered on it; a ``Decoded``: figures from the numpy oracle.
-    engine: 'auto', 'wasm' or 'native' (see ktrace.engine.open_trace).
-
-    Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
-    """
+def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None) -> Analysis:
+    """The Analysis of an opened input: a ``Decoded`` (figures from the numpy oracle) or an open engine
+    Session (figures from the SQL package, registered on it). name: the source the result names (default:
+    the Decoded's source, the Session's trace). Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
-        return _finish(str(source.source), "oracle", oracle_figures(source), th)
-    if hasattr(source, "query") and hasattr(source, "add_sql_package"):
-        return _finish(source.trace_name, source.engine_name, sql_figures(source), th)
-    if not isinstance(source, (str, os.PathLike)):
-        raise InputError(f"analyze() takes a trace or buffer path, a Decoded or a Session, not "
-                         f"{type(source).__name__}")
-    if is_trace_path(source):
-        if decode_options:
-            raise InputError(f"{source}: decoding options ({', '.join(decode_options)}) apply to buffers, "
-                             "not traces")
-        return _from_trace(source, str(source), th, engine, progress)
-    with temporary_trace(source, **decode_options) as trace:
-        return _from_trace(trace, str(source), th, engine, progress)
-
-
-@contextmanager
-def temporary_trace(buffer, **decode_options):
-    """A profiler buffer converted to a trace in a temporary directory (removed on exit): yields its path.
-
-    Decoded a range of lanes at a time, as ``ktrace convert`` does; decode_options as for ``decode``.
-    """
-    from ..decoding import BufferDecoder
-    from ..export.writer import write_trace
-
-    decoder = BufferDecoder(buffer, **decode_options)
-    with tempfile.TemporaryDirectory(prefix="ktrace-") as tmp:
-        trace = Path(tmp) / (Path(str(buffer)).stem + ".perfetto-trace")
-        write_trace(decoder, trace)
-        yield trace
-
-
-def _from_trace(trace, name: str, th: Thresholds, engine: str, progress) -> Analysis:
-    from ..engine import open_trace
-
-    with open_trace(trace, engine=engine, progress=progress) as session:
-        return _finish(name, session.engine_name, sql_figures(session), th)
+        return _finish(name or str(source.source), "oracle", oracle_figures(source), th)
+    return _finish(name or source.trace_name, source.engine_name, sql_figures(source), th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:
     return Analysis(source=source, engine=engine, figures=fig, findings=find(fig, th), thresholds=th,
                     tick_ns=tick_of(fig, th))
+
+
+def __getattr__(name):
+    # Resolving any input into a session is the api layer's work, so these three live there now; the old
+    # names stay importable from here (imported on first use: ktrace.api sits above this package).
+    if name == "analyze":
+        from ..api import analyze
+
+        return analyze
+    if name in ("temporary_trace", "is_trace_path"):
+        from .. import inputs
+
+        return inputs.temporary_trace if name == "temporary_trace" else inputs.is_trace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ end. Skews below the alignment's spread (``x.alignment.spread_ns``) are within t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,10 +22,11 @@ import numpy as np
 from ..decoding.align import Alignment, Shifted, align, open_decoders
 from .results import Table
 
-__all__ = ["CrossGpu", "GpuPhaseInstances", "CrossGpuInstances", "CrossGpuPhases", "cross_gpu",
-           "CROSS_GPU_SCHEMA"]
+__all__ = ["CrossGpu", "GpuPhaseInstances", "CrossGpuInstances", "CrossGpuPhases", "MultiGpuAnalysis", "cross_gpu",
+           "CROSS_GPU_SCHEMA", "MULTI_SCHEMA"]
 
 CROSS_GPU_SCHEMA = "ktrace.cross_gpu/1"
+MULTI_SCHEMA = "ktrace.analysis.multi/1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +111,30 @@ class CrossGpu:
         """JSON-ready values, schema ``ktrace.cross_gpu/1``; times in ns on the common axis."""
         return {"schema": CROSS_GPU_SCHEMA, "alignment": self.alignment.to_dict(), "phases": self.phases.rows(),
                 "instances": self.instances.rows(), "per_gpu": self.per_gpu.rows()}
+
+
+@dataclass(frozen=True)
+class MultiGpuAnalysis:
+    """Several GPUs' captures: each one's Analysis (in the order given, ``labels[g]`` naming GPU g) and the
+    cross-GPU figures over them."""
+
+    sources: tuple[str, ...]
+    per_gpu: tuple  # of Analysis
+    cross_gpu: CrossGpu
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(c.label for c in self.cross_gpu.alignment.clocks)
+
+    def to_dict(self) -> dict:
+        """JSON-ready values, schema ``ktrace.analysis.multi/1``: each GPU's ``ktrace.analysis/2`` with its
+        position and label, and the ``ktrace.cross_gpu/1`` figures."""
+        return {"schema": MULTI_SCHEMA, "gpus": [{"gpu": i, "label": lab, **r.to_dict()} for i, (lab, r) in
+                                                 enumerate(zip(self.labels, self.per_gpu))],
+                "cross_gpu": self.cross_gpu.to_dict()}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def cross_gpu(sources, *, align_mode: str = "offset", alignment: Alignment | None = None,

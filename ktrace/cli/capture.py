@@ -1,10 +1,11 @@
-"""Command-line handlers for the capture commands (run, calibrate): GPU work through ``ktrace.capture``.
+"""``ktrace run`` and ``ktrace calibrate``: GPU work through ``ktrace.capture``.
 
     ktrace run [OPTIONS] DRIVER.py [DRIVER ARGS...]   run a driver script, then convert and report its captures
     ktrace run --device 0,1 DRIVER.py                  once per GPU at the same time, clocks measured, merged
     ktrace calibrate [--json]                          timer tick and probe cost on this GPU
 
-Both exit 3 when there is no GPU or no PyCUDA. ``python -m ktrace.cli_capture`` runs them on their own.
+Both exit 3 when there is no GPU or no PyCUDA. ``ktrace run`` composes the steps: the capture package runs
+the driver and writes buffers and sidecars; then ``ktrace.api`` converts, merges and analyzes them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import json
 import os
 import sys
 
-from .errors import EXIT_INPUT, EXIT_OK, InputError
-from .cli import tracks_option
+from ..errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
+from ._common import report_error, tracks_option
 
-__all__ = ["add_capture_commands", "HANDLERS", "main"]
+__all__ = ["register", "HANDLERS"]
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
@@ -32,9 +33,8 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
                         "the driver once per GPU at the same time, each in its own process")
 
 
-def add_capture_commands(sub, decode_options=None) -> None:
-    """Register ``run`` and ``calibrate`` on the ``ktrace`` subparsers. (Names and layout come from the
-    captures' sidecars, so ``decode_options`` is accepted for symmetry and not used.)"""
+def register(sub) -> None:
+    """``run`` and ``calibrate`` (no decoding options: names and layout come from the captures' sidecars)."""
     r = sub.add_parser(
         "run", help="run a driver script on the GPU, then convert and analyze what it captured",
         description="Run DRIVER.py (it compiles its kernel with and without the profiler through ktrace.capture, "
@@ -72,10 +72,10 @@ def add_capture_commands(sub, decode_options=None) -> None:
 
 
 def _cmd_run(a) -> int:
-    from .capture import settings
-    from .capture.runner import run_driver
-
     from pathlib import Path
+
+    from ..capture import settings
+    from ..capture.runner import run_driver
 
     if not Path(a.driver).is_file():
         raise InputError(f"{a.driver}: no such driver script")
@@ -89,7 +89,7 @@ def _cmd_run(a) -> int:
     if not a.no_calibrate:
         _ensure_calibration(a.flashinfer_include)
     caps = run_driver(a.driver, argv)
-    from .capture.multigpu import write_manifest
+    from ..capture.multigpu import write_manifest
 
     write_manifest(c.paths["bin"] for c in caps if "bin" in c.paths)
     if not caps:
@@ -105,7 +105,7 @@ def _select_device(a) -> bool:
     """Point this process at --device; True when several devices were asked for."""
     if not a.device:
         return False
-    from .capture.multigpu import parse_devices
+    from ..capture.multigpu import parse_devices
 
     devices = parse_devices(a.device)
     if len(devices) > 1:
@@ -127,9 +127,9 @@ def _child_command(a, device: int) -> list[str]:
 
 
 def _run_on_devices(a) -> int:
-    from .capture.multigpu import parse_devices, run_on_devices
-    from .errors import EXIT_ENV
-    from .export.merge import merge_traces
+    from ..api import merge
+    from ..capture.multigpu import parse_devices, run_on_devices
+    from .merge import print_cross_gpu
 
     devices = parse_devices(a.device)
     if a.sync_rounds <= 0:
@@ -157,20 +157,18 @@ def _run_on_devices(a) -> int:
     groups = list(zip(*(r.saved for r in run.runs)))
     for group in groups:
         stem = group[0].stem.removesuffix(f"_gpu{run.runs[0].device}")
-        res = merge_traces(group, group[0].with_name(f"{stem}_merged.perfetto-trace"), tracks=a.tracks)
+        res = merge(group, group[0].with_name(f"{stem}_merged.perfetto-trace"), tracks=a.tracks,
+                    report=not a.no_report)
         print(f"merged trace, a process per GPU: {res.path}")
-        if not a.no_report:
-            from .analysis.multigpu import cross_gpu
-            from .cli_merge import print_cross_gpu
-
+        if res.cross_gpu is not None:
             sys.stdout.flush()
-            print_cross_gpu(cross_gpu(group, alignment=res.alignment))
+            print_cross_gpu(res.cross_gpu)
             print(f"each GPU's own analysis: ktrace analyze {' '.join(str(p) for p in group)}")
     return EXIT_OK
 
 
 def _ensure_calibration(flashinfer_include) -> None:
-    from .capture.calibrate import cached, calibrate
+    from ..capture.calibrate import cached, calibrate
 
     if cached() is not None:
         return
@@ -195,7 +193,9 @@ def _report_capture(cap, a) -> None:
     if ov is not None and ov.any():
         print(f"warning: {int(ov.sum()):,} records dropped by {int((ov > 0).sum()):,} full lanes: raise "
               f"max_events_per_lane (now {cap.capacity})", file=sys.stderr)
-    trace = cap.trace(tracks=a.tracks)
+    from ..api import convert
+
+    trace = cap.paths["trace"] = convert(cap.paths["bin"], tracks=a.tracks).path
     print(f"buffer {cap.paths['bin']}  sidecar {cap.paths['json']}  trace {trace}")
     print("open the trace at https://ui.perfetto.dev (Open trace file)")
     if not a.no_report:
@@ -203,22 +203,27 @@ def _report_capture(cap, a) -> None:
 
 
 def _print_report(bin_path) -> None:
-    """``ktrace analyze`` where it exists and its engine runs here; else ``ktrace inspect``."""
-    from .cli import main
+    """What ``ktrace analyze BUF`` prints; where its engine cannot run here, what ``ktrace inspect BUF`` does."""
+    from .analysis import print_analysis
+    from .convert import print_inspect
 
-    try:
-        from .cli_analysis import HANDLERS as analysis_handlers
-    except ImportError:
-        analysis_handlers = {}
     sys.stdout.flush()
-    if "analyze" in analysis_handlers and main(["analyze", str(bin_path)]) == EXIT_OK:
+    try:
+        from ..api import analyze
+
+        print_analysis(analyze(str(bin_path)))
         return
-    main(["inspect", str(bin_path)])
+    except KtraceError as e:
+        report_error(e)
+    try:
+        print_inspect(str(bin_path))
+    except KtraceError as e:
+        report_error(e)
 
 
 def _cmd_calibrate(a) -> int:
-    from .capture.build import resolve_header
-    from .capture.calibrate import calibrate
+    from ..capture.build import resolve_header
+    from ..capture.calibrate import calibrate
 
     if a.probes <= 0 or a.reps <= 0:
         raise InputError("--probes and --reps must be > 0")
@@ -250,25 +255,3 @@ def _cmd_calibrate(a) -> int:
 
 
 HANDLERS = {"run": _cmd_run, "calibrate": _cmd_calibrate}
-
-
-def main(argv=None) -> int:
-    """The capture commands on their own (``python -m ktrace.cli_capture run ...``)."""
-    from .errors import KtraceError
-
-    p = argparse.ArgumentParser(prog="ktrace")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    add_capture_commands(sub)
-    a = p.parse_args(argv)
-    if not a.command:
-        p.print_help()
-        return EXIT_INPUT
-    try:
-        return HANDLERS[a.command](a)
-    except KtraceError as e:
-        print(f"ktrace: error: {e}", file=sys.stderr)
-        return e.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

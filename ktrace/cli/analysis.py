@@ -1,10 +1,10 @@
-"""Command-line handlers for the analysis commands (analyze, query), kept apart from cli.py's decoding ones.
+"""``ktrace analyze`` and ``ktrace query``.
 
     ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--threshold NAME=VALUE ...]
-    ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them (cli_merge)
+    ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them
     ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json]
 
-A BUF (anything not ending in .perfetto-trace / .pftrace) is converted to a temporary trace first, with the
+A BUF (anything that is not a trace: ktrace.is_trace) is converted to a temporary trace first, with the
 same decoding options as ``ktrace convert``. Exit codes: 0 ok, 2 bad input, 3 engine missing.
 """
 
@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from .errors import EXIT_OK, InputError
+from ..errors import EXIT_OK, InputError
+from ._common import (align_option, console, decode_kwargs, decode_options, engine_option, progress_bar)
 
-__all__ = ["add_analysis_commands", "HANDLERS"]
-
-from .cli import engine_option as _engine_option
+__all__ = ["register", "HANDLERS", "print_analysis"]
 
 
-def add_analysis_commands(sub, decode_options) -> None:
-    """Register the analysis subcommands on the ``ktrace`` parser; ``decode_options(p)`` adds convert's
-    decoding options to a subparser."""
+def register(sub) -> None:
     a = sub.add_parser(
         "analyze", help="per-phase figures and findings: imbalance, skew, last finisher, waits, critical path",
         description="Per-phase figures over all blocks (max/mean, start skew, last-finisher stability, waits, "
@@ -41,9 +39,7 @@ def add_analysis_commands(sub, decode_options) -> None:
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
-    _engine_option(a)
-    from .cli_merge import align_option
-
+    engine_option(a)
     align_option(a)
     decode_options(a)
 
@@ -63,68 +59,84 @@ def add_analysis_commands(sub, decode_options) -> None:
     qfmt.add_argument("--print-package", action="store_true",
                       help="print the ktrace package as one script (paste it into ui.perfetto.dev's query page) "
                       "and exit")
-    _engine_option(q)
+    engine_option(q)
     decode_options(q)
-
-
-def _decode_kwargs(a) -> dict:
-    from .cli import decode_kwargs as convert_kwargs
-
-    return convert_kwargs(a)
 
 
 _PROGRESS_MIN_BYTES = 16 << 20
 
 
 def _cmd_analyze(a) -> int:
-    from .analysis import Thresholds, analyze, is_trace_path
+    from ..analysis import Thresholds
 
-    if len(a.source) > 1:
-        from .cli_merge import analyze_several
-
-        return analyze_several(a)
-    a.source = a.source[0]
     thresholds = Thresholds.parse(a.threshold)
-    options = {} if is_trace_path(a.source) else _decode_kwargs(a)
-    if is_trace_path(a.source):
-        _refuse_decode_options(a)
-    from pathlib import Path
-
-    from .cli import progress_bar
-
-    big = Path(a.source).is_file() and Path(a.source).stat().st_size >= _PROGRESS_MIN_BYTES
+    if len(a.source) > 1:
+        return _analyze_several(a, thresholds)
+    source = a.source[0]
+    big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
-        result = analyze(a.source, thresholds, engine=a.engine, progress=cb, **options)
-    if a.plot:
-        from .report.analysis_report import plot_analysis
+        from ..api import analyze
 
-        path = plot_analysis(result, a.plot)
-        print(f"plot: {path}", file=sys.stderr)
+        result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+    if a.plot:
+        from ..report.analysis_report import plot_analysis
+
+        print(f"plot: {plot_analysis(result, a.plot)}", file=sys.stderr)
     if a.json:
         print(result.to_json())
     elif a.markdown:
-        from .report.analysis_report import analysis_markdown
+        from ..report.analysis_report import analysis_markdown
 
         print(analysis_markdown(result, show_all=a.show_all))
     else:
-        from rich.console import Console
-
-        from .report.analysis_report import analysis_text
-
-        con = Console() if sys.stdout.isatty() else Console(width=160)
-        for r in analysis_text(result, show_all=a.show_all):
-            con.print(r)
+        print_analysis(result, show_all=a.show_all)
     return EXIT_OK
 
 
-def _refuse_decode_options(a) -> None:
-    given = [k for k, v in _decode_kwargs(a).items() if v not in (None, False)]
-    if given:
-        raise InputError(f"{a.source}: decoding options ({', '.join(given)}) apply to buffers, not traces")
+def print_analysis(result, con=None, show_all: bool = False) -> None:
+    """An Analysis as ``ktrace analyze`` prints it (text)."""
+    from ..report.analysis_report import analysis_text
+
+    con = con or console()
+    for r in analysis_text(result, show_all=show_all):
+        con.print(r)
+
+
+def _analyze_several(a, thresholds) -> int:
+    """``ktrace analyze A.bin B.bin ...``: each buffer's analysis as for one, then the cross-GPU figures."""
+    from ..api import analyze_gpus
+    from .merge import print_cross_gpu
+
+    if a.plot:
+        from ..inputs import refuse_traces
+
+        refuse_traces(a.source)
+        raise InputError("--plot takes one buffer: analyze the buffers one at a time to plot them")
+    m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, **decode_kwargs(a))
+    if a.json:
+        print(m.to_json())
+        return EXIT_OK
+    if a.markdown:
+        from ..report.analysis_report import analysis_markdown
+        from ..report.multigpu_report import cross_gpu_markdown
+
+        for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
+            print(f"## {lab}: `{s}`\n")
+            print(analysis_markdown(r))
+        print(cross_gpu_markdown(m.cross_gpu))
+        return EXIT_OK
+    con = console()
+    for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
+        con.rule(f"{lab}: {s}")
+        print_analysis(r, con)
+    con.rule("across GPUs")
+    print_cross_gpu(m.cross_gpu)
+    return EXIT_OK
 
 
 def _cmd_query(a) -> int:
-    from .analysis import bundle_sql, is_trace_path
+    from ..analysis import bundle_sql
+    from ..api import query
 
     if a.print_package:
         print(bundle_sql())
@@ -133,15 +145,7 @@ def _cmd_query(a) -> int:
         raise InputError("query: give a TRACE (or BUF) and the SQL, e.g. ktrace query run.perfetto-trace "
                          "\"INCLUDE PERFETTO MODULE ktrace.phases; SELECT * FROM ktrace_phase\"")
     sql = _query_text(a)
-    if is_trace_path(a.source):
-        _refuse_decode_options(a)
-        result = _run_query(a.source, sql, a.engine)
-    else:
-        from .analysis import temporary_trace
-
-        with temporary_trace(a.source, **_decode_kwargs(a)) as trace:
-            result = _run_query(trace, sql, a.engine)
-    _print_result(result, a)
+    _print_result(query(a.source, sql, engine=a.engine, **decode_kwargs(a)), a)
     return EXIT_OK
 
 
@@ -158,21 +162,6 @@ def _query_text(a) -> str:
     return a.sql
 
 
-def _run_query(trace, sql: str, engine: str):
-    from .analysis import register
-    from .engine import open_trace
-
-    with open_trace(trace, engine=engine) as session:
-        register(session)
-        try:
-            return session.query(sql)
-        except InputError as e:
-            if "no such table: ktrace_" in str(e) and "INCLUDE PERFETTO MODULE" not in sql.upper():
-                raise InputError(f"{e}\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; "
-                                 "(brings in every ktrace table)") from None
-            raise
-
-
 def _print_result(result, a) -> None:
     if a.json:
         print(json.dumps(result.to_dicts(), indent=2, ensure_ascii=False, default=_json_value))
@@ -184,7 +173,6 @@ def _print_result(result, a) -> None:
         w.writerow(result.columns)
         w.writerows(["" if v is None else v for v in row] for row in result.rows)
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(caption=f"{len(result):,} rows", caption_justify="left")
@@ -192,7 +180,7 @@ def _print_result(result, a) -> None:
         t.add_column(c)
     for row in result.rows:
         t.add_row(*("NULL" if v is None else str(v) for v in row))
-    (Console() if sys.stdout.isatty() else Console(width=160)).print(t)
+    console().print(t)
 
 
 def _json_value(v):

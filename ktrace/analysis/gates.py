@@ -1,0 +1,177 @@
+"""CI gates: a rule book's rules evaluated on one capture (rules.py parses them; the catalog names the figures).
+
+A capture's figure values are computed once (``Capture.kernel_values`` / ``phase_values`` /
+``group_values``), however many rules read them. Rules that cannot be evaluated raise InputError naming
+every such rule and why.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import InputError
+from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
+from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
+
+__all__ = ["resolve", "evaluate", "baseline_for", "check_capture"]
+
+_SHOWN_ROWS = 5
+
+
+def resolve(rule: Rule, cap: Capture, phase: str | None = None) -> Value:
+    """The Value of ``rule``'s figure in ``cap`` (phase: a wildcard's phase); InputError when it has none.
+
+    ``phase@G``: a figure of GROUP_FIGURES comes from group G's lanes; any other needs the phase to have run
+    on group G alone (its figures are over all its lanes)."""
+    a = cap.analysis
+    name = rule.metric(phase)
+    if rule.scope == "kernel":
+        v = cap.kernel_values.get(rule.figure)
+        if v is None:
+            raise InputError(f"{name}: this capture has no control timings (sidecar 'timing'); capture it "
+                             "with `ktrace run` or drop the rule")
+        return v
+    phase = phase if phase is not None else rule.scope
+    values = cap.phase_values
+    if phase not in values:
+        raise InputError(f"{name}: no phase {phase!r} in {a.source} (phases: {', '.join(values) or 'none'})")
+    if rule.group is None:
+        return values[phase][rule.figure]
+    groups = [int(g) for g in str(a.phases.groups[a.phases.phase == phase][0] or "").split(",") if g.strip()]
+    if rule.group not in groups:
+        raise InputError(f"{name}: phase {phase} ran on group(s) {', '.join(map(str, groups))}, not {rule.group}")
+    if rule.figure in GROUP_FIGURES:
+        return cap.group_values(phase, rule.group)[rule.figure]
+    if groups != [rule.group]:
+        raise InputError(f"{name}: phase {phase} ran on groups {', '.join(map(str, groups))} together and its "
+                         f"{rule.figure} is over all their lanes; per group there is {', '.join(GROUP_FIGURES)} "
+                         f"(or give each group's phase its own event name)")
+    return values[phase][rule.figure]
+
+
+def _unit(rule: Rule) -> str:
+    cat = KERNEL_FIGURES if rule.scope == "kernel" else {**PHASE_FIGURES, **GROUP_FIGURES}
+    return cat[rule.figure].unit
+
+
+def _fmt(v, unit: str) -> str:
+    if v is None:
+        return "undefined"
+    if unit == "x":
+        return f"{v:.4g}x"
+    if unit in ("count", "block"):
+        return f"{v:g}"
+    if unit == "fraction":
+        return f"{v:.4g}"
+    return f"{v:,.4g} {unit}"
+
+
+def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: str | None) -> RuleResult:
+    subject = rule.metric(phase)
+    unit = _unit(rule)
+    v = resolve(rule, cap, phase)
+    base = None
+    if rule.uses_baseline:
+        if baseline is None:
+            raise InputError(f"{rule.origin} {rule.text!r}: compares with a baseline; give --baseline BEFORE")
+        try:
+            base = resolve(rule, baseline, phase).value
+        except InputError as e:
+            if phase is not None:
+                return RuleResult(rule.text, rule.origin, subject, "skip", f"not in the baseline: {e}", unit=unit)
+            raise InputError(f"{rule.origin} {rule.text!r}: baseline: {e}") from None
+        if base is None or (isinstance(base, float) and math.isnan(base)):
+            raise InputError(f"{rule.origin} {rule.text!r}: {subject} is undefined in the baseline")
+        k = rule.baseline_k
+        limit = base * k if rule.baseline_op == "*" else base + k if rule.baseline_op == "+" else base - k
+    else:
+        limit = rule.value
+    measured = v.value if not (isinstance(v.value, float) and math.isnan(v.value)) else None
+    ok = measured is not None and OPERATORS[rule.op](measured, limit)
+    msg = f"{subject} = {_fmt(measured, unit)}, limit {rule.op} {_fmt(limit, unit)}"
+    if base is not None:
+        msg += f" (baseline {_fmt(base, unit)})"
+    if not ok and measured is not None and v.noise and abs(measured - limit) <= v.noise:
+        msg += f"; within the measurement noise ±{_fmt(v.noise, unit)}"
+    return RuleResult(rule.text, rule.origin, subject, "pass" if ok else "fail", msg, measured, rule.op, limit,
+                      base, unit, v.noise)
+
+
+def _sql_result(rule: SqlRule, session) -> RuleResult:
+    try:
+        r = session.query(rule.query)
+    except InputError as e:
+        why = str(e).removeprefix(f"{session.trace_name}: ")  # the temporary trace's path says nothing
+        raise InputError(f"{rule.origin}{_label(rule)}: {why}") from None
+    n = len(r)
+    rows = tuple(r.to_dicts()[:_SHOWN_ROWS])
+    msg = "no rows" if not n else f"{n} row{'s' if n != 1 else ''} returned (each is a violation)"
+    return RuleResult(rule.name, rule.origin, rule.name, "pass" if not n else "fail", msg, measured=float(n),
+                      op="==", limit=0.0, unit="rows", row_count=n, rows=rows)
+
+
+def evaluate(rules, cap: Capture, baseline: Capture | None = None, session=None) -> tuple[RuleResult, ...]:
+    """Every rule on ``cap`` (SQL rules on ``session``, the open trace of ``cap``); InputError naming every
+    rule that cannot be evaluated and why."""
+    out, errors = [], []
+    phases = list(cap.phase_values)
+    for rule in rules:
+        try:
+            if isinstance(rule, SqlRule):
+                if session is None:
+                    raise InputError(f"{rule.origin}{_label(rule)}: SQL rules need the trace open in an engine")
+                out.append(_sql_result(rule, session))
+            elif rule.scope == "*":
+                subjects = [p for p in phases if rule.group is None or _ran_on(cap, p, rule.group)]
+                if not subjects:
+                    raise InputError(f"{rule.origin} {rule.text!r}: no phase"
+                                     f"{'' if rule.group is None else f' of group {rule.group}'} to check")
+                out += [_figure_result(rule, cap, baseline, p) for p in subjects]
+            else:
+                out.append(_figure_result(rule, cap, baseline, None))
+        except InputError as e:
+            text = str(e)
+            errors.append(text if text.startswith(rule.origin) else f"{rule.origin}{_label(rule)}: {text}")
+    if errors:
+        raise InputError(f"{cap.analysis.source}: rules that cannot be evaluated:\n  " + "\n  ".join(errors))
+    return tuple(out)
+
+
+def _label(rule) -> str:
+    if isinstance(rule, SqlRule):
+        return "" if rule.name == rule.origin else f" ({rule.name})"
+    return f" {rule.text!r}"
+
+
+def _ran_on(cap: Capture, phase: str, group: int) -> bool:
+    lanes = cap.analysis.lanes
+    return bool(((lanes.phase == phase) & (lanes.group == group)).any())
+
+
+def baseline_for(kernel: str, baselines) -> Capture | None:
+    """The baseline Capture for a kernel: the only one given, else the one of the same kernel name."""
+    baselines = list(baselines)
+    if len(baselines) <= 1:
+        return baselines[0] if baselines else None
+    same = [b for b in baselines if b.kernel_name == kernel]
+    if len(same) > 1:
+        raise InputError(f"{len(same)} baselines are captures of kernel {kernel!r}; give one per kernel")
+    return same[0] if same else None
+
+
+def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None) -> Check:
+    """``book``'s rules for ``cap``'s kernel, evaluated on it (SQL rules on ``session``, its open trace).
+    baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies or a rule
+    cannot be evaluated; the Check says which passed."""
+    source = source if source is not None else cap.analysis.source
+    rules = book.for_kernel(cap.kernel_name)
+    if not rules:
+        have = ", ".join(book.patterns) or "none"
+        raise InputError(f"{source}: no rule applies to kernel {cap.kernel_name!r} (kernel sections: "
+                         f"{have}); add a [kernels.{cap.kernel_name}] section or rules for every kernel")
+    base = baseline_for(cap.kernel_name, baselines)
+    if base is None and any(r.uses_baseline for r in rules) and baselines:
+        raise InputError(f"{source}: no baseline of kernel {cap.kernel_name!r} among "
+                         f"{', '.join(b.kernel_name for b in baselines)}")
+    results = evaluate(rules, cap, base, session)
+    return Check(str(source), cap.kernel_name, base.analysis.source if base else None, results)

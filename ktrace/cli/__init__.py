@@ -1,0 +1,55 @@
+"""The ``ktrace`` command line: parse arguments, call ``ktrace.api``, print, return an exit code.
+
+Exit codes: 0 ok, 1 a CI gate failed, 2 bad input, 3 environment missing (no GPU, no engine).
+Each command group is a module here with ``register(subparsers)`` and ``HANDLERS`` (command -> handler);
+``COMMAND_MODULES`` lists them in the order ``ktrace --help`` shows them. Shared options: _common.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
+from . import analysis, capture, compare, convert, merge, view
+from ._common import report_error
+
+__all__ = ["main", "build_parser", "COMMAND_MODULES"]
+
+COMMAND_MODULES = (convert, analysis, capture, view, compare, merge)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ktrace",
+        description="Per-block timelines of CUDA kernels instrumented with FlashInfer's profiler macros.",
+        epilog="Exit codes: 0 ok, 1 a CI gate failed, 2 bad input, 3 environment missing.",
+    )
+    p.add_argument("--version", action="version", version=f"ktrace {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in COMMAND_MODULES:
+        mod.register(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not a.command:
+        parser.print_help()
+        return EXIT_INPUT
+    handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
+    try:
+        return handlers[a.command](a)
+    except KtraceError as e:
+        return report_error(e)
+    except KeyboardInterrupt:
+        print("ktrace: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

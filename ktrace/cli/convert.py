@@ -1,0 +1,79 @@
+"""``ktrace convert`` (buffer -> Perfetto trace) and ``ktrace inspect`` (what is in a buffer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ._common import EXIT_OK, PROGRESS_MIN_RECORDS, decode_kwargs, decode_options, progress_bar, tracks_option
+
+__all__ = ["register", "HANDLERS", "print_inspect"]
+
+
+def register(sub) -> None:
+    c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)")
+    c.add_argument("buffer", metavar="BUF", help="profiler buffer: .bin (raw uint64) or .npy")
+    c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
+    tracks_option(c)
+    decode_options(c)
+
+    i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies")
+    i.add_argument("buffer", metavar="BUF")
+    i.add_argument("--json", action="store_true", help="print the report as JSON (schema ktrace.inspect/1)")
+    decode_options(i)
+
+
+def _big(path: str) -> bool:
+    p = Path(path)
+    return p.is_file() and p.stat().st_size >= 8 * PROGRESS_MIN_RECORDS
+
+
+def _cmd_convert(a) -> int:
+    from rich.console import Console
+
+    from ..api import convert
+
+    with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
+        res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, **decode_kwargs(a))
+    sm, match = res.summary, res.decoder.match
+    anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
+    print(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
+          f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
+          f"layout {match.name} ({match.score:.1%} match)")
+    if sm.notes:
+        notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
+        Console(stderr=True).print(f"[yellow]notes[/]: {notes} (ktrace inspect {a.buffer} explains them)")
+    print(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}")
+    return EXIT_OK
+
+
+def print_inspect(buffer: str) -> None:
+    """The inspect report of ``buffer`` on stdout, as ``ktrace inspect BUF`` prints it."""
+    from ..api import inspect
+
+    _print_info(inspect(buffer), False)
+
+
+def _print_info(info: dict, as_json: bool) -> None:
+    from rich.console import Console
+
+    from ..report.inspect import inspect_text
+
+    if as_json:
+        print(json.dumps(info, indent=2, sort_keys=False))
+        return
+    con = Console(width=max(100, Console().width))
+    for r in inspect_text(info):
+        con.print(r)
+
+
+def _cmd_inspect(a) -> int:
+    from ..api import inspect
+
+    with progress_bar("decoding", _big(a.buffer), unit="lanes") as cb:
+        info = inspect(a.buffer, progress=cb, **decode_kwargs(a))
+    _print_info(info, a.json)
+    return EXIT_OK
+
+
+HANDLERS = {"convert": _cmd_convert, "inspect": _cmd_inspect}

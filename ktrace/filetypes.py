@@ -1,0 +1,31 @@
+"""What a path holds, a Perfetto trace or a profiler buffer: one answer for every command.
+
+By its name first (``.bin``/``.npy`` are buffers; ``.perfetto-trace``, ``.pftrace``, ``.pb``, ``.trace``,
+``.json`` and anything gzip-compressed are traces), else by its first byte: a protobuf trace starts with
+field 1 (``Trace.packet``), length-delimited (0x0a). A file that cannot be read is taken for a buffer, so that
+the buffer reader says what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "is_trace"]
+
+TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
+_OTHER_TRACE_SUFFIXES = (".pb", ".trace", ".json", ".gz")
+BUFFER_SUFFIXES = (".bin", ".npy")
+
+
+def is_trace(path) -> bool:
+    """True for a Perfetto trace (loaded as it is), False for a profiler buffer (decoded first)."""
+    name = Path(str(path)).name.lower()
+    if name.endswith(BUFFER_SUFFIXES):
+        return False
+    if name.endswith(TRACE_SUFFIXES + _OTHER_TRACE_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x0a"
+    except OSError:
+        return False
