@@ -1,23 +1,11 @@
--- ktrace.blocks: the launch's structure: blocks and lanes with their extents, the lanes' top-level slices in
--- order, busy SMs over time and the launch shape (occupancy). Definitions: docs/analysis-structure.md.
+-- ktrace.blocks: the launch's structure: blocks and lanes with their extents, busy SMs over time and the
+-- launch shape (occupancy). Definitions: docs/analysis-structure.md.
 --
 -- Intervals are [begin, end): a block ending at t and one beginning at t do not run at once. Counts of
 -- running blocks come from +1/-1 events summed per timestamp (so a block that ends at t and one that begins
 -- at t cancel out, and a zero-length block counts for nothing), then a running sum.
 
 INCLUDE PERFETTO MODULE ktrace.slices;
-
--- Top-level slices (depth 0) with the previous and next top-level slice on their lane (by begin, then slice
--- id): the only window over slices, and only over the top-level ones.
-CREATE PERFETTO TABLE _ktrace_top_slice AS
-SELECT
-  id, ts, dur, end_ts, phase, k, block, grp, lane,
-  LAG(id) OVER lane_order AS prev_id,
-  LEAD(id) OVER lane_order AS next_id
-FROM ktrace_phase_slice
-WHERE depth = 0
-WINDOW lane_order AS (PARTITION BY lane ORDER BY ts, id)
-ORDER BY id;
 
 -- One row per block with phase slices.
 CREATE PERFETTO TABLE ktrace_block(

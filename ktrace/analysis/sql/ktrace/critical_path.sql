@@ -3,14 +3,15 @@
 -- Definitions: docs/analysis-structure.md.
 --
 -- Each top-level slice has a predecessor (what it waited for): the last finisher of its lane's previous
--- slice's instance when it began after that instance's latest end ('wait'), else that previous slice
+-- slice's instance when it began at or after that instance's latest end ('wait'), else that previous slice
 -- ('lane_gap'); a lane's first slice on a block of a later wave waits for the block that freed its SM
--- ('block_switch'). The walk is a WITH RECURSIVE whose every step is an id lookup.
+-- ('block_switch'). The walk is a WITH RECURSIVE whose every step is a few id lookups.
 
 INCLUDE PERFETTO MODULE ktrace.waits;
 
--- Per later-wave block: the block before it on its SM (among the others with end_ns <= its begin_ns, the
--- latest end, then the lowest block). A running MAX over the SM's ends in time order, ends before begins.
+-- Per later-wave block (id = the block): the block before it on its SM (among the others with end_ns <= its
+-- begin_ns, the latest end, then the lowest block). A running MAX over the SM's ends in time order, ends
+-- before begins.
 CREATE PERFETTO TABLE _ktrace_block_before AS
 WITH events AS (
   SELECT sm, end_ns AS ts, 0 AS is_begin, block, end_ns, 0 AS dur_ns FROM ktrace_block WHERE sm >= 0
@@ -30,13 +31,14 @@ wave AS MATERIALIZED (
   FROM running r
   WHERE is_begin
 )
-SELECT w.block, MIN(b.block) AS before_block
+SELECT w.block AS id, MIN(b.block) AS before_block
 FROM wave w
 JOIN ktrace_block b ON b.sm = w.sm AND b.end_ns = w.before_end AND b.block != w.block
-GROUP BY w.block;
+GROUP BY w.block
+ORDER BY w.block;
 
--- Per block that is some block's predecessor: its top-level slice with the latest end (then the lowest lane,
--- then the lowest id).
+-- Per block that is some block's predecessor (id = the block): its top-level slice with the latest end
+-- (then the lowest lane, then the lowest id).
 CREATE PERFETTO TABLE _ktrace_block_last_top AS
 WITH latest AS MATERIALIZED (
   SELECT block, MAX(end_ts) AS end_ts
@@ -49,49 +51,52 @@ pick AS (
   FROM _ktrace_top_slice t JOIN latest l ON l.block = t.block AND l.end_ts = t.end_ts
   GROUP BY t.block
 )
-SELECT block, key % 4294967296 AS id FROM pick;
+SELECT block AS id, key % 4294967296 AS slice_id FROM pick ORDER BY block;
 
--- Every top-level slice with its predecessor (NULL: none) and the gap kind. Nested slices have none.
-CREATE PERFETTO TABLE _ktrace_pred AS
-WITH linked AS (
-  SELECT
-    t.id,
-    CASE
-      WHEN p.sync THEN l.id
-      WHEN p.id IS NOT NULL THEN p.prev_id
-      ELSE bt.id
-    END AS pred_id,
-    CASE
-      WHEN p.sync THEN 'wait'
-      WHEN p.id IS NOT NULL THEN 'lane_gap'
-      WHEN bt.id IS NOT NULL THEN 'block_switch'
-    END AS kind
-  FROM _ktrace_top_slice t
-  LEFT JOIN _ktrace_top_prev p ON p.id = t.id
-  LEFT JOIN _ktrace_last l ON l.phase = p.prev_phase AND l.k = p.prev_k
-  LEFT JOIN _ktrace_block_before bb ON p.id IS NULL AND bb.block = t.block
-  LEFT JOIN _ktrace_block_last_top bt ON bt.block = bb.before_block
-)
-SELECT linked.id, linked.pred_id, q.end_ts AS pred_end, linked.kind
-FROM linked
-LEFT JOIN _ktrace_slice q ON q.id = linked.pred_id
-ORDER BY linked.id;
-
--- The walk: one row per slice on the path, from the kernel's end backwards (n = 0 at the end), with the
--- cursor t when it was reached. A chain longer than the top-level slices would repeat one: it stops there.
+-- The walk: one row per slice on the path, from the kernel's end backwards (n = 0 at the end): the cursor t
+-- when it was reached, and the gap after it (up to gap_end, of gap_kind, before a slice of next_phase).
+-- Each step finds the slice's predecessor with id lookups:
+--   the lane's previous top-level slice p, when the slice began at or after the latest end of p's instance:
+--     that instance's last finisher ('wait'); else p ('lane_gap');
+--   without p, on a block of a later wave: the latest-ending top-level slice of the block before it on its
+--     SM ('block_switch');
+--   else (and for a nested slice, a last finisher inside another slice) none: the walk ends.
+-- `later` counts the parts after the row's gap (so that the parts are numbered without a window). A chain
+-- longer than the top-level slices would repeat one: it stops there.
 CREATE PERFETTO TABLE _ktrace_walk AS
-WITH RECURSIVE walk(n, id, t) AS (
-  SELECT 0, (SELECT id FROM _ktrace_top_slice ORDER BY end_ts DESC, lane, id LIMIT 1), kernel.end_ns
+WITH RECURSIVE walk(n, id, t, gap_end, gap_kind, next_phase, later) AS (
+  SELECT 0, (SELECT id FROM _ktrace_top_slice ORDER BY end_ts DESC, lane, id LIMIT 1), kernel.end_ns,
+    NULL, NULL, NULL, 0
   FROM ktrace_kernel kernel
   WHERE EXISTS (SELECT 1 FROM _ktrace_top_slice)
   UNION ALL
-  SELECT w.n + 1, p.pred_id, MIN(p.pred_end, MIN(s.ts, w.t))
+  SELECT w.n + 1, x.pred_id, MIN(q.end_ts, x.ts, w.t), MIN(x.ts, w.t), x.kind, x.phase,
+    w.later + IIF(w.gap_end > w.t, 1, 0) + 1
   FROM walk w
-  JOIN _ktrace_pred p ON p.id = w.id
-  JOIN _ktrace_slice s ON s.id = w.id
-  WHERE p.pred_id IS NOT NULL AND w.n < (SELECT COUNT(*) FROM _ktrace_top_slice)
+  JOIN (
+    SELECT
+      t.id, t.ts, t.phase,
+      CASE
+        WHEN p.id IS NULL THEN bt.slice_id
+        WHEN t.ts >= i.end_ns THEN l.slice_id
+        ELSE p.id
+      END AS pred_id,
+      CASE
+        WHEN p.id IS NULL THEN 'block_switch'
+        WHEN t.ts >= i.end_ns THEN 'wait'
+        ELSE 'lane_gap'
+      END AS kind
+    FROM _ktrace_top_slice t
+    LEFT JOIN _ktrace_top_slice p ON p.id = t.prev_id
+    LEFT JOIN _ktrace_instance_agg i ON i.id = p.inst
+    LEFT JOIN _ktrace_last l ON l.id = p.inst
+    LEFT JOIN _ktrace_block_before bb ON bb.id = t.block
+    LEFT JOIN _ktrace_block_last_top bt ON bt.id = bb.before_block
+  ) x ON x.id = w.id
+  JOIN _ktrace_slice q ON q.id = x.pred_id
+  WHERE w.n < (SELECT COUNT(*) FROM _ktrace_top_slice)
 )
-SELECT n, id, t FROM walk;
+SELECT n, id, t, gap_end, gap_kind, next_phase, later FROM walk;
 
 -- One row per part of the path, in time order: a slice, or a gap before it.
 CREATE PERFETTO TABLE ktrace_critical_path(
@@ -116,43 +121,44 @@ CREATE PERFETTO TABLE ktrace_critical_path(
   next_phase STRING
 ) AS
 WITH visit AS MATERIALIZED (
-  SELECT w.n, w.id, w.t, MIN(s.ts, w.t) AS slice_begin, p.pred_id, p.pred_end, p.kind, s.phase
+  SELECT w.n, w.t, w.gap_end, w.gap_kind, w.next_phase, w.later, MIN(s.ts, w.t) AS slice_begin, s.phase,
+    o.phase_index, s.k, s.block, s.grp, s.lane
   FROM _ktrace_walk w
   JOIN _ktrace_slice s ON s.id = w.id
-  -- A nested slice (a last finisher inside another slice) has no predecessor: the walk stops there.
-  LEFT JOIN _ktrace_pred p ON p.id = w.id
+  JOIN _ktrace_phase_order o ON o.phase = s.phase
 ),
+-- Parts counted from the end: `rev` = 0 for the latest.
 parts AS (
   -- The slices.
-  SELECT n, 0 AS sub, 'slice' AS kind, id AS slice_id, slice_begin AS begin_ns, t AS end_ns, NULL AS next_phase
+  SELECT later + IIF(gap_end > t, 1, 0) AS rev, 'slice' AS kind, phase, phase_index, k, block, grp, lane,
+    slice_begin AS begin_ns, t AS end_ns, NULL AS next_phase
   FROM visit
   UNION ALL
-  -- The gaps before them.
-  SELECT n, 1 AS sub, kind, pred_id, MIN(pred_end, slice_begin), slice_begin, phase
+  -- The gaps after them (omitted when empty).
+  SELECT later, gap_kind, phase, phase_index, k, block, grp, lane, t, gap_end, next_phase
   FROM visit
-  WHERE pred_id IS NOT NULL AND pred_end < slice_begin
+  WHERE gap_end > t
   UNION ALL
   -- The time before the first slice.
-  SELECT v.n, 1 AS sub, 'lead_in', NULL, kernel.begin_ns, v.slice_begin, NULL
-  FROM visit v, ktrace_kernel kernel
-  WHERE v.pred_id IS NULL AND v.slice_begin > kernel.begin_ns
+  SELECT later + IIF(gap_end > t, 1, 0) + 1, 'lead_in', NULL, NULL, NULL, NULL, NULL, NULL, kernel.begin_ns,
+    slice_begin, NULL
+  FROM visit, ktrace_kernel kernel
+  WHERE n = (SELECT MAX(n) FROM _ktrace_walk) AND slice_begin > kernel.begin_ns
 )
 SELECT
-  ROW_NUMBER() OVER (ORDER BY parts.n DESC, parts.sub DESC) - 1 AS step,
-  parts.kind,
-  s.phase,
-  o.phase_index,
-  s.k,
-  s.block AS last_block,
-  s.grp AS last_group,
-  s.lane AS last_lane,
-  parts.begin_ns,
-  parts.end_ns,
-  parts.end_ns - parts.begin_ns AS dur_ns,
-  parts.next_phase
+  (SELECT MAX(rev) FROM parts) - rev AS step,
+  kind,
+  phase,
+  phase_index,
+  k,
+  block AS last_block,
+  grp AS last_group,
+  lane AS last_lane,
+  begin_ns,
+  end_ns,
+  end_ns - begin_ns AS dur_ns,
+  next_phase
 FROM parts
-LEFT JOIN _ktrace_slice s ON s.id = parts.slice_id
-LEFT JOIN _ktrace_phase_order o ON o.phase = s.phase
 ORDER BY step;
 
 -- The wall time's parts on the critical path: each phase on it (its slices, and the waits after it), then

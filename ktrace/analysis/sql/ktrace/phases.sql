@@ -20,6 +20,22 @@ CREATE PERFETTO TABLE _ktrace_phase_order AS
 SELECT phase, ROW_NUMBER() OVER (ORDER BY first_ts, phase) - 1 AS phase_index
 FROM (SELECT phase, MIN(ts) AS first_ts FROM ktrace_phase_slice GROUP BY phase);
 
+-- Top-level slices (depth 0) with the previous top-level slice on their lane (by begin, then slice id),
+-- and their instance key (`inst` = phase_index * 2^32 + k: the per-instance tables below are keyed by it
+-- in their `id` column, so that joins on an instance are id lookups). The only window over slices, and only
+-- over the top-level ones.
+CREATE PERFETTO TABLE _ktrace_top_slice AS
+WITH ordered AS MATERIALIZED (
+  SELECT id, ts, end_ts, phase, k, block, grp, lane, LAG(id) OVER (PARTITION BY lane ORDER BY ts, id) AS prev_id
+  FROM _ktrace_slice
+  WHERE depth = 0
+)
+SELECT t.id, t.ts, t.end_ts, t.phase, t.k, o.phase_index * 4294967296 + t.k AS inst, t.block, t.grp, t.lane,
+  t.prev_id
+FROM ordered t
+JOIN _ktrace_phase_order o USING (phase)
+ORDER BY t.id;
+
 -- Per instance and end timestamp: how many lanes end then, which blocks, and the lowest such lane.
 CREATE PERFETTO TABLE _ktrace_end_group AS
 SELECT
@@ -27,45 +43,59 @@ SELECT
   MIN(lane) AS lane, id, block, grp, sm,
   COUNT(*) AS lanes,
   json_group_array(block) AS blocks
-FROM ktrace_phase_slice
+FROM _ktrace_slice
 GROUP BY phase, k, end_ts;
 
--- Per instance: the latest end, the lowest lane that ends then (its slice id), how many lanes tie and
--- their blocks.
+-- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice), how
+-- many lanes tie and their blocks.
 CREATE PERFETTO TABLE _ktrace_latest AS
-SELECT phase, k, MAX(end_ts) AS end_ts, lane, id, block, grp, sm, lanes AS tied_lanes, blocks
-FROM _ktrace_end_group
-GROUP BY phase, k
+SELECT o.phase_index * 4294967296 + l.k AS id, l.*
+FROM (
+  SELECT phase, k, MAX(end_ts) AS end_ts, lane, id AS slice_id, block, grp, sm, lanes AS tied_lanes, blocks
+  FROM _ktrace_end_group
+  GROUP BY phase, k
+) l
+JOIN _ktrace_phase_order o USING (phase)
 ORDER BY id;
 
 -- Per instance: the latest end among the lanes that did not end last (NULL with a single end time).
 CREATE PERFETTO TABLE _ktrace_runner_up AS
-SELECT phase, k, MAX(end_ts) AS end_ts
-FROM _ktrace_end_group
-WHERE +id NOT IN (SELECT id FROM _ktrace_latest)
-GROUP BY phase, k;
+SELECT o.phase_index * 4294967296 + r.k AS id, r.end_ts
+FROM (
+  SELECT phase, k, MAX(end_ts) AS end_ts
+  FROM _ktrace_end_group
+  WHERE +id NOT IN (SELECT slice_id FROM _ktrace_latest)
+  GROUP BY phase, k
+) r
+JOIN _ktrace_phase_order o USING (phase)
+ORDER BY id;
 
 -- Per instance: the duration and time figures.
 CREATE PERFETTO TABLE _ktrace_instance_agg AS
-SELECT
-  phase,
-  k,
-  COUNT(*) AS lanes,
-  MIN(dur) AS min_dur_ns,
-  CAST(percentile_disc(dur, 0.5) AS INT) AS p50_dur_ns,
-  CAST(percentile_disc(dur, 0.9) AS INT) AS p90_dur_ns,
-  MAX(dur) AS max_dur_ns,
-  SUM(dur) AS sum_dur_ns,
-  MIN(ts) AS begin_ns,
-  MAX(ts) AS max_begin_ns,
-  -- percentile_disc works in doubles: take it of offsets from the kernel's begin, exact below 2^53 ns.
-  CAST(percentile_disc(ts - (SELECT begin_ns FROM ktrace_kernel), 0.5) AS INT) + (SELECT begin_ns FROM ktrace_kernel)
-    AS p50_begin_ns,
-  MIN(end_ts) AS first_end_ns,
-  MAX(end_ts) AS end_ns,
-  MIN(depth) AS depth
-FROM _ktrace_slice
-GROUP BY phase, k;
+SELECT o.phase_index * 4294967296 + a.k AS id, o.phase_index, a.*
+FROM (
+  SELECT
+    phase,
+    k,
+    COUNT(*) AS lanes,
+    MIN(dur) AS min_dur_ns,
+    CAST(percentile_disc(dur, 0.5) AS INT) AS p50_dur_ns,
+    CAST(percentile_disc(dur, 0.9) AS INT) AS p90_dur_ns,
+    MAX(dur) AS max_dur_ns,
+    SUM(dur) AS sum_dur_ns,
+    MIN(ts) AS begin_ns,
+    MAX(ts) AS max_begin_ns,
+    -- percentile_disc works in doubles: take it of offsets from the kernel's begin, exact below 2^53 ns.
+    CAST(percentile_disc(ts - (SELECT begin_ns FROM ktrace_kernel), 0.5) AS INT)
+      + (SELECT begin_ns FROM ktrace_kernel) AS p50_begin_ns,
+    MIN(end_ts) AS first_end_ns,
+    MAX(end_ts) AS end_ns,
+    MIN(depth) AS depth
+  FROM _ktrace_slice
+  GROUP BY phase, k
+) a
+JOIN _ktrace_phase_order o USING (phase)
+ORDER BY id;
 
 -- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
 CREATE PERFETTO TABLE _ktrace_tied_last AS
@@ -83,65 +113,62 @@ FROM (
 )
 WHERE rn = 1;
 
--- Per instance: the last finisher by the one tie rule. The top block's lowest lane at the latest end when
--- the top block is among the tied, else the lowest tied lane.
+-- Per instance (id = its key): the last finisher by the one tie rule (slice_id: its slice). The top block's
+-- lowest lane at the latest end when the top block is among the tied, else the lowest tied lane.
 CREATE PERFETTO TABLE _ktrace_last AS
 WITH top_block_end AS MATERIALIZED (
   -- The top block's slices, per instance and end: the lowest lane (a bare column next to MIN).
-  SELECT phase, k, end_ts, MIN(lane) AS lane, id, block, grp, sm
-  FROM ktrace_phase_slice
-  WHERE (phase, block) IN (SELECT phase, top_last_block FROM _ktrace_top_last)
-  GROUP BY phase, k, end_ts
+  SELECT o.phase_index * 4294967296 + t.k AS inst, t.*
+  FROM (
+    SELECT phase, k, end_ts, MIN(lane) AS lane, id, block, grp, sm
+    FROM _ktrace_slice
+    WHERE (phase, block) IN (SELECT phase, top_last_block FROM _ktrace_top_last)
+    GROUP BY phase, k, end_ts
+  ) t
+  JOIN _ktrace_phase_order o USING (phase)
 ),
 chosen AS (
   SELECT
-    l.phase, l.k, l.end_ts, l.tied_lanes,
-    COALESCE(t.id, l.id) AS id,
+    l.id, l.phase, l.k, l.end_ts, l.tied_lanes,
+    COALESCE(t.id, l.slice_id) AS slice_id,
     COALESCE(t.lane, l.lane) AS lane,
     COALESCE(t.block, l.block) AS block,
     COALESCE(t.grp, l.grp) AS grp,
     COALESCE(t.sm, l.sm) AS sm
   FROM _ktrace_latest l
-  LEFT JOIN top_block_end t USING (phase, k, end_ts)
+  LEFT JOIN top_block_end t ON t.inst = l.id AND t.end_ts = l.end_ts
 )
-SELECT c.phase, c.k, c.end_ts, c.lane, c.id, c.block, c.grp, c.sm, s.ts, s.dur, c.tied_lanes
-FROM chosen c JOIN _ktrace_slice s USING (id)
+SELECT c.id, c.phase, c.k, c.end_ts, c.lane, c.slice_id, c.block, c.grp, c.sm, s.ts, s.dur, c.tied_lanes
+FROM chosen c JOIN _ktrace_slice s ON s.id = c.slice_id
 ORDER BY c.id;
 
--- Top-level slices with a previous top-level slice on their lane: the gap to it (the lead-in) and whether
--- the slice began at or after the latest end of the previous slice's instance (a synchronization).
-CREATE PERFETTO TABLE _ktrace_top_prev AS
-SELECT
-  t.id,
-  t.phase,
-  t.k,
-  t.prev_id,
-  p.phase AS prev_phase,
-  p.k AS prev_k,
-  t.ts - p.end_ts AS lead_in_ns,
-  t.ts >= i.end_ns AS sync
-FROM _ktrace_top_slice t
-JOIN _ktrace_top_slice p ON p.id = t.prev_id
-JOIN _ktrace_instance_agg i ON i.phase = p.phase AND i.k = p.k
-ORDER BY t.id;
-
--- Per instance: its top-level slices with a previous one, synchronizations, and lead-ins.
+-- Per instance: its top-level slices with a previous top-level slice on their lane; of those, the ones that
+-- began at or after the latest end of the previous slice's instance (a synchronization); and the shortest
+-- and longest gap from the previous slice's end (the lead-in).
 CREATE PERFETTO TABLE _ktrace_instance_prev AS
 SELECT
-  phase, k,
+  t.inst AS id,
   COUNT(*) AS prev_lanes,
-  SUM(sync) AS sync_lanes,
-  MIN(lead_in_ns) AS lead_in_min_ns,
-  MAX(lead_in_ns) AS lead_in_max_ns
-FROM _ktrace_top_prev
-GROUP BY phase, k;
+  SUM(t.ts >= i.end_ns) AS sync_lanes,
+  MIN(t.ts - p.end_ts) AS lead_in_min_ns,
+  MAX(t.ts - p.end_ts) AS lead_in_max_ns
+FROM _ktrace_top_slice t
+JOIN _ktrace_top_slice p ON p.id = t.prev_id
+JOIN _ktrace_instance_agg i ON i.id = p.inst
+GROUP BY t.inst
+ORDER BY t.inst;
 
 -- Per instance: slices on blocks of a later wave.
 CREATE PERFETTO TABLE _ktrace_instance_wave AS
-SELECT phase, k, COUNT(*) AS later_wave_lanes
-FROM _ktrace_slice
-WHERE +block IN (SELECT block FROM ktrace_block WHERE later_wave)
-GROUP BY phase, k;
+SELECT o.phase_index * 4294967296 + w.k AS id, w.later_wave_lanes
+FROM (
+  SELECT phase, k, COUNT(*) AS later_wave_lanes
+  FROM _ktrace_slice
+  WHERE +block IN (SELECT block FROM ktrace_block WHERE later_wave)
+  GROUP BY phase, k
+) w
+JOIN _ktrace_phase_order o USING (phase)
+ORDER BY id;
 
 -- One row per phase instance.
 CREATE PERFETTO TABLE ktrace_phase_instance(
@@ -203,7 +230,7 @@ CREATE PERFETTO TABLE ktrace_phase_instance(
 ) AS
 SELECT
   a.phase,
-  o.phase_index,
+  a.phase_index,
   a.k,
   a.lanes,
   a.min_dur_ns,
@@ -223,7 +250,7 @@ SELECT
   l.grp AS last_group,
   l.sm AS last_sm,
   l.lane AS last_lane,
-  l.id AS last_slice_id,
+  l.slice_id AS last_slice_id,
   l.tied_lanes AS tied_last_lanes,
   CASE WHEN l.tied_lanes > 1 THEN 0 ELSE l.end_ts - r.end_ts END AS last_lead_ns,
   a.depth,
@@ -236,19 +263,24 @@ SELECT
   p.lead_in_max_ns,
   COALESCE(w.later_wave_lanes, 0) AS later_wave_lanes
 FROM _ktrace_instance_agg a
-JOIN _ktrace_phase_order o USING (phase)
-JOIN _ktrace_last l USING (phase, k)
-LEFT JOIN _ktrace_runner_up r USING (phase, k)
-LEFT JOIN _ktrace_instance_prev p USING (phase, k)
-LEFT JOIN _ktrace_instance_wave w USING (phase, k);
+JOIN _ktrace_last l ON l.id = a.id
+LEFT JOIN _ktrace_runner_up r ON r.id = a.id
+LEFT JOIN _ktrace_instance_prev p ON p.id = a.id
+LEFT JOIN _ktrace_instance_wave w ON w.id = a.id
+ORDER BY a.id;
 
--- Per (phase, lane): the lane's slices of that phase over all instances.
+-- Per (phase, lane): the lane's slices of that phase over all instances (id = phase_index * 2^32 + lane).
 CREATE PERFETTO TABLE _ktrace_phase_lane_agg AS
-SELECT
-  phase, block, grp, block * (SELECT n FROM _ktrace_groups) + grp AS lane, MAX(sm) AS sm,
-  COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns
-FROM _ktrace_slice
-GROUP BY phase, block, grp;
+SELECT o.phase_index * 4294967296 + a.lane AS id, o.phase_index, a.*
+FROM (
+  SELECT
+    phase, block, grp, lane, MAX(sm) AS sm,
+    COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns
+  FROM _ktrace_slice
+  GROUP BY phase, block, grp
+) a
+JOIN _ktrace_phase_order o USING (phase)
+ORDER BY id;
 
 -- One row per phase: sums and means over its instances, and last-finisher stability.
 CREATE PERFETTO TABLE ktrace_phase(
@@ -406,11 +438,13 @@ CREATE PERFETTO TABLE ktrace_phase_lane(
   last_count LONG
 ) AS
 WITH last_counts AS (
-  SELECT phase, lane, COUNT(*) AS n FROM _ktrace_last GROUP BY phase, lane
+  SELECT o.phase_index * 4294967296 + c.lane AS id, c.n
+  FROM (SELECT phase, lane, COUNT(*) AS n FROM _ktrace_last GROUP BY phase, lane) c
+  JOIN _ktrace_phase_order o USING (phase)
 )
 SELECT
   a.phase,
-  o.phase_index,
+  a.phase_index,
   a.block,
   a.grp,
   a.lane,
@@ -422,5 +456,5 @@ SELECT
   a.sum_dur_ns,
   COALESCE(c.n, 0) AS last_count
 FROM _ktrace_phase_lane_agg a
-JOIN _ktrace_phase_order o USING (phase)
-LEFT JOIN last_counts c USING (phase, lane);
+LEFT JOIN last_counts c ON c.id = a.id
+ORDER BY a.id;

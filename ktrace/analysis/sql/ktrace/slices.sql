@@ -71,16 +71,23 @@ SELECT
   dur,
   ts + dur AS end_ts,
   name AS phase,
-  extract_arg(arg_set_id, 'debug.block') AS block,
-  extract_arg(arg_set_id, 'debug.group') AS grp,
-  extract_arg(arg_set_id, 'debug.sm') AS sm,
+  block,
+  grp,
+  sm,
   k,
-  extract_arg(arg_set_id, 'debug.block') * (SELECT n FROM _ktrace_groups) + extract_arg(arg_set_id, 'debug.group')
-    AS lane,
+  block * (SELECT n FROM _ktrace_groups) + grp AS lane,
   track_id,
   depth
-FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
-WHERE k IS NOT NULL
+FROM (
+  SELECT
+    id, ts, dur, name, track_id, depth,
+    extract_arg(arg_set_id, 'debug.block') AS block,
+    extract_arg(arg_set_id, 'debug.group') AS grp,
+    extract_arg(arg_set_id, 'debug.sm') AS sm,
+    k
+  FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
+  WHERE k IS NOT NULL
+)
 ORDER BY id;
 
 -- Phase slices: a BEGIN/END pair of one event on one lane. Exactly the slices that have debug.k.

@@ -20,13 +20,18 @@ CREATE PERFETTO TABLE ktrace_lane_wait(
   -- begins inside this one; NULL on the lane's last slice.
   gap_ns LONG
 ) AS
-SELECT
-  t.id, t.phase, t.k, t.block, t.grp,
-  n.phase AS next_phase,
-  n.ts - t.end_ts AS gap_ns
-FROM _ktrace_top_slice t
-LEFT JOIN _ktrace_top_slice n ON n.id = t.next_id
-ORDER BY t.id;
+WITH followed AS (
+  -- Each slice that has a next one, from that next one's prev_id.
+  SELECT p.id, p.phase, p.k, p.block, p.grp, n.phase AS next_phase, n.ts - p.end_ts AS gap_ns
+  FROM _ktrace_top_slice n
+  JOIN _ktrace_top_slice p ON p.id = n.prev_id
+)
+SELECT * FROM followed
+UNION ALL
+SELECT id, phase, k, block, grp, NULL, NULL
+FROM _ktrace_top_slice
+WHERE +id NOT IN (SELECT prev_id FROM _ktrace_top_slice WHERE prev_id IS NOT NULL)
+ORDER BY id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
 -- next slice on the same lane, of `next_phase`.
