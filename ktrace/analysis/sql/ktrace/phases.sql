@@ -4,14 +4,15 @@
 -- Last finisher of an instance: the lane with the latest end; ties (same end timestamp, common with a
 -- 32 ns timer) go to the lowest lane of the phase's top_last_block when that block is among the tied, else
 -- to the lowest lane (docs/analysis-structure.md: "the one tie rule"), so the instance and the phase name
--- the same block. p50/p90 are the
--- "lower" percentiles: the value at 0-based index floor(p * (n - 1)) of the n sorted durations
--- (SQLite's percentile_disc; numpy's method='lower').
+-- the same block. p50/p90 are the "lower" percentiles: the value at 0-based index floor(p * (n - 1)) of
+-- the n sorted durations (SQLite's percentile_disc; numpy's method='lower').
 --
 -- Built from GROUP BYs rather than window functions over all slices: in the trace processor a window
--- over every slice costs about ten times a GROUP BY. The GROUP BYs that pick the last finisher read
--- "bare" columns (id, block, ...) next to a single MIN() or MAX(): SQLite takes them from the row that
--- holds the minimum or maximum.
+-- over every slice costs about ten times a GROUP BY (the one window, for the lane order, runs over the
+-- top-level slices only). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
+-- next to a single MIN() or MAX(): SQLite takes them from the row that holds the minimum or maximum.
+-- Joins on an instance are id lookups: the per-instance tables carry its key phase_index * 2^32 + k in
+-- their `id` column (a join on (phase, k) costs a hundred times more).
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
 
