@@ -42,7 +42,7 @@ def _capture_cmd() -> list[str]:
     from ktrace.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return [sys.executable, "-m", "ktrace" if "run" in sub.choices else "ktrace.cli_capture"]
+    return [sys.executable, "-m", "ktrace"]
 
 
 def _run(*args, cwd=None):
@@ -82,7 +82,7 @@ def test_run_missing_driver_exits_2(tmp_path):
 
 @pytest.mark.slow
 def test_importing_capture_needs_no_pycuda():
-    code = "import sys, ktrace.capture, ktrace.cli_capture; print('pycuda' in sys.modules)"
+    code = "import sys, ktrace.capture, ktrace.cli.capture; print('pycuda' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and p.stdout.strip() == "False"
 

@@ -43,7 +43,7 @@ def _capture_cli() -> list[str]:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     if "run" in sub.choices:
         return [sys.executable, "-m", "ktrace"]
-    return [sys.executable, "-m", "ktrace.cli_capture"]
+    return [sys.executable, "-m", "ktrace"]
 
 
 def headers() -> list[str]:
