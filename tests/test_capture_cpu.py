@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ktrace
-from ktrace.capture import BuildSpec, Capture, buffer_words, find_flashinfer_include, resolve_header
+from ktrace.capture import BuildSpec, LaunchCapture, buffer_words, find_flashinfer_include, resolve_header
 from ktrace.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,8 @@ def _capture_cmd() -> list[str]:
     from ktrace.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return [sys.executable, "-m", "ktrace" if "run" in sub.choices else "ktrace.cli_capture"]
+    assert "run" in sub.choices
+    return [sys.executable, "-m", "ktrace"]
 
 
 def _run(*args, cwd=None):
@@ -78,7 +79,7 @@ def test_run_missing_driver_exits_2(tmp_path):
 
 
 def test_importing_capture_needs_no_pycuda():
-    code = "import sys, ktrace.capture, ktrace.cli_capture; print('pycuda' in sys.modules)"
+    code = "import sys, ktrace.capture, ktrace.cli.capture; print('pycuda' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and p.stdout.strip() == "False"
 
@@ -123,9 +124,9 @@ def test_buffer_sizes():
     assert buffer_words("flashinfer", lanes=132, capacity=52) == 1 + 52 * 132
     assert buffer_words("ktrace", lanes=132, capacity=52) == 1 + 52 * 132 + 132 + 1
     with pytest.raises(InputError):
-        Capture(blocks=0)
+        LaunchCapture(blocks=0)
     with pytest.raises(InputError):
-        Capture(blocks=4, producer="tvm")
+        LaunchCapture(blocks=4, producer="tvm")
 
 
 def test_source_keeps_its_line_numbers():
@@ -330,3 +331,12 @@ def test_committed_blocks5000_capture_has_every_block(name):
     else:  # FlashInfer's: right, or marked untrusted (-1) where bit 12 of the block made it ambiguous
         assert ((d.slices.sm == sm) | (d.slices.sm == -1)).all()
         assert (d.slices.sm[d.slices.block < 4096] == sm[d.slices.block < 4096]).all()
+
+
+def test_old_capture_names_still_import_with_a_warning():
+    import ktrace.capture as cap
+
+    with pytest.warns(DeprecationWarning, match="CudaKernel"):
+        assert cap.Kernel is cap.CudaKernel
+    with pytest.warns(DeprecationWarning, match="LaunchCapture"):
+        assert cap.Capture is cap.LaunchCapture

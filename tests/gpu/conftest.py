@@ -41,9 +41,8 @@ def _capture_cli() -> list[str]:
     from ktrace.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    if "run" in sub.choices:
-        return [sys.executable, "-m", "ktrace"]
-    return [sys.executable, "-m", "ktrace.cli_capture"]
+    assert "run" in sub.choices
+    return [sys.executable, "-m", "ktrace"]
 
 
 def headers() -> list[str]:
