@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ktrace
-from ktrace.capture import BuildSpec, Capture, buffer_words, find_flashinfer_include, resolve_header
+from ktrace.capture import BuildSpec, LaunchCapture, buffer_words, find_flashinfer_include, resolve_header
 from ktrace.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +42,7 @@ def _capture_cmd() -> list[str]:
     from ktrace.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert "run" in sub.choices
     return [sys.executable, "-m", "ktrace"]
 
 
@@ -58,7 +59,6 @@ no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: the no-G
 
 
 @no_gpu
-@pytest.mark.slow
 def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
     rc, out, err = _run("run", "--out", tmp_path, KERNELS / "imbalance.py", cwd=tmp_path)
     assert rc == 3, (out, err)
@@ -68,26 +68,22 @@ def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
 
 
 @no_gpu
-@pytest.mark.slow
 def test_calibrate_without_gpu_exits_3():
     rc, out, err = _run("calibrate")
     assert rc == 3 and "Traceback" not in err and err.startswith("ktrace: error:")
 
 
-@pytest.mark.slow
 def test_run_missing_driver_exits_2(tmp_path):
     rc, _, err = _run("run", tmp_path / "nope.py")
     assert rc == 2 and "no such driver script" in err
 
 
-@pytest.mark.slow
 def test_importing_capture_needs_no_pycuda():
     code = "import sys, ktrace.capture, ktrace.cli.capture; print('pycuda' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and p.stdout.strip() == "False"
 
 
-@pytest.mark.slow
 def test_decode_and_export_never_import_capture():
     code = ("import sys, ktrace; ktrace.decode('samples/imbalance.bin'); "
             "print([m for m in sys.modules if m.startswith('ktrace.capture') or m.startswith('pycuda')])")
@@ -128,9 +124,9 @@ def test_buffer_sizes():
     assert buffer_words("flashinfer", lanes=132, capacity=52) == 1 + 52 * 132
     assert buffer_words("ktrace", lanes=132, capacity=52) == 1 + 52 * 132 + 132 + 1
     with pytest.raises(InputError):
-        Capture(blocks=0)
+        LaunchCapture(blocks=0)
     with pytest.raises(InputError):
-        Capture(blocks=4, producer="tvm")
+        LaunchCapture(blocks=4, producer="tvm")
 
 
 def test_source_keeps_its_line_numbers():
@@ -186,7 +182,6 @@ def test_sample_kernels_compile_against_each_header(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.slow
 def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
     src = (KERNELS / "instants.cu").read_text()
     spec = BuildSpec(src, "instant_events", resolve_header("ktrace"), "instants.cu")
@@ -204,7 +199,6 @@ def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.slow
 def test_headers_cannot_both_be_included(tmp_path):
     (tmp_path / "flashinfer").mkdir()
     (tmp_path / "flashinfer" / "profiler.cuh").write_text("#ifndef FLASHINFER_PROFILER_CUH_\n#define FLASHINFER_PROFILER_CUH_\n#endif\n")
@@ -239,7 +233,6 @@ def _message_class(tmp_path):
 SIDECARS = sorted(SAMPLES.glob("*.json"))
 
 
-@pytest.mark.slow
 def test_every_sidecar_follows_the_schema_and_round_trips(tmp_path):
     from google.protobuf import json_format
 
@@ -338,3 +331,12 @@ def test_committed_blocks5000_capture_has_every_block(name):
     else:  # FlashInfer's: right, or marked untrusted (-1) where bit 12 of the block made it ambiguous
         assert ((d.slices.sm == sm) | (d.slices.sm == -1)).all()
         assert (d.slices.sm[d.slices.block < 4096] == sm[d.slices.block < 4096]).all()
+
+
+def test_old_capture_names_still_import_with_a_warning():
+    import ktrace.capture as cap
+
+    with pytest.warns(DeprecationWarning, match="CudaKernel"):
+        assert cap.Kernel is cap.CudaKernel
+    with pytest.warns(DeprecationWarning, match="LaunchCapture"):
+        assert cap.Capture is cap.LaunchCapture

@@ -15,7 +15,8 @@ import pytest
 from ktrace import decode
 from ktrace.analysis import Thresholds, analyze
 from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
-                                     load_capture, phase_values, read_timing)
+                                     phase_values, read_timing)
+from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text, plot_diff
 from ktrace.decoding.encode import phase_buffer
 

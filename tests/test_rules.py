@@ -9,9 +9,11 @@ import pytest
 
 from ktrace import decode
 from ktrace.analysis import Thresholds, analyze
-from ktrace.analysis.compare import Capture, Timing, load_capture
-from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, baseline_for, check,
-                                   evaluate, load_rules_file, parse_rule, rule_book)
+from ktrace.analysis.catalog import Capture, Timing
+from ktrace.analysis.gates import baseline_for, evaluate
+from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,
+                                   parse_rule, rule_book)
+from ktrace.api import check, load_capture
 from ktrace.errors import InputError
 from ktrace.report.compare_report import CHECK_SCHEMA, check_json, check_markdown, check_text, junit_xml
 from ktrace.decoding.encode import phase_buffer

@@ -30,11 +30,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Figure, as_capture, Timing, Value, group_values,
-                      kernel_values, phase_values, read_timing)
+from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Figure, Timing, Value, as_capture,
+                      group_values, kernel_values, phase_values, read_timing)
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "CostShift", "Diff",
-           "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing", "load_capture",
+           "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing",
            "kernel_values", "phase_values", "group_values", "diff"]
 
 
@@ -231,12 +231,3 @@ def _cost_shift(phases: list[PhaseChange], wall: Change) -> CostShift | None:
     if wall.delta is not None:
         msg += f" (kernel wall {wall.delta:+,.2f} µs)"
     return CostShift(fell, rose, wall.delta, msg)
-
-
-def __getattr__(name):
-    # load_capture resolves an input (ktrace.api's work) and moved there; the old name stays importable.
-    if name == "load_capture":
-        from ..api import load_capture
-
-        return load_capture
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

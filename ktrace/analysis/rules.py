@@ -16,7 +16,7 @@ A figure that is undefined in the capture (an imbalance with every slice 0 ns lo
 that cannot be evaluated (bad syntax, unknown figure or phase, a baseline rule without a baseline, a SQL
 error) raise InputError naming every such rule and why: exit 2, distinct from a failed gate (exit 1).
 
-This module parses rules; gates.py evaluates them on a capture.
+This module parses rules; gates.py evaluates them on a capture, ``ktrace.check`` on any input.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES
 
 __all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", "Check", "parse_rule",
-           "load_rules_file", "rule_book", "evaluate", "check", "baseline_for", "resolve"]
+           "load_rules_file", "rule_book"]
 
 OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
              "!=": operator.ne}
@@ -293,16 +293,3 @@ def rule_book(rules=(), sql=(), files=()) -> RuleBook:
     if not sections:
         raise InputError("no rules: give --rule 'METRIC OP LIMIT', --sql QUERY or --rules FILE")
     return RuleBook(tuple(sections))
-
-
-def __getattr__(name):
-    # Evaluation lives in gates.py (check, on any input, in ktrace.api); the old names stay importable here.
-    if name in ("evaluate", "baseline_for", "resolve"):
-        from . import gates
-
-        return getattr(gates, name)
-    if name == "check":
-        from ..api import check
-
-        return check
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

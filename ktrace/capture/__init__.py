@@ -2,26 +2,27 @@
 
 The only part of ktrace that uses PyCUDA, imported on first use: importing this package needs no GPU.
 
-    from ktrace.capture import BUFFER, Kernel, profile
-    kern = Kernel.from_file("persistent.cu", "persistent_phases")   # instrumented + control builds
+    from ktrace.capture import BUFFER, CudaKernel, profile
+    kern = CudaKernel.from_file("persistent.cu", "persistent_phases")   # instrumented + control builds
     cap = profile(kern, grid=(132, 1, 1), block=(128, 1, 1), args=[BUFFER, ...],
                   max_events_per_lane=48, event_names=["load", "compute", "reduce"], name="imbalance")
-    cap.save(); cap.trace(); cap.analyze()
+    cap.save()                               # NAME.bin + NAME.json; then ktrace.convert / ktrace.analyze
 
-``Capture`` is the context object underneath (allocate and zero on entry, read back on exit) for launches
+This package produces a buffer and its sidecar, nothing more: it imports no decoding, export or analysis.
+``LaunchCapture`` is the context object underneath (allocate and zero on entry, read back on exit) for launches
 ``profile`` does not describe. ``calibrate()`` measures the timer tick and one probe's cost.
 """
 
 from __future__ import annotations
 
 from . import settings
-from .build import HEADERS, BuildSpec, HeaderChoice, Kernel, find_flashinfer_include, ktrace_include, resolve_header
-from .session import BUFFER, Capture, buffer_words, profile, saved_captures
+from .build import HEADERS, BuildSpec, CudaKernel, HeaderChoice, find_flashinfer_include, ktrace_include, resolve_header
+from .recording import BUFFER, LaunchCapture, buffer_words, profile, saved_captures
 
 __all__ = [
     "BUFFER",
-    "Capture",
-    "Kernel",
+    "LaunchCapture",
+    "CudaKernel",
     "profile",
     "calibrate",
     "device",
@@ -55,3 +56,18 @@ def device():
 def configure(**changes):
     """Set capture defaults (``settings.Settings`` fields: header, out_dir, suffix, reps, ...)."""
     return settings.configure(**changes)
+
+
+# The names before CudaKernel and LaunchCapture (ktrace.analysis has its own Kernel and Capture): drivers
+# written with them keep working, with a DeprecationWarning.
+_DEPRECATED = {"Kernel": ("CudaKernel", CudaKernel), "Capture": ("LaunchCapture", LaunchCapture)}
+
+
+def __getattr__(name):
+    if name in _DEPRECATED:
+        import warnings
+
+        new, obj = _DEPRECATED[name]
+        warnings.warn(f"ktrace.capture.{name} is now ktrace.capture.{new}", DeprecationWarning, stacklevel=2)
+        return obj
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

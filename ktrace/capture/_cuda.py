@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import EnvironmentMissing
 
-__all__ = ["driver", "ensure_context", "device_info", "DeviceInfo", "INSTALL_HINT"]
+__all__ = ["driver", "ensure_context", "device_info", "DeviceInfo", "INSTALL_HINT", "device_index"]
 
 INSTALL_HINT = "pip install 'ktrace[cuda]'"
 _lock = threading.Lock()
@@ -147,3 +147,13 @@ def device_info() -> DeviceInfo:
     )
     _state["info"] = info
     return info
+
+
+def device_index() -> int | None:
+    """The CUDA index of the current context's device (as this process numbers devices), or None."""
+    cuda = ensure_context()
+    bus = cuda.Context.get_device().pci_bus_id()
+    for i in range(cuda.Device.count()):
+        if cuda.Device(i).pci_bus_id() == bus:
+            return i
+    return None

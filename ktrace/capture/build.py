@@ -8,7 +8,7 @@ so a kernel written against FlashInfer's macros compiles against either; the sou
 profiler header and says ``using namespace flashinfer;``.
 
 The pure parts (discovery, the text and options handed to nvcc) need no GPU, so tests compile the sample
-kernels with nvcc alone; ``Kernel`` compiles with PyCUDA for the current device.
+kernels with nvcc alone; ``CudaKernel`` compiles with PyCUDA for the current device.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
     "PROFILER_DEFINE",
     "HeaderChoice",
     "BuildSpec",
-    "Kernel",
+    "CudaKernel",
     "find_flashinfer_include",
     "ktrace_include",
     "resolve_header",
@@ -165,7 +165,7 @@ class BuildSpec:
         }
 
 
-class Kernel:
+class CudaKernel:
     """A CUDA source compiled twice for the current device: ``instrumented`` and ``control`` (PyCUDA
     Functions taking the same arguments).
 
@@ -198,7 +198,7 @@ class Kernel:
                 f.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_bytes))
 
     @classmethod
-    def from_file(cls, path, name: str, **kw) -> "Kernel":
+    def from_file(cls, path, name: str, **kw) -> "CudaKernel":
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")

@@ -15,14 +15,18 @@ this method cannot see (the spread bounds only the noise).
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import EnvironmentMissing, InputError
 
-__all__ = ["ClockOffset", "ClockSync", "measure_clock_offsets", "interpolate_offset", "METHOD"]
+__all__ = ["ClockOffset", "ClockSync", "measure_clock_offsets", "interpolate_offset", "METHOD", "sidecar_clock",
+           "clock_keys", "ENV_SYNC"]
 
 METHOD = ("one-thread kernel per GPU spinning on a flag in mapped pinned host memory, released for all at "
           "once by one host store; each reads %globaltimer; median and range over the rounds of (GPU - reference)")
@@ -227,3 +231,44 @@ def _release(gpus: list, mem: list, ctxs: list) -> None:
     gc.collect()
     for ctx in ctxs:
         ctx.detach()
+
+
+ENV_SYNC = "KTRACE_CLOCK_SYNC"  # the clock-sync JSON of a multi-GPU run (see multigpu.py)
+
+
+def sidecar_clock(pci_bus_id: str, at_unix_ns: int | None) -> dict:
+    """The sidecar's clock keys for this device, from the measurement in ``$KTRACE_CLOCK_SYNC``: {} when
+    none was made (a single-GPU capture)."""
+    path = os.environ.get(ENV_SYNC)
+    if not path:
+        return {}
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return clock_keys(record, pci_bus_id, at_unix_ns)
+
+
+def clock_keys(record: dict, pci_bus_id: str, at_unix_ns: int | None) -> dict:
+    """``timer`` keys from a clock-sync record {"before": ClockSync dict, "after": ... or absent}."""
+    before = ClockSync.from_dict(record["before"])
+    after = ClockSync.from_dict(record["after"]) if record.get("after") else None
+    got = interpolate_offset(before, after, pci_bus_id, at_unix_ns)
+    if got is None:
+        return {}
+    off, spread = got
+    syncs = [s for s in (before, after) if s is not None]
+    sync = {
+        "id": before.id,
+        "reference_device_index": before.reference.device_index,
+        "reference_pci_bus_id": before.reference.pci_bus_id,
+        "devices": [o.device_index for o in before.offsets],
+        "rounds": before.rounds,
+        "measured_unix_ns": [s.measured_unix_ns for s in syncs],
+        "offset_ns": [s.offset(pci_bus_id=pci_bus_id).offset_to_reference_ns for s in syncs],
+        "spread_ns": [s.offset(pci_bus_id=pci_bus_id).spread_ns for s in syncs],
+        "method": before.method,
+    }
+    if after is not None and at_unix_ns is not None:
+        sync["interpolated_at_unix_ns"] = int(at_unix_ns)
+    return {"offset_to_reference_ns": off, "offset_spread_ns": spread, "clock_sync": sync}

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from .clocksync import ClockSync, interpolate_offset, measure_clock_offsets
+from ._cuda import device_index
+from .clocksync import ENV_SYNC, ClockSync, clock_keys, interpolate_offset, measure_clock_offsets, sidecar_clock
 
 __all__ = ["parse_devices", "device_index", "launch_barrier", "sidecar_clock", "write_manifest",
            "run_on_devices", "DeviceRun", "MultiRun", "apply_clock_sync"]
 
-ENV_SYNC, ENV_BARRIER, ENV_PARTIES, ENV_MANIFEST = ("KTRACE_CLOCK_SYNC", "KTRACE_LAUNCH_BARRIER",
-                                                    "KTRACE_LAUNCH_PARTIES", "KTRACE_RUN_MANIFEST")
+ENV_BARRIER, ENV_PARTIES, ENV_MANIFEST = ("KTRACE_LAUNCH_BARRIER", "KTRACE_LAUNCH_PARTIES", "KTRACE_RUN_MANIFEST")
 BARRIER_LEAD_NS = 50_000_000  # every process launches this long after the last one arrived
 BARRIER_TIMEOUT_S = 600.0
 
@@ -56,18 +56,6 @@ def parse_devices(text: str) -> list[int]:
     return out
 
 
-def device_index() -> int | None:
-    """The CUDA index of the current context's device (as this process numbers devices), or None."""
-    from ._cuda import ensure_context
-
-    cuda = ensure_context()
-    bus = cuda.Context.get_device().pci_bus_id()
-    for i in range(cuda.Device.count()):
-        if cuda.Device(i).pci_bus_id() == bus:
-            return i
-    return None
-
-
 _barrier = {"generation": 0}
 
 
@@ -75,7 +63,7 @@ def launch_barrier() -> None:
     """Wait until every process of a multi-GPU run reaches its next captured launch, then return at one
     common host time (50 ms after the last arrival), so the GPUs run their captured launches together.
     No-op outside ``ktrace run --device A,B``. Called by ``profile`` before its captured launch; call it
-    yourself before a launch made with ``Capture``."""
+    yourself before a launch made with ``LaunchCapture``."""
     root = os.environ.get(ENV_BARRIER)
     if not root:
         return
@@ -102,44 +90,6 @@ def launch_barrier() -> None:
     release = last + BARRIER_LEAD_NS
     while time.time_ns() < release:
         pass
-
-
-def sidecar_clock(pci_bus_id: str, at_unix_ns: int | None) -> dict:
-    """The sidecar's clock keys for this device, from the measurement in ``$KTRACE_CLOCK_SYNC``: {} when
-    none was made (a single-GPU capture)."""
-    path = os.environ.get(ENV_SYNC)
-    if not path:
-        return {}
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return clock_keys(record, pci_bus_id, at_unix_ns)
-
-
-def clock_keys(record: dict, pci_bus_id: str, at_unix_ns: int | None) -> dict:
-    """``timer`` keys from a clock-sync record {"before": ClockSync dict, "after": ... or absent}."""
-    before = ClockSync.from_dict(record["before"])
-    after = ClockSync.from_dict(record["after"]) if record.get("after") else None
-    got = interpolate_offset(before, after, pci_bus_id, at_unix_ns)
-    if got is None:
-        return {}
-    off, spread = got
-    syncs = [s for s in (before, after) if s is not None]
-    sync = {
-        "id": before.id,
-        "reference_device_index": before.reference.device_index,
-        "reference_pci_bus_id": before.reference.pci_bus_id,
-        "devices": [o.device_index for o in before.offsets],
-        "rounds": before.rounds,
-        "measured_unix_ns": [s.measured_unix_ns for s in syncs],
-        "offset_ns": [s.offset(pci_bus_id=pci_bus_id).offset_to_reference_ns for s in syncs],
-        "spread_ns": [s.offset(pci_bus_id=pci_bus_id).spread_ns for s in syncs],
-        "method": before.method,
-    }
-    if after is not None and at_unix_ns is not None:
-        sync["interpolated_at_unix_ns"] = int(at_unix_ns)
-    return {"offset_to_reference_ns": off, "offset_spread_ns": spread, "clock_sync": sync}
 
 
 def write_manifest(paths) -> None:

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, KtraceError
-from .session import Capture, forget_saved, saved_captures
+from .recording import LaunchCapture, forget_saved, saved_captures
 
 __all__ = ["run_driver"]
 
 
-def run_driver(path, argv=()) -> list[Capture]:
+def run_driver(path, argv=()) -> list[LaunchCapture]:
     """Run the Python script at ``path`` as ``__main__`` with ``argv``; returns the captures it saved.
 
     Raises EnvironmentMissing before running anything when there is no PyCUDA or no GPU, InputError when

@@ -17,7 +17,7 @@ __all__ = ["capture_metadata", "timer_metadata"]
 def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: int | None = None) -> dict:
     """The sidecar's ``timer``: tick and probe cost from this device's calibration (when one exists; the
     tick is measured now if not), the kernel's anchor and, in a multi-GPU run, this GPU's clock offset."""
-    from .calibrate import cached, measure_tick
+    from .tick import cached, measure_tick
 
     out: dict = {}
     cal = cached()
@@ -41,7 +41,7 @@ def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: in
     if anchor_ns is not None:
         out["anchor_ns"] = int(anchor_ns)
     from ._cuda import device_info
-    from .multigpu import sidecar_clock
+    from .clocksync import sidecar_clock
 
     out.update(sidecar_clock(device_info().pci_bus_id, anchor_ns or host_launch_unix_ns))
     return out
@@ -50,8 +50,7 @@ def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: in
 def capture_metadata(cap, bin_path: Path) -> dict:
     """The sidecar for a read-back Capture saved at ``bin_path``."""
     from .. import __version__
-    from ._cuda import device_info
-    from .multigpu import device_index
+    from ._cuda import device_index, device_info
 
     dev = device_info()
     words = cap.words

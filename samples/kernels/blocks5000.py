@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import decode_saved, records_per_lane, sm_field_checks, summary_line
 
 HERE = Path(__file__).resolve().parent
@@ -24,7 +24,7 @@ def main() -> None:
 
     dev = device()
     nb = PER_SM * dev.multiprocessors
-    kern = Kernel.from_file(HERE / "blocks5000.cu", "many_blocks")
+    kern = CudaKernel.from_file(HERE / "blocks5000.cu", "many_blocks")
     out = gpuarray.zeros(nb * THREADS, np.float32)
     smid = gpuarray.zeros(nb, np.int32)
     capacity = 6

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import record_grid, sm_field_checks, summary_line
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--name", default="instants")
     a = ap.parse_args()
     device()
-    kern = Kernel.from_file(HERE / "instants.cu", "instant_events")
+    kern = CudaKernel.from_file(HERE / "instants.cu", "instant_events")
     if kern.producer != "ktrace" and a.capacity < 5:
         raise SystemExit("FlashInfer's header writes past a lane's end: keep --capacity >= 5 with it")
     out = gpuarray.zeros(BLOCKS * THREADS, np.float32)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import decode_saved, duration_ratio, last_finishers, sm_field_checks, summary_line
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str,
     # More than half an SM's shared memory: one block per SM, so all blocks are resident for the barrier.
     smem = min(153600, dev.max_shared_per_block_optin)
     load_n4 = LOAD_BYTES // 16
-    kern = Kernel.from_file(HERE / "persistent.cu", "persistent_phases", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "persistent.cu", "persistent_phases", shared_bytes=smem)
     rng = np.random.default_rng(0)
     bar = gpuarray.zeros(3, np.uint32)
     src = gpuarray.to_gpu(rng.random(nb * load_n4 * 4, dtype=np.float32))

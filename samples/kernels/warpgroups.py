@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import decode_saved, records_per_lane, sm_field_checks, summary_line
 
 HERE = Path(__file__).resolve().parent
@@ -23,7 +23,7 @@ def main() -> None:
 
     dev = device()
     nb = 2 * dev.multiprocessors
-    kern = Kernel.from_file(HERE / "warpgroups.cu", "warpgroups")
+    kern = CudaKernel.from_file(HERE / "warpgroups.cu", "warpgroups")
     rng = np.random.default_rng(1)
     src = gpuarray.to_gpu(rng.random(nb * TILES * TILE_BYTES // 4, dtype=np.float32))
     out = gpuarray.zeros(nb, np.float32)

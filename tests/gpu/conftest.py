@@ -41,8 +41,7 @@ def _capture_cli() -> list[str]:
     from ktrace.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    if "run" in sub.choices:
-        return [sys.executable, "-m", "ktrace"]
+    assert "run" in sub.choices
     return [sys.executable, "-m", "ktrace"]
 
 

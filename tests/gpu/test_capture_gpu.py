@@ -139,17 +139,17 @@ extern "C" __global__ void two_phases(uint64_t* profiler_buffer, float* out) {
 def test_capture_context_object(tmp_path, header):
     import pycuda.gpuarray as gpuarray
 
-    from ktrace.capture import Capture, Kernel
+    from ktrace.capture import CudaKernel, LaunchCapture
 
-    kern = Kernel(SRC, "two_phases", header=header)
+    kern = CudaKernel(SRC, "two_phases", header=header)
     out = gpuarray.zeros(8 * 32, np.float32)
-    with Capture(blocks=8, max_events_per_lane=4, kernel=kern, name="ctx", event_names=["work", "mark"],
-                 block=(32, 1, 1)) as cap:
+    with LaunchCapture(blocks=8, max_events_per_lane=4, kernel=kern, name="ctx", event_names=["work", "mark"],
+                       block=(32, 1, 1)) as cap:
         kern.instrumented(cap.pointer, out, grid=(8, 1, 1), block=(32, 1, 1))
     assert cap.header_ok and cap.records == 8 * 3
     path = cap.save(tmp_path / "ctx")
     assert path.exists() and path.with_suffix(".json").exists()
-    trace = cap.trace()
+    trace = ktrace.convert(path).path
     assert trace.exists() and trace.stat().st_size > 0
     d = ktrace.decode(path)
     assert len(d.slices) == 8 and len(d.instants) == 8

@@ -1,12 +1,14 @@
 """The capture API: a context object that owns one launch's profiler buffer.
 
-    kern = Kernel.from_file("my.cu", "my_kernel")               # instrumented + control builds
-    with Capture(blocks=132, max_events_per_lane=48, kernel=kern, name="mine",
+    kern = CudaKernel.from_file("my.cu", "my_kernel")               # instrumented + control builds
+    with LaunchCapture(blocks=132, max_events_per_lane=48, kernel=kern, name="mine",
                  event_names=["load", "compute"]) as cap:
         kern.instrumented(cap.pointer, x, grid=(132, 1, 1), block=(128, 1, 1))
     cap.save()            # mine.bin + mine.json (the sidecar) in the output folder
-    cap.trace()           # mine.perfetto-trace
-    cap.analyze()         # the analysis report (or the inspect summary)
+    ktrace.convert(cap.paths["bin"]); ktrace.analyze(cap.paths["bin"])   # the library, from here on
+
+Capture stops at the buffer and its sidecar: converting and analyzing are ``ktrace.api``'s (``ktrace run``
+composes them).
 
 ``profile(kern, ...)`` does all of it for a launch described by its arguments: times the instrumented
 build against its control (interleaved CUDA events), then captures one instrumented launch.
@@ -24,7 +26,7 @@ from ..decoding import layouts as _layouts
 from ..errors import InputError, KtraceError
 from . import settings as _settings
 
-__all__ = ["BUFFER", "Capture", "profile", "saved_captures", "forget_saved"]
+__all__ = ["BUFFER", "LaunchCapture", "profile", "saved_captures", "forget_saved"]
 
 
 class _BufferArg:
@@ -35,10 +37,10 @@ class _BufferArg:
 
 
 BUFFER = _BufferArg()
-_SAVED: list["Capture"] = []
+_SAVED: list["LaunchCapture"] = []
 
 
-def saved_captures() -> list["Capture"]:
+def saved_captures() -> list["LaunchCapture"]:
     """Captures saved in this process, in order (``ktrace run`` converts and reports each)."""
     return list(_SAVED)
 
@@ -53,13 +55,13 @@ def buffer_words(producer: str, lanes: int, capacity: int) -> int:
     return _layouts.buffer_words(lanes, capacity, trailer=producer == "ktrace")
 
 
-class Capture:
+class LaunchCapture:
     """One launch's profiler buffer: allocated and zeroed on ``with``, read back when the block ends.
 
     blocks, groups: the launch's blocks (all of gridDim) and warp groups per block (lanes = blocks *
     groups); max_events_per_lane: records each lane may write (ktrace's header drops and counts the rest;
     FlashInfer's has no guard and writes past the end: size it generously); producer: "ktrace" or
-    "flashinfer" (default: ``kernel.producer``); kernel: the ``Kernel`` launched (its module gets the
+    "flashinfer" (default: ``kernel.producer``); kernel: the ``CudaKernel`` launched (its module gets the
     capacity, its build goes into the sidecar), or a PyCUDA module of your own built with ktrace's header
     (it gets the capacity); name: the files' stem; event_names, group_names: names in index order; grid,
     block, shared_bytes: the launch's shape, for the sidecar.
@@ -102,7 +104,7 @@ class Capture:
             raise InputError("the capture's buffer exists only inside its 'with' block")
         return np.uintp(int(self._alloc))
 
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> "LaunchCapture":
         from ._cuda import ensure_context
 
         cuda = ensure_context()
@@ -198,35 +200,9 @@ class Capture:
             _SAVED.append(self)
         return p
 
-    def trace(self, out=None, **convert_options) -> Path:
-        """Convert the saved buffer to a Perfetto trace (saving first if needed); returns its path."""
-        from ..api import convert
-
-        if "bin" not in self.paths:
-            self.save()
-        res = convert(self.paths["bin"], out, **convert_options)
-        self.paths["trace"] = res.path
-        return res.path
-
-    def analyze(self):
-        """The analysis of this capture (``ktrace.analysis``, where it is installed), else the inspect
-        report (a dict, schema ktrace.inspect/1)."""
-        if "bin" not in self.paths:
-            self.save()
-        try:
-            from .. import analysis
-        except ImportError:
-            analysis = None
-        fn = getattr(analysis, "analyze", None)
-        if callable(fn):
-            return fn(self.paths["bin"])
-        from ..api import inspect
-
-        return inspect(self.paths["bin"])
-
 
 def _set_capacity(kernel, capacity: int) -> None:
-    """Tell ktrace's header the per-lane capacity: through a ``Kernel``, or a PyCUDA module of the user's
+    """Tell ktrace's header the per-lane capacity: through a ``CudaKernel``, or a PyCUDA module of the user's
     own compiled with ktrace/profiler.cuh (its device variable ``ktrace_profiler_capacity``)."""
     if hasattr(kernel, "set_capacity"):
         kernel.set_capacity(capacity)
@@ -247,18 +223,18 @@ def _prod(xs) -> int:
 
 def profile(kernel, *, grid, block, args, shared_bytes: int = 0, groups: int = 1, max_events_per_lane: int,
             event_names=(), group_names=(), name: str, reps: int | None = None, warmup: int | None = None,
-            before_capture=None) -> Capture:
+            before_capture=None) -> LaunchCapture:
     """Time ``kernel``'s instrumented build against its control, then capture one instrumented launch.
 
     args: the kernel's arguments, with ``BUFFER`` where the profiler buffer goes (both builds get the same
     arguments); grid, block: 3-tuples; shared_bytes: dynamic shared memory; groups: lanes per block;
     before_capture: called before the captured launch (to reset state the timing runs changed).
-    Returns the Capture (buffer read back, ``timing`` set), not yet saved: add metadata to ``cap.meta``,
+    Returns the LaunchCapture (buffer read back, ``timing`` set), not yet saved: add metadata to ``cap.meta``,
     then ``cap.save()``.
     """
     s = _settings.current()
     grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
-    cap = Capture(_prod(grid), groups, max_events_per_lane, kernel=kernel, name=name, event_names=event_names,
+    cap = LaunchCapture(_prod(grid), groups, max_events_per_lane, kernel=kernel, name=name, event_names=event_names,
                   group_names=group_names, grid=grid, block=block, shared_bytes=shared_bytes)
     with cap:
         real = [cap.pointer if a is BUFFER else a for a in args]
