@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ktrace import decode
-from ktrace.analysis import Thresholds, analyze, bundle_sql, oracle_figures, sql_figures
+from ktrace import analyze
+from ktrace.analysis import Thresholds, bundle_sql, oracle_figures, sql_figures
 from ktrace.analysis.findings import find
 from ktrace.engine import open_trace
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, InputError

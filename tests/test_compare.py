@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from ktrace import decode
-from ktrace.analysis import Thresholds, analyze
+from ktrace import analyze
+from ktrace.analysis import Thresholds
 from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
                                      phase_values, read_timing)
 from ktrace.api import load_capture

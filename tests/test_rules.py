@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ktrace import decode
-from ktrace.analysis import Thresholds, analyze
+from ktrace import analyze
+from ktrace.analysis import Thresholds
 from ktrace.analysis.catalog import Capture, Timing
 from ktrace.analysis.gates import baseline_for, evaluate
 from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,

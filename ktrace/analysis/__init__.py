@@ -149,17 +149,3 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:
     return Analysis(source=source, engine=engine, figures=fig, findings=find(fig, th), thresholds=th,
                     tick_ns=tick_of(fig, th))
-
-
-def __getattr__(name):
-    # Resolving any input into a session is the api layer's work, so these three live there now; the old
-    # names stay importable from here (imported on first use: ktrace.api sits above this package).
-    if name == "analyze":
-        from ..api import analyze
-
-        return analyze
-    if name in ("temporary_trace", "is_trace_path"):
-        from .. import inputs
-
-        return inputs.temporary_trace if name == "temporary_trace" else inputs.is_trace
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from .._version import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from . import analysis, capture, compare, convert, merge, view
 from ._common import report_error
