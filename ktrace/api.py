@@ -25,7 +25,7 @@ from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
 from .analysis.gates import check_capture
-from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu
+from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu, cross_gpu_from_analyses
 from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
@@ -35,7 +35,7 @@ from .inputs import buffer_options, is_session, open_gpus, open_input
 from .model import Decoded, Summary
 from .report.inspect import inspect_dict
 
-__all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "query",
+__all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize"]
 
 
@@ -226,3 +226,35 @@ def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: s
     gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
     per = tuple(_analyze(dec, thresholds, engine, None, name, {}) for dec, name in zip(gpus.decoders, gpus.sources))
     return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))
+
+
+def merged_gpus(trace, *, engine: str = "auto") -> int:
+    """How many GPUs a trace holds: more than 1 for a trace written by ``ktrace merge``, else 0 or 1."""
+    from .analysis.figures import gpu_processes
+    from .engine import open_trace
+
+    with open_trace(trace, engine=engine) as session:
+        return len(gpu_processes(session))
+
+
+def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str = "auto") -> MultiGpuAnalysis:
+    """A trace written by ``ktrace merge``: each GPU analyzed on its own (its process's slices only), then the
+    cross-GPU figures, as ``analyze_gpus`` gives for the buffers (schema ktrace.analysis.multi/1; times on the
+    merged trace's common axis). Raises InputError for a trace of fewer than two GPUs."""
+    from .analysis.figures import gpu_processes
+    from .engine import open_trace
+
+    name = str(trace)
+    with open_trace(trace, engine=engine) as session:
+        gpus = gpu_processes(session)
+    if len(gpus) < 2:
+        raise InputError(f"{name}: not a trace of several GPUs (ktrace merge writes those); use analyze")
+    per, labels, launches = [], [], []
+    for upid, label in gpus:  # a session per GPU: the package reads only that GPU's process
+        with open_trace(trace, engine=engine) as session:
+            a = analyze_opened(session, thresholds, name=f"{name} [{label}]", upid=upid)
+        per.append(a)
+        labels.append(label)
+        launches.append(dict(a.launch))
+    return MultiGpuAnalysis(tuple(f"{name} [{lab}]" for lab in labels), tuple(per),
+                            cross_gpu_from_analyses(per, labels, launches))

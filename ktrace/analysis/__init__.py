@@ -136,14 +136,16 @@ class Analysis:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
-def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None) -> Analysis:
+def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,
+                   upid: int | None = None) -> Analysis:
     """The Analysis of an opened input: a ``Decoded`` (figures from the numpy oracle) or an open engine
-    Session (figures from the SQL package, registered on it). name: the source the result names (default:
-    the Decoded's source, the Session's trace). Any other input goes through ``ktrace.analyze``."""
+    Session (figures from the SQL package, registered on it; upid: only that process's slices, one GPU of a
+    merged trace). name: the source the result names (default: the Decoded's source, the Session's trace).
+    Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
         return _finish(name or str(source.source), "oracle", oracle_figures(source), th)
-    return _finish(name or source.trace_name, source.engine_name, sql_figures(source), th)
+    return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid), th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:

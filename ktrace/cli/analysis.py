@@ -73,6 +73,11 @@ def _cmd_analyze(a) -> int:
     if len(a.source) > 1:
         return _analyze_several(a, thresholds)
     source = a.source[0]
+    from ..api import merged_gpus
+    from ..inputs import is_trace
+
+    if is_trace(source) and Path(source).is_file() and merged_gpus(source, engine=a.engine) > 1:
+        return _analyze_merged(a, source, thresholds)
     big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
         from ..api import analyze
@@ -105,7 +110,6 @@ def print_analysis(result, con=None, show_all: bool = False) -> None:
 def _analyze_several(a, thresholds) -> int:
     """``ktrace analyze A.bin B.bin ...``: each buffer's analysis as for one, then the cross-GPU figures."""
     from ..api import analyze_gpus
-    from .merge import print_cross_gpu
 
     if a.plot:
         from ..inputs import refuse_traces
@@ -113,6 +117,24 @@ def _analyze_several(a, thresholds) -> int:
         refuse_traces(a.source)
         raise InputError("--plot takes one buffer: analyze the buffers one at a time to plot them")
     m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, **decode_kwargs(a))
+    return _print_several(a, m)
+
+
+def _analyze_merged(a, source, thresholds) -> int:
+    """A trace written by ``ktrace merge``: each GPU's process analyzed on its own, then across GPUs."""
+    from ..api import analyze_merged
+
+    given = [k for k, v in decode_kwargs(a).items() if v not in (None, False)]
+    if given:
+        raise InputError(f"{source}: decoding options ({', '.join(given)}) apply to buffers, not traces")
+    if a.plot:
+        raise InputError(f"{source}: --plot takes one GPU's capture: plot the GPUs' buffers one at a time")
+    return _print_several(a, analyze_merged(source, thresholds, engine=a.engine))
+
+
+def _print_several(a, m) -> int:
+    from .merge import print_cross_gpu
+
     if a.json:
         print(m.to_json())
         return EXIT_OK
@@ -122,13 +144,13 @@ def _analyze_several(a, thresholds) -> int:
 
         for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
             print(f"## {lab}: `{s}`\n")
-            print(analysis_markdown(r))
+            print(analysis_markdown(r, show_all=a.show_all))
         print(cross_gpu_markdown(m.cross_gpu))
         return EXIT_OK
     con = console()
     for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
         con.rule(f"{lab}: {s}")
-        print_analysis(r, con)
+        print_analysis(r, con, show_all=a.show_all)
     con.rule("across GPUs")
     print_cross_gpu(m.cross_gpu)
     return EXIT_OK
