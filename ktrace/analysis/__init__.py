@@ -144,7 +144,7 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
-        return _finish(name or str(source.source), "oracle", oracle_figures(source), th)
+        return _finish(name or str(source.source), "numpy", oracle_figures(source), th)
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid), th)
 
 

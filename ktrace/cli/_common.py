@@ -50,10 +50,17 @@ def tracks_option(p, help: str = "track tree: launch > SM > block > group (sm, d
     p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
 
 
-def engine_option(p) -> None:
-    """--engine, as every command that queries a trace takes it."""
+def engine_option(p, numpy: bool = False) -> None:
+    """--engine, as every command that queries a trace takes it; ``numpy``: analyze also computes a buffer's
+    figures with numpy, no trace processor."""
     from ..engine.session import ENGINES
 
+    if numpy:
+        p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
+                       help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
+                       "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
+                       "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
+        return
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
                    "is set, else wasm)")

@@ -39,7 +39,7 @@ def register(sub) -> None:
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
-    engine_option(a)
+    engine_option(a, numpy=True)
     align_option(a)
     decode_options(a)
 
@@ -76,7 +76,7 @@ def _cmd_analyze(a) -> int:
     from ..api import merged_gpus
     from ..inputs import is_trace
 
-    if is_trace(source) and Path(source).is_file() and merged_gpus(source, engine=a.engine) > 1:
+    if is_trace(source) and Path(source).is_file() and a.engine != "numpy" and merged_gpus(source, engine=a.engine) > 1:
         return _analyze_merged(a, source, thresholds)
     big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
