@@ -152,11 +152,19 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
 
 
 def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
-    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1).
-    decode_options apply to the buffers among them; refused when both are traces."""
-    buffer_options([before, after], decode_options)
-    return _diff(load_capture(before, engine=engine, **decode_options),
-                 load_capture(after, engine=engine, **decode_options))
+    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1); a list on
+    either side is several runs of it, whose run-to-run spread becomes the noise. decode_options apply to
+    the buffers among them; refused when every one is a trace."""
+    def runs(x) -> list:
+        return list(x) if isinstance(x, (list, tuple)) else [x]
+
+    buffer_options(runs(before) + runs(after), decode_options)
+
+    def load(x):
+        caps = [load_capture(s, engine=engine, **decode_options) for s in runs(x)]
+        return caps if isinstance(x, (list, tuple)) else caps[0]
+
+    return _diff(load(before), load(after))
 
 
 def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
