@@ -167,7 +167,8 @@ def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
     return _diff(load(before), load(after))
 
 
-def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
+def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
+          **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
@@ -175,7 +176,8 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decod
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
-        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name)
+        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name,
+                             verify_sections=verify_sections)
 
 
 def merge_output(sources) -> Path:

@@ -7,13 +7,14 @@ every such rule and why.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
 from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
 
-__all__ = ["resolve", "evaluate", "baseline_for", "check_capture"]
+__all__ = ["resolve", "evaluate", "baseline_for", "check_capture", "edit_distance", "unmatched_sections"]
 
 _SHOWN_ROWS = 5
 
@@ -159,11 +160,47 @@ def baseline_for(kernel: str, baselines) -> Capture | None:
     return same[0] if same else None
 
 
-def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None) -> Check:
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions turning a into b."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _near(pattern: str, kernel: str) -> bool:
+    return edit_distance(pattern.lower(), kernel.lower()) <= max(2, len(pattern) // 5)
+
+
+def unmatched_sections(book: RuleBook, kernels) -> list[str]:
+    """A problem for each kernel section (its rules and SQL rules) that matches none of ``kernels`` while one
+    of them is a few edits away from its name: a typo that would switch its gates off."""
+    kernels = sorted(set(kernels))
+    out = []
+    for sec in book.sections:
+        if sec.pattern is None or any(fnmatch.fnmatchcase(k, sec.pattern) for k in kernels):
+            continue
+        near = [k for k in kernels if _near(sec.pattern, k)]
+        if near:
+            where = sec.rules[0].origin.rsplit(" ", 1)[0] if sec.rules else f"[kernels.{sec.pattern}]"
+            out.append(f"{where}: matches no capture's kernel, so its {len(sec.rules)} rule(s) would not run "
+                       f"(did you mean {' or '.join(repr(k) for k in near)}?)")
+    return out
+
+
+def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None,
+                  verify_sections: bool = True) -> Check:
     """``book``'s rules for ``cap``'s kernel, evaluated on it (SQL rules on ``session``, its open trace).
-    baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies or a rule
-    cannot be evaluated; the Check says which passed."""
+    baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies, a rule
+    cannot be evaluated, or (verify_sections) a kernel section misses the kernel by a typo; the Check says
+    which passed. Checking several captures, pass verify_sections=False and call ``unmatched_sections``
+    with every kernel: a section may be meant for another capture."""
     source = source if source is not None else cap.analysis.source
+    typos = unmatched_sections(book, [cap.kernel_name]) if verify_sections else []
+    if typos:
+        raise InputError(f"{source}: kernel {cap.kernel_name!r}: " + "; ".join(typos))
     rules = book.for_kernel(cap.kernel_name)
     if not rules:
         have = ", ".join(book.patterns) or "none"

@@ -121,6 +121,7 @@ def _sides(a) -> tuple:
 
 
 def _cmd_check(a) -> int:
+    from ..analysis.gates import unmatched_sections
     from ..api import check, load_capture, rule_book
     from ..inputs import buffer_options
     from ..report import compare_report as rep
@@ -134,7 +135,11 @@ def _cmd_check(a) -> int:
         raise InputError("rules compare with 'baseline' but no --baseline BEFORE was given")
     options = buffer_options(a.sources + a.baseline, decode_kwargs(a))
     baselines = [load_capture(b, engine=a.engine, **options) for b in a.baseline] if book.uses_baseline else []
-    checks = [check(s, book, baselines=baselines, engine=a.engine, **options) for s in a.sources]
+    checks = [check(s, book, baselines=baselines, engine=a.engine, verify_sections=False, **options)
+              for s in a.sources]
+    typos = unmatched_sections(book, [c.kernel for c in checks])
+    if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
+        raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))
     if a.junit:
         try:
             Path(a.junit).parent.mkdir(parents=True, exist_ok=True)
