@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
-from ._common import append, console, decode_kwargs, decode_options, engine_option
+from ._common import append, console, decode_kwargs, decode_options, engine_option, quiet_stdout
 
 __all__ = ["register", "HANDLERS"]
 
@@ -148,15 +148,20 @@ def _cmd_check(a) -> int:
             raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
     if a.markdown and a.markdown != "-":
         append(a.markdown, rep.check_markdown(checks))
-    if a.json:
-        print(rep.check_json(checks))
-    elif a.markdown == "-":
-        print(rep.check_markdown(checks))
-    else:
-        con = console()
-        for r in rep.check_text(checks):
-            con.print(r)
-    return EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+    code = EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+    try:
+        if a.json:
+            print(rep.check_json(checks))
+        elif a.markdown == "-":
+            print(rep.check_markdown(checks))
+        else:
+            con = console()
+            for r in rep.check_text(checks):
+                con.print(r)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped (`| head`): the gate's verdict still decides the exit code
+        quiet_stdout()
+    return code
 
 
 HANDLERS: dict = {"diff": _cmd_diff, "check": _cmd_check}
