@@ -35,3 +35,20 @@ def test_query_takes_options_anywhere():
         assert rc == 0 and out.split() == ["x", "7"], err
     rc, _, err = run_ktrace("query", sample("imbalance"), "--csv", "SELECT 1", "extra")
     assert rc == 2 and "unrecognized arguments: extra" in err
+
+
+def test_run_repeat_runs_the_driver_n_times_with_numbered_names(tmp_path, monkeypatch):
+    """CPU-only: the driver itself needs a GPU, so it is replaced by a fake that records each run's names."""
+    from ktrace.capture import runner, settings
+    from ktrace.cli import main
+
+    seen = []
+    monkeypatch.setattr(settings, "_current", settings.current())  # restored after the test
+    monkeypatch.setattr(runner, "run_driver", lambda path, argv: seen.append(settings.current().suffix) or [])
+    driver = tmp_path / "driver.py"
+    driver.write_text("")
+    rc = main(["run", "--no-calibrate", "--no-timing", "--repeat", "3", "--suffix", "_k", "-o", str(tmp_path),
+               str(driver)])
+    assert seen == ["_k_run1", "_k_run2", "_k_run3"]
+    assert rc == 2  # the fake saved nothing: said so, as for a real driver that saves nothing
+    assert main(["run", "--repeat", "0", str(driver)]) == 2
