@@ -10,7 +10,7 @@ import pytest
 from ktrace import decode
 from ktrace.analysis import Thresholds, analyze
 from ktrace.analysis.catalog import Capture, Timing
-from ktrace.analysis.gates import baseline_for, edit_distance, evaluate, unmatched_sections
+from ktrace.analysis.gates import _phase_typos, baseline_for, edit_distance, evaluate, unmatched_sections
 from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,
                                    parse_rule, rule_book)
 from ktrace.api import check, load_capture
@@ -325,6 +325,17 @@ def test_a_misspelled_kernel_section_is_an_error_not_a_gate_switched_off(tmp_pat
         check(BEFORE, book)
     # checking several captures, a section meant for another capture's kernel is no typo
     assert unmatched_sections(book, ["persistent_phases", "persistent_phase"]) == []
+
+
+def test_a_sql_rule_naming_a_misspelled_phase_is_an_error():
+    phases = ["load", "compute", "reduce"]
+    assert _phase_typos("SELECT 1 FROM ktrace_phase WHERE phase = 'compte'", phases) == [
+        "phase 'compte' is not a phase of this capture (did you mean 'compute'?)"]
+    assert "'lod'" in _phase_typos("SELECT 1 FROM t WHERE next_phase IN ('compute', 'lod')", phases)[0]
+    assert _phase_typos("SELECT 1 FROM t WHERE phase = 'compute' AND kind = 'wiat'", phases) == []
+    assert _phase_typos("SELECT 1 FROM t WHERE phase = 'attention'", phases) == []  # far from every phase
+    with pytest.raises(InputError, match="did you mean 'compute'"):
+        check(BEFORE, rule_book(sql=["SELECT block FROM ktrace_lane_wait WHERE phase = 'compte'"]))
 
 
 @pytest.mark.slow

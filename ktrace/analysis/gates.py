@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
@@ -98,7 +99,30 @@ def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: st
                       base, unit, v.noise)
 
 
-def _sql_result(rule: SqlRule, session) -> RuleResult:
+_PHASE_EQ = re.compile(r"\b(?:next_)?phase\s*(?:==?|!=|<>)\s*'((?:[^']|'')*)'", re.I)
+_PHASE_IN = re.compile(r"\b(?:next_)?phase\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", re.I)
+
+
+def _phase_typos(query: str, phases) -> list[str]:
+    """Phase names a query compares with that name no phase of the capture but are a few edits from one:
+    such a query returns no rows whatever the capture holds, a gate switched off."""
+    literals = [m.replace("''", "'") for m in _PHASE_EQ.findall(query)]
+    for group in _PHASE_IN.findall(query):
+        literals += [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", group)]
+    out = []
+    for lit in dict.fromkeys(literals):
+        if lit in phases:
+            continue
+        near = [p for p in phases if _near(lit, p)]
+        if near:
+            out.append(f"phase {lit!r} is not a phase of this capture (did you mean {' or '.join(map(repr, near))}?)")
+    return out
+
+
+def _sql_result(rule: SqlRule, session, phases=()) -> RuleResult:
+    typos = _phase_typos(rule.query, list(phases))
+    if typos:
+        raise InputError(f"{rule.origin}{_label(rule)}: " + "; ".join(typos))
     try:
         r = session.query(rule.query)
     except InputError as e:
@@ -121,7 +145,7 @@ def evaluate(rules, cap: Capture, baseline: Capture | None = None, session=None)
             if isinstance(rule, SqlRule):
                 if session is None:
                     raise InputError(f"{rule.origin}{_label(rule)}: SQL rules need the trace open in an engine")
-                out.append(_sql_result(rule, session))
+                out.append(_sql_result(rule, session, phases))
             elif rule.scope == "*":
                 subjects = [p for p in phases if rule.group is None or _ran_on(cap, p, rule.group)]
                 if not subjects:
