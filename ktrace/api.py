@@ -180,14 +180,23 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
 
 
 def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
-    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1).
-    decode_options apply to the buffers among them; refused when both are traces."""
-    buffer_options([before, after], decode_options)
-    return _diff(load_capture(before, engine=engine, **decode_options),
-                 load_capture(after, engine=engine, **decode_options))
+    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1); a list on
+    either side is several runs of it, whose run-to-run spread becomes the noise. decode_options apply to
+    the buffers among them; refused when every one is a trace."""
+    def runs(x) -> list:
+        return list(x) if isinstance(x, (list, tuple)) else [x]
+
+    buffer_options(runs(before) + runs(after), decode_options)
+
+    def load(x):
+        caps = [load_capture(s, engine=engine, **decode_options) for s in runs(x)]
+        return caps if isinstance(x, (list, tuple)) else caps[0]
+
+    return _diff(load(before), load(after))
 
 
-def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
+def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
+          **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
@@ -195,7 +204,8 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decod
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
-        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name)
+        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name,
+                             verify_sections=verify_sections)
 
 
 def merge_output(sources) -> Path:

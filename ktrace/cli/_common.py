@@ -4,6 +4,7 @@ bars, error reporting and the exit codes (0 ok, 1 a CI gate failed, 2 bad input,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import contextmanager
 
@@ -99,7 +100,25 @@ def console():
     """The stdout console: the terminal's width, or 160 columns into a pipe or file."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    con = Console() if sys.stdout.isatty() else Console(width=160)
+
+    def broken_pipe() -> None:  # rich exits 1 on a closed pipe; 1 means a gate failed: let main decide
+        raise BrokenPipeError
+
+    con.on_broken_pipe = broken_pipe
+    return con
+
+
+def quiet_stdout() -> None:
+    """After a broken pipe: stdout goes to the null device, so that exiting does not fail writing to it."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def append(path: str, text: str) -> None:
