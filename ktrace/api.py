@@ -28,6 +28,7 @@ from .analysis.gates import check_capture
 from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu
 from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode
+from .decoding.options import decode_options as _check_options
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
@@ -56,10 +57,11 @@ def default_output(source) -> Path:
     return Path("ktrace.perfetto-trace")
 
 
-def _open(source, decode_options) -> BufferDecoder | Decoded:
+def _open(source, options, where: str) -> BufferDecoder | Decoded:
+    options = _check_options(options, where=where)
     if isinstance(source, (Decoded, BufferDecoder)):
         return source
-    return BufferDecoder(source, **decode_options)
+    return BufferDecoder(source, **options)
 
 
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
@@ -70,7 +72,7 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_opt
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
     """
-    src = _open(source, decode_options)
+    src = _open(source, decode_options, "convert")
     path = Path(out) if out is not None else default_output(source)
     size, summary = write_trace(src, path, tracks=tracks, progress=progress)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
@@ -79,7 +81,7 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_opt
 def summarize(source, progress=None, **decode_options) -> tuple[Decoded, Summary]:
     """(the first decoded part, the whole buffer's Summary), decoding a range of lanes at a time so that
     memory stays bounded by the range, not the buffer. progress(done_lanes, lanes) after each range."""
-    src = _open(source, decode_options)
+    src = _open(source, decode_options, "summarize")
     parts = [src] if isinstance(src, Decoded) else src.parts()
     first, total = None, Summary()
     for d in parts:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .decoding import BufferDecoder
+from .decoding.options import decode_options
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
 from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, is_trace
@@ -58,9 +59,11 @@ def given_options(options: dict) -> dict:
 
 
 def buffer_options(sources, options: dict) -> dict:
-    """The decoding options for ``sources``, checked once: refused (InputError) when every source is a trace
-    path, since traces are already decoded. Returns ``options`` unchanged otherwise."""
+    """The decoding options for ``sources``, checked once: refused (InputError) for a name that is no decoding
+    option, and when every source is a trace path, since traces are already decoded. Returns ``options``
+    unchanged otherwise (``event_names``/``group_names`` are folded by the decoder)."""
     paths = [s for s in sources if isinstance(s, (str, os.PathLike))]
+    decode_options(options)  # unknown names refused here, for traces too, with the accepted ones listed
     given = given_options(options)
     if given and paths and len(paths) == len(sources) and all(is_trace(s) for s in paths):
         names = ", ".join(given)
