@@ -340,3 +340,29 @@ def test_old_capture_names_still_import_with_a_warning():
         assert cap.Kernel is cap.CudaKernel
     with pytest.warns(DeprecationWarning, match="LaunchCapture"):
         assert cap.Capture is cap.LaunchCapture
+
+
+# -- saving a read-back capture (no GPU: the device query is stubbed) ----------------------------------------
+
+def test_capture_save_writes_buffer_and_sidecar_that_decode(tmp_path, monkeypatch):
+    import time
+
+    import ktrace
+    from ktrace.capture import _cuda, tick
+    from ktrace.capture.recording import LaunchCapture
+    from ktrace.decoding.encode import phase_buffer
+
+    dev = _cuda.DeviceInfo("NVIDIA H200", (9, 0), 132, 1980000, 3201000, 232448, "0000:00:00.0", 13000, (13, 0),
+                           "stub")
+    monkeypatch.setattr(_cuda, "device_info", lambda: dev)
+    monkeypatch.setattr(_cuda, "device_index", lambda: 0)
+    monkeypatch.setattr(tick, "cached", lambda: None)
+    monkeypatch.setattr(tick, "measure_tick", lambda reads=0: (32, {32: 1}, None))
+    cap = LaunchCapture(2, 1, 4, producer="flashinfer", name="saved", event_names=["load", "compute"])
+    begin = np.arange(4).reshape(2, 2) * 1000 + 1000
+    cap.words = phase_buffer(begin, begin + 100, [0, 1])
+    cap.host_launch_unix_ns = time.time_ns()
+    p = cap.save(tmp_path / "saved.bin")
+    side = json.loads(p.with_suffix(".json").read_text())
+    assert side["device"]["name"] == "NVIDIA H200" and side["event_names"] == ["load", "compute"]
+    assert ktrace.decode(p).launch.event_names == ("load", "compute")

@@ -186,7 +186,8 @@ class LaunchCapture:
 
     def save(self, path=None) -> Path:
         """Write ``NAME.bin`` (the raw buffer) and ``NAME.json`` (the sidecar); returns the .bin path."""
-        from .sidecar import capture_metadata, write_sidecar
+        from ..sidecar import write_sidecar
+        from .sidecar import capture_metadata
 
         words = self._need_words()
         p = Path(path) if path is not None else self.default_path()
