@@ -188,9 +188,10 @@ def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
     r = _nvcc(tmp_path, spec, True, "-ptx")
     assert r.returncode == 0, r.stderr
     ptx = (tmp_path / "ktrace_instants_1.ptx").read_text()
-    # the host finds the capacity by this exact name (cuModuleGetGlobal), and the kernel reads it from memory
-    assert re.search(r"\.global \.align 4 \.u32 ktrace_profiler_capacity", ptx)
-    assert re.search(r"ld\.volatile\.global\.u32\s+%r\d+, \[ktrace_profiler_capacity\]", ptx)
+    # the host finds the capacity by this exact name (cuModuleGetGlobal), and the kernel reads it from constant
+    # memory (never folded to its initial value)
+    assert re.search(r"\.const \.align 4 \.u32 ktrace_profiler_capacity", ptx)
+    assert re.search(r"ld\.const\.u32\s+%r\d+, \[ktrace_profiler_capacity\]", ptx)
     assert re.search(r"mov\.u64\s+%rd\d+, %globaltimer;", ptx)  # the anchor
     assert "%globaltimer_lo" in ptx
     r = _nvcc(tmp_path, spec, False, "-ptx")

@@ -204,7 +204,7 @@ class LaunchCapture:
 
 def _set_capacity(kernel, capacity: int) -> None:
     """Tell ktrace's header the per-lane capacity: through a ``CudaKernel``, or a PyCUDA module of the user's
-    own compiled with ktrace/profiler.cuh (its device variable ``ktrace_profiler_capacity``)."""
+    own compiled with ktrace/profiler.cuh (its __constant__ variable ``ktrace_profiler_capacity``)."""
     if hasattr(kernel, "set_capacity"):
         kernel.set_capacity(capacity)
         return

@@ -22,7 +22,7 @@
 // Record: %globaltimer_lo << 32 | tag; tag = smid << 24 | (block & 0xFFF) << 12 | event << 2 | type,
 // type 0 begin, 1 end, 2 instant; event is 10 bits.
 //
-// The capacity is a device variable, `ktrace_profiler_capacity` (extern "C", so the host finds it by that
+// The capacity is a __constant__ variable, `ktrace_profiler_capacity` (extern "C", so the host finds it by that
 // name: cuModuleGetGlobal / pycuda's Module.get_global), set by the host before the launch; ktrace's
 // capture does it. Its initial value is KTRACE_PROFILER_CAPACITY (define it when compiling to fix the
 // capacity at build time), 0 by default: a launch whose host forgot to set it writes nothing and counts
@@ -110,7 +110,7 @@ struct Lane {
 #define KTRACE_PROFILER_CAPACITY 0
 #endif
 extern "C" {
-__device__ uint32_t ktrace_profiler_capacity = KTRACE_PROFILER_CAPACITY;
+__constant__ uint32_t ktrace_profiler_capacity = KTRACE_PROFILER_CAPACITY;
 }
 
 namespace ktrace {
@@ -119,8 +119,10 @@ namespace profiler {
 __device__ __forceinline__ void init(Lane& l, uint64_t* buf, uint32_t group, uint32_t ngroups, bool writer) {
   const uint32_t nb = num_blocks(), b = block_idx();
   const uint64_t lanes = (uint64_t)nb * ngroups;
-  // volatile: the host writes it between launches, so no compiler may fold it to its initial value
-  uint32_t cap32 = *(volatile uint32_t*)&ktrace_profiler_capacity;
+  // Constant memory, not a global load: the first probe's predicate waits for this read, and the
+  // constant cache serves every block after the first on an SM (nvcc never folds a __constant__ variable
+  // to its initial value: the host may write it between launches). docs/probe-cost.md has the figures.
+  uint32_t cap32 = ktrace_profiler_capacity;
   cap32 = cap32 > 0x7FFFFFFFu ? 0x7FFFFFFFu : cap32;  // `ahead` is signed
   const uint64_t cap = cap32;
   const uint64_t lane = (uint64_t)b * ngroups + group;
