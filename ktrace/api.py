@@ -204,13 +204,15 @@ class MergedTrace:
 
 
 def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", report: bool = False,
-          **decode_options) -> MergedTrace:
+          offsets=None, clocks=None, **decode_options) -> MergedTrace:
     """Write one trace holding several GPUs' buffers, a process per GPU on one time axis (default path:
     ``merge_output``); with ``report``, the cross-GPU figures too, from the same decoders.
 
-    align_mode: "offset" (clock offsets measured at capture) or "start" (first records). Raises InputError for
-    traces among the sources or buffers that cannot be aligned."""
-    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    align_mode: "offset" (clock offsets measured at capture) or "start" (first records); offsets
+    (``["GPU=NS", ...]``) and clocks (a clocks file path) supply the offsets instead of the sidecars (see
+    ``ktrace.decoding.clocks``). Raises InputError for traces among the sources or buffers that cannot be
+    aligned."""
+    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
     if len(gpus.decoders) > MAX_GPUS:
         raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
     path = Path(out) if out is not None else merge_output(sources)
@@ -221,10 +223,10 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
 
 
 def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: str = "offset",
-                 engine: str = "auto", **decode_options) -> MultiGpuAnalysis:
+                 engine: str = "auto", offsets=None, clocks=None, **decode_options) -> MultiGpuAnalysis:
     """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
-    opened once (schema ktrace.analysis.multi/1). Raises InputError for traces or unalignable buffers
-    (before any analysis runs)."""
-    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    opened once (schema ktrace.analysis.multi/1); offsets and clocks as for ``merge``. Raises InputError for
+    traces or unalignable buffers (before any analysis runs)."""
+    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
     per = tuple(_analyze(dec, thresholds, engine, None, name, {}) for dec, name in zip(gpus.decoders, gpus.sources))
     return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))

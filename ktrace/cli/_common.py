@@ -66,6 +66,13 @@ def align_option(p) -> None:
     p.add_argument("--align", choices=ALIGN_MODES, default="offset",
                    help="several buffers: by the clock offsets measured at capture (offset, default; needs each "
                         "buffer's time anchor) or by each buffer's first record (start)")
+    p.add_argument("--offset", action="append", metavar="GPU=NS",
+                   help="a GPU's clock minus the reference GPU's, in ns (repeatable; replaces the sidecars' "
+                        "offsets; a GPU not named is the reference). GPU: the buffer's path, file name, sidecar "
+                        "device index or PCI bus id, or its position (0, 1, ...) when its sidecar names no device")
+    p.add_argument("--clocks", metavar="FILE",
+                   help="the clock offsets from a JSON file: {\"offsets_ns\": {GPU: NS}, \"uncertainty_ns\": N} "
+                        "or the clock_sync.json of ktrace run --device (--offset overrides its entries)")
 
 
 @contextmanager
