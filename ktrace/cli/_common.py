@@ -95,11 +95,29 @@ def progress_bar(label: str, enabled: bool, unit: str = "records"):
         yield update
 
 
+PIPE_MIN_WIDTH = 100  # columns of text and rules into a pipe or file; a wider table gets its own width
+
+
 def console():
-    """The stdout console: the terminal's width, or 160 columns into a pipe or file."""
+    """The stdout console: in a terminal, its width; into a pipe or a log file, each table as wide as its
+    content (never cut or wrapped: a log has no right margin) and no colour codes."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    if sys.stdout.isatty():
+        return Console()
+
+    class PipeConsole(Console):
+        def print(self, *objects, **kw):
+            wide = self.options.update_width(1 << 16)
+            need = [self.measure(o, options=wide).maximum for o in objects]
+            self.width = max([PIPE_MIN_WIDTH, *need])
+            super().print(*objects, **kw)
+
+        def rule(self, *args, **kw):
+            self.width = PIPE_MIN_WIDTH
+            super().rule(*args, **kw)
+
+    return PipeConsole(width=PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
 
 
 def append(path: str, text: str) -> None:
