@@ -62,7 +62,7 @@ no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: the no-G
 def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
     rc, out, err = _run("run", "--out", tmp_path, KERNELS / "imbalance.py", cwd=tmp_path)
     assert rc == 3, (out, err)
-    assert "ktrace[cuda]" in err or "GPU" in err
+    assert "NVIDIA GPU with its driver" in err or "no usable CUDA GPU" in err or "no CUDA" in err
     assert "Traceback" not in err
     assert not list(tmp_path.glob("*.bin"))
 
@@ -367,3 +367,25 @@ def test_capture_save_writes_buffer_and_sidecar_that_decode(tmp_path, monkeypatc
     side = json.loads(p.with_suffix(".json").read_text())
     assert side["device"]["name"] == "NVIDIA H200" and side["event_names"] == ["load", "compute"]
     assert ktrace.decode(p).launch.event_names == ("load", "compute")
+
+
+# -- what a machine without PyCUDA is told ---------------------------------------------------------------------
+
+def test_missing_pycuda_message_says_what_is_really_needed(tmp_path):
+    from ktrace.capture._cuda import missing_pycuda_message
+
+    no_driver = missing_pycuda_message(False, "/usr/local/cuda")
+    assert "no NVIDIA driver" in no_driver and "pip install" not in no_driver and "need neither" in no_driver
+    with_toolkit = missing_pycuda_message(True, "/opt/cuda-13")
+    assert "pip install 'ktrace[cuda]'" in with_toolkit and "/opt/cuda-13" in with_toolkit
+    no_toolkit = missing_pycuda_message(True, None)
+    assert "CUDA toolkit (nvcc and cuda.h)" in no_toolkit and "prebuilt pycuda wheel" in no_toolkit
+
+
+def test_toolkit_is_found_by_cuda_home(tmp_path, monkeypatch):
+    from ktrace.capture import _cuda
+
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert _cuda._toolkit() == str(tmp_path)
