@@ -133,3 +133,18 @@ def test_cli_merge_and_analyze_with_offset(bare, tmp_path):
     assert [g["shift_ns"] for g in gpus] == [0, -OFFSET] and gpus[1]["offset_source"] == f"--offset 1={OFFSET}"
     rc, _, err = run_ktrace("merge", *bare, "--offset", "1=x")
     assert rc == 2 and "write GPU=NS" in err
+
+
+@pytest.mark.parametrize("key", ["timer_anchor_ns", "anchor_ns", "globaltimer_anchor_ns", "launch_globaltimer_ns"])
+def test_anchor_under_an_alternative_key_places_a_flashinfer_capture(tmp_path, key):
+    """FlashInfer's header writes no anchor: a harness that read %globaltimer at launch may save it under any of
+    these keys, and the buffer then has an absolute time (so --offset can place it beside another GPU's)."""
+    from test_merge import T0
+
+    p = write_gpu(tmp_path, 0, producer="flashinfer", sync=False, host=False, anchored=False)
+    meta = json.loads(p.with_suffix(".json").read_text())
+    assert ktrace.decode(p).time_origin == "first record"
+    meta[key] = T0
+    p.with_suffix(".json").write_text(json.dumps(meta))
+    d = ktrace.decode(p)
+    assert d.launch.timer_anchor_ns == T0 and d.time_origin != "first record"
