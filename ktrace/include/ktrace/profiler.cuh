@@ -138,12 +138,11 @@ __device__ __forceinline__ void init(Lane& l, uint64_t* buf, uint32_t group, uin
   l.writer = writer;
 }
 
-// No branch: the timer read and both stores are predicated, on "writer and room" for the record and "writer
-// and no room" for the overflow word, so ptxas emits straight-line code with nothing to reconverge (a
-// branch around the probe costs a BSSY/BSYNC pair and the divergence of the writer's warp), and the timer
-// read feeds the store directly. Written in PTX because nvcc otherwise either branches or, reading the timer
-// in every thread, moves it through the uniform datapath (S2UR, a NOP and a move) instead of FlashInfer's
-// predicated CS2R. A full lane stores its running drop count (`ahead`, > 0 there) in its overflow word: one
+// No branch: both stores are predicated, on "writer and room" for the record and "writer and no room" for
+// the overflow word, so ptxas emits straight-line code with nothing to reconverge (a branch around the probe
+// costs a BSSY/BSYNC pair and the divergence of the writer's warp), and the timer read (one CS2R.32) feeds
+// the record's store directly. Written in PTX because nvcc otherwise either branches or moves the timer
+// through the uniform datapath (S2UR, a NOP and a move). A full lane stores its running drop count (`ahead`, > 0 there) in its overflow word: one
 // writer per lane and a zeroed buffer, so that store is the increment. docs/probe-cost.md has the SASS and
 // the measurements against FlashInfer's probe.
 __device__ __forceinline__ void record(Lane& l, uint32_t event, uint32_t type) {
