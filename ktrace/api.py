@@ -67,7 +67,7 @@ def _open(source, options, where: str) -> BufferDecoder | Decoded:
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
     """Decode a profiler buffer and write a Perfetto trace, streaming a range of lanes at a time.
 
-    source: a buffer path, bytes or array (see ``decode``), a BufferDecoder or a Decoded; out: the trace
+    source: a buffer path, bytes, an array or a torch.Tensor (see ``decode``), a BufferDecoder or a Decoded; out: the trace
     path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
@@ -103,8 +103,8 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
-    bytes, an array or a BufferDecoder): decoded with ``decode_options`` (events, groups, layout, sidecar,
-    num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open engine Session:
+    bytes, an array, a CPU or CUDA torch.Tensor, or a BufferDecoder): decoded with ``decode_options``
+    (events or event_names, groups or group_names, layout, sidecar, num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open engine Session:
     the SQL package is registered on it; a ``Decoded``: figures from the numpy oracle. engine: 'auto', 'wasm'
     or 'native' (see ktrace.engine.open_trace); progress(done_bytes, total_bytes) while the trace loads.
 
