@@ -28,6 +28,7 @@ from .analysis.gates import check_capture
 from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu, cross_gpu_from_analyses
 from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode
+from .decoding.options import decode_options as _check_options
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
@@ -56,21 +57,22 @@ def default_output(source) -> Path:
     return Path("ktrace.perfetto-trace")
 
 
-def _open(source, decode_options) -> BufferDecoder | Decoded:
+def _open(source, options, where: str) -> BufferDecoder | Decoded:
+    options = _check_options(options, where=where)
     if isinstance(source, (Decoded, BufferDecoder)):
         return source
-    return BufferDecoder(source, **decode_options)
+    return BufferDecoder(source, **options)
 
 
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
     """Decode a profiler buffer and write a Perfetto trace, streaming a range of lanes at a time.
 
-    source: a buffer path, bytes or array (see ``decode``), a BufferDecoder or a Decoded; out: the trace
+    source: a buffer path, bytes, an array or a torch.Tensor (see ``decode``), a BufferDecoder or a Decoded; out: the trace
     path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
     """
-    src = _open(source, decode_options)
+    src = _open(source, decode_options, "convert")
     path = Path(out) if out is not None else default_output(source)
     size, summary = write_trace(src, path, tracks=tracks, progress=progress)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
@@ -79,7 +81,7 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_opt
 def summarize(source, progress=None, **decode_options) -> tuple[Decoded, Summary]:
     """(the first decoded part, the whole buffer's Summary), decoding a range of lanes at a time so that
     memory stays bounded by the range, not the buffer. progress(done_lanes, lanes) after each range."""
-    src = _open(source, decode_options)
+    src = _open(source, decode_options, "summarize")
     parts = [src] if isinstance(src, Decoded) else src.parts()
     first, total = None, Summary()
     for d in parts:
@@ -101,12 +103,13 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
-    bytes, an array or a BufferDecoder): decoded with ``decode_options`` (events, groups, layout, sidecar,
-    num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open engine Session:
-    the SQL package is registered on it; a ``Decoded``: figures from numpy. engine: 'wasm' or 'native'
-    (ktrace.engine.open_trace), 'numpy' (a buffer's figures computed with numpy, no trace processor), or
-    'auto' (numpy for a buffer of NUMPY_MIN_RECORDS record slots or more, else the trace processor);
-    progress(done_bytes, total_bytes) while the trace loads.
+    bytes, an array, a CPU or CUDA torch.Tensor, or a BufferDecoder): decoded with ``decode_options``
+    (events or event_names, groups or group_names, layout, sidecar, num_blocks, num_groups), written to a
+    temporary trace and analyzed the same way; an open engine Session: the SQL package is registered on it; a
+    ``Decoded``: figures from numpy. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a
+    buffer's figures computed with numpy, no trace processor), or 'auto' (numpy for a buffer of
+    NUMPY_MIN_RECORDS record slots or more, else the trace processor); progress(done_bytes, total_bytes) while
+    the trace loads.
 
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
@@ -240,13 +243,15 @@ class MergedTrace:
 
 
 def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", report: bool = False,
-          **decode_options) -> MergedTrace:
+          offsets=None, clocks=None, **decode_options) -> MergedTrace:
     """Write one trace holding several GPUs' buffers, a process per GPU on one time axis (default path:
     ``merge_output``); with ``report``, the cross-GPU figures too, from the same decoders.
 
-    align_mode: "offset" (clock offsets measured at capture) or "start" (first records). Raises InputError for
-    traces among the sources or buffers that cannot be aligned."""
-    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    align_mode: "offset" (clock offsets measured at capture) or "start" (first records); offsets
+    (``["GPU=NS", ...]``) and clocks (a clocks file path) supply the offsets instead of the sidecars (see
+    ``ktrace.decoding.clocks``). Raises InputError for traces among the sources or buffers that cannot be
+    aligned."""
+    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
     if len(gpus.decoders) > MAX_GPUS:
         raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
     path = Path(out) if out is not None else merge_output(sources)
@@ -257,11 +262,11 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
 
 
 def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: str = "offset",
-                 engine: str = "auto", **decode_options) -> MultiGpuAnalysis:
+                 engine: str = "auto", offsets=None, clocks=None, **decode_options) -> MultiGpuAnalysis:
     """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
-    opened once (schema ktrace.analysis.multi/1). Raises InputError for traces or unalignable buffers
-    (before any analysis runs)."""
-    gpus = open_gpus(sources, align_mode=align_mode, **decode_options)
+    opened once (schema ktrace.analysis.multi/1); offsets and clocks as for ``merge``. Raises InputError for
+    traces or unalignable buffers (before any analysis runs)."""
+    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
     per = tuple(_analyze(dec, thresholds, engine, None, name, {}) for dec, name in zip(gpus.decoders, gpus.sources))
     return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))
 

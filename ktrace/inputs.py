@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .decoding import BufferDecoder
+from .decoding.options import decode_options
+from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
 from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, is_trace
@@ -58,9 +60,11 @@ def given_options(options: dict) -> dict:
 
 
 def buffer_options(sources, options: dict) -> dict:
-    """The decoding options for ``sources``, checked once: refused (InputError) when every source is a trace
-    path, since traces are already decoded. Returns ``options`` unchanged otherwise."""
+    """The decoding options for ``sources``, checked once: refused (InputError) for a name that is no decoding
+    option, and when every source is a trace path, since traces are already decoded. Returns ``options``
+    unchanged otherwise (``event_names``/``group_names`` are folded by the decoder)."""
     paths = [s for s in sources if isinstance(s, (str, os.PathLike))]
+    decode_options(options)  # unknown names refused here, for traces too, with the accepted ones listed
     given = given_options(options)
     if given and paths and len(paths) == len(sources) and all(is_trace(s) for s in paths):
         names = ", ".join(given)
@@ -167,13 +171,16 @@ def refuse_traces(sources) -> None:
                          "alignment needs each buffer's time anchor and clock offset")
 
 
-def open_gpus(sources, *, align_mode: str = "offset", alignment: Alignment | None = None,
-              **decode_options) -> Gpus:
+def open_gpus(sources, *, align_mode: str = "offset", alignment: Alignment | None = None, offsets=None,
+              clocks=None, **decode_options) -> Gpus:
     """One decoder per buffer (paths, bytes, BufferDecoders or Decodeds), opened once, and their alignment
     (``align_mode`` "offset": the clock offsets measured at capture; "start": first records), or the
-    ``alignment`` given. Raises InputError for a trace among them (the alignment needs each buffer's time
-    anchor) or buffers that cannot be aligned."""
+    ``alignment`` given. offsets (``["GPU=NS", ...]``, as ``--offset``) and clocks (a clocks file, as
+    ``--clocks``) supply the clock offsets instead of the sidecars (``ktrace.decoding.clocks``). Raises
+    InputError for a trace among them (the alignment needs each buffer's time anchor) or buffers that cannot
+    be aligned."""
     sources = list(sources)
     refuse_traces(sources)
+    given = given_offsets(offsets, clocks)  # a malformed --offset is refused before any buffer is decoded
     decoders = open_decoders(sources, **decode_options)
-    return Gpus(tuple(_name(s) for s in sources), tuple(decoders), alignment or align(decoders, align_mode))
+    return Gpus(tuple(_name(s) for s in sources), tuple(decoders), alignment or align(decoders, align_mode, given))

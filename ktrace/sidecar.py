@@ -70,7 +70,7 @@ def launch_fields(meta: dict) -> dict:
         "group_names": meta.get("group_names"),
         "timer_tick_ns": _int_or_none(timer.get("tick_ns", meta.get("timer_tick_ns"))),
         "host_launch_unix_ns": _int_or_none(meta.get("host_launch_unix_ns")),
-        "timer_anchor_ns": _int_or_none(timer.get("anchor_ns", meta.get("timer_anchor_ns"))),
+        "timer_anchor_ns": _anchor(meta, timer),
         "producer": meta.get("producer") if isinstance(meta.get("producer"), str) else None,
         "capacity_per_lane": _int_or_none(bufmeta.get("records_per_lane_capacity")),
         "trailer": bufmeta.get("trailer") is True,
@@ -122,3 +122,17 @@ def read_names_file(path: str | Path) -> list[str]:
             raise InputError(f"{p}: a JSON names file must be a list of strings")
         return names
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+# Where a harness of one's own may have put the kernel's 64-bit %globaltimer read at launch (Unix ns), in order.
+ANCHOR_KEYS = (("timer", "anchor_ns"), (None, "timer_anchor_ns"), (None, "anchor_ns"),
+               (None, "globaltimer_anchor_ns"), (None, "launch_globaltimer_ns"))
+
+
+def _anchor(meta: dict, timer: dict) -> int | None:
+    for where, key in ANCHOR_KEYS:
+        v = _int_or_none((timer if where == "timer" else meta).get(key))
+        if v is not None and v > 0:
+            return v
+    return None
+

@@ -62,7 +62,7 @@ no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: the no-G
 def test_run_without_gpu_exits_3_naming_the_install(tmp_path):
     rc, out, err = _run("run", "--out", tmp_path, KERNELS / "imbalance.py", cwd=tmp_path)
     assert rc == 3, (out, err)
-    assert "ktrace[cuda]" in err or "GPU" in err
+    assert "NVIDIA GPU with its driver" in err or "no usable CUDA GPU" in err or "no CUDA" in err
     assert "Traceback" not in err
     assert not list(tmp_path.glob("*.bin"))
 
@@ -188,9 +188,10 @@ def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
     r = _nvcc(tmp_path, spec, True, "-ptx")
     assert r.returncode == 0, r.stderr
     ptx = (tmp_path / "ktrace_instants_1.ptx").read_text()
-    # the host finds the capacity by this exact name (cuModuleGetGlobal), and the kernel reads it from memory
-    assert re.search(r"\.global \.align 4 \.u32 ktrace_profiler_capacity", ptx)
-    assert re.search(r"ld\.volatile\.global\.u32\s+%r\d+, \[ktrace_profiler_capacity\]", ptx)
+    # the host finds the capacity by this exact name (cuModuleGetGlobal), and the kernel reads it from constant
+    # memory (never folded to its initial value)
+    assert re.search(r"\.const \.align 4 \.u32 ktrace_profiler_capacity", ptx)
+    assert re.search(r"ld\.const\.u32\s+%r\d+, \[ktrace_profiler_capacity\]", ptx)
     assert re.search(r"mov\.u64\s+%rd\d+, %globaltimer;", ptx)  # the anchor
     assert "%globaltimer_lo" in ptx
     r = _nvcc(tmp_path, spec, False, "-ptx")
@@ -340,3 +341,51 @@ def test_old_capture_names_still_import_with_a_warning():
         assert cap.Kernel is cap.CudaKernel
     with pytest.warns(DeprecationWarning, match="LaunchCapture"):
         assert cap.Capture is cap.LaunchCapture
+
+
+# -- saving a read-back capture (no GPU: the device query is stubbed) ----------------------------------------
+
+def test_capture_save_writes_buffer_and_sidecar_that_decode(tmp_path, monkeypatch):
+    import time
+
+    import ktrace
+    from ktrace.capture import _cuda, tick
+    from ktrace.capture.recording import LaunchCapture
+    from ktrace.decoding.encode import phase_buffer
+
+    dev = _cuda.DeviceInfo("NVIDIA H200", (9, 0), 132, 1980000, 3201000, 232448, "0000:00:00.0", 13000, (13, 0),
+                           "stub")
+    monkeypatch.setattr(_cuda, "device_info", lambda: dev)
+    monkeypatch.setattr(_cuda, "device_index", lambda: 0)
+    monkeypatch.setattr(tick, "cached", lambda: None)
+    monkeypatch.setattr(tick, "measure_tick", lambda reads=0: (32, {32: 1}, None))
+    cap = LaunchCapture(2, 1, 4, producer="flashinfer", name="saved", event_names=["load", "compute"])
+    begin = np.arange(4).reshape(2, 2) * 1000 + 1000
+    cap.words = phase_buffer(begin, begin + 100, [0, 1])
+    cap.host_launch_unix_ns = time.time_ns()
+    p = cap.save(tmp_path / "saved.bin")
+    side = json.loads(p.with_suffix(".json").read_text())
+    assert side["device"]["name"] == "NVIDIA H200" and side["event_names"] == ["load", "compute"]
+    assert ktrace.decode(p).launch.event_names == ("load", "compute")
+
+
+# -- what a machine without PyCUDA is told ---------------------------------------------------------------------
+
+def test_missing_pycuda_message_says_what_is_really_needed(tmp_path):
+    from ktrace.capture._cuda import missing_pycuda_message
+
+    no_driver = missing_pycuda_message(False, "/usr/local/cuda")
+    assert "no NVIDIA driver" in no_driver and "pip install" not in no_driver and "need neither" in no_driver
+    with_toolkit = missing_pycuda_message(True, "/opt/cuda-13")
+    assert "pip install 'ktrace[cuda]'" in with_toolkit and "/opt/cuda-13" in with_toolkit
+    no_toolkit = missing_pycuda_message(True, None)
+    assert "CUDA toolkit (nvcc and cuda.h)" in no_toolkit and "prebuilt pycuda wheel" in no_toolkit
+
+
+def test_toolkit_is_found_by_cuda_home(tmp_path, monkeypatch):
+    from ktrace.capture import _cuda
+
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert _cuda._toolkit() == str(tmp_path)

@@ -105,3 +105,16 @@ def test_reports_are_byte_identical_across_runs(name, args):
     first = run_ktrace(args[0], sample(name), *args[1:])
     second = run_ktrace(args[0], sample(name), *args[1:])
     assert first[0] == 0 and first[1] == second[1] and len(first[1]) > 100
+
+
+def test_tables_into_a_pipe_or_log_are_full_width_and_plain(capsys):
+    """Into a pipe (as ``ktrace run ... | tee log`` prints its analysis): every column whole, no ellipsis, no
+    colour codes, no row cut at a fixed width."""
+    from ktrace.cli import main
+
+    assert main(["analyze", str(sample("imbalance_ktrace"))]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "\x1b[" not in out
+    header = next(line for line in out.splitlines() if "start skew (µs)" in line)
+    assert "last block: in n/inst. (distinct)" in header and header.rstrip().endswith("┃")
+    assert len(header) > 160  # wider than the 160 columns it used to be cut at

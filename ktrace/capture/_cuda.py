@@ -16,6 +16,52 @@ from ..errors import EnvironmentMissing
 __all__ = ["driver", "ensure_context", "device_info", "DeviceInfo", "INSTALL_HINT", "device_index"]
 
 INSTALL_HINT = "pip install 'ktrace[cuda]'"
+NOT_NEEDED = "decoding, converting and analyzing captures need neither GPU nor PyCUDA"
+
+
+def _driver_present() -> bool:
+    """True when the NVIDIA driver's library (libcuda) can be found on this machine."""
+    import ctypes
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def _toolkit() -> str | None:
+    """The CUDA toolkit PyCUDA would build against (a folder holding include/cuda.h), or None."""
+    import shutil
+    from pathlib import Path
+
+    cands = [os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(str(Path(nvcc).resolve().parent.parent))
+    cands.append("/usr/local/cuda")
+    for c in filter(None, cands):
+        if (Path(c) / "include" / "cuda.h").is_file():
+            return c
+    return None
+
+
+def missing_pycuda_message(driver_found: bool, toolkit: str | None) -> str:
+    """What to do when PyCUDA is not installed, given what this machine has: an NVIDIA driver (without it,
+    installing PyCUDA cannot help) and a CUDA toolkit (PyCUDA is published as source only and its build
+    needs nvcc and cuda.h)."""
+    head = "capturing needs an NVIDIA GPU with its driver, and PyCUDA, which is not installed"
+    if not driver_found:
+        return (f"{head}; this machine has no NVIDIA driver (libcuda.so.1 not found), so capture on a machine with "
+                f"a GPU ({NOT_NEEDED})")
+    if toolkit:
+        return f"{head}: {INSTALL_HINT} (builds PyCUDA against the CUDA toolkit in {toolkit}, a few minutes)"
+    return (f"{head}. PyCUDA is published as source only and builds against the CUDA toolkit (nvcc and "
+            "cuda.h), which was not found here (set CUDA_HOME if it is installed elsewhere): install the toolkit, "
+            f"then {INSTALL_HINT}; or install a prebuilt pycuda wheel (pip install pycuda-*.whl)")
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -28,13 +74,12 @@ def driver():
         text = str(e)
         if "libcuda" in text:
             raise EnvironmentMissing(
-                f"no CUDA driver on this machine ({text}): capturing needs an NVIDIA GPU and its driver"
+                f"no CUDA driver on this machine ({text}): capturing needs an NVIDIA GPU and its driver ({NOT_NEEDED})"
             ) from None
         if getattr(e, "name", None) and not str(e.name).startswith("pycuda"):
-            raise EnvironmentMissing(f"PyCUDA is installed but cannot load ({text}); reinstall: {INSTALL_HINT}") from None
-        raise EnvironmentMissing(
-            f"capturing needs PyCUDA and an NVIDIA GPU, and PyCUDA is not installed: {INSTALL_HINT}"
-        ) from None
+            raise EnvironmentMissing(f"PyCUDA is installed but cannot load ({text}): reinstall it (pip install "
+                                     "--force-reinstall pycuda, which needs the CUDA toolkit, or a prebuilt wheel)") from None
+        raise EnvironmentMissing(missing_pycuda_message(_driver_present(), _toolkit())) from None
     return cuda
 
 
@@ -56,7 +101,8 @@ def ensure_context():
         try:
             cuda.init()
         except cuda.Error as e:
-            raise EnvironmentMissing(f"no usable CUDA GPU: cuInit failed ({e})") from None
+            raise EnvironmentMissing(f"no usable CUDA GPU: cuInit failed ({e}); check the NVIDIA driver with "
+                                     f"nvidia-smi ({NOT_NEEDED})") from None
         current = None
         try:
             current = cuda.Context.get_current()
@@ -65,7 +111,7 @@ def ensure_context():
         if current is None:
             n = cuda.Device.count()
             if n == 0:
-                raise EnvironmentMissing("no CUDA GPU found (the driver reports 0 devices)")
+                raise EnvironmentMissing(f"no CUDA GPU found (the driver reports 0 devices; {NOT_NEEDED})")
             idx = _device_index()
             if not 0 <= idx < n:
                 raise EnvironmentMissing(f"KTRACE_DEVICE={idx}, but this machine has {n} CUDA device(s)")

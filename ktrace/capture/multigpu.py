@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ._cuda import device_index
-from .clocksync import ENV_SYNC, ClockSync, clock_keys, interpolate_offset, measure_clock_offsets, sidecar_clock
+from .clocksync import ENV_SYNC, ClockSync, clock_keys, measure_clock_offsets, sidecar_clock
 
 __all__ = ["parse_devices", "device_index", "launch_barrier", "sidecar_clock", "write_manifest",
            "run_on_devices", "DeviceRun", "MultiRun", "apply_clock_sync"]

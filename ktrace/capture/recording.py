@@ -186,7 +186,8 @@ class LaunchCapture:
 
     def save(self, path=None) -> Path:
         """Write ``NAME.bin`` (the raw buffer) and ``NAME.json`` (the sidecar); returns the .bin path."""
-        from .sidecar import capture_metadata, write_sidecar
+        from ..sidecar import write_sidecar
+        from .sidecar import capture_metadata
 
         words = self._need_words()
         p = Path(path) if path is not None else self.default_path()
@@ -203,7 +204,7 @@ class LaunchCapture:
 
 def _set_capacity(kernel, capacity: int) -> None:
     """Tell ktrace's header the per-lane capacity: through a ``CudaKernel``, or a PyCUDA module of the user's
-    own compiled with ktrace/profiler.cuh (its device variable ``ktrace_profiler_capacity``)."""
+    own compiled with ktrace/profiler.cuh (its __constant__ variable ``ktrace_profiler_capacity``)."""
     if hasattr(kernel, "set_capacity"):
         kernel.set_capacity(capacity)
         return

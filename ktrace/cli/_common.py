@@ -74,6 +74,13 @@ def align_option(p) -> None:
     p.add_argument("--align", choices=ALIGN_MODES, default="offset",
                    help="several buffers: by the clock offsets measured at capture (offset, default; needs each "
                         "buffer's time anchor) or by each buffer's first record (start)")
+    p.add_argument("--offset", action="append", metavar="GPU=NS",
+                   help="a GPU's clock minus the reference GPU's, in ns (repeatable; replaces the sidecars' "
+                        "offsets; a GPU not named is the reference). GPU: the buffer's path, file name, sidecar "
+                        "device index or PCI bus id, or its position (0, 1, ...) when its sidecar names no device")
+    p.add_argument("--clocks", metavar="FILE",
+                   help="the clock offsets from a JSON file: {\"offsets_ns\": {GPU: NS}, \"uncertainty_ns\": N} "
+                        "or the clock_sync.json of ktrace run --device (--offset overrides its entries)")
 
 
 @contextmanager
@@ -96,11 +103,29 @@ def progress_bar(label: str, enabled: bool, unit: str = "records"):
         yield update
 
 
+PIPE_MIN_WIDTH = 100  # columns of text and rules into a pipe or file; a wider table gets its own width
+
+
 def console():
-    """The stdout console: the terminal's width, or 160 columns into a pipe or file."""
+    """The stdout console: in a terminal, its width; into a pipe or a log file, each table as wide as its
+    content (never cut or wrapped: a log has no right margin) and no colour codes."""
     from rich.console import Console
 
-    con = Console() if sys.stdout.isatty() else Console(width=160)
+    if sys.stdout.isatty():
+        return Console()
+
+    class PipeConsole(Console):
+        def print(self, *objects, **kw):
+            wide = self.options.update_width(1 << 16)
+            need = [self.measure(o, options=wide).maximum for o in objects]
+            self.width = max([PIPE_MIN_WIDTH, *need])
+            super().print(*objects, **kw)
+
+        def rule(self, *args, **kw):
+            self.width = PIPE_MIN_WIDTH
+            super().rule(*args, **kw)
+
+    con = PipeConsole(width=PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
 
     def broken_pipe() -> None:  # rich exits 1 on a closed pipe; 1 means a gate failed: let main decide
         raise BrokenPipeError

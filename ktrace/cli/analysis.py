@@ -116,7 +116,8 @@ def _analyze_several(a, thresholds) -> int:
 
         refuse_traces(a.source)
         raise InputError("--plot takes one buffer: analyze the buffers one at a time to plot them")
-    m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, **decode_kwargs(a))
+    m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, offsets=a.offset, clocks=a.clocks,
+                     **decode_kwargs(a))
     return _print_several(a, m)
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from ._common import EXIT_OK, PROGRESS_MIN_RECORDS, decode_kwargs, decode_options, progress_bar, tracks_option
+from ._common import (EXIT_OK, PROGRESS_MIN_RECORDS, console, decode_kwargs, decode_options, progress_bar,
+                      tracks_option)
 
 __all__ = ["register", "HANDLERS", "print_inspect"]
 
@@ -62,7 +64,7 @@ def _print_info(info: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=False))
         return
-    con = Console(width=max(100, Console().width))
+    con = console() if not sys.stdout.isatty() else Console(width=max(100, Console().width))
     for r in inspect_text(info):
         con.print(r)
 

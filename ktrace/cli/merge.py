@@ -1,6 +1,7 @@
 """``ktrace merge``: several GPUs' buffers in one trace (and the cross-GPU table printer ``analyze`` shares).
 
-    ktrace merge A.bin B.bin ... [-o OUT.perfetto-trace] [--align offset|start] [--report]
+    ktrace merge A.bin B.bin ... [-o OUT.perfetto-trace] [--align offset|start] [--offset GPU=NS ...]
+                 [--clocks FILE] [--report]
 
 One buffer per GPU, each with its sidecar. Exit codes: 0 ok, 2 bad input (a buffer without a time anchor
 cannot be aligned except with --align start), 3 engine missing.
@@ -24,7 +25,8 @@ def register(sub) -> None:
                     "first GPU's clock by the offsets ktrace run --device measured (timer.offset_to_reference_ns "
                     "in the sidecars).",
         epilog="A buffer with no absolute time anchor (no kernel timer read, no host launch time) cannot be "
-               "placed beside another GPU's: exit 2, unless --align start lines the first records up.")
+               "placed beside another GPU's: exit 2, unless --align start lines the first records up. Captures "
+               "made without ktrace run --device carry no offset: give it with --offset GPU=NS or --clocks FILE.")
     m.add_argument("buffers", nargs="+", metavar="BUF", help="profiler buffers, one per GPU (.bin or .npy)")
     m.add_argument("-o", "--output", metavar="OUT",
                    help="trace path (default: the first buffer's name with _merged.perfetto-trace)")
@@ -38,7 +40,8 @@ def _cmd_merge(a) -> int:
     from ..api import merge
     from ..report.multigpu_report import alignment_lines
 
-    res = merge(a.buffers, a.output, align_mode=a.align, tracks=a.tracks, report=a.report, **decode_kwargs(a))
+    res = merge(a.buffers, a.output, align_mode=a.align, tracks=a.tracks, report=a.report, offsets=a.offset,
+                clocks=a.clocks, **decode_kwargs(a))
     for line in alignment_lines(res.alignment):
         print(line, file=sys.stderr if line.startswith("note:") else sys.stdout)
     slices = ", ".join(f"{c.label.split(' (')[0]} {s.slices:,}" for c, s in zip(res.alignment.clocks, res.summaries))

@@ -42,6 +42,7 @@ class GpuClock:
     sync_id: str | None
     reference_pci_bus_id: str | None
     shift_ns: int
+    offset_source: str = ""  # where the offset came from: the sidecar, --offset GPU=NS, --clocks FILE
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -113,11 +114,12 @@ def open_decoders(sources, **decode_options) -> list:
             for s in sources]
 
 
-def align(decoders, mode: str = "offset") -> Alignment:
+def align(decoders, mode: str = "offset", given: dict | None = None) -> Alignment:
     """Each buffer's shift onto one time axis.
 
     mode "offset": the measured clock offsets from the sidecars (the raw clocks, with a note, when no
-    buffer has one); every buffer needs an absolute time anchor. mode "start": each buffer's first record
+    buffer has one), or, when ``given`` ({GPU: clocks.GivenOffset}, from --offset/--clocks) is not empty,
+    those instead; every buffer needs an absolute time anchor. mode "start": each buffer's first record
     moves onto the first buffer's (no anchor needed; the GPUs' true relative timing is lost).
     Raises InputError when the buffers cannot be aligned that way, saying why and what to do.
     """
@@ -125,21 +127,20 @@ def align(decoders, mode: str = "offset") -> Alignment:
         raise InputError(f"align {mode!r}: choose one of {', '.join(ALIGN_MODES)}")
     facts = [_facts(i, d) for i, d in enumerate(decoders)]
     notes: list[str] = []
-    if mode == "start":
+    if given:
+        if mode == "start":
+            raise InputError("--offset/--clocks give the clock offsets; --align start ignores them: use one or the other")
+        _refuse_loose(facts)
+        _apply_given(facts, given)
+        shifts = [-int(f["offset"]) for f in facts]
+    elif mode == "start":
         firsts = [_first_ns(d) for d in decoders]
         base = firsts[0] if firsts[0] is not None else 0
         shifts = [0 if f is None else base - f for f in firsts]
         notes.append("aligned by each buffer's first record (--align start): the GPUs' real relative timing is "
                      "not known, so cross-GPU skews are not measurements")
     else:
-        loose = [f for f in facts if f["time_origin"] == UNANCHORED]
-        if loose:
-            names = ", ".join(f["source"] for f in loose)
-            raise InputError(
-                f"{names}: no absolute time anchor (neither the kernel's 64-bit timer read nor the host clock at "
-                f"launch is in {'its' if len(loose) == 1 else 'their'} sidecar), so {'its' if len(loose) == 1 else 'their'} "
-                "times cannot be placed beside another GPU's. Capture with ktrace run (its sidecar records both), "
-                "or pass --align start to line the buffers' first records up (relative timing between GPUs lost)")
+        _refuse_loose(facts)
         measured = [f for f in facts if f["offset"] is not None]
         if measured and len(measured) < len(facts):
             missing = ", ".join(f["source"] for f in facts if f["offset"] is None)
@@ -164,9 +165,62 @@ def align(decoders, mode: str = "offset") -> Alignment:
                              "drifted in between, so the alignment is only as good as that drift")
     labels = _unique_labels(facts)
     clocks = tuple(GpuClock(f["position"], f["source"], lab, f["index"], f["name"], f["bus"], f["time_origin"],
-                            f["offset"], f["spread"], f["sync_id"], f["reference"], int(sh))
+                            f["offset"], f["spread"], f["sync_id"], f["reference"], int(sh),
+                            _offset_source(f, mode))
                    for f, lab, sh in zip(facts, labels, shifts))
     return Alignment(mode, clocks, tuple(notes))
+
+
+def _offset_source(f: dict, mode: str) -> str:
+    if f.get("given_source"):
+        return f["given_source"]
+    if mode == "start":
+        return "none (aligned by the first record)"
+    return "sidecar (measured by ktrace run --device)" if f["offset"] is not None else "none (own clock)"
+
+
+def _refuse_loose(facts) -> None:
+    loose = [f for f in facts if f["time_origin"] == UNANCHORED]
+    if loose:
+        names = ", ".join(f["source"] for f in loose)
+        raise InputError(
+            f"{names}: no absolute time anchor (neither the kernel's 64-bit timer read nor the host clock at "
+            f"launch is in {'its' if len(loose) == 1 else 'their'} sidecar), so {'its' if len(loose) == 1 else 'their'} "
+            "times cannot be placed beside another GPU's. Capture with ktrace run (its sidecar records both), "
+            "or pass --align start to line the buffers' first records up (relative timing between GPUs lost)")
+
+
+def _keys(f: dict) -> list[str]:
+    """The names a user may give this buffer in --offset GPU=NS or a clocks file, first match wins."""
+    src = Path(f["source"])
+    keys = [f["source"], src.name, src.stem]
+    if f["index"] is not None:
+        keys.append(str(f["index"]))
+    if f["bus"]:
+        keys.append(f["bus"])
+    if f["index"] is None:
+        keys.append(str(f["position"]))
+    return keys
+
+
+def _apply_given(facts, given: dict) -> None:
+    """Replace each buffer's offset with the given one (0, the reference, when none names it)."""
+    used = set()
+    for f in facts:
+        key = next((k for k in _keys(f) if k in given), None)
+        if key is None:
+            f.update(offset=0, spread=None, sync_id=None, reference=None,
+                     given_source="reference (no offset given: its own clock)")
+            continue
+        g = given[key]
+        used.add(key)
+        f.update(offset=int(g.offset_ns), spread=g.uncertainty_ns, sync_id=None, reference=None,
+                 given_source=g.source)
+    unused = [k for k, g in given.items() if k not in used and g.source.startswith("--offset")]
+    if unused:
+        names = "; ".join(f"{f['source']}: {', '.join(dict.fromkeys(_keys(f)))}" for f in facts)
+        raise InputError(f"--offset {', '.join(unused)}: no buffer by that name. Name a buffer by its path, file "
+                         f"name, sidecar device index or PCI bus id, or position when it has no device index ({names})")
 
 
 def _facts(position: int, d) -> dict:

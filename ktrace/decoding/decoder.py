@@ -19,6 +19,7 @@ from .launch import build_launch
 from .layouts import (FINALIZE, HEADER_WORDS, LAYOUTS, choose, detect_layout, get_layout, record_tag,
                       record_ts_lo, record_type, timer_anchor, trailer_start)
 from .part import FINALIZE_EVENT, decode_part
+from .options import decode_options
 from .source import load_buffer, parse_header
 from .unwrap import signed32
 
@@ -45,7 +46,11 @@ class BufferDecoder:
     PART_RECORDS = 1 << 17  # slots decoded at a time: bounds memory and keeps the arrays cache-sized (faster)
 
     def __init__(self, source, *, sidecar=None, events=None, groups=None, layout: str | None = None,
-                 num_blocks: int | None = None, num_groups: int | None = None, name: str | None = None):
+                 num_blocks: int | None = None, num_groups: int | None = None, name: str | None = None,
+                 **aliases):
+        if aliases:  # event_names / group_names, or a misspelt option: one message listing what is accepted
+            opts = decode_options(dict(aliases, events=events, groups=groups), where="BufferDecoder")
+            events, groups = opts["events"], opts["groups"]
         self.buf = load_buffer(source, name)
         nb, ng = parse_header(self.buf, num_blocks, num_groups)
         self.launch = build_launch(nb, ng, buffer_path=self.buf.path, sidecar=sidecar, events=events, groups=groups)
@@ -175,11 +180,12 @@ class BufferDecoder:
 def decode(source, **options) -> Decoded:
     """Decode a FlashInfer-format profiler buffer, all of it at once.
 
-    source: a path (.bin raw little-endian uint64, .npy), bytes, a numpy array or a CPU tensor.
+    source: a path (.bin raw little-endian uint64, .npy), bytes, a numpy array, a torch.Tensor on the CPU or
+    a GPU (int64/uint64, copied to the host once), or anything with ``__dlpack__`` or ``__array__``.
     options: sidecar (metadata JSON path; None: ``<buffer>.json`` if present; False: none), events/groups
-    (names as a list, a comma-separated string or ``@file``), layout (force a tag layout, else detected),
+    (also accepted as event_names/group_names; names as a list, a comma-separated string or ``@file``), layout (force a tag layout, else detected),
     num_blocks/num_groups (override the header), name (a label for messages).
     Returns a Decoded whose times are ns: Unix-epoch ns when the capture anchored them, else relative to
     the earliest record.
     """
-    return BufferDecoder(source, **options).decode()
+    return BufferDecoder(source, **decode_options(options, where="decode")).decode()

@@ -26,7 +26,8 @@ class Buffer:
 
 
 def load_buffer(source, name: str | None = None) -> Buffer:
-    """A Buffer from a path (``.bin`` raw uint64 LE, ``.npy``), bytes, a numpy array or a CPU tensor."""
+    """A Buffer from a path (``.bin`` raw uint64 LE, ``.npy``), bytes, a numpy array, a torch.Tensor (CPU or
+    CUDA, copied to the host once), or any object with ``__dlpack__`` (host memory) or ``__array__``."""
     if isinstance(source, Buffer):
         return source
     if isinstance(source, (str, Path)):
@@ -38,12 +39,56 @@ def load_buffer(source, name: str | None = None) -> Buffer:
             raise InputError(f"{label}: {len(raw)} bytes is not a whole number of 8-byte records (truncated copy?)")
         return Buffer(np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False), label)
     if hasattr(source, "detach") and hasattr(source, "cpu"):  # a torch tensor, without importing torch
-        source = source.detach().cpu().numpy()
+        label = name or _tensor_label(source)
+        return Buffer(_as_words(_tensor_on_host(source, label), label), label)
+    if not isinstance(source, np.ndarray) and hasattr(source, "__dlpack__") and not hasattr(source, "__array__"):
+        return Buffer(_as_words(_from_dlpack(source, label), label), label)
     try:
         arr = np.asarray(source)
     except Exception as e:  # noqa: BLE001 - any conversion failure is the caller's input problem
         raise InputError(f"{label}: cannot be read as an array of uint64 records ({e})") from None
     return Buffer(_as_words(arr, label), label)
+
+
+_TENSOR_DTYPES = ("int64", "uint64", "int32", "uint32")
+
+
+def _tensor_label(t) -> str:
+    return f"<torch.Tensor on {getattr(t, 'device', '?')}>"
+
+
+def _tensor_on_host(t, label: str) -> np.ndarray:
+    """A torch tensor's words as a host numpy array: one device-to-host copy for a GPU tensor (FlashInfer's
+    profiler buffer is an int64 CUDA tensor), none for a contiguous CPU one."""
+    t = t.detach()
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in _TENSOR_DTYPES:
+        raise InputError(f"{label}: dtype torch.{dtype} is not an integer buffer; pass the int64 or uint64 "
+                         "profiler buffer")
+    if dtype == "uint64":
+        # numpy() of a uint64 tensor is refused by some torch versions; the same bits as int64 are not
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(t, "view"):
+            t = t.view(torch.int64)
+    if getattr(getattr(t, "device", None), "type", "cpu") != "cpu":
+        t = t.cpu()  # the one copy: the whole buffer, device to host
+    return np.asarray(t.contiguous().numpy())
+
+
+def _from_dlpack(obj, label: str) -> np.ndarray:
+    try:
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+    except Exception:  # noqa: BLE001 - a broken producer is the caller's input problem
+        dev = 1
+    if int(dev) not in (1, 3):  # kDLCPU, kDLCUDAHost
+        raise InputError(f"{label}: the array is on a device (DLPack device type {int(dev)}); copy it to the host "
+                         "first (a torch.Tensor is copied for you; for others: .get(), .cpu() or numpy.asarray)")
+    try:
+        return np.from_dlpack(obj)
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"{label}: cannot be read through DLPack as uint64 records ({e})") from None
 
 
 def _as_words(arr: np.ndarray, label: str) -> np.ndarray:

@@ -46,6 +46,8 @@ def gpu_space(clock: GpuClock) -> TraceSpace:
         args.append(("clock_offset_to_reference_ns", int(clock.offset_to_reference_ns)))
     if clock.offset_spread_ns is not None:
         args.append(("clock_offset_spread_ns", int(clock.offset_spread_ns)))
+    if clock.offset_source:
+        args.append(("clock_offset_source", clock.offset_source))
     return TraceSpace(seq_id=clock.position + 1, uuid_offset=clock.position * GPU_UUID_STRIDE,
                       process=(clock.position + 1, clock.label), description=_describe(clock),
                       launch_args=tuple(args))
@@ -56,7 +58,8 @@ def _describe(c: GpuClock) -> str:
         how = "own clock, no measured offset" if c.shift_ns == 0 else "aligned by its first record"
     else:
         how = (f"clock offset to the reference GPU {c.offset_to_reference_ns:+,} ns (spread "
-               f"{c.offset_spread_ns if c.offset_spread_ns is not None else '?'} ns)")
+               f"{c.offset_spread_ns if c.offset_spread_ns is not None else '?'} ns"
+               + (f", from {c.offset_source}" if c.offset_source else "") + ")")
     return f"{c.source}: {how}; times shifted by {c.shift_ns:+,} ns"
 
 

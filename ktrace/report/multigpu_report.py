@@ -23,7 +23,9 @@ def _ns(v) -> str:
 
 def alignment_lines(al: Alignment) -> list[str]:
     """One line per GPU: label, buffer, measured offset, shift; then the notes."""
-    how = {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record"}[al.mode]
+    given = any(c.offset_source.startswith(("--offset", "--clocks")) for c in al.clocks)
+    how = ("by the clock offsets given" if given else
+           {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record"}[al.mode])
     out = [f"{len(al.clocks)} GPU(s), aligned {how}" +
            (f"; offsets known to ±{format_ns(al.spread_ns)} (the measurement's spread): smaller skews are noise"
             if al.spread_ns is not None else "")]
@@ -31,6 +33,8 @@ def alignment_lines(al: Alignment) -> list[str]:
         off = ("offset not measured" if c.offset_to_reference_ns is None else
                f"clock {c.offset_to_reference_ns:+,} ns vs the reference"
                + (f" (spread {c.offset_spread_ns:,} ns)" if c.offset_spread_ns is not None else ""))
+        if c.offset_source:
+            off += f", from {c.offset_source}"
         out.append(f"  {c.label}: {c.source}; {off}; shifted {c.shift_ns:+,} ns")
     out += [f"note: {n}" for n in al.notes]
     return out

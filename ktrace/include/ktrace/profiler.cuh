@@ -22,7 +22,7 @@
 // Record: %globaltimer_lo << 32 | tag; tag = smid << 24 | (block & 0xFFF) << 12 | event << 2 | type,
 // type 0 begin, 1 end, 2 instant; event is 10 bits.
 //
-// The capacity is a device variable, `ktrace_profiler_capacity` (extern "C", so the host finds it by that
+// The capacity is a __constant__ variable, `ktrace_profiler_capacity` (extern "C", so the host finds it by that
 // name: cuModuleGetGlobal / pycuda's Module.get_global), set by the host before the launch; ktrace's
 // capture does it. Its initial value is KTRACE_PROFILER_CAPACITY (define it when compiling to fix the
 // capacity at build time), 0 by default: a launch whose host forgot to set it writes nothing and counts
@@ -88,13 +88,15 @@ __device__ __forceinline__ uint32_t tag(uint32_t sm, uint32_t block, uint32_t ev
   return (sm << kSmShift) | ((block & kBlockMask) << kBlockShift) | ((event & kEventMask) << kEventShift) | type;
 }
 
-// One writer's state: where its next record goes and how many slots it has left.
+// One writer's state, all of it set once at PROFILER_INIT so a probe only reads the timer, stores and
+// advances: where its next record goes, the tag's SM and block fields, and a count that says whether the
+// lane has room.
 struct Lane {
-  uint64_t* slot;      // next record's address
-  uint64_t* overflow;  // this lane's overflow count, in the trailer
+  uint64_t* slot;      // the next record's address; advances by `stride` on every record, stored or not
+  uint32_t* overflow;  // low word of this lane's overflow count, in the trailer
   uint32_t stride;     // lanes: distance between a lane's consecutive records
-  uint32_t remaining;  // free slots left in this lane
-  uint32_t dropped;    // records dropped so far (mirrored in *overflow)
+  int32_t ahead;       // records so far minus the capacity: <= 0 while the lane had room for the last one,
+                       // else the number dropped
   uint32_t tag_base;   // smid and block fields
   bool writer;         // this thread writes the lane's records
 };
@@ -108,7 +110,7 @@ struct Lane {
 #define KTRACE_PROFILER_CAPACITY 0
 #endif
 extern "C" {
-__device__ uint32_t ktrace_profiler_capacity = KTRACE_PROFILER_CAPACITY;
+__constant__ uint32_t ktrace_profiler_capacity = KTRACE_PROFILER_CAPACITY;
 }
 
 namespace ktrace {
@@ -117,37 +119,47 @@ namespace profiler {
 __device__ __forceinline__ void init(Lane& l, uint64_t* buf, uint32_t group, uint32_t ngroups, bool writer) {
   const uint32_t nb = num_blocks(), b = block_idx();
   const uint64_t lanes = (uint64_t)nb * ngroups;
-  // volatile: the host writes it between launches, so no compiler may fold it to its initial value
-  const uint64_t cap = *(volatile uint32_t*)&ktrace_profiler_capacity;
+  // Constant memory, not a global load: the first probe's predicate waits for this read, and the
+  // constant cache serves every block after the first on an SM (nvcc never folds a __constant__ variable
+  // to its initial value: the host may write it between launches). docs/probe-cost.md has the figures.
+  uint32_t cap32 = ktrace_profiler_capacity;
+  cap32 = cap32 > 0x7FFFFFFFu ? 0x7FFFFFFFu : cap32;  // `ahead` is signed
+  const uint64_t cap = cap32;
   const uint64_t lane = (uint64_t)b * ngroups + group;
   if (b == 0 && thread_idx() == 0) {
     buf[0] = (uint64_t)nb | ((uint64_t)ngroups << 32);
     buf[1 + cap * lanes + lanes] = timer();
   }
   l.slot = buf + 1 + lane;
-  l.overflow = buf + 1 + cap * lanes + lane;
+  l.overflow = (uint32_t*)(buf + 1 + cap * lanes + lane);  // little-endian: the word's low half
   l.stride = (uint32_t)lanes;
-  l.remaining = (uint32_t)cap;
-  l.dropped = 0;
+  l.ahead = -(int32_t)cap32;
   l.tag_base = tag(smid(), b, 0, 0);
   l.writer = writer;
 }
 
-// One store either way, its address and value chosen by selects: a full lane stores its running drop count
-// in its overflow word instead of a record (one writer per lane and a zeroed buffer, so the store is the
-// increment). Measured on an H200 against alternatives: a read-modify-write of the overflow word in a
-// branch cost 150 SM cycles per probe back to back (this: 83; FlashInfer's unguarded probe: 22); fully
-// predicated forms cost 33-64 cycles back to back but every warp of the block then executes them, which
-// cost more in the sample kernels (warpgroups: x1.13-1.15 against x1.07 for this form and for FlashInfer's).
+// No branch: both stores are predicated, on "writer and room" for the record and "writer and no room" for
+// the overflow word, so ptxas emits straight-line code with nothing to reconverge (a branch around the probe
+// costs a BSSY/BSYNC pair and the divergence of the writer's warp), and the timer read (one CS2R.32) feeds
+// the record's store directly. Written in PTX because nvcc otherwise either branches or moves the timer
+// through the uniform datapath (S2UR, a NOP and a move). A full lane stores its running drop count (`ahead`, > 0 there) in its overflow word: one
+// writer per lane and a zeroed buffer, so that store is the increment. docs/probe-cost.md has the SASS and
+// the measurements against FlashInfer's probe.
 __device__ __forceinline__ void record(Lane& l, uint32_t event, uint32_t type) {
-  if (l.writer) {
-    const uint64_t rec = ((uint64_t)timer_lo() << 32) | (l.tag_base | ((event & kEventMask) << kEventShift) | type);
-    const bool room = l.remaining != 0;
-    l.dropped += room ? 0u : 1u;
-    *(room ? l.slot : l.overflow) = room ? rec : (uint64_t)l.dropped;
-    l.slot += room ? l.stride : 0u;
-    l.remaining -= room ? 1u : 0u;
-  }
+  const uint32_t tg = l.tag_base | ((event & kEventMask) << kEventShift) | type;
+  l.ahead += 1;
+  asm volatile(
+      "{\n\t.reg .pred pw, ps, pc;\n\t.reg .b32 t;\n\t"
+      "setp.ne.b32 pw, %0, 0;\n\t"
+      "setp.le.and.s32 ps, %1, 0, pw;\n\t"
+      "setp.gt.and.s32 pc, %1, 0, pw;\n\t"
+      "mov.u32 t, %%globaltimer_lo;\n\t"
+      "@ps st.global.v2.b32 [%2], {%3, t};\n\t"
+      "@pc st.global.b32 [%4], %1;\n\t}"
+      :
+      : "r"((uint32_t)l.writer), "r"(l.ahead), "l"(l.slot), "r"(tg), "l"(l.overflow)
+      : "memory");
+  l.slot += l.stride;
 }
 
 }  // namespace profiler
