@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import duration_ratio
 from shapes_common import (HERE, THREADS, BlockClock, block_extents, clock_checks, clock_truth, decode_saved,
                            finish, one_block_per_sm_smem, parse_name)
@@ -28,7 +28,7 @@ def main() -> None:
     dev = device()
     nb = dev.multiprocessors
     smem = one_block_per_sm_smem()
-    kern = Kernel.from_file(HERE / "late_start.cu", "late_start", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "late_start.cu", "late_start", shared_bytes=smem)
     out = gpuarray.zeros(nb * THREADS, np.float32)
     clk = BlockClock(nb)
     capacity = 4 + 2

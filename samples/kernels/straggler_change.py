@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from sample_checks import duration_ratio
 from shapes_common import (HERE, THREADS, BlockClock, clock_checks, clock_truth, decode_saved, finish,
                            last_finishers, one_block_per_sm_smem, parse_name)
@@ -32,7 +32,7 @@ def main() -> None:
     smem = one_block_per_sm_smem()
     load_n4 = LOAD_BYTES // 16
     slow = [next(s["block"] for s in SEGMENTS if s["first_k"] <= k <= s["last_k"]) % nb for k in range(ITERS)]
-    kern = Kernel.from_file(HERE / "straggler_change.cu", "persistent_table", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "straggler_change.cu", "persistent_table", shared_bytes=smem)
     rng = np.random.default_rng(0)
     bar = gpuarray.zeros(3, np.uint32)
     src = gpuarray.to_gpu(rng.random(nb * load_n4 * 4, dtype=np.float32))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from shapes_common import (HERE, THREADS, BlockClock, block_extents, clock_checks, clock_truth, decode_saved,
                            finish, one_block_per_sm_smem, parse_name)
 
@@ -31,7 +31,7 @@ def main() -> None:
     heavy_from = nb - HEAVY
     smem = one_block_per_sm_smem()
     load_n4 = LOAD_BYTES // 16
-    kern = Kernel.from_file(HERE / "waves.cu", "waves", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "waves.cu", "waves", shared_bytes=smem)
     rng = np.random.default_rng(0)
     src = gpuarray.to_gpu(rng.random(nb * load_n4 * 4, dtype=np.float32))
     out = gpuarray.zeros(nb * THREADS, np.float32)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ktrace.capture import BUFFER, Kernel, device, profile
+from ktrace.capture import BUFFER, CudaKernel, device, profile
 from shapes_common import (HERE, THREADS, BlockClock, clock_checks, clock_truth, decode_saved, finish,
                            one_block_per_sm_smem, parse_name)
 
@@ -30,7 +30,7 @@ def main() -> None:
     nb = dev.multiprocessors
     smem = one_block_per_sm_smem()
     tile_n4 = TILE_BYTES // 16
-    kern = Kernel.from_file(HERE / "worklist.cu", "worklist", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "worklist.cu", "worklist", shared_bytes=smem)
     rng = np.random.default_rng(0)
     ctr = gpuarray.zeros(2, np.uint32)
     src = gpuarray.to_gpu(rng.random(NTILES * tile_n4 * 4, dtype=np.float32))
