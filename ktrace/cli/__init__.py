@@ -13,7 +13,7 @@ import sys
 from .. import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from . import analysis, capture, compare, convert, merge, view
-from ._common import report_error
+from ._common import apply_timeout, report_error
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -41,7 +41,8 @@ def main(argv=None) -> int:
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
     try:
-        return handlers[a.command](a)
+        with apply_timeout(a):
+            return handlers[a.command](a)
     except KtraceError as e:
         return report_error(e)
     except KeyboardInterrupt:

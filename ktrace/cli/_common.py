@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
-           "engine_option", "align_option", "progress_bar", "console", "append", "report_error",
+           "engine_option", "align_option", "apply_timeout", "progress_bar", "console", "append", "report_error",
            "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
@@ -57,6 +57,38 @@ def engine_option(p) -> None:
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
                    "is set, else wasm)")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e9:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+@contextmanager
+def apply_timeout(a):
+    """Hands --timeout to the embedded engine (it reads $KTRACE_TIMEOUT when a query starts) while the
+    command runs."""
+    import os
+
+    if getattr(a, "timeout", None) is None:
+        yield
+        return
+    old = os.environ.get("KTRACE_TIMEOUT")
+    os.environ["KTRACE_TIMEOUT"] = repr(a.timeout)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("KTRACE_TIMEOUT", None)
+        else:
+            os.environ["KTRACE_TIMEOUT"] = old
 
 
 def align_option(p) -> None:
