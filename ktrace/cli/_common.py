@@ -122,9 +122,10 @@ def progress_bar(label: str, enabled: bool, unit: str = "records"):
 
 def console():
     """The stdout console: the terminal's width, or 160 columns into a pipe or file."""
-    from rich.console import Console
+    from ..report.safe_text import safe_console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    # Names in the reports come from captures: the console shows them as text, never as markup or escapes.
+    return safe_console() if sys.stdout.isatty() else safe_console(width=160)
 
 
 def append(path: str, text: str) -> None:
@@ -138,5 +139,7 @@ def append(path: str, text: str) -> None:
 
 def report_error(e: KtraceError) -> int:
     """Print ``e`` as the command line reports errors; returns its exit code."""
-    print(f"ktrace: error: {e}", file=sys.stderr)
+    from ..report.safe_text import printable
+
+    print(f"ktrace: error: {printable(e, keep_newlines=True)}", file=sys.stderr)
     return e.exit_code
