@@ -2,6 +2,11 @@
 point at inputs. Each behaves as a careful user expects: shown escaped, refused with exit 2, or left alone."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -78,3 +83,66 @@ def test_junit_xml_always_parses(hostile, tmp_path, capsys):
     assert any("\\x1b[2J" in n for n in names) and all("\x1b" not in n for n in names)
     assert "\x1b" not in md.read_text() and "<img" not in md.read_text()
     _shown_safely(capsys.readouterr().out)
+
+
+# -- temporary files -----------------------------------------------------------------------------------------
+
+
+def test_a_planted_symlink_beside_the_output_is_never_written_through(tmp_path):
+    from ktrace.export.writer import write_chunks
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "t.perfetto-trace"
+    # The name the writer used to pick (OUT.tmpPID) and a few guesses around it.
+    for name in [f"{out.name}.tmp{os.getpid()}", f"{out.name}.tmp{os.getpid()}.part", f"{out.name}.tmp"]:
+        (tmp_path / name).symlink_to(victim)
+    assert write_chunks(out, [b"trace bytes"]) == 11
+    assert victim.read_text() == "precious"
+    assert out.read_bytes() == b"trace bytes" and not out.is_symlink()
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_temp_files_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    from ktrace.export.writer import write_chunks
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "t.perfetto-trace"
+    stale = tmp_path / f"{out.name}.tmp{dead.pid}.abc123.part"
+    stale.write_bytes(b"x" * 1000)
+    mine = tmp_path / f"{out.name}.tmp{os.getpid()}.other.part"  # a live process's (this one): kept
+    mine.write_bytes(b"y")
+    write_chunks(out, [b"z"])
+    assert not stale.exists() and mine.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_remove_the_temporary_trace(tmp_path, sig):
+    """``ktrace analyze BUF`` writes a temporary trace in $TMPDIR; killing it must not leave it behind."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", code, "query", str(sample("warpgroups")), ENDLESS], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not list(tmpdir.glob("ktrace-*/*.perfetto-trace")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(3)  # into the query
+    assert p.poll() is None and list(tmpdir.glob("ktrace-*/*.perfetto-trace"))
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + getattr(signal, sig), err
+    assert "Traceback" not in err
+    assert list(tmpdir.iterdir()) == []
+
+
+ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"

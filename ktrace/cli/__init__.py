@@ -13,7 +13,7 @@ import sys
 from .. import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from . import analysis, capture, compare, convert, merge, view
-from ._common import apply_timeout, report_error
+from ._common import Terminated, apply_timeout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -41,10 +41,13 @@ def main(argv=None) -> int:
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
     try:
-        with apply_timeout(a):
+        with apply_timeout(a), stop_on_signals():
             return handlers[a.command](a)
     except KtraceError as e:
         return report_error(e)
+    except Terminated as e:
+        print(f"ktrace: stopped by {e.name}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("ktrace: interrupted", file=sys.stderr)
         return 130

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
-           "engine_option", "align_option", "apply_timeout", "progress_bar", "console", "append", "report_error",
+           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar", "console", "append", "report_error",
            "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
@@ -69,6 +69,39 @@ def _seconds(text: str) -> float:
     if not 0 < value < 1e9:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return value
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so temporary files and the engine are cleaned up on the way."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextmanager
+def stop_on_signals():
+    """While a command runs, SIGTERM and SIGHUP (kill, a closed terminal) raise Terminated in the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated(signum)
+
+    wanted = [getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {s: signal.signal(s, stop) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @contextmanager

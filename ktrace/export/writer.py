@@ -14,7 +14,10 @@ default space writes exactly the single-buffer trace.
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -383,12 +386,20 @@ def write_trace(source, out: str | Path, tracks: str = "sm", progress=None) -> t
 
 def write_chunks(out: str | Path, chunks: Iterable[bytes]) -> int:
     """Write byte chunks to ``out`` atomically: into a temp file beside it, renamed into place at the end, so
-    an error part-way leaves no half trace. Returns the bytes written."""
+    an error part-way leaves no half trace. Returns the bytes written.
+
+    The temp file is created exclusively (O_EXCL, a fresh random name): a file or symlink planted beside
+    ``out`` is never written through. Temp files that a killed run left behind are removed first.
+    """
     out = Path(out)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    _remove_stale_temps(out)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f"{out.name}.tmp{os.getpid()}.", suffix=".part")
+    tmp = Path(name)
     size = 0
     try:
-        with open(tmp, "wb") as f:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~_umask())  # the mode open() would have given it (mkstemp makes it 600)
+        with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
                 size += len(chunk)
@@ -397,3 +408,38 @@ def write_chunks(out: str | Path, chunks: Iterable[bytes]) -> int:
         if tmp.exists():
             tmp.unlink()
     return size
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_temps(out: Path) -> None:
+    """Removes ``OUT.tmpPID.*.part`` files whose process is gone (a run killed by SIGKILL or a crash)."""
+    try:
+        leftovers = list(out.parent.glob(f"{glob.escape(out.name)}.tmp*.part"))
+    except OSError:
+        return
+    for path in leftovers:
+        pid = path.name[len(out.name) + 4:].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no signal-0 probe: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
