@@ -45,7 +45,7 @@ def test_printable_escapes_control_characters_only():
     assert printable(f"a{CLEAR}b") == "a\\x1b[2Jb"
     assert printable("x\x9b31m\u202egnp.exe") == "x\\x9b31m\\u202egnp.exe"
     assert printable("a\nb", keep_newlines=True) == "a\nb" and printable("a\nb") == "a\\x0ab"
-    assert md_cell("a|b<img src=x>") == "a\\|b&lt;img src=x&gt;"
+    assert md_cell("a|b<img src=x>") == "a\\|b&lt;img src=x>" and md_cell("<= 1.2") == "<= 1.2"
     assert xml_safe("ok\x1b\x00") == "ok\\x1b\\x00"
 
 
@@ -146,3 +146,134 @@ def test_sigterm_and_sighup_remove_the_temporary_trace(tmp_path, sig):
 
 
 ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+
+
+# -- outputs that would destroy inputs, and outputs that cannot be written -------------------------------------
+
+
+@pytest.fixture
+def capture(tmp_path):
+    buf = tmp_path / "x.bin"
+    buf.write_bytes(sample("warpgroups").read_bytes())
+    (tmp_path / "x.json").write_text(json.dumps(sample_meta("warpgroups")))
+    return buf
+
+
+@pytest.mark.parametrize("target", ["x.bin", "x.json", "./sub/../x.bin", "link.bin"])
+def test_output_onto_the_input_is_refused(capture, capsys, target):
+    (capture.parent / "sub").mkdir()
+    (capture.parent / "link.bin").symlink_to(capture)
+    before = {p.name: p.read_bytes() for p in capture.parent.glob("x.*")}
+    assert main(["convert", str(capture), "-o", str(capture.parent / target)]) == 2
+    err = capsys.readouterr().err
+    assert "would destroy it" in err and "choose another -o" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in capture.parent.glob("x.*")} == before
+
+
+def test_merge_onto_one_of_its_inputs_is_refused(capture, capsys, tmp_path):
+    other = tmp_path / "y.bin"
+    other.write_bytes(capture.read_bytes())
+    before = capture.read_bytes()
+    assert main(["merge", str(capture), str(other), "--align", "start", "-o", str(capture)]) == 2
+    assert "would destroy it" in capsys.readouterr().err
+    assert capture.read_bytes() == before
+
+
+@pytest.mark.parametrize("case", ["folder", "missing parent", "read-only folder"])
+def test_output_that_cannot_be_written_exits_2_naming_it(capture, capsys, tmp_path, case):
+    if case == "folder":
+        out, needle = tmp_path, "is a folder"
+    elif case == "missing parent":
+        out, needle = tmp_path / "no" / "such" / "t.perfetto-trace", "does not exist"
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        if os.access(ro, os.W_OK):
+            pytest.skip("root can write a read-only folder")
+        out, needle = ro / "t.perfetto-trace", "permission denied"
+    assert main(["convert", str(capture), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(out) in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_exits_2_with_the_fix(capture, tmp_path, monkeypatch):
+    """Simulated by making the temp file /dev/full's twin: every write fails with ENOSPC."""
+    import tempfile as tempfile_mod
+
+    from ktrace.errors import InputError
+    from ktrace.export import writer
+
+    real = tempfile_mod.mkstemp
+
+    def full(*args, **kwargs):
+        fd, name = real(*args, **kwargs)
+        os.dup2(os.open("/dev/full", os.O_WRONLY), fd)
+        return fd, name
+
+    monkeypatch.setattr(writer.tempfile, "mkstemp", full)
+    out = tmp_path / "t.perfetto-trace"
+    with pytest.raises(InputError, match=r"t\.perfetto-trace: cannot write the trace \(No space left on device\); "
+                                         r"free some space"):
+        writer.write_chunks(out, [b"x" * (1 << 20)])
+    assert not out.exists() and not list(tmp_path.glob("*.part"))
+
+
+def test_file_size_limit_exits_2(capture, tmp_path):
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+            "from ktrace.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "t.perfetto-trace"
+    p = subprocess.run([sys.executable, "-c", code, "convert", str(capture), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "File too large" in p.stderr and "ulimit -f" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_plot_into_a_folder_exits_2(capture, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["analyze", str(capture), "--plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the plot" in err and "Traceback" not in err
+
+
+# -- sidecar values out of range ----------------------------------------------------------------------------
+
+
+def _with_sidecar(capture, text: bytes):
+    capture.with_suffix(".json").write_bytes(text)
+    return capture
+
+
+def _meta(**changes) -> bytes:
+    meta = sample_meta("warpgroups")
+    for path, value in changes.items():
+        d = meta
+        *head, last = path.split("__")
+        for k in head:
+            d = d.setdefault(k, {})
+        d[last] = value
+    return json.dumps(meta).encode()
+
+
+@pytest.mark.parametrize("text, needle", [
+    (_meta(timer__tick_ns=1e30), "'timer.tick_ns' is 1e+30"),
+    (_meta(timer_tick_ns=2**64 + 5), "'timer_tick_ns' is 18446744073709551621"),
+    (_meta(timer__tick_ns=0), "between 1 and"),
+    (_meta(host_launch_unix_ns=-5), "'host_launch_unix_ns' is -5"),
+    (_meta(anything_else=2**64 + 5), "'anything_else' is 18446744073709551621"),
+    (_meta(grid=[2**40, 1, 1]), "'grid'"),
+    (_meta(device__multiprocessors=10**12), "'device.multiprocessors'"),
+    (_meta(event_names=["x" * 100_000, "mma"]), "'event_names'[0] is 100,000 characters long; a name may have at most 256"),
+    (_meta(group_names=["g"] * 100_000), "at most 4,096"),
+    (_meta(kernel="k" * 1_000_000), "'kernel' is 1,000,000 characters long"),
+    (_meta().replace(b'"num_blocks": 264', b'"num_blocks": NaN'), "NaN is not a number JSON allows"),
+    (_meta().replace(b'"num_blocks": 264', b'"num_blocks": Infinity'), "Infinity is not a number JSON allows"),
+    (b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    (b'{"kernel": "\xff\xfe"}', "not UTF-8"),
+])
+def test_sidecar_values_out_of_range_exit_2(capture, capsys, text, needle):
+    _with_sidecar(capture, text)
+    for args in (["inspect", str(capture)], ["analyze", str(capture)]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "x.json" in err and "--no-sidecar" in err and "Traceback" not in err

@@ -12,6 +12,7 @@ import sys
 
 from .. import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
+from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
 from ._common import Terminated, apply_timeout, report_error, stop_on_signals
 
@@ -53,6 +54,11 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:  # a file the command reads or writes: the user's to fix, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"ktrace: error: {printable(where)}{e.strerror or e} (check the path, its permissions and the free "
+              "space)", file=sys.stderr)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

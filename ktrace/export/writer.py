@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
+from ..outputs import cannot_write
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
@@ -393,17 +394,28 @@ def write_chunks(out: str | Path, chunks: Iterable[bytes]) -> int:
     """
     out = Path(out)
     _remove_stale_temps(out)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f"{out.name}.tmp{os.getpid()}.", suffix=".part")
+    try:
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f"{out.name}.tmp{os.getpid()}.", suffix=".part")
+    except OSError as e:
+        raise cannot_write(out, e, "trace") from None
     tmp = Path(name)
     size = 0
+    writing = False  # an OSError while writing is this file's problem; one reading the input (in chunks) is not
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~_umask())  # the mode open() would have given it (mkstemp makes it 600)
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, 0o666 & ~_umask())  # the mode open() would have given it (mkstemp makes 600)
             for chunk in chunks:
+                writing = True
                 f.write(chunk)
+                writing = False
                 size += len(chunk)
+            writing = True  # closing flushes the last bytes
         os.replace(tmp, out)
+    except OSError as e:
+        if not writing:
+            raise
+        raise cannot_write(out, e, "trace") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
+from ..outputs import cannot_write
 from .safe_text import md_cell, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
@@ -217,9 +218,15 @@ def plot_diff(d: Diff, out) -> Path:
     ax.set_title(f"'~': within the noise (error bars: the larger of a {d.tick_ns:.0f} ns tick and the spread "
                  "across instances)", fontsize=8, loc="left")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(21, "it is a folder")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        raise cannot_write(out, e, "plot") from None
+    finally:
+        plt.close(fig)
     return out
 
 

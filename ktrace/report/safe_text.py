@@ -17,6 +17,7 @@ __all__ = ["printable", "md_cell", "xml_safe", "safe_console"]
 # read differently from how it is stored.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 # What XML 1.0 cannot hold at all, even escaped.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -33,8 +34,9 @@ def printable(text: object, *, keep_newlines: bool = False) -> str:
 
 
 def md_cell(text: object) -> str:
-    """One Markdown table cell: printable, ``|`` escaped, no live HTML."""
-    return printable(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    """One Markdown table cell: printable, ``|`` escaped, no live HTML (a ``<`` that could open a tag is
+    escaped; ``<= 1.2`` stays as it reads)."""
+    return _TAG_START.sub("&lt;", printable(text).replace("|", "\\|"))
 
 
 def xml_safe(text: object) -> str:
