@@ -178,13 +178,17 @@ def read_names_file(path: str | Path) -> list[str]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{p}: cannot read the names file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: the names file is not UTF-8 text ({e.reason} at byte {e.start})") from None
     stripped = text.strip()
     if stripped.startswith("["):
         try:
             names = json.loads(stripped)
         except json.JSONDecodeError as e:
             raise InputError(f"{p}: names file looks like JSON but does not parse ({e})") from None
-        if not all(isinstance(x, str) for x in names):
+        except RecursionError:
+            raise InputError(f"{p}: names file is nested too deeply to be a list of names") from None
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise InputError(f"{p}: a JSON names file must be a list of strings")
         return names
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]

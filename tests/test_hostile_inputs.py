@@ -277,3 +277,33 @@ def test_sidecar_values_out_of_range_exit_2(capture, capsys, text, needle):
         assert main(args) == 2
         err = capsys.readouterr().err
         assert needle in err and "x.json" in err and "--no-sidecar" in err and "Traceback" not in err
+
+
+# -- rules files out of range ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, needle", [
+    (b'rules = ["kernel.wall_us <= 1"]\n# \xff\xfe\n', "not UTF-8"),
+    (b"x = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
+    (b"x = " + b"{a=" * 100_000 + b"1" + b"}" * 100_000 + b"\n", "nested too deeply"),
+    (b'rules = ["kernel.wall_us <= 1e400"]\n', "too large to be a number"),
+    (b'rules = ["kernel.wall_us <= baseline * 1e400"]\n', "too large to be a number"),
+    (b'rules = [nan]\n', "not nan"),
+])
+def test_rules_file_values_out_of_range_exit_2(tmp_path, capsys, text, needle):
+    rules = tmp_path / "rules.toml"
+    rules.write_bytes(text)
+    assert main(["check", str(sample("warpgroups")), "--rules", str(rules)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "rules.toml" in err and "Traceback" not in err
+
+
+def test_long_names_from_the_command_line_or_a_names_file_exit_2(tmp_path, capsys):
+    names = tmp_path / "names.txt"
+    names.write_text("x" * 10_000 + "\nmma\n")
+    for events in ["x" * 10_000 + ",mma", f"@{names}"]:
+        assert main(["inspect", str(sample("warpgroups")), "--events", events]) == 2
+        assert "10,000 characters long; a name may have at most 256" in capsys.readouterr().err
+    names.write_bytes(b"\xff\xfe\n")
+    assert main(["inspect", str(sample("warpgroups")), "--events", f"@{names}"]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
