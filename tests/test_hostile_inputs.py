@@ -307,3 +307,23 @@ def test_long_names_from_the_command_line_or_a_names_file_exit_2(tmp_path, capsy
     names.write_bytes(b"\xff\xfe\n")
     assert main(["inspect", str(sample("warpgroups")), "--events", f"@{names}"]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_big_endian_npy_holds_the_same_records(tmp_path):
+    import numpy as np
+
+    from ktrace.api import inspect
+
+    words = np.fromfile(sample("warpgroups"), dtype="<u8")
+    np.save(tmp_path / "be.npy", words.astype(">u8"))
+    np.save(tmp_path / "le.npy", words)
+    be, le = inspect(tmp_path / "be.npy", sidecar=False), inspect(tmp_path / "le.npy", sidecar=False)
+    assert be["records"] == le["records"] > 0 and be["slices"] == le["slices"]
+
+
+def test_impossible_header_names_the_real_options(tmp_path, capsys):
+    buf = tmp_path / "zero.bin"
+    buf.write_bytes(bytes(8 * 16))
+    assert main(["inspect", str(buf)]) == 2
+    err = capsys.readouterr().err
+    assert "--num-blocks and --num-groups" in err
