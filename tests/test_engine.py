@@ -662,3 +662,15 @@ def test_ctrl_c_stops_a_running_query(tmp_path, trace_bytes, wasm_only):
     assert p.returncode == 130, err
     assert time.perf_counter() - t < 5
     assert "interrupted" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_address_space_limit_is_named(trace_bytes, wasm_only, tmp_path):
+    trace = tmp_path / "t.perfetto-trace"
+    trace.write_bytes(trace_bytes)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY)); "
+            "from ktrace.cli import main; sys.exit(main(sys.argv[1:]))")
+    p = subprocess.run([sys.executable, "-c", code, "query", str(trace), "select 1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert "ulimit -v: 8.0 GiB" in p.stderr and "KTRACE_TP_SHELL" in p.stderr and "Traceback" not in p.stderr

@@ -90,7 +90,15 @@ class WasmTraceProcessor(Backend):
                                                                       _REQUEST_BUFFER_BYTES)
             self._on_rpc_request = exports["trace_processor_on_rpc_request"]
         except (wasmtime.WasmtimeError, wasmtime.Trap, WasmAbort, KeyError) as exc:
-            raise EnvironmentMissing(f"the embedded trace processor failed to start ({exc}); "
+            limit = _address_space_limit()
+            if limit is not None and limit < HEAP_MAX_BYTES + (1 << 30):
+                raise EnvironmentMissing(
+                    f"the embedded trace processor reserves {_size(HEAP_MAX_BYTES)} of address space up front (it "
+                    f"touches only what the heap grows to), more than this process's limit allows (ulimit -v: "
+                    f"{_size(limit)}); raise it (ulimit -v unlimited) or set KTRACE_TP_SHELL to a "
+                    "trace_processor_shell binary") from exc
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EnvironmentMissing(f"the embedded trace processor failed to start ({reason}); "
                                      "set KTRACE_TP_SHELL to a trace_processor_shell binary instead") from exc
 
     # -- Backend ----------------------------------------------------------------------------------------
@@ -256,6 +264,16 @@ class WasmTraceProcessor(Backend):
         if log:
             message += "\nengine log:\n" + log
         return message
+
+
+def _address_space_limit() -> int | None:
+    """RLIMIT_AS in bytes (``ulimit -v``), or None when unlimited or unknown."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _size(n: int) -> str:
