@@ -14,7 +14,7 @@ import pytest
 from ktrace.cli import main
 from ktrace.report.safe_text import md_cell, printable, xml_safe
 
-from conftest import sample, sample_meta
+from conftest import ROOT, sample, sample_meta
 
 CLEAR = "\x1b[2J"
 TITLE = "\x1b]0;pwned\x07"
@@ -327,3 +327,16 @@ def test_impossible_header_names_the_real_options(tmp_path, capsys):
     assert main(["inspect", str(buf)]) == 2
     err = capsys.readouterr().err
     assert "--num-blocks and --num-groups" in err
+
+
+def test_a_group_index_of_5000_digits_exits_2(capsys):
+    assert main(["check", str(sample("warpgroups")), "--rule", "mma@" + "1" * 5000 + ".wall_us <= 1"]) == 2
+    assert "give a warp group index" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_fuzzed_sidecars_and_rules_files_never_crash():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_inputs.py"), "--cases", "300", "--seed", "7"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.splitlines()[-1])["crashes"] == 0

@@ -192,7 +192,7 @@ def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
     group = None
     if "@" in scope:
         scope, _, g = scope.rpartition("@")
-        if not g.isdigit() or not scope:
+        if not re.fullmatch(r"[0-9]{1,6}", g) or not scope:
             raise bad(f"metric {metric!r}: after '@' give a warp group index, e.g. mma@1.wall_us")
         group = int(g)
     if scope == "kernel":
