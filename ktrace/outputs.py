@@ -5,11 +5,12 @@ fails at once with a message naming the file and the fix (exit 2), not a traceba
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["check_output", "cannot_write"]
+__all__ = ["check_output", "cannot_write", "write_atomically"]
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -52,3 +53,25 @@ def cannot_write(out, e: OSError, what: str = "output") -> InputError:
             13: "choose a folder you can write", 30: "the file system is read-only: write elsewhere",
             21: "give a file name, not a folder"}.get(e.errno or 0, "choose another -o")
     return InputError(f"{out}: cannot write the {what} ({reason}); {hint}")
+
+
+def write_atomically(path, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` through a temporary file created exclusively beside it (a planted file or
+    symlink is never written through), renamed into place: a reader never sees half a file."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~mask)
+            f.write(data)
+        os.replace(name, path)
+    except BaseException:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        raise
+    return path

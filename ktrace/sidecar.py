@@ -9,7 +9,6 @@ knows (device, calibration, the read-back buffer) and writes it through ``write_
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from .errors import InputError
@@ -113,11 +112,9 @@ def _bounds_problem(meta: dict) -> str:
 
 def write_sidecar(path, meta: dict) -> Path:
     """Write the sidecar as JSON (atomically: a reader never sees half a file)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(p)
-    return p
+    from .outputs import write_atomically
+
+    return write_atomically(path, (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
 
 
 def launch_fields(meta: dict) -> dict:

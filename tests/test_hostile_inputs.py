@@ -340,3 +340,14 @@ def test_fuzzed_sidecars_and_rules_files_never_crash():
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.splitlines()[-1])["crashes"] == 0
+
+
+def test_writing_a_sidecar_never_follows_a_planted_symlink(tmp_path):
+    from ktrace.sidecar import read_sidecar, write_sidecar
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "cap.json"
+    (tmp_path / f"cap.json.{os.getpid()}.tmp").symlink_to(victim)  # the name it used to write through
+    write_sidecar(out, {"kernel": "k"})
+    assert victim.read_text() == "precious" and read_sidecar(out) == {"kernel": "k"}
