@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
-           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar", "console", "append", "report_error",
-           "PROGRESS_MIN_RECORDS"]
+           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
+           "console", "append", "report_error", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
 

@@ -217,7 +217,9 @@ class WasmTraceProcessor(Backend):
     def _guarded(self, send: Callable[[], None], timeout_s: float | None) -> bool:
         """Runs ``send`` (one call into the engine) on a worker thread, so that a timeout or Ctrl-C can stop
         it: both bump the engine's epoch, which traps the running code at its next loop or call. Returns
-        whether it was stopped by the timeout; re-raises what ``send`` raised, or KeyboardInterrupt."""
+        whether it was stopped by the timeout; re-raises what ``send`` raised, or KeyboardInterrupt.
+        The epoch is the engine's, shared by every session of this process: a query running at that moment in
+        another thread's session is stopped too (and reports a crash), which a command line never does."""
         self._store.set_epoch_deadline(1)
         done = threading.Event()
         failure: list[BaseException] = []

@@ -7,8 +7,8 @@ engine configuration and the platform. A compiled module is native code, so the 
 far as ``cache_files`` checks it: the folder and the files belong to this user and nobody else can write
 them, and the module's SHA-256 matches the record ktrace wrote beside it. Anything else (a planted file, a
 damaged one, a folder others can write) is never loaded: the module is compiled again, under a file lock,
-and written with its record to a temporary file renamed into place. Within one process the module is compiled or loaded
-once and shared by every session (each session gets its own instance and memory).
+and written with its record to a temporary file renamed into place. Within one process the module is
+compiled or loaded once and shared by every session (each session gets its own instance and memory).
 """
 
 from __future__ import annotations
