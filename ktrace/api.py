@@ -34,6 +34,7 @@ from .export.writer import write_chunks, write_trace
 from .errors import InputError
 from .inputs import buffer_options, is_session, open_gpus, open_input
 from .model import Decoded, Summary
+from .outputs import check_output
 from .report.inspect import inspect_dict
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
@@ -64,6 +65,11 @@ def _open(source, options, where: str) -> BufferDecoder | Decoded:
     return BufferDecoder(source, **options)
 
 
+def _sidecar_given(decode_options: dict) -> list:
+    sidecar = decode_options.get("sidecar")
+    return [sidecar] if isinstance(sidecar, (str, Path)) else []
+
+
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
     """Decode a profiler buffer and write a Perfetto trace, streaming a range of lanes at a time.
 
@@ -72,8 +78,9 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_opt
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
     """
-    src = _open(source, decode_options, "convert")
     path = Path(out) if out is not None else default_output(source)
+    src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
+    check_output(path, [source, *_sidecar_given(decode_options)], "trace")
     size, summary = write_trace(src, path, tracks=tracks, progress=progress)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
 
@@ -251,10 +258,11 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
     (``["GPU=NS", ...]``) and clocks (a clocks file path) supply the offsets instead of the sidecars (see
     ``ktrace.decoding.clocks``). Raises InputError for traces among the sources or buffers that cannot be
     aligned."""
+    path = Path(out) if out is not None else merge_output(sources)
+    check_output(path, [*sources, *_sidecar_given(decode_options)], "merged trace")
     gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
     if len(gpus.decoders) > MAX_GPUS:
         raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
-    path = Path(out) if out is not None else merge_output(sources)
     summaries: list = []
     size = write_chunks(path, merge_chunks(gpus.decoders, gpus.alignment, tracks, summaries))
     res = MergeResult(path, size, gpus.alignment, tuple(summaries))

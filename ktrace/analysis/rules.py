@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import math
 import operator
 import re
 import sys
@@ -173,10 +174,14 @@ def parse_rule(text: str, origin: str = "rule") -> Rule:
     b = _BASELINE.match(rhs)
     if b:
         k = b["k"] or b["k2"]
+        if k and not math.isfinite(float(k)):
+            raise bad(f"factor {k!r} is too large to be a number")
         return Rule(text.strip(), origin, scope, group, figure, op, baseline_op=b["op"] or "*",
                     baseline_k=float(k) if k else 1.0)
     if not re.fullmatch(_NUM, rhs):
         raise bad(f"limit {rhs!r} is not a number nor baseline, baseline * K, baseline + C, baseline - C")
+    if not math.isfinite(float(rhs)):
+        raise bad(f"limit {rhs!r} is too large to be a number")
     return Rule(text.strip(), origin, scope, group, figure, op, value=float(rhs))
 
 
@@ -187,7 +192,7 @@ def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
     group = None
     if "@" in scope:
         scope, _, g = scope.rpartition("@")
-        if not g.isdigit() or not scope:
+        if not re.fullmatch(r"[0-9]{1,6}", g) or not scope:
             raise bad(f"metric {metric!r}: after '@' give a warp group index, e.g. mma@1.wall_us")
         group = int(g)
     if scope == "kernel":
@@ -218,6 +223,10 @@ def _load_toml(path: Path) -> dict:
         raise InputError(f"{path}: cannot read the rules file ({e.strerror or e})") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: the rules file is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise InputError(f"{path}: the rules file is nested too deeply to be a rules file") from None
 
 
 def load_rules_file(path) -> tuple[list[Section], list[str]]:

@@ -133,10 +133,10 @@ def calibrate(*, headers=None, flashinfer_include=None, reads: int = 100_000, n:
     if save:
         f = cache_file(dev)
         try:
+            from ..outputs import write_atomically
+
             f.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cal.as_dict(), indent=1))
-            tmp.replace(f)
+            write_atomically(f, json.dumps(cal.as_dict(), indent=1).encode())
         except OSError:
             pass  # a read-only cache only costs a re-measurement next time
     return cal

@@ -12,8 +12,9 @@ import sys
 
 from .._version import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
+from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
-from ._common import quiet_stdout, report_error
+from ._common import Terminated, apply_timeout, quiet_stdout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -47,15 +48,24 @@ def main(argv=None) -> int:
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
     try:
-        return handlers[a.command](a)
+        with apply_timeout(a), stop_on_signals():
+            return handlers[a.command](a)
     except KtraceError as e:
         return report_error(e)
+    except Terminated as e:
+        print(f"ktrace: stopped by {e.name}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("ktrace: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader stopped (`| head`): not a failure, and never a failed gate
         quiet_stdout()  # no second error at exit
         return EXIT_OK
+    except OSError as e:  # a file the command reads or writes: the user's to fix, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"ktrace: error: {printable(where)}{e.strerror or e} (check the path, its permissions and the free "
+              "space)", file=sys.stderr)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
-           "engine_option", "align_option", "progress_bar", "console", "append", "report_error",
-           "PROGRESS_MIN_RECORDS"]
+           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
+           "console", "append", "report_error", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
 
@@ -65,6 +65,71 @@ def engine_option(p, numpy: bool = False) -> None:
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
                    "is set, else wasm)")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e9:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so temporary files and the engine are cleaned up on the way."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextmanager
+def stop_on_signals():
+    """While a command runs, SIGTERM and SIGHUP (kill, a closed terminal) raise Terminated in the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated(signum)
+
+    wanted = [getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {s: signal.signal(s, stop) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def apply_timeout(a):
+    """Hands --timeout to the embedded engine (it reads $KTRACE_TIMEOUT when a query starts) while the
+    command runs."""
+    import os
+
+    if getattr(a, "timeout", None) is None:
+        yield
+        return
+    old = os.environ.get("KTRACE_TIMEOUT")
+    os.environ["KTRACE_TIMEOUT"] = repr(a.timeout)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("KTRACE_TIMEOUT", None)
+        else:
+            os.environ["KTRACE_TIMEOUT"] = old
 
 
 def align_option(p) -> None:
@@ -108,29 +173,29 @@ PIPE_MIN_WIDTH = 100  # columns of text and rules into a pipe or file; a wider t
 
 def console():
     """The stdout console: in a terminal, its width; into a pipe or a log file, each table as wide as its
-    content (never cut or wrapped: a log has no right margin) and no colour codes."""
-    from rich.console import Console
+    content (never cut or wrapped: a log has no right margin) and no colour codes. Names in the reports come
+    from captures: the console shows them as text, never as markup or escapes."""
+    from ..report.safe_text import safe_console
 
     if sys.stdout.isatty():
-        return Console()
+        return safe_console()
+    con = safe_console(width=PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
+    plain_print, plain_rule = con.print, con.rule
 
-    class PipeConsole(Console):
-        def print(self, *objects, **kw):
-            wide = self.options.update_width(1 << 16)
-            need = [self.measure(o, options=wide).maximum for o in objects]
-            self.width = max([PIPE_MIN_WIDTH, *need])
-            super().print(*objects, **kw)
+    def fitted_print(*objects, **kw):
+        wide = con.options.update_width(1 << 16)
+        need = [con.measure(o, options=wide).maximum for o in objects]
+        con.width = max([PIPE_MIN_WIDTH, *need])
+        plain_print(*objects, **kw)
 
-        def rule(self, *args, **kw):
-            self.width = PIPE_MIN_WIDTH
-            super().rule(*args, **kw)
-
-    con = PipeConsole(width=PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
+    def fitted_rule(*args, **kw):
+        con.width = PIPE_MIN_WIDTH
+        plain_rule(*args, **kw)
 
     def broken_pipe() -> None:  # rich exits 1 on a closed pipe; 1 means a gate failed: let main decide
         raise BrokenPipeError
 
-    con.on_broken_pipe = broken_pipe
+    con.print, con.rule, con.on_broken_pipe = fitted_print, fitted_rule, broken_pipe
     return con
 
 
@@ -157,5 +222,7 @@ def append(path: str, text: str) -> None:
 
 def report_error(e: KtraceError) -> int:
     """Print ``e`` as the command line reports errors; returns its exit code."""
-    print(f"ktrace: error: {e}", file=sys.stderr)
+    from ..report.safe_text import printable
+
+    print(f"ktrace: error: {printable(e, keep_newlines=True)}", file=sys.stderr)
     return e.exit_code

@@ -31,9 +31,10 @@ def _big(path: str) -> bool:
 
 
 def _cmd_convert(a) -> int:
-    from rich.console import Console
+    from rich.text import Text
 
     from ..api import convert
+    from ..report.safe_text import safe_console
 
     with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
         res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, **decode_kwargs(a))
@@ -44,7 +45,8 @@ def _cmd_convert(a) -> int:
           f"layout {match.name} ({match.score:.1%} match)")
     if sm.notes:
         notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
-        Console(stderr=True).print(f"[yellow]notes[/]: {notes} (ktrace inspect {a.buffer} explains them)")
+        line = Text.assemble(("notes", "yellow"), f": {notes} (ktrace inspect {a.buffer} explains them)")
+        safe_console(stderr=True).print(line)
     print(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}")
     return EXIT_OK
 
@@ -60,11 +62,12 @@ def _print_info(info: dict, as_json: bool) -> None:
     from rich.console import Console
 
     from ..report.inspect import inspect_text
+    from ..report.safe_text import safe_console
 
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=False))
         return
-    con = console() if not sys.stdout.isatty() else Console(width=max(100, Console().width))
+    con = console() if not sys.stdout.isatty() else safe_console(width=max(100, Console().width))
     for r in inspect_text(info):
         con.print(r)
 

@@ -54,12 +54,14 @@ def _cmd_merge(a) -> int:
 
 def print_cross_gpu(x, header: bool = True) -> None:
     """The cross-GPU text report on stdout (``header``: with the alignment lines)."""
+    from rich.table import Table
+
     from ..report.multigpu_report import cross_gpu_text
 
     con = console()
     items = cross_gpu_text(x)
     if not header:
-        items = [i for i in items if not isinstance(i, str)]
+        items = [i for i in items if isinstance(i, Table)]
     for r in items:
         con.print(r)
 

@@ -10,13 +10,25 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..model import Launch
-from ..sidecar import launch_fields, read_names_file, read_sidecar, sidecar_path
+from ..sidecar import MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path
 
 __all__ = ["build_launch", "parse_names"]
 
 
 def parse_names(value) -> tuple[list[str] | None, str | None]:
-    """(names, source) from a list, a comma-separated string, or ``@file`` / an existing file path."""
+    """(names, source) from a list, a comma-separated string, or ``@file`` / an existing file path; InputError
+    for a name longer than MAX_NAME_CHARS or more than MAX_NAMES names."""
+    names, source = _parse_names(value)
+    if names is not None:
+        if len(names) > MAX_NAMES:
+            raise InputError(f"{len(names):,} names given; at most {MAX_NAMES:,}")
+        for i, n in enumerate(names):
+            if len(n) > MAX_NAME_CHARS:
+                raise InputError(f"name {i} is {len(n):,} characters long; a name may have at most {MAX_NAME_CHARS}")
+    return names, source
+
+
+def _parse_names(value) -> tuple[list[str] | None, str | None]:
     if value is None:
         return None, None
     if isinstance(value, (list, tuple)):

@@ -94,6 +94,8 @@ def _from_dlpack(obj, label: str) -> np.ndarray:
 def _as_words(arr: np.ndarray, label: str) -> np.ndarray:
     if arr.dtype.kind not in "iu":
         raise InputError(f"{label}: dtype {arr.dtype} is not an integer buffer; pass the uint64 profiler buffer")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # a big-endian .npy holds the same numbers, byte-swapped
     if arr.dtype.itemsize == 8:
         return arr.reshape(-1).view(np.uint64)
     if arr.dtype.itemsize == 4 and arr.size % 2 == 0:
@@ -137,7 +139,7 @@ def parse_header(buf: Buffer, num_blocks: int | None = None, num_groups: int | N
     hdr_blocks, hdr_groups = split_header(hdr)
     nb = num_blocks if num_blocks is not None else hdr_blocks
     ng = num_groups if num_groups is not None else hdr_groups
-    fix = "pass --blocks and --groups if the header was never written"
+    fix = "pass --num-blocks and --num-groups if the header was never written"
     if nb <= 0 or ng <= 0:
         raise InputError(
             f"{buf.name}: impossible header {hdr:#018x} (num_blocks={nb}, num_groups={ng}); {fix}"

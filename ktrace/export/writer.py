@@ -14,7 +14,6 @@ default space writes exactly the single-buffer trace.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -22,6 +21,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
+from .atomic import write_chunks
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
@@ -379,21 +379,3 @@ def write_trace(source, out: str | Path, tracks: str = "sm", progress=None) -> t
     got: list = []
     size = write_chunks(out, trace_chunks(source, tracks, progress, summary_out=got))
     return size, got[0]
-
-
-def write_chunks(out: str | Path, chunks: Iterable[bytes]) -> int:
-    """Write byte chunks to ``out`` atomically: into a temp file beside it, renamed into place at the end, so
-    an error part-way leaves no half trace. Returns the bytes written."""
-    out = Path(out)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    size = 0
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                size += len(chunk)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return size

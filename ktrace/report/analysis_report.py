@@ -14,6 +14,8 @@ import numpy as np
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
 from ..errors import EnvironmentMissing
+from ..outputs import cannot_write
+from .safe_text import md_cell, printable
 
 __all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "MAX_INSTANCE_ROWS"]
 
@@ -212,8 +214,7 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
 
 # --------------------------------------------------------------------------------------------- markdown
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    def cell(s: str) -> str:
-        return str(s).replace("|", "\\|")
+    cell = md_cell
 
     lines = ["| " + " | ".join(map(cell, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
@@ -236,7 +237,7 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
         parts.append(f"- <sub>{hidden} info finding(s) below the impact floor (`--all` shows them)</sub>")
     parts += ["", f"<sub>{_thresholds_line(a)}</sub>", ""]
     if not len(a.phases):
-        return "\n".join(parts + ["No phase slices in this trace.", ""])
+        return printable("\n".join(parts + ["No phase slices in this trace.", ""]), keep_newlines=True)
     parts += ["**Phases** (means over instances)", "", _md_table(*_phase_summary_rows(a)), ""]
     if len(a.waits):
         parts += ["**Waits** (gap from a slice's end to the next slice on its lane)", "",
@@ -245,9 +246,9 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
               _md_table(*_critical_rows(a)), ""]
     for phase in a.phases.phase.tolist():
         head, rows, n = _instance_rows(a, phase)
-        parts += [f"<details><summary>{phase}: {n} instances</summary>", "", _md_table(head, rows), "",
+        parts += [f"<details><summary>{md_cell(phase)}: {n} instances</summary>", "", _md_table(head, rows), "",
                   "</details>", ""]
-    return "\n".join(parts)
+    return printable("\n".join(parts), keep_newlines=True)
 
 
 # ------------------------------------------------------------------------------------------------- plot
@@ -280,9 +281,15 @@ def plot_analysis(a: Analysis, out) -> Path:
     _plot_timeline(a, axes[n], color_of)
     _plot_shares(a, axes[n + 1], color_of)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(21, "it is a folder")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        raise cannot_write(out, e, "plot") from None
+    finally:
+        plt.close(fig)
     return out
 
 

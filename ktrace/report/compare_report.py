@@ -13,6 +13,8 @@ from pathlib import Path
 from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
+from ..outputs import cannot_write
+from .safe_text import md_cell, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
            "check_json", "junit_xml", "CHECK_SCHEMA"]
@@ -157,8 +159,7 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
 
 
 def _md_table(head, rows) -> str:
-    def cell(s) -> str:
-        return str(s).replace("|", "\\|")
+    cell = md_cell
 
     lines = ["| " + " | ".join(map(cell, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
@@ -177,7 +178,7 @@ def diff_markdown(d: Diff, all_figures: bool = False) -> str:
     for p in d.phases:
         parts += [f"**{p.phase}**" + ("" if p.present == "both" else f" (only {p.present})"), "",
                   _md_table(_HEAD, _md_rows(_phase_rows(p, _figures(all_figures, p)))), ""]
-    return "\n".join(parts)
+    return printable("\n".join(parts), keep_newlines=True)
 
 
 def plot_diff(d: Diff, out) -> Path:
@@ -218,9 +219,15 @@ def plot_diff(d: Diff, out) -> Path:
     ax.set_title(f"{d.headline}. '~': within the noise (error bars: the threshold each change had to exceed)",
                  fontsize=8, loc="left")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(21, "it is a folder")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        raise cannot_write(out, e, "plot") from None
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -306,9 +313,10 @@ def check_markdown(checks) -> str:
         for r in c.failures:
             if r.rows:
                 body = "\n".join(json.dumps(x, default=str) for x in r.rows)
-                parts += [f"<details><summary>{r.subject}: {r.message}</summary>", "", "```", body, "```", "",
+                summary = f"{md_cell(r.subject)}: {md_cell(r.message)}"
+                parts += [f"<details><summary>{summary}</summary>", "", "```", body, "```", "",
                           "</details>", ""]
-    return "\n".join(parts)
+    return printable("\n".join(parts), keep_newlines=True)
 
 
 def check_json(checks) -> str:
@@ -337,5 +345,9 @@ def junit_xml(checks) -> str:
                 fail.text = "\n".join([f"{r.origin}: {r.message}"] + [json.dumps(x, default=str) for x in r.rows])
             elif r.status == "skip":
                 ET.SubElement(case, "skipped", message=r.message)
+    for el in root.iter():  # names come from captures and rules: keep to what XML 1.0 can hold
+        el.attrib.update({k: xml_safe(v) for k, v in el.attrib.items()})
+        if el.text:
+            el.text = xml_safe(el.text)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -10,6 +10,7 @@ import math
 from ..analysis.findings import format_ns
 from ..analysis.multigpu import CrossGpu
 from ..decoding.align import Alignment
+from .safe_text import md_cell, printable
 
 __all__ = ["alignment_lines", "cross_gpu_text", "cross_gpu_markdown", "MAX_INSTANCE_ROWS"]
 
@@ -80,8 +81,9 @@ def _instance_rows(x: CrossGpu) -> tuple[list[str], list[list[str]], int]:
 def cross_gpu_text(x: CrossGpu) -> list:
     """Rich renderables: the alignment, the per-phase summary and the instance table."""
     from rich.table import Table
+    from rich.text import Text
 
-    out: list = ["[bold]across GPUs[/bold]", *alignment_lines(x.alignment)]
+    out: list = [Text("across GPUs", style="bold"), *alignment_lines(x.alignment)]
     if not len(x.instances):
         return out + ["no phase slices in these buffers"]
     head, rows = _phase_rows(x)
@@ -108,8 +110,8 @@ def cross_gpu_markdown(x: CrossGpu) -> str:
     lines = ["### across GPUs", ""]
     lines += [f"- {ln.strip()}" for ln in alignment_lines(x.alignment)]
     if not len(x.instances):
-        return "\n".join(lines + ["", "no phase slices in these buffers", ""])
+        return printable("\n".join(lines + ["", "no phase slices in these buffers", ""]), keep_newlines=True)
     for title, (head, rows) in (("phases", _phase_rows(x)), ("instances", _instance_rows(x)[:2])):
         lines += ["", f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+        lines += ["| " + " | ".join(map(md_cell, r)) + " |" for r in rows]
+    return printable("\n".join(lines) + "\n", keep_newlines=True)

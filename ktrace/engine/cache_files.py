@@ -1,0 +1,128 @@
+"""The compiled-module cache's files, checked before anything in them runs.
+
+A compiled module is native code: loading one that someone else wrote runs their code in this process. So a
+cache entry is read only from a folder this user owns and nobody else can write, only from a regular file
+(never through a symlink) this user owns and nobody else can write, and only when its SHA-256 matches the
+record ktrace wrote beside it (``NAME.sha256``, checked the same way). The bytes that were hashed are the
+bytes handed to wasmtime, so the file cannot change between the check and the load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["ensure_private_folder", "read_entry", "write_entry", "cache_lock", "record_path"]
+
+_RECORD_PREFIX = "sha256 "
+
+
+def _owner_problem(st: os.stat_result, what: str) -> str:
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{what} belongs to user id {st.st_uid}, not to you"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def ensure_private_folder(folder: Path) -> str:
+    """Creates ``folder`` (mode 700) if missing; returns "" if it is this user's and nobody else can write
+    it, else why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.stat(folder)
+    except OSError as exc:
+        return f"{folder}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    return _owner_problem(st, f"the folder {folder}")
+
+
+def record_path(entry: Path) -> Path:
+    """Where the SHA-256 record of ``entry`` is kept."""
+    return entry.with_name(entry.name + ".sha256")
+
+
+def _read_private(path: Path) -> tuple[bytes | None, str]:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc} (a symlink is never followed)"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{path} is not a regular file"
+        problem = _owner_problem(st, str(path))
+        if problem:
+            return None, problem
+        return f.read(), ""
+
+
+def read_entry(entry: Path) -> tuple[bytes | None, str]:
+    """The entry's bytes if they are the ones ktrace recorded, else ``(None, why)`` (``why`` is "" when
+    there is simply no entry yet)."""
+    data, problem = _read_private(entry)
+    if data is None:
+        return None, problem
+    record, problem = _read_private(record_path(entry))
+    if record is None:
+        return None, problem or f"{entry} has no integrity record beside it"
+    expected = record.decode("ascii", "replace").strip()
+    if expected != _RECORD_PREFIX + hashlib.sha256(data).hexdigest():
+        return None, f"{entry} does not match its integrity record (damaged or replaced)"
+    return data, ""
+
+
+def _write_atomically(path: Path, data: bytes | bytearray) -> None:
+    # mkstemp creates the file exclusively (O_EXCL, mode 600): a planted name or symlink is never written
+    # through, and the rename replaces whatever was there.
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def write_entry(entry: Path, data: bytes | bytearray) -> str:
+    """Writes the entry, then its record; returns "" or why it could not (a cache that cannot be written
+    costs a recompile next time, nothing more)."""
+    try:
+        _write_atomically(entry, data)
+        digest = hashlib.sha256(data).hexdigest()
+        _write_atomically(record_path(entry), f"{_RECORD_PREFIX}{digest}\n".encode())
+    except OSError as exc:
+        return f"{entry.parent}: {exc.strerror or exc}"
+    return ""
+
+
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """Holds an exclusive lock on the folder while a module is compiled and written (nothing if the
+    platform or the folder cannot lock)."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,77 @@
+"""Where a command may write: checked before any work, so that ``-o`` never destroys an input and a bad path
+fails at once with a message naming the file and the fix (exit 2), not a traceback after minutes of decoding.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import InputError
+
+__all__ = ["check_output", "cannot_write", "write_atomically"]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(out, inputs=(), what: str = "output") -> Path:
+    """Returns ``out`` as a Path, or raises InputError when it is an input (or an input's ``.json`` sidecar,
+    through any link), a folder, in a folder that does not exist, or in one this user cannot write."""
+    out = Path(out)
+    for src in inputs:
+        if not isinstance(src, (str, os.PathLike)):
+            continue
+        src = Path(src)
+        for protected in (src, src.with_suffix(".json")):
+            if protected.exists() and _same_file(out, protected):
+                kind = "input" if protected == src else f"sidecar of the input {src}"
+                raise InputError(f"{out}: that is the {kind}; writing the {what} there would destroy it: "
+                                 "choose another -o")
+    if out.is_dir():
+        raise InputError(f"{out}: is a folder; give a file name for the {what}, e.g. -o {out / 'out.perfetto-trace'}")
+    parent = out.parent
+    if not parent.is_dir():
+        raise InputError(f"{out}: the folder {parent} does not exist; create it (mkdir -p {parent}) or choose "
+                         "another -o")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{out}: cannot write in the folder {parent} (permission denied); choose another -o")
+    if out.exists() and not os.access(out, os.W_OK) and not os.access(parent, os.W_OK):
+        raise InputError(f"{out}: cannot replace it (permission denied); choose another -o")
+    return out
+
+
+def cannot_write(out, e: OSError, what: str = "output") -> InputError:
+    """The InputError for an OS error while writing ``out`` (a full disk, a file size limit, permissions)."""
+    reason = e.strerror or str(e)
+    hint = {28: "free some space or write elsewhere", 27: "the file size limit (ulimit -f) is too low",
+            13: "choose a folder you can write", 30: "the file system is read-only: write elsewhere",
+            21: "give a file name, not a folder"}.get(e.errno or 0, "choose another -o")
+    return InputError(f"{out}: cannot write the {what} ({reason}); {hint}")
+
+
+def write_atomically(path, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` through a temporary file created exclusively beside it (a planted file or
+    symlink is never written through), renamed into place: a reader never sees half a file."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~mask)
+            f.write(data)
+        os.replace(name, path)
+    except BaseException:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        raise
+    return path
