@@ -249,6 +249,7 @@ class AnnotatedTrace:
     analysis: Analysis
     focus: tuple[int, int]
     written: bool = True
+    summary: Summary | None = None  # the buffer's counts, when written from a buffer
 
 
 _ANNOTATED_SQL = "SELECT COUNT(*) AS n FROM track WHERE name IN ('findings', 'critical path')"
@@ -287,13 +288,15 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
             slices = {c: r.column(c) for c in ("phase", "ts", "end_ts")}
         ann = annotations_of(a, slices)
+        got: list = []
         if inp.kind == "trace":
             chunks = append_to(inp.trace, annotation_chunks(ann, on_lanes=False))
         else:
             src = inp.decoded if inp.kind == "decoded" else inp.decoder
-            chunks = _chain(trace_chunks(src, tracks, marks=ann.marks), annotation_chunks(ann, on_lanes=True))
+            chunks = _chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
+                            annotation_chunks(ann, on_lanes=True))
         size = write_chunks(path, chunks)
-    return AnnotatedTrace(path, size, a, _focus(a))
+    return AnnotatedTrace(path, size, a, _focus(a), summary=got[0] if got else None)
 
 
 def _chain(*its):

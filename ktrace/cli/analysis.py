@@ -1,6 +1,6 @@
 """``ktrace analyze`` and ``ktrace query``.
 
-    ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--threshold NAME=VALUE ...]
+    ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--trace out.perfetto-trace] [--threshold ...]
     ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them
     ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json]
 
@@ -35,6 +35,9 @@ def register(sub) -> None:
     fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/2)")
     fmt.add_argument("--markdown", action="store_true", help="print the report as Markdown (for a PR comment)")
     a.add_argument("--plot", metavar="PNG", help="also write a plot: per-block durations and the critical path")
+    a.add_argument("--trace", metavar="OUT", help="also write the trace with the analysis drawn on it (a findings "
+                   "track first, the critical path as a track and flow arrows, busy SMs and lanes running per phase as "
+                   "counters; docs/trace-format.md, Annotations): open it with ktrace view or ui.perfetto.dev")
     a.add_argument("--all", dest="show_all", action="store_true",
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
@@ -75,9 +78,15 @@ def _cmd_analyze(a) -> int:
     source = a.source[0]
     big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
-        from ..api import analyze
+        from ..api import analyze, annotate
 
-        result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+        if a.trace:
+            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+            result = written.analysis
+        else:
+            result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+    if a.trace:
+        print(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})", file=sys.stderr)
     if a.plot:
         from ..report.analysis_report import plot_analysis
 
@@ -107,11 +116,11 @@ def _analyze_several(a, thresholds) -> int:
     from ..api import analyze_gpus
     from .merge import print_cross_gpu
 
-    if a.plot:
+    if a.plot or a.trace:
         from ..inputs import refuse_traces
 
         refuse_traces(a.source)
-        raise InputError("--plot takes one buffer: analyze the buffers one at a time to plot them")
+        raise InputError(f"{'--plot' if a.plot else '--trace'} takes one buffer: analyze the buffers one at a time")
     m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, **decode_kwargs(a))
     if a.json:
         print(m.to_json())
