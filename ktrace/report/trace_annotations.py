@@ -145,7 +145,13 @@ def _roles(a) -> dict:
             out.setdefault((inst.phase[at], int(g["slowest_block"]), int(g["slowest_group"]), int(inst.k[at])),
                            set()).add("slowest")
         elif f.kind == "tail" and g.get("last_block") is not None:
-            mark((inst.last_block == g["last_block"]) & (inst.end_ns == (fig.kernel.end_ns or 0)), "ends_kernel")
+            lt = fig.lane_totals
+            lanes = np.flatnonzero((lt.block == g["last_block"]) & (lt.end_ns == (fig.kernel.end_ns or 0)))
+            ends = np.flatnonzero(inst.end_ns == (fig.kernel.end_ns or 0))
+            if len(lanes) and len(ends):  # the block's slice that ends the kernel (tied last finishers included)
+                i = int(ends[0])
+                key = (inst.phase[i], int(g["last_block"]), int(lt.group[lanes[0]]), int(inst.k[i]))
+                out.setdefault(key, set()).add("ends_kernel")
     return out
 
 
