@@ -178,14 +178,15 @@ def _path_key(s: Span) -> tuple:
     return args["phase"], int(args["lane_block"]), int(args["lane_group"]), int(args["instance"])
 
 
-def lanes_running(phase, ts, end_ts) -> list[CounterSeries]:
-    """Per phase (in first-seen order), the number of its slices running over time: one point per time the
+def lanes_running(phase, ts, end_ts, order=()) -> list[CounterSeries]:
+    """Per phase (in ``order``, then first-seen order), the number of its slices running over time: one point per time the
     count changes (begins and ends at one time net out). phase, ts, end_ts: one entry per phase slice."""
     phase = np.asarray(phase, dtype=object)
     ts, end_ts = np.asarray(ts, np.int64), np.asarray(end_ts, np.int64)
     out = []
     names, first = np.unique(phase.astype(str), return_index=True) if len(phase) else ([], [])
-    for name in [names[i] for i in np.argsort(first)]:  # a loop over phases
+    seen = [names[i] for i in np.argsort(first)]
+    for name in [p for p in order if p in seen] + [p for p in seen if p not in order]:  # a loop over phases
         m = phase == name
         t = np.concatenate([ts[m], end_ts[m]])
         d = np.concatenate([np.ones(m.sum(), np.int64), -np.ones(m.sum(), np.int64)])
@@ -210,7 +211,8 @@ def annotations_of(a, phase_slices: dict | None = None) -> Annotations:
         counters.append(CounterSeries("busy SMs", fig.busy_sms.ts, fig.busy_sms.busy_sms,
                                       "SMs running a block (from each block's first begin to its last end)"))
     if phase_slices is not None:
-        counters += lanes_running(phase_slices["phase"], phase_slices["ts"], phase_slices["end_ts"])
+        counters += lanes_running(phase_slices["phase"], phase_slices["ts"], phase_slices["end_ts"],
+                                  order=fig.phases.phase.tolist())
     top = a.findings[0] if a.findings else None
     desc = f"ktrace analyze: {len(a.findings)} findings" + (f"; top: {top.message}" if top else "")
     return Annotations(_finding_spans(a), path, hops, tuple(counters), marks, desc)
