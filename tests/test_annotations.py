@@ -168,3 +168,31 @@ def test_lanes_running_counts_slices_over_time():
     assert c.name == "lanes running: a"
     assert c.ts.tolist() == [0, 5, 10, 20] and c.values.tolist() == [1, 2, 1, 0]
     assert np.all(np.diff(c.ts) > 0)
+
+
+def test_counter_packets_are_what_protobuf_serializes():
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    from ktrace.export.annotations import CounterSeries, _counter_values
+
+    rng = np.random.default_rng(3)
+    ts = np.cumsum(rng.integers(1, 1 << 40, 500)) >> rng.integers(0, 3, 500).cumsum().clip(0, 20)
+    vals = rng.integers(0, 1 << 20, 500) >> rng.integers(0, 20, 500)
+    t = pb.Trace()
+    for x, v in zip(ts.tolist(), vals.tolist()):
+        p = t.packet.add()
+        p.timestamp = x
+        p.trusted_packet_sequence_id = ANNOTATION_SEQ
+        p.track_event.type = pb.TrackEvent.TYPE_COUNTER
+        p.track_event.track_uuid = (1 << 41) + (1 << 21) + 3
+        p.track_event.counter_value = v
+    got = _counter_values((1 << 41) + (1 << 21) + 3, CounterSeries("c", ts, vals))
+    assert got == t.SerializeToString()
+
+
+def test_trace_takes_one_capture(tmp_path, capsys):
+    from ktrace.cli import main
+
+    out = tmp_path / "a.perfetto-trace"
+    assert main(["analyze", str(sample("multigpu_gpu0")), str(sample("multigpu_gpu1")), "--trace", str(out)]) == 2
+    assert "--trace takes one buffer" in capsys.readouterr().err and not out.exists()
