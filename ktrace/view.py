@@ -276,7 +276,7 @@ def _annotated(src: Path, inp, stack, tracks, engine, say, decode_options):
     try:
         done = annotate(inp.decoder or src, tmp / (src.name.split(".")[0] + ".analyzed.perfetto-trace"),
                         engine=engine, tracks=tracks, **decode_options)
-    except InputError as e:
+    except (InputError, EnvironmentMissing) as e:  # a merged trace, no trace processor: the bare trace still shows
         say(f"not annotated ({e}); showing the plain trace")
         return None, None
     a, k = done.analysis, done.analysis.kernel

@@ -237,3 +237,24 @@ def test_installed_command_serves_a_trace_on_the_port_asked(trace):
 def test_help_names_the_offline_ui():
     rc, out, _ = run_ktrace("view", "--help")
     assert rc == 0 and "--no-browser" in out and "--port" in out and "127.0.0.1" in out
+
+
+def test_an_input_the_analysis_refuses_is_shown_plain(monkeypatch, trace):
+    said = []
+
+    def refused(*a, **k):
+        raise EnvironmentMissing("no trace processor here")
+
+    monkeypatch.setattr(ktrace.api, "annotate", refused)
+    monkeypatch.setattr(TraceServer, "serve_forever", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+    seen = []
+    real_init = TraceServer.__init__
+
+    def init(self, t, **kw):
+        seen.append((Path(t), kw.get("focus"), kw.get("pin")))
+        real_init(self, t, **kw)
+
+    monkeypatch.setattr(TraceServer, "__init__", init)
+    assert view_mod.view(trace, open_browser=False, say=said.append) == 0
+    assert "not annotated (no trace processor here); showing the plain trace" in "\n".join(said)
+    assert seen == [(trace, None, ())]
