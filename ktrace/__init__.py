@@ -16,7 +16,7 @@ from .inputs import is_trace
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
 from .model import Decoded, Launch
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "decode",

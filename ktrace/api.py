@@ -18,6 +18,7 @@ the temporary trace). The command line only parses, calls these and prints.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
 from .analysis.gates import check_capture
-from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu
+from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu, cross_gpu_from_analyses
 from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
@@ -36,7 +37,7 @@ from .inputs import buffer_options, is_session, open_gpus, open_input
 from .model import Decoded, Summary
 from .report.inspect import inspect_dict
 
-__all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "query",
+__all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
            "annotate", "AnnotatedTrace", "annotated_output"]
 
@@ -105,8 +106,10 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
     bytes, an array or a BufferDecoder): decoded with ``decode_options`` (events, groups, layout, sidecar,
     num_blocks, num_groups), written to a temporary trace and analyzed the same way; an open engine Session:
-    the SQL package is registered on it; a ``Decoded``: figures from the numpy oracle. engine: 'auto', 'wasm'
-    or 'native' (see ktrace.engine.open_trace); progress(done_bytes, total_bytes) while the trace loads.
+    the SQL package is registered on it; a ``Decoded``: figures from numpy. engine: 'wasm' or 'native'
+    (ktrace.engine.open_trace), 'numpy' (a buffer's figures computed with numpy, no trace processor), or
+    'auto' (numpy for a buffer of NUMPY_MIN_RECORDS record slots or more, else the trace processor);
+    progress(done_bytes, total_bytes) while the trace loads.
 
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
@@ -116,8 +119,34 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     return _analyze(source, thresholds, engine, progress, None, decode_options)
 
 
+# A buffer of at least this many record slots is analyzed with numpy by engine='auto': the same figures
+# (tests hold the SQL package and the numpy computation equal on every capture) at a small fraction of the
+# trace processor's time and memory. Smaller buffers go through the SQL package, the product users query.
+NUMPY_MIN_RECORDS = 250_000
+
+
 def _analyze(source, thresholds, engine, progress, name, decode_options) -> Analysis:
-    with open_input(source, engine=engine, progress=progress, **decode_options) as inp:
+    if engine in ("numpy", "auto") and not _is_trace_source(source):
+        with open_input(source, need="decoder", **decode_options) as inp:
+            dec = inp.decoder
+            if engine == "numpy" or dec is None or dec.body.size >= NUMPY_MIN_RECORDS:
+                decoded = dec.decode() if dec is not None else inp.decoded
+                return analyze_opened(decoded, thresholds, name=name or inp.name)
+            return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
+    if engine == "numpy":
+        raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
+                         "processor (--engine wasm or native)")
+    return _analyze_sql(source, thresholds, engine, progress, name)
+
+
+def _is_trace_source(source) -> bool:
+    from .inputs import is_trace
+
+    return isinstance(source, (str, Path)) and is_trace(source)
+
+
+def _analyze_sql(source, thresholds, engine, progress, name) -> Analysis:
+    with open_input(source, engine=engine, progress=progress) as inp:
         return analyze_opened(inp.session, thresholds, name=name or inp.name)
 
 
@@ -154,14 +183,23 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
 
 
 def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
-    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1).
-    decode_options apply to the buffers among them; refused when both are traces."""
-    buffer_options([before, after], decode_options)
-    return _diff(load_capture(before, engine=engine, **decode_options),
-                 load_capture(after, engine=engine, **decode_options))
+    """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1); a list on
+    either side is several runs of it, whose run-to-run spread becomes the noise. decode_options apply to
+    the buffers among them; refused when every one is a trace."""
+    def runs(x) -> list:
+        return list(x) if isinstance(x, (list, tuple)) else [x]
+
+    buffer_options(runs(before) + runs(after), decode_options)
+
+    def load(x):
+        caps = [load_capture(s, engine=engine, **decode_options) for s in runs(x)]
+        return caps if isinstance(x, (list, tuple)) else caps[0]
+
+    return _diff(load(before), load(after))
 
 
-def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decode_options) -> Check:
+def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
+          **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
@@ -169,7 +207,8 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", **decod
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
-        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name)
+        return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name,
+                             verify_sections=verify_sections)
 
 
 def merge_output(sources) -> Path:
@@ -230,6 +269,38 @@ def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: s
     return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))
 
 
+def merged_gpus(trace, *, engine: str = "auto") -> int:
+    """How many GPUs a trace holds: more than 1 for a trace written by ``ktrace merge``, else 0 or 1."""
+    from .analysis.figures import gpu_processes
+    from .engine import open_trace
+
+    with open_trace(trace, engine=engine) as session:
+        return len(gpu_processes(session))
+
+
+def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str = "auto") -> MultiGpuAnalysis:
+    """A trace written by ``ktrace merge``: each GPU analyzed on its own (its process's slices only), then the
+    cross-GPU figures, as ``analyze_gpus`` gives for the buffers (schema ktrace.analysis.multi/1; times on the
+    merged trace's common axis). Raises InputError for a trace of fewer than two GPUs."""
+    from .analysis.figures import gpu_processes
+    from .engine import open_trace
+
+    name = str(trace)
+    with open_trace(trace, engine=engine) as session:
+        gpus = gpu_processes(session)
+    if len(gpus) < 2:
+        raise InputError(f"{name}: not a trace of several GPUs (ktrace merge writes those); use analyze")
+    per, labels, launches = [], [], []
+    for upid, label in gpus:  # a session per GPU: the package reads only that GPU's process
+        with open_trace(trace, engine=engine) as session:
+            a = analyze_opened(session, thresholds, name=f"{name} [{label}]", upid=upid)
+        per.append(a)
+        labels.append(label)
+        launches.append(dict(a.launch))
+    return MultiGpuAnalysis(tuple(f"{name} [{lab}]" for lab in labels), tuple(per),
+                            cross_gpu_from_analyses(per, labels, launches))
+
+
 def annotated_output(source) -> Path:
     """``dir/name.analyzed.perfetto-trace`` for ``dir/name.bin`` or ``dir/name.perfetto-trace``."""
     if isinstance(source, (str, Path)):
@@ -274,15 +345,24 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
 
     buffer_options([source], decode_options)
     path = Path(out) if out is not None else annotated_output(source)
-    need = "decoder" if isinstance(source, Decoded) else "session"
-    with open_input(source, need=need, engine=engine, progress=progress, tracks=tracks, **decode_options) as inp:
-        if inp.kind == "decoded":
-            d = inp.decoded
+    if engine == "numpy" and _is_trace_source(source):
+        raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
+                         "processor (--engine wasm or native)")
+    with ExitStack() as stack:
+        inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
+        dec = inp.decoder
+        numpy_path = inp.kind == "decoded" or engine == "numpy" or (
+            engine == "auto" and dec is not None and dec.body.size >= NUMPY_MIN_RECORDS)
+        if numpy_path:  # figures from numpy (as analyze does for this input and engine)
+            d = inp.decoded if inp.kind == "decoded" else dec.decode()
             a = analyze_opened(d, thresholds, name=inp.name)
             names = [d.launch.event_name(e) if e >= 0 else "finalize" for e in d.slices.event.tolist()]
             slices = {"phase": names, "ts": d.slices.begin_ns, "end_ts": d.slices.end_ns}
         else:
-            a = analyze_opened(inp.session, thresholds, name=inp.name)
+            name = inp.name
+            inp = stack.enter_context(open_input(dec if dec is not None else source, engine=engine,
+                                                 progress=progress, tracks=tracks))
+            a = analyze_opened(inp.session, thresholds, name=name)
             if inp.kind == "trace" and int(inp.session.query(_ANNOTATED_SQL).rows[0][0] or 0):
                 return AnnotatedTrace(Path(inp.trace), Path(inp.trace).stat().st_size, a, _focus(a), written=False)
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
@@ -292,7 +372,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
         if inp.kind == "trace":
             chunks = append_to(inp.trace, annotation_chunks(ann, on_lanes=False))
         else:
-            src = inp.decoded if inp.kind == "decoded" else inp.decoder
+            src = inp.decoded if inp.kind == "decoded" else dec
             chunks = _chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
                             annotation_chunks(ann, on_lanes=True))
         size = write_chunks(path, chunks)

@@ -135,10 +135,10 @@ def test_from_a_trace_the_flows_join_the_critical_path_track(tmp_path):
     assert not again.written and again.path == done.path and not (tmp_path / "b.perfetto-trace").exists()
 
 
-def test_a_decoded_buffer_is_annotated_from_the_oracle(tmp_path):
+def test_a_decoded_buffer_is_annotated_from_numpy(tmp_path):
     d = ktrace.decode(sample("imbalance_ktrace"))
     done = ktrace.annotate(d, tmp_path / "a.perfetto-trace")
-    assert done.analysis.engine == "oracle"
+    assert done.analysis.engine == "numpy"
     check_annotated(parse(done.path.read_bytes()), done.analysis, on_lanes=True)
 
 

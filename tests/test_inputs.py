@@ -6,7 +6,7 @@ import pytest
 
 import ktrace
 from ktrace import inputs
-from ktrace.analysis import is_trace_path
+from ktrace.filetypes import is_trace as filetypes_is_trace
 from ktrace.decoding import BufferDecoder
 from ktrace.errors import InputError
 from ktrace.view import is_trace as view_is_trace
@@ -15,7 +15,7 @@ from conftest import sample
 
 
 def test_one_is_trace_everywhere(tmp_path):
-    assert ktrace.is_trace is inputs.is_trace is view_is_trace is is_trace_path
+    assert ktrace.is_trace is inputs.is_trace is view_is_trace is filetypes_is_trace
     trace = tmp_path / "t.perfetto-trace"
     ktrace.convert(sample("imbalance"), trace)
     odd = tmp_path / "capture.dat"

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from ktrace import decode
-from ktrace.analysis import Thresholds, analyze
+from ktrace import analyze
+from ktrace.analysis import Thresholds
 from ktrace.analysis.catalog import Capture, Timing
-from ktrace.analysis.gates import baseline_for, evaluate
+from ktrace.analysis.gates import _phase_typos, baseline_for, edit_distance, evaluate, unmatched_sections
 from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,
                                    parse_rule, rule_book)
 from ktrace.api import check, load_capture
@@ -304,6 +305,47 @@ def test_missing_rules_file_and_a_kernel_no_rule_applies_to(tmp_path):
     f.write_text('[kernels.other]\nrules = ["kernel.wall_us < 1"]\n')
     with pytest.raises(InputError, match="no rule applies to kernel 'persistent_phases'.*other"):
         check(BEFORE, rule_book(files=[f]))
+
+
+def test_edit_distance_and_a_section_a_typo_away_from_the_kernel():
+    assert edit_distance("persistent_phase", "persistent_phases") == 1 and edit_distance("abc", "abc") == 0
+    book = rule_book(["kernel.anomalous_records == 0"], files=[])
+    assert unmatched_sections(book, ["persistent_phases"]) == []  # no kernel section: nothing to miss
+
+
+def test_a_misspelled_kernel_section_is_an_error_not_a_gate_switched_off(tmp_path):
+    f = tmp_path / "typo.toml"
+    f.write_text('rules = ["kernel.anomalous_records == 0"]\n[kernels.persistent_phase]\n'
+                 'rules = ["compute.imbalance <= 1.2"]\n[[kernels.persistent_phase.sql]]\nname = "q"\n'
+                 'query = "SELECT 1 WHERE 0"\n[kernels.attn_fwd]\nrules = ["kernel.wall_us < 1"]\n')
+    book = rule_book(files=[f])
+    problems = unmatched_sections(book, ["persistent_phases"])
+    assert len(problems) == 1 and "did you mean 'persistent_phases'" in problems[0]  # attn_fwd: far, fine
+    assert "2 rule(s)" in problems[0]  # the section's rule and its SQL rule
+    with pytest.raises(InputError, match="did you mean 'persistent_phases'"):
+        check(BEFORE, book)
+    # checking several captures, a section meant for another capture's kernel is no typo
+    assert unmatched_sections(book, ["persistent_phases", "persistent_phase"]) == []
+
+
+def test_a_sql_rule_naming_a_misspelled_phase_is_an_error():
+    phases = ["load", "compute", "reduce"]
+    assert _phase_typos("SELECT 1 FROM ktrace_phase WHERE phase = 'compte'", phases) == [
+        "phase 'compte' is not a phase of this capture (did you mean 'compute'?)"]
+    assert "'lod'" in _phase_typos("SELECT 1 FROM t WHERE next_phase IN ('compute', 'lod')", phases)[0]
+    assert _phase_typos("SELECT 1 FROM t WHERE phase = 'compute' AND kind = 'wiat'", phases) == []
+    assert _phase_typos("SELECT 1 FROM t WHERE phase = 'attention'", phases) == []  # far from every phase
+    with pytest.raises(InputError, match="did you mean 'compute'"):
+        check(BEFORE, rule_book(sql=["SELECT block FROM ktrace_lane_wait WHERE phase = 'compte'"]))
+
+
+@pytest.mark.slow
+def test_cli_a_misspelled_kernel_section_exits_2(tmp_path):
+    f = tmp_path / "typo.toml"
+    f.write_text('rules = ["kernel.anomalous_records == 0"]\n[kernels.persistent_phase]\n'
+                 'rules = ["compute.imbalance <= 1.2"]\n')
+    rc, out, err = run_ktrace("check", BEFORE, "--rules", f)
+    assert rc == 2 and "did you mean 'persistent_phases'" in err and "passed" not in out
 
 
 # -- reports ---------------------------------------------------------------------------------------------

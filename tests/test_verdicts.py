@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from ktrace import decode
-from ktrace.analysis import Thresholds, analyze
+from ktrace import analyze
+from ktrace.analysis import Thresholds
 from ktrace.analysis.findings import find
 from ktrace.decoding.encode import encode_tags, place_records
 

@@ -136,30 +136,18 @@ class Analysis:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
-def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None) -> Analysis:
+def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,
+                   upid: int | None = None) -> Analysis:
     """The Analysis of an opened input: a ``Decoded`` (figures from the numpy oracle) or an open engine
-    Session (figures from the SQL package, registered on it). name: the source the result names (default:
-    the Decoded's source, the Session's trace). Any other input goes through ``ktrace.analyze``."""
+    Session (figures from the SQL package, registered on it; upid: only that process's slices, one GPU of a
+    merged trace). name: the source the result names (default: the Decoded's source, the Session's trace).
+    Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
-        return _finish(name or str(source.source), "oracle", oracle_figures(source), th)
-    return _finish(name or source.trace_name, source.engine_name, sql_figures(source), th)
+        return _finish(name or str(source.source), "numpy", oracle_figures(source), th)
+    return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid), th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:
     return Analysis(source=source, engine=engine, figures=fig, findings=find(fig, th), thresholds=th,
                     tick_ns=tick_of(fig, th))
-
-
-def __getattr__(name):
-    # Resolving any input into a session is the api layer's work, so these three live there now; the old
-    # names stay importable from here (imported on first use: ktrace.api sits above this package).
-    if name == "analyze":
-        from ..api import analyze
-
-        return analyze
-    if name in ("temporary_trace", "is_trace_path"):
-        from .. import inputs
-
-        return inputs.temporary_trace if name == "temporary_trace" else inputs.is_trace
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

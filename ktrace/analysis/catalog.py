@@ -89,10 +89,14 @@ GROUP_FIGURES = _catalog(
 
 @dataclass(frozen=True)
 class Value:
-    """A figure's value (None when undefined) and its noise, both in the figure's unit."""
+    """A figure's value (None when undefined) and its noise, both in the figure's unit. ``noise``: the
+    capture's own evidence of spread (the timer tick, p10-p90 across instances or timed repetitions);
+    ``samples``: the values it summarizes (one per instance, or per run when several runs are pooled), which
+    compare.py ranks; empty where there are none."""
 
     value: float | None
     noise: float = 0.0
+    samples: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -186,10 +190,15 @@ def _us(ns) -> float | None:
     return None if ns is None or (isinstance(ns, float) and math.isnan(ns)) else float(ns) / 1e3
 
 
-def _std(values) -> float:
+def _clean(values) -> np.ndarray:
     v = np.asarray(values, np.float64)
-    v = v[~np.isnan(v)]
-    return float(v.std()) if len(v) > 1 else 0.0
+    return v[~np.isnan(v)]
+
+
+def _spread(values) -> float:
+    """p90 - p10 of the values (NaN dropped): the spread most of them fall in; 0 for fewer than two."""
+    v = _clean(values)
+    return float(np.percentile(v, 90) - np.percentile(v, 10)) if len(v) > 1 else 0.0
 
 
 def kernel_values(cap) -> dict[str, Value]:
@@ -197,10 +206,12 @@ def kernel_values(cap) -> dict[str, Value]:
     cap = as_capture(cap)
     a, k = cap.analysis, cap.analysis.kernel
     tick_us = a.tick_ns / 1e3
-    out = {"wall_us": Value(_us(k.wall_ns), tick_us), "slices": Value(k.slices), "lanes": Value(k.lanes),
+    t = cap.timing
+    # One launch's wall varies from launch to launch as the timed repetitions do (their p10-p90).
+    rep = t.profiled_spread_us if t is not None and t.profiled_median_us else 0.0
+    out = {"wall_us": Value(_us(k.wall_ns), max(tick_us, rep)), "slices": Value(k.slices), "lanes": Value(k.lanes),
            "phases": Value(k.phases), "tick_ns": Value(a.tick_ns),
            "anomalous_records": Value(a.launch.get("anomalous_records"))}
-    t = cap.timing
     if t is not None:
         out["profiled_us"] = Value(t.profiled_median_us, t.profiled_spread_us)
         out["control_us"] = Value(t.control_median_us, t.control_spread_us)
@@ -222,27 +233,32 @@ def phase_values(a: Analysis) -> dict[str, dict[str, Value]]:
         name, n = p["phase"], p["instances"]
         m = inst.phase == name
 
+        def samples(column: str, scale: float = 1e-3) -> tuple:
+            return tuple((_clean(getattr(inst, column)[m]) * scale).tolist())
+
         def noise_ns(column: str) -> float:
-            return max(tick_ns, _std(getattr(inst, column)[m]))
+            return max(tick_ns, _spread(getattr(inst, column)[m]))
 
         def mean_t(value_ns, column: str) -> Value:
-            return Value(_us(value_ns), noise_ns(column) / 1e3)
+            return Value(_us(value_ns), noise_ns(column) / 1e3, samples(column))
 
         after = [w for w in waits if w["phase"] == name]
         before = [w for w in waits if w["next_phase"] == name]
         wait_noise = max([tick_ns] + [w["p90_ns"] - w["p50_ns"] for w in after + before]) / 1e3
-        imb_noise = max(tick_ns / p["mean_dur_ns"] if p["mean_dur_ns"] else 0.0, _std(inst.imbalance[m]))
+        imb_noise = max(tick_ns / p["mean_dur_ns"] if p["mean_dur_ns"] else 0.0, _spread(inst.imbalance[m]))
         cm = cp.phase == name
-        step_noise = max(tick_ns, _std(cp.dur_ns[cm].astype(np.float64)))
-        crit_noise = math.sqrt(max(int(cm.sum()), 1)) * step_noise
+        steps = _per_instance(cp.k[cm], cp.dur_ns[cm])  # each instance's time on the path: slice + wait
+        crit_noise = max(tick_ns, _spread(steps))
         share = shares.get(name)
         v = {
             "instances": Value(n), "slices": Value(p["slices"]),
             "wall_us": mean_t(p["sum_wall_ns"] / n, "wall_ns"),
-            "total_wall_us": Value(_us(p["sum_wall_ns"]), math.sqrt(n) * noise_ns("wall_ns") / 1e3),
+            "total_wall_us": Value(_us(p["sum_wall_ns"]), math.sqrt(n) * noise_ns("wall_ns") / 1e3,
+                                   samples("wall_ns")),
             "max_dur_us": mean_t(p["mean_max_dur_ns"], "max_dur_ns"),
             "mean_dur_us": mean_t(p["mean_dur_ns"], "mean_dur_ns"),
-            "imbalance": Value(p["imbalance"], imb_noise), "max_imbalance": Value(p["max_imbalance"], imb_noise),
+            "imbalance": Value(p["imbalance"], imb_noise, samples("imbalance", 1.0)),
+            "max_imbalance": Value(p["max_imbalance"], imb_noise, samples("imbalance", 1.0)),
             "excess_us": mean_t(p["mean_excess_ns"], "excess_ns"),
             "max_excess_us": mean_t(p["max_excess_ns"], "excess_ns"),
             "start_skew_us": mean_t(p["mean_start_skew_ns"], "start_skew_ns"),
@@ -256,11 +272,22 @@ def phase_values(a: Analysis) -> dict[str, dict[str, Value]]:
             "wait_after_us": Value(_mean_wait_us(after), wait_noise),
             "wait_before_us": Value(_mean_wait_us(before), wait_noise),
             "max_wait_us": Value(_us(max((w["max_ns"] for w in after), default=None)), wait_noise),
-            "critical_us": Value(_us(share["total_ns"]) if share else 0.0, crit_noise / 1e3),
+            "critical_us": Value(_us(share["total_ns"]) if share else 0.0, crit_noise / 1e3,
+                                 tuple((steps / 1e3).tolist())),
             "critical_share": Value(share["share"] if share else 0.0, crit_noise / wall_ns if wall_ns else 0.0),
         }
         out[name] = v
     return out
+
+
+def _per_instance(k, dur_ns) -> np.ndarray:
+    """Sums of dur_ns per instance index k (ns)."""
+    k = np.asarray(k, np.float64)
+    ok = ~np.isnan(k)
+    if not ok.any():
+        return np.zeros(0)
+    _, inverse = np.unique(k[ok], return_inverse=True)
+    return np.bincount(inverse, weights=np.asarray(dur_ns, np.float64)[ok])
 
 
 def _mean_wait_us(rows) -> float | None:

@@ -11,7 +11,7 @@ from .results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Ke
                       PhaseInstances, PhaseLanes, Phases, Table, Waits)
 from .sql_package import include_all, register
 
-__all__ = ["sql_figures", "query_table"]
+__all__ = ["sql_figures", "query_table", "gpu_processes"]
 
 _SQL_NAMES = {"group": "grp"}  # SQL column for a Python field, where they differ ('group' is a keyword)
 
@@ -24,14 +24,15 @@ def query_table(session, table: type[Table]) -> Table:
     return table.from_columns({c: r.column(c) for c in table.columns()})
 
 
-def sql_figures(session, *, register_package: bool = True) -> Figures:
+def sql_figures(session, *, register_package: bool = True, upid: int | None = None) -> Figures:
     """Every figure of the analysis, computed by the SQL package on ``session`` (an open engine Session).
 
     register_package: register the ``ktrace`` package first (pass False when it already is).
     """
     if register_package:
-        register(session)
-    _refuse_several_gpus(session)
+        register(session, upid)
+    if upid is None:
+        _refuse_several_gpus(session)
     return Figures(
         kernel=_kernel(session),
         launch=_launch(session),
@@ -57,8 +58,15 @@ def _refuse_several_gpus(session) -> None:
         from ..errors import InputError
 
         raise InputError(f"{session.trace_name}: a trace of {n} GPUs (written by ktrace merge): one analysis "
-                         "would mix their blocks; analyze the GPUs' buffers instead: ktrace analyze A.bin B.bin "
-                         "(each GPU, then across GPUs)")
+                         "would mix their blocks; use ktrace.analyze_merged (the CLI does: each GPU, then across "
+                         "GPUs)")
+
+
+def gpu_processes(session) -> list[tuple[int, str]]:
+    """(upid, name) of each GPU process of a trace written by ``ktrace merge``, in GPU order; [] otherwise."""
+    r = session.query("SELECT p.upid, p.name FROM process p WHERE p.upid IN (SELECT upid FROM process_track) "
+                      "AND p.pid > 0 ORDER BY p.pid")
+    return [(int(u), str(n)) for u, n in r.rows]
 
 
 def _kernel(session) -> Kernel:

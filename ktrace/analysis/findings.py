@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from ..errors import InputError
 from .results import Figures
 from . import verdicts
+from ._verdict import format_ns
 
 __all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
 
@@ -81,20 +82,6 @@ class Finding:
         return {"kind": self.kind, "phase": self.phase, "severity": self.severity, "message": self.message,
                 "evidence": self.evidence, "impact_ns": self.impact_ns, "impact_share": self.impact_share,
                 "figures": dict(self.figures)}
-
-
-def format_ns(ns) -> str:
-    """A duration for people: '468 ns', '43.6 µs', '1.25 ms', '2.00 s'."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.3g} µs" if a < 1e5 else f"{ns / 1e3:.0f} µs"
-    if a < 1e9:
-        return f"{ns / 1e6:.3g} ms" if a < 1e8 else f"{ns / 1e6:.0f} ms"
-    return f"{ns / 1e9:.3g} s"
 
 
 def tick_of(fig: Figures, th: Thresholds) -> float:

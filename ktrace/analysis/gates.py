@@ -7,13 +7,15 @@ every such rule and why.
 
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
 from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
 
-__all__ = ["resolve", "evaluate", "baseline_for", "check_capture"]
+__all__ = ["resolve", "evaluate", "baseline_for", "check_capture", "edit_distance", "unmatched_sections"]
 
 _SHOWN_ROWS = 5
 
@@ -97,7 +99,30 @@ def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: st
                       base, unit, v.noise)
 
 
-def _sql_result(rule: SqlRule, session) -> RuleResult:
+_PHASE_EQ = re.compile(r"\b(?:next_)?phase\s*(?:==?|!=|<>)\s*'((?:[^']|'')*)'", re.I)
+_PHASE_IN = re.compile(r"\b(?:next_)?phase\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", re.I)
+
+
+def _phase_typos(query: str, phases) -> list[str]:
+    """Phase names a query compares with that name no phase of the capture but are a few edits from one:
+    such a query returns no rows whatever the capture holds, a gate switched off."""
+    literals = [m.replace("''", "'") for m in _PHASE_EQ.findall(query)]
+    for group in _PHASE_IN.findall(query):
+        literals += [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", group)]
+    out = []
+    for lit in dict.fromkeys(literals):
+        if lit in phases:
+            continue
+        near = [p for p in phases if _near(lit, p)]
+        if near:
+            out.append(f"phase {lit!r} is not a phase of this capture (did you mean {' or '.join(map(repr, near))}?)")
+    return out
+
+
+def _sql_result(rule: SqlRule, session, phases=()) -> RuleResult:
+    typos = _phase_typos(rule.query, list(phases))
+    if typos:
+        raise InputError(f"{rule.origin}{_label(rule)}: " + "; ".join(typos))
     try:
         r = session.query(rule.query)
     except InputError as e:
@@ -120,7 +145,7 @@ def evaluate(rules, cap: Capture, baseline: Capture | None = None, session=None)
             if isinstance(rule, SqlRule):
                 if session is None:
                     raise InputError(f"{rule.origin}{_label(rule)}: SQL rules need the trace open in an engine")
-                out.append(_sql_result(rule, session))
+                out.append(_sql_result(rule, session, phases))
             elif rule.scope == "*":
                 subjects = [p for p in phases if rule.group is None or _ran_on(cap, p, rule.group)]
                 if not subjects:
@@ -159,11 +184,47 @@ def baseline_for(kernel: str, baselines) -> Capture | None:
     return same[0] if same else None
 
 
-def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None) -> Check:
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions turning a into b."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _near(pattern: str, kernel: str) -> bool:
+    return edit_distance(pattern.lower(), kernel.lower()) <= max(2, len(pattern) // 5)
+
+
+def unmatched_sections(book: RuleBook, kernels) -> list[str]:
+    """A problem for each kernel section (its rules and SQL rules) that matches none of ``kernels`` while one
+    of them is a few edits away from its name: a typo that would switch its gates off."""
+    kernels = sorted(set(kernels))
+    out = []
+    for sec in book.sections:
+        if sec.pattern is None or any(fnmatch.fnmatchcase(k, sec.pattern) for k in kernels):
+            continue
+        near = [k for k in kernels if _near(sec.pattern, k)]
+        if near:
+            where = sec.rules[0].origin.rsplit(" ", 1)[0] if sec.rules else f"[kernels.{sec.pattern}]"
+            out.append(f"{where}: matches no capture's kernel, so its {len(sec.rules)} rule(s) would not run "
+                       f"(did you mean {' or '.join(repr(k) for k in near)}?)")
+    return out
+
+
+def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None,
+                  verify_sections: bool = True) -> Check:
     """``book``'s rules for ``cap``'s kernel, evaluated on it (SQL rules on ``session``, its open trace).
-    baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies or a rule
-    cannot be evaluated; the Check says which passed."""
+    baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies, a rule
+    cannot be evaluated, or (verify_sections) a kernel section misses the kernel by a typo; the Check says
+    which passed. Checking several captures, pass verify_sections=False and call ``unmatched_sections``
+    with every kernel: a section may be meant for another capture."""
     source = source if source is not None else cap.analysis.source
+    typos = unmatched_sections(book, [cap.kernel_name]) if verify_sections else []
+    if typos:
+        raise InputError(f"{source}: kernel {cap.kernel_name!r}: " + "; ".join(typos))
     rules = book.for_kernel(cap.kernel_name)
     if not rules:
         have = ", ".join(book.patterns) or "none"

@@ -255,3 +255,37 @@ def _phases(t: CrossGpuInstances) -> CrossGpuPhases:
         "max_start_skew_ns": np.maximum.reduceat(t.start_skew_ns, starts),
         "mean_end_skew_ns": np.add.reduceat(t.end_skew_ns, starts) / count,
         "max_end_skew_ns": np.maximum.reduceat(t.end_skew_ns, starts)})
+
+
+def cross_gpu_from_analyses(analyses, labels, launches) -> CrossGpu:
+    """The cross-GPU figures from each GPU's analysis of a trace written by ``ktrace merge`` (every GPU
+    already on the common axis): the same tables ``cross_gpu`` computes from the buffers. labels: each GPU's
+    process name; launches: each GPU's launch facts (the clock shift and offset ``ktrace merge`` recorded)."""
+    from ..decoding.align import GpuClock
+
+    names: list[str] = []
+    cols = {key: [] for key in ("code", "k", "gpu", "lanes", "begin_ns", "end_ns", "last_block")}
+    clocks = []
+    for gpu, (a, label, facts) in enumerate(zip(analyses, labels, launches)):
+        t = a.instances
+        for nm in t.phase.tolist():  # a loop over instances' names, once per phase instance
+            if nm not in names:
+                names.append(nm)
+        cols["code"].append(np.array([names.index(nm) for nm in t.phase.tolist()], np.int64))
+        cols["k"].append(t.k)
+        cols["gpu"].append(np.full(len(t), gpu, np.int64))
+        cols["lanes"].append(t.lanes)
+        cols["begin_ns"].append(t.begin_ns)
+        cols["end_ns"].append(t.end_ns)
+        cols["last_block"].append(t.last_block)
+
+        def fact(key):
+            v = facts.get(key)
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        clocks.append(GpuClock(gpu, f"{label} (merged trace)", label, None, facts.get("device"), None,
+                               "merged", fact("clock_offset_to_reference_ns"), fact("clock_offset_spread_ns"),
+                               None, None, fact("clock_shift_ns") or 0))
+    c = {key: np.concatenate(v) if v else np.zeros(0, np.int64) for key, v in cols.items()}
+    alignment = Alignment("merged", tuple(clocks), ("GPUs placed on one axis by ktrace merge; shifts as it recorded",))
+    return _figures(alignment, c, names)

@@ -218,7 +218,7 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     mean_max = _fdiv(sum_max, instances)
     mean_dur = _fdiv(sum_dur, slices)
     # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
-    pairs, per_lane = np.unique(np.stack([s.code, s.lane]), axis=1, return_counts=True)
+    pairs, per_lane = st.unique_columns(s.code, s.lane, return_counts=True)
     lanes_of = np.bincount(pairs[0], minlength=len(s.names))
     lo = np.full(len(s.names), np.iinfo(np.int64).max)
     hi = np.zeros(len(s.names), np.int64)
@@ -268,9 +268,9 @@ def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np
     m = tied_mask
     if not m.any():
         return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
-    tied = np.unique(np.stack([s.code[m], s.k[m], s.block[m]]), axis=1)  # distinct (phase, k, block)
+    tied = st.unique_columns(s.code[m], s.k[m], s.block[m])  # distinct (phase, k, block)
     code, k, block = tied
-    pairs, count = np.unique(np.stack([code, block]), axis=1, return_counts=True)
+    pairs, count = st.unique_columns(code, block, return_counts=True)
     pick = np.lexsort((pairs[1], -count, pairs[0]))
     first = pick[_starts(pairs[0][pick])]
     top_block = np.full(phases, -1, np.int64)
@@ -284,7 +284,7 @@ def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np
     inst_code = code[starts]
     chosen = np.where(np.asarray(has_top, bool), top_block[inst_code], lowest)
     distinct = np.zeros(phases, np.int64)
-    uniq = np.unique(np.stack([inst_code, chosen]), axis=1)
+    uniq = st.unique_columns(inst_code, chosen)
     np.add.at(distinct, uniq[0], 1)
     return top_block, top_count, distinct
 

@@ -16,6 +16,28 @@ __all__ = ["slice_depth", "lane_neighbours", "blocks_table", "lane_totals", "bus
            "critical_path", "critical_shares"]
 
 
+def unique_columns(*cols, return_counts: bool = False):
+    """np.unique(np.stack(cols), axis=1) for non-negative int64 columns, through one combined key (a 1-D
+    unique is many times faster than a unique over rows). Returns the distinct rows as a (len(cols), n) array
+    (sorted as np.unique sorts them), and their counts when asked."""
+    cols = [np.asarray(c, np.int64) for c in cols]
+    if not len(cols[0]):
+        out = np.zeros((len(cols), 0), np.int64)
+        return (out, np.zeros(0, np.int64)) if return_counts else out
+    spans = [int(c.max()) + 1 for c in cols]
+    key = np.zeros(len(cols[0]), np.int64)
+    for c, span in zip(cols, spans):
+        key = key * span + c
+    u = np.unique(key, return_counts=return_counts)
+    keys, counts = (u if return_counts else (u, None))
+    rows = []
+    for span in reversed(spans):
+        rows.append(keys % span)
+        keys = keys // span
+    out = np.stack(rows[::-1])
+    return (out, counts) if return_counts else out
+
+
 def _starts(sorted_keys: np.ndarray) -> np.ndarray:
     if not len(sorted_keys):
         return np.zeros(0, np.int64)
@@ -71,7 +93,7 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
     b_end = np.full(nb, np.iinfo(np.int64).min)
     np.maximum.at(b_end, inv, end)
     slices = np.bincount(inv, minlength=nb)
-    pairs = np.unique(np.stack([inv, lane]), axis=1)
+    pairs = unique_columns(inv, lane)
     lanes = np.bincount(pairs[0], minlength=nb)
     later = np.zeros(nb, np.int64)
     for s in np.unique(b_sm[b_sm >= 0]).tolist():

@@ -8,11 +8,13 @@ arrays of str (None where SQL has NULL).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
+
+from .structure_tables import Blocks, BusySms, LaneTotals, Occupancy
+from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds
 
 __all__ = [
     "Table",
@@ -30,102 +32,6 @@ __all__ = [
     "Kernel",
     "Figures",
 ]
-
-_INT, _REAL, _TEXT = "int", "real", "text"
-_INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
-
-
-@dataclass(frozen=True, eq=False)
-class Table:
-    """Columns of equal length. Subclasses declare the columns as fields and their kinds in KINDS."""
-
-    KINDS: ClassVar[dict[str, str]] = {}
-    SQL_TABLE: ClassVar[str] = ""
-    ORDER_BY: ClassVar[str] = ""
-
-    @classmethod
-    def columns(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def from_columns(cls, data: dict[str, Any]) -> "Table":
-        """Builds the table from a mapping column -> sequence, converting each to its kind's dtype."""
-        return cls(**{name: _as_kind(data[name], cls.KINDS[name]) for name in cls.columns()})
-
-    @classmethod
-    def empty(cls) -> "Table":
-        return cls.from_columns({name: [] for name in cls.columns()})
-
-    def __len__(self) -> int:
-        return len(getattr(self, self.columns()[0]))
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The rows as dicts of plain Python values (NaN becomes None): JSON-ready."""
-        cols = [(name, _python_values(getattr(self, name), self.KINDS[name])) for name in self.columns()]
-        return [dict(zip((n for n, _ in cols), vals)) for vals in zip(*(v for _, v in cols))]
-
-    def row(self, i: int) -> dict[str, Any]:
-        return {name: _python_value(getattr(self, name)[i], self.KINDS[name]) for name in self.columns()}
-
-    def where(self, mask) -> "Table":
-        """The rows where ``mask`` (bool array) is true."""
-        return type(self)(**{name: getattr(self, name)[mask] for name in self.columns()})
-
-    def differences(self, other: "Table") -> list[str]:
-        """Columns whose values differ from ``other``'s (NaN equals NaN): empty when the tables are equal."""
-        if type(other) is not type(self):
-            return [f"{type(other).__name__} is not a {type(self).__name__}"]
-        if len(self) != len(other):
-            return [f"{len(self)} rows != {len(other)} rows"]
-        out = []
-        for name in self.columns():
-            a, b = getattr(self, name), getattr(other, name)
-            same = np.array_equal(a, b, equal_nan=True) if a.dtype.kind == "f" else (
-                a.tolist() == b.tolist())
-            if not same:
-                bad = [i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist()))
-                       if not (x == y or (isinstance(x, float) and isinstance(y, float) and
-                                          math.isnan(x) and math.isnan(y)))]
-                i = bad[0]
-                out.append(f"{name}: {len(bad)} rows differ, first row {i}: {a[i]!r} != {b[i]!r}")
-        return out
-
-
-def _as_kind(values, kind: str) -> np.ndarray:
-    if kind == _INTN:
-        kind = _REAL
-    if kind == _INT:
-        return np.asarray(values, dtype=np.int64).reshape(-1)
-    if kind == _REAL:
-        arr = np.asarray([np.nan if v is None else v for v in values] if not isinstance(values, np.ndarray)
-                         else values, dtype=np.float64)
-        return arr.reshape(-1)
-    out = np.empty(len(values), dtype=object)
-    # A column of NULLs only comes back from the engine as float NaN.
-    out[:] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-              for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
-    return out
-
-
-def _python_value(v, kind: str = ""):
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else (int(v) if kind == _INTN else float(v))
-    return v
-
-
-def _python_values(arr: np.ndarray, kind: str = "") -> list:
-    if arr.dtype.kind == "f":
-        if kind == _INTN:
-            return [None if math.isnan(v) else int(v) for v in arr.tolist()]
-        return [None if math.isnan(v) else v for v in arr.tolist()]
-    return arr.tolist()
-
-
-def _kinds(**kinds: str) -> dict[str, str]:
-    return kinds
-
 
 @dataclass(frozen=True, eq=False)
 class PhaseInstances(Table):
@@ -327,89 +233,6 @@ class CriticalShares(Table):
     def coverage(self, wall_ns) -> float | None:
         """Sum of the parts / wall: 1.0 when the parts account for the whole wall."""
         return float(self.total_ns.sum()) / wall_ns if wall_ns else None
-
-
-@dataclass(frozen=True, eq=False)
-class Blocks(Table):
-    """One row per block with phase slices: its SM, extent, and whether it ran in a later wave. SQL
-    ``ktrace_block``."""
-
-    block: np.ndarray
-    sm: np.ndarray
-    lanes: np.ndarray
-    slices: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    dur_ns: np.ndarray
-    later_wave: np.ndarray
-
-    SQL_TABLE: ClassVar[str] = "ktrace_block"
-    ORDER_BY: ClassVar[str] = "block"
-    KINDS: ClassVar[dict[str, str]] = _kinds(
-        block=_INT, sm=_INT, lanes=_INT, slices=_INT, begin_ns=_INT, end_ns=_INT, dur_ns=_INT, later_wave=_INT)
-
-
-@dataclass(frozen=True, eq=False)
-class LaneTotals(Table):
-    """One row per lane: its slices over all phases, busy time (top-level slices) and extent. SQL
-    ``ktrace_lane``."""
-
-    lane: np.ndarray
-    block: np.ndarray
-    group: np.ndarray
-    sm: np.ndarray
-    slices: np.ndarray
-    top_slices: np.ndarray
-    busy_ns: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-
-    SQL_TABLE: ClassVar[str] = "ktrace_lane"
-    ORDER_BY: ClassVar[str] = "lane"
-    KINDS: ClassVar[dict[str, str]] = _kinds(
-        lane=_INT, block=_INT, group=_INT, sm=_INT, slices=_INT, top_slices=_INT, busy_ns=_INT, begin_ns=_INT,
-        end_ns=_INT)
-
-
-@dataclass(frozen=True, eq=False)
-class BusySms(Table):
-    """Busy SMs over time: from ``ts`` on, ``busy_sms`` SMs run a block. SQL ``ktrace_busy_sms``."""
-
-    ts: np.ndarray
-    busy_sms: np.ndarray
-
-    SQL_TABLE: ClassVar[str] = "ktrace_busy_sms"
-    ORDER_BY: ClassVar[str] = "ts"
-    KINDS: ClassVar[dict[str, str]] = _kinds(ts=_INT, busy_sms=_INT)
-
-
-@dataclass(frozen=True, eq=False)
-class Occupancy(Table):
-    """The launch shape, one row: SMs, blocks per SM, waves, SM busy fraction, the tail and the block that
-    ends the kernel. SQL ``ktrace_occupancy``; docs/analysis-structure.md."""
-
-    sms: np.ndarray
-    blocks: np.ndarray
-    unknown_sm_blocks: np.ndarray
-    blocks_per_sm_max: np.ndarray
-    max_resident: np.ndarray
-    waves: np.ndarray
-    sm_busy_ns: np.ndarray
-    sm_busy_fraction: np.ndarray
-    tail_begin_ns: np.ndarray
-    tail_ns: np.ndarray
-    busy_sms_in_tail: np.ndarray
-    last_block: np.ndarray
-    last_block_begin_ns: np.ndarray
-    last_block_dur_ns: np.ndarray
-    median_block_dur_ns: np.ndarray
-
-    SQL_TABLE: ClassVar[str] = "ktrace_occupancy"
-    ORDER_BY: ClassVar[str] = "1"
-    KINDS: ClassVar[dict[str, str]] = _kinds(
-        sms=_INT, blocks=_INT, unknown_sm_blocks=_INT, blocks_per_sm_max=_INTN, max_resident=_INT, waves=_REAL,
-        sm_busy_ns=_INTN, sm_busy_fraction=_REAL, tail_begin_ns=_INTN, tail_ns=_INTN, busy_sms_in_tail=_REAL,
-        last_block=_INT, last_block_begin_ns=_INT, last_block_dur_ns=_INT, median_block_dur_ns=_INT)
 
 
 @dataclass(frozen=True)

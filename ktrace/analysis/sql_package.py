@@ -34,9 +34,19 @@ def sql_modules() -> dict[str, str]:
     return dict(_read())
 
 
-def register(session) -> None:
-    """Registers the package on an engine Session, so ``INCLUDE PERFETTO MODULE ktrace.phases;`` works."""
-    session.add_sql_package(PACKAGE, sql_modules())
+_SOURCE = "CREATE PERFETTO VIEW _ktrace_source_slice AS\nSELECT * FROM slice;"
+
+
+def register(session, upid: int | None = None) -> None:
+    """Registers the package on an engine Session, so ``INCLUDE PERFETTO MODULE ktrace.phases;`` works.
+
+    upid: read only the slices of that process (one GPU of a trace written by ``ktrace merge``)."""
+    modules = sql_modules()
+    if upid is not None:
+        narrowed = (f"CREATE PERFETTO VIEW _ktrace_source_slice AS\nSELECT * FROM slice\n"
+                    f"WHERE track_id IN (SELECT id FROM process_track WHERE upid = {int(upid)});")
+        modules["ktrace.slices"] = modules["ktrace.slices"].replace(_SOURCE, narrowed)
+    session.add_sql_package(PACKAGE, modules)
 
 
 def include_all() -> str:

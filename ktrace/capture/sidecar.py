@@ -49,7 +49,7 @@ def timer_metadata(producer: str, anchor_ns: int | None, host_launch_unix_ns: in
 
 def capture_metadata(cap, bin_path: Path) -> dict:
     """The sidecar for a read-back Capture saved at ``bin_path``."""
-    from .. import __version__
+    from .._version import __version__
     from ._cuda import device_index, device_info
 
     dev = device_info()

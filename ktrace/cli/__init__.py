@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from .._version import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from . import analysis, capture, compare, convert, merge, view
-from ._common import report_error
+from ._common import quiet_stdout, report_error
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    a = parser.parse_args(argv)
+    a, extra = parser.parse_known_args(argv)
+    if extra and getattr(a, "command", None) == "query":  # positionals after options: ktrace query T --csv SQL
+        for name in ("source", "sql"):
+            if getattr(a, name) is None and extra and not extra[0].startswith("-"):
+                setattr(a, name, extra.pop(0))
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not a.command:
         parser.print_help()
         return EXIT_INPUT
@@ -47,7 +53,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("ktrace: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader stopped (`| head`): not a failure, and never a failed gate
+        quiet_stdout()  # no second error at exit
         return EXIT_OK
 
 

@@ -4,6 +4,7 @@ bars, error reporting and the exit codes (0 ok, 1 a CI gate failed, 2 bad input,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import contextmanager
 
@@ -50,10 +51,17 @@ def tracks_option(p, help: str = "track tree: launch > SM > block > group (sm, d
     p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
 
 
-def engine_option(p) -> None:
-    """--engine, as every command that queries a trace takes it."""
+def engine_option(p, numpy: bool = False) -> None:
+    """--engine, as every command that queries a trace takes it; ``numpy``: analyze also computes a buffer's
+    figures with numpy, no trace processor."""
     from ..engine.session import ENGINES
 
+    if numpy:
+        p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
+                       help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
+                       "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
+                       "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
+        return
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
                    "is set, else wasm)")
@@ -92,7 +100,25 @@ def console():
     """The stdout console: the terminal's width, or 160 columns into a pipe or file."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    con = Console() if sys.stdout.isatty() else Console(width=160)
+
+    def broken_pipe() -> None:  # rich exits 1 on a closed pipe; 1 means a gate failed: let main decide
+        raise BrokenPipeError
+
+    con.on_broken_pipe = broken_pipe
+    return con
+
+
+def quiet_stdout() -> None:
+    """After a broken pipe: stdout goes to the null device, so that exiting does not fail writing to it."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def append(path: str, text: str) -> None:

@@ -42,7 +42,7 @@ def register(sub) -> None:
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
-    engine_option(a)
+    engine_option(a, numpy=True)
     align_option(a)
     decode_options(a)
 
@@ -76,6 +76,11 @@ def _cmd_analyze(a) -> int:
     if len(a.source) > 1:
         return _analyze_several(a, thresholds)
     source = a.source[0]
+    from ..api import merged_gpus
+    from ..inputs import is_trace
+
+    if is_trace(source) and Path(source).is_file() and a.engine != "numpy" and merged_gpus(source, engine=a.engine) > 1:
+        return _analyze_merged(a, source, thresholds)
     big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
         from ..api import analyze, annotate
@@ -114,7 +119,6 @@ def print_analysis(result, con=None, show_all: bool = False) -> None:
 def _analyze_several(a, thresholds) -> int:
     """``ktrace analyze A.bin B.bin ...``: each buffer's analysis as for one, then the cross-GPU figures."""
     from ..api import analyze_gpus
-    from .merge import print_cross_gpu
 
     if a.plot or a.trace:
         from ..inputs import refuse_traces
@@ -122,6 +126,25 @@ def _analyze_several(a, thresholds) -> int:
         refuse_traces(a.source)
         raise InputError(f"{'--plot' if a.plot else '--trace'} takes one buffer: analyze the buffers one at a time")
     m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, **decode_kwargs(a))
+    return _print_several(a, m)
+
+
+def _analyze_merged(a, source, thresholds) -> int:
+    """A trace written by ``ktrace merge``: each GPU's process analyzed on its own, then across GPUs."""
+    from ..api import analyze_merged
+
+    given = [k for k, v in decode_kwargs(a).items() if v not in (None, False)]
+    if given:
+        raise InputError(f"{source}: decoding options ({', '.join(given)}) apply to buffers, not traces")
+    if a.plot or a.trace:
+        raise InputError(f"{source}: {'--plot' if a.plot else '--trace'} takes one GPU's capture: give the GPUs' "
+                         "buffers one at a time")
+    return _print_several(a, analyze_merged(source, thresholds, engine=a.engine))
+
+
+def _print_several(a, m) -> int:
+    from .merge import print_cross_gpu
+
     if a.json:
         print(m.to_json())
         return EXIT_OK
@@ -131,13 +154,13 @@ def _analyze_several(a, thresholds) -> int:
 
         for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
             print(f"## {lab}: `{s}`\n")
-            print(analysis_markdown(r))
+            print(analysis_markdown(r, show_all=a.show_all))
         print(cross_gpu_markdown(m.cross_gpu))
         return EXIT_OK
     con = console()
     for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
         con.rule(f"{lab}: {s}")
-        print_analysis(r, con)
+        print_analysis(r, con, show_all=a.show_all)
     con.rule("across GPUs")
     print_cross_gpu(m.cross_gpu)
     return EXIT_OK

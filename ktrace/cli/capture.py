@@ -46,6 +46,9 @@ def register(sub) -> None:
     r.add_argument("-o", "--out", metavar="DIR", default="ktrace-out", help="folder for buffers, sidecars and "
                    "traces (default: ktrace-out)")
     r.add_argument("--suffix", default="", help="appended to each capture's name, e.g. _ktrace")
+    r.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the driver N times, each capture saved as NAME_run1 ... NAME_runN: runs of the same "
+                   "launch whose run-to-run spread `ktrace diff --before ... --after ...` uses as the noise")
     _capture_options(r)
     t = r.add_argument_group("timing")
     t.add_argument("--reps", type=int, default=50, metavar="N", help="timed launches per build (default 50)")
@@ -81,14 +84,21 @@ def _cmd_run(a) -> int:
         raise InputError(f"{a.driver}: no such driver script")
     if a.reps <= 0 or a.warmup < 0:
         raise InputError("--reps must be > 0 and --warmup >= 0")
+    if a.repeat < 1:
+        raise InputError("--repeat must be >= 1")
     if _select_device(a):
+        if a.repeat > 1:
+            raise InputError("--repeat works on one GPU; run `ktrace run --device N --repeat K` per GPU")
         return _run_on_devices(a)
-    settings.configure(header=a.header, flashinfer_include=a.flashinfer_include, out_dir=a.out, suffix=a.suffix,
-                       reps=a.reps, warmup=a.warmup, timing=not a.no_timing)
     argv = a.driver_args[1:] if a.driver_args[:1] == ["--"] else a.driver_args
     if not a.no_calibrate:
         _ensure_calibration(a.flashinfer_include)
-    caps = run_driver(a.driver, argv)
+    caps = []
+    for k in range(1, a.repeat + 1):
+        settings.configure(header=a.header, flashinfer_include=a.flashinfer_include, out_dir=a.out,
+                           suffix=a.suffix if a.repeat == 1 else f"{a.suffix}_run{k}", reps=a.reps,
+                           warmup=a.warmup, timing=not a.no_timing)
+        caps += run_driver(a.driver, argv)
     from ..capture.multigpu import write_manifest
 
     write_manifest(c.paths["bin"] for c in caps if "bin" in c.paths)
@@ -98,6 +108,10 @@ def _cmd_run(a) -> int:
         return EXIT_INPUT
     for cap in caps:
         _report_capture(cap, a)
+    if a.repeat > 1:
+        runs = " ".join(str(c.paths["bin"]) for c in caps if "bin" in c.paths)
+        print(f"\n{a.repeat} runs: compare them with a change's runs, e.g. ktrace diff --before {runs} "
+              "--after AFTER_RUNS ...")
     return EXIT_OK
 
 

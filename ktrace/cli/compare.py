@@ -1,6 +1,7 @@
 """``ktrace diff`` (before/after) and ``ktrace check`` (CI gates).
 
     ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all]
+    ktrace diff --before a1.bin a2.bin ... --after b1.bin b2.bin ...      (or globs: --before 'a*.bin')
     ktrace check TRACE|BUF ... [--rule 'compute.imbalance <= 1.2' ...] [--rules rules.toml] [--sql QUERY ...]
                  [--baseline BEFORE ...] [--junit FILE] [--markdown [FILE]] [--json]
 
@@ -10,11 +11,12 @@ Exit codes: 0 ok (check: every rule passed), 1 a rule failed, 2 bad input or a b
 
 from __future__ import annotations
 
+import glob
 import sys
 from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
-from ._common import append, console, decode_kwargs, decode_options, engine_option
+from ._common import append, console, decode_kwargs, decode_options, engine_option, quiet_stdout
 
 __all__ = ["register", "HANDLERS"]
 
@@ -28,8 +30,10 @@ def register(sub) -> None:
         "A change within the noise (the larger of a timer tick and the spread across instances) is marked '~'; "
         "cost that moved between phases on the critical path is called out.",
         epilog="Figures are named as `ktrace check` rules name them (docs/ci.md). JSON schema: ktrace.diff/1.")
-    d.add_argument("before", metavar="BEFORE", help="trace or buffer before the change")
-    d.add_argument("after", metavar="AFTER", help="trace or buffer after the change")
+    d.add_argument("pair", metavar="BEFORE AFTER", nargs="*", help="trace or buffer before and after the change")
+    d.add_argument("--before", metavar="RUN", nargs="+", default=[],
+                   help="several runs before the change (paths or globs): their run-to-run spread is the noise")
+    d.add_argument("--after", metavar="RUN", nargs="+", default=[], help="several runs after the change")
     fmt = d.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the comparison as JSON (schema ktrace.diff/1)")
     fmt.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
@@ -70,7 +74,8 @@ def _cmd_diff(a) -> int:
     from ..api import diff
     from ..report import compare_report as rep
 
-    result = diff(a.before, a.after, engine=a.engine, **decode_kwargs(a))
+    before, after = _sides(a)
+    result = diff(before, after, engine=a.engine, **decode_kwargs(a))
     if a.plot:
         print(f"plot: {rep.plot_diff(result, a.plot)}", file=sys.stderr)
     if a.json:
@@ -87,7 +92,36 @@ def _cmd_diff(a) -> int:
     return EXIT_OK
 
 
+def _expand(paths: list[str]) -> list[str]:
+    """Globs expanded (sorted), for shells that did not; a pattern matching nothing is an error."""
+    out = []
+    for p in paths:
+        if any(ch in p for ch in "*?[") and not Path(p).exists():
+            hits = sorted(glob.glob(p))
+            if not hits:
+                raise InputError(f"{p}: no file matches this pattern")
+            out += hits
+        else:
+            out.append(p)
+    return out
+
+
+def _sides(a) -> tuple:
+    if a.pair and (a.before or a.after):
+        raise InputError("diff: give BEFORE AFTER, or --before RUN ... --after RUN ..., not both")
+    if not a.pair:
+        if not a.before or not a.after:
+            raise InputError("diff: give BEFORE AFTER, or several runs with --before RUN ... --after RUN ...")
+        b, af = _expand(a.before), _expand(a.after)
+        return (b if len(b) > 1 else b[0]), (af if len(af) > 1 else af[0])
+    if len(a.pair) != 2:
+        raise InputError(f"diff: give two captures, BEFORE and AFTER (got {len(a.pair)}); several runs per side "
+                         "go with --before RUN ... --after RUN ...")
+    return a.pair[0], a.pair[1]
+
+
 def _cmd_check(a) -> int:
+    from ..analysis.gates import unmatched_sections
     from ..api import check, load_capture, rule_book
     from ..inputs import buffer_options
     from ..report import compare_report as rep
@@ -101,7 +135,11 @@ def _cmd_check(a) -> int:
         raise InputError("rules compare with 'baseline' but no --baseline BEFORE was given")
     options = buffer_options(a.sources + a.baseline, decode_kwargs(a))
     baselines = [load_capture(b, engine=a.engine, **options) for b in a.baseline] if book.uses_baseline else []
-    checks = [check(s, book, baselines=baselines, engine=a.engine, **options) for s in a.sources]
+    checks = [check(s, book, baselines=baselines, engine=a.engine, verify_sections=False, **options)
+              for s in a.sources]
+    typos = unmatched_sections(book, [c.kernel for c in checks])
+    if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
+        raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))
     if a.junit:
         try:
             Path(a.junit).parent.mkdir(parents=True, exist_ok=True)
@@ -110,15 +148,20 @@ def _cmd_check(a) -> int:
             raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
     if a.markdown and a.markdown != "-":
         append(a.markdown, rep.check_markdown(checks))
-    if a.json:
-        print(rep.check_json(checks))
-    elif a.markdown == "-":
-        print(rep.check_markdown(checks))
-    else:
-        con = console()
-        for r in rep.check_text(checks):
-            con.print(r)
-    return EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+    code = EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+    try:
+        if a.json:
+            print(rep.check_json(checks))
+        elif a.markdown == "-":
+            print(rep.check_markdown(checks))
+        else:
+            con = console()
+            for r in rep.check_text(checks):
+                con.print(r)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped (`| head`): the gate's verdict still decides the exit code
+        quiet_stdout()
+    return code
 
 
 HANDLERS: dict = {"diff": _cmd_diff, "check": _cmd_check}

@@ -22,7 +22,7 @@ def register(sub) -> None:
     v.add_argument("--plain", action="store_true",
                    help="show the bare trace, without the analysis drawn on it (findings track, critical path, "
                    "busy SMs): as ktrace convert writes it")
-    engine_option(v)
+    engine_option(v, numpy=True)
     tracks_option(v, "track tree when converting a buffer (as in ktrace convert)")
     decode_options(v)
 

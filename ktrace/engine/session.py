@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Union
 
 from ktrace.engine.backend import Backend, UnsupportedRequest
+from ktrace.engine.framing import Framing
 from ktrace.engine.result import QueryResult, decode
 from ktrace.engine.package_registration import check_package, dependency_order, strip_includes
 from ktrace.errors import InputError, KtraceError
@@ -147,9 +148,12 @@ def _start_engine(engine: str) -> Backend:
 def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
           progress: Progress | None) -> Session:
     try:
+        framing = Framing(name)
+
         def counted() -> Iterator[bytes]:
             done = 0
             for chunk in chunks:
+                framing.feed(chunk)
                 yield chunk
                 done += len(chunk)
                 if progress is not None:
@@ -158,6 +162,7 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
         error = backend.load(counted())
         if error:
             raise InputError(f"{name}: not a readable Perfetto trace: {error.strip()}")
+        framing.finish()  # a cut trace is refused: the engine silently drops a last packet cut short
         if progress is not None:
             progress(total, total)
         session = Session(backend, name)

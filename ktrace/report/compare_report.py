@@ -115,13 +115,14 @@ def _headline(d: Diff) -> str:
 
 
 def _story(d: Diff) -> list[str]:
-    out = [f"before: {d.before_source}   after: {d.after_source}",
-           f"timer tick {d.tick_ns:.0f} ns; '~': the change is within the noise (the larger of a tick and the "
-           "spread across instances), not significant; figures are named as `ktrace check` rules name them "
-           "(PHASE.FIGURE, kernel.FIGURE)"]
+    before = ", ".join(d.before_sources or (d.before_source,))
+    after = ", ".join(d.after_sources or (d.after_source,))
+    out = [f"before: {before}   after: {after}",
+           f"timer tick {d.tick_ns:.0f} ns; '~': within the noise (2 ticks, the launch-to-launch jitter, 1% of "
+           "the kernel wall, and the spread across instances or runs: docs/ci.md), not significant; figures "
+           "are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
     out += [f"note: {n}" for n in d.notes]
-    if d.cost_shift:
-        out.append(d.cost_shift.message)
+    out.append(d.cost_message)
     if d.findings_resolved:
         out.append("resolved: " + "; ".join(d.findings_resolved))
     if d.findings_new:
@@ -146,7 +147,7 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
                       style="dim" if r[5] == "same" else None)
         return t
 
-    out: list = [Text(_headline(d), style="bold")]
+    out: list = [Text(d.headline, style="bold"), Text(_headline(d), style="bold")]
     out += [Text(s, style="dim" if s.startswith(("before:", "timer")) else "") for s in _story(d)]
     out.append(table("kernel", _kernel_rows(d)))
     for p in d.phases:
@@ -171,7 +172,7 @@ def _md_rows(rows) -> list[list[str]]:
 
 def diff_markdown(d: Diff, all_figures: bool = False) -> str:
     """The comparison as GitHub Markdown: headline, notes, kernel and one table per phase."""
-    parts = [f"### ktrace diff: {_headline(d)}", ""]
+    parts = [f"### ktrace diff: {d.headline}", "", _headline(d), ""]
     parts += [f"- {s}" for s in _story(d)] + ["", "**kernel**", "", _md_table(_HEAD, _md_rows(_kernel_rows(d))), ""]
     for p in d.phases:
         parts += [f"**{p.phase}**" + ("" if p.present == "both" else f" (only {p.present})"), "",
@@ -214,8 +215,8 @@ def plot_diff(d: Diff, out) -> Path:
         axis.grid(axis="y", alpha=0.3)
         axis.legend(fontsize=8)
     ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    ax.set_title(f"'~': within the noise (error bars: the larger of a {d.tick_ns:.0f} ns tick and the spread "
-                 "across instances)", fontsize=8, loc="left")
+    ax.set_title(f"{d.headline}. '~': within the noise (error bars: the threshold each change had to exceed)",
+                 fontsize=8, loc="left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

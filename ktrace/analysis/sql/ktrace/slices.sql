@@ -4,6 +4,11 @@
 -- Args are read with extract_arg(arg_set_id, ...): joining the args table is far slower. A `+column IN
 -- (subquery)` (the + keeps the engine from pushing the IN into the table scan) is a fast semi-join.
 
+-- The slices the package reads: every slice of the trace. For one GPU of a trace written by `ktrace merge`,
+-- ktrace registers the package with this view narrowed to that GPU's process (sql_package.register).
+CREATE PERFETTO VIEW _ktrace_source_slice AS
+SELECT * FROM slice;
+
 -- The launch slice: the one slice whose args carry the launch facts (debug.layout is only on it).
 CREATE PERFETTO TABLE ktrace_launch(
   -- Slice id of the launch slice.
@@ -36,7 +41,7 @@ SELECT
   extract_arg(arg_set_id, 'debug.timer_tick_ns') AS timer_tick_ns,
   extract_arg(arg_set_id, 'debug.min_step_ns') AS min_step_ns
 -- The launch track is the root of ktrace's track tree; its slice is the launch slice.
-FROM slice
+FROM _ktrace_source_slice
 WHERE +track_id IN (SELECT id FROM track WHERE parent_id IS NULL)
   AND depth = 0
   AND extract_arg(arg_set_id, 'debug.layout') IS NOT NULL;
@@ -60,7 +65,7 @@ ORDER BY id;
 CREATE PERFETTO TABLE _ktrace_groups AS
 SELECT COALESCE(
   (SELECT MAX(num_groups) FROM ktrace_launch),
-  (SELECT MAX(extract_arg(arg_set_id, 'debug.group')) + 1 FROM slice),
+  (SELECT MAX(extract_arg(arg_set_id, 'debug.group')) + 1 FROM _ktrace_source_slice),
   1) AS n;
 
 -- The phase slices' columns read from their args once.
@@ -85,7 +90,7 @@ FROM (
     extract_arg(arg_set_id, 'debug.group') AS grp,
     extract_arg(arg_set_id, 'debug.sm') AS sm,
     k
-  FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM slice)
+  FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM _ktrace_source_slice)
   WHERE k IS NOT NULL
 )
 ORDER BY id;

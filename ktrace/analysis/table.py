@@ -1,0 +1,111 @@
+"""The columnar table every analysis figure comes in: frozen numpy columns with units in their names, one
+kind per column (int, real, intn: an integer that may be NULL, text), comparable exactly (``differences``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["Table", "kinds", "INT", "REAL", "TEXT", "INTN"]
+
+_INT, _REAL, _TEXT = "int", "real", "text"
+_INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """Columns of equal length. Subclasses declare the columns as fields and their kinds in KINDS."""
+
+    KINDS: ClassVar[dict[str, str]] = {}
+    SQL_TABLE: ClassVar[str] = ""
+    ORDER_BY: ClassVar[str] = ""
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_columns(cls, data: dict[str, Any]) -> "Table":
+        """Builds the table from a mapping column -> sequence, converting each to its kind's dtype."""
+        return cls(**{name: _as_kind(data[name], cls.KINDS[name]) for name in cls.columns()})
+
+    @classmethod
+    def empty(cls) -> "Table":
+        return cls.from_columns({name: [] for name in cls.columns()})
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.columns()[0]))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows as dicts of plain Python values (NaN becomes None): JSON-ready."""
+        cols = [(name, _python_values(getattr(self, name), self.KINDS[name])) for name in self.columns()]
+        return [dict(zip((n for n, _ in cols), vals)) for vals in zip(*(v for _, v in cols))]
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {name: _python_value(getattr(self, name)[i], self.KINDS[name]) for name in self.columns()}
+
+    def where(self, mask) -> "Table":
+        """The rows where ``mask`` (bool array) is true."""
+        return type(self)(**{name: getattr(self, name)[mask] for name in self.columns()})
+
+    def differences(self, other: "Table") -> list[str]:
+        """Columns whose values differ from ``other``'s (NaN equals NaN): empty when the tables are equal."""
+        if type(other) is not type(self):
+            return [f"{type(other).__name__} is not a {type(self).__name__}"]
+        if len(self) != len(other):
+            return [f"{len(self)} rows != {len(other)} rows"]
+        out = []
+        for name in self.columns():
+            a, b = getattr(self, name), getattr(other, name)
+            same = np.array_equal(a, b, equal_nan=True) if a.dtype.kind == "f" else (
+                a.tolist() == b.tolist())
+            if not same:
+                bad = [i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist()))
+                       if not (x == y or (isinstance(x, float) and isinstance(y, float) and
+                                          math.isnan(x) and math.isnan(y)))]
+                i = bad[0]
+                out.append(f"{name}: {len(bad)} rows differ, first row {i}: {a[i]!r} != {b[i]!r}")
+        return out
+
+
+def _as_kind(values, kind: str) -> np.ndarray:
+    if kind == _INTN:
+        kind = _REAL
+    if kind == _INT:
+        return np.asarray(values, dtype=np.int64).reshape(-1)
+    if kind == _REAL:
+        arr = np.asarray([np.nan if v is None else v for v in values] if not isinstance(values, np.ndarray)
+                         else values, dtype=np.float64)
+        return arr.reshape(-1)
+    out = np.empty(len(values), dtype=object)
+    # A column of NULLs only comes back from the engine as float NaN.
+    out[:] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+              for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+    return out
+
+
+def _python_value(v, kind: str = ""):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else (int(v) if kind == _INTN else float(v))
+    return v
+
+
+def _python_values(arr: np.ndarray, kind: str = "") -> list:
+    if arr.dtype.kind == "f":
+        if kind == _INTN:
+            return [None if math.isnan(v) else int(v) for v in arr.tolist()]
+        return [None if math.isnan(v) else v for v in arr.tolist()]
+    return arr.tolist()
+
+
+def kinds(**kinds: str) -> dict[str, str]:
+    return kinds
+
+
+
+INT, REAL, TEXT, INTN = _INT, _REAL, _TEXT, _INTN
