@@ -22,10 +22,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .packets import _rows, varint_len
+from .packets import _rows, encode_events, varint_len
 from .tracks import LAUNCH_UUID
 
-__all__ = ["Span", "CounterSeries", "SliceMarks", "Annotations", "annotation_chunks", "ANNOTATION_SEQ",
+__all__ = ["Span", "CounterSeries", "SliceMarks", "Annotations", "annotation_chunks", "marked_records",
+           "encode_marked", "ANNOTATION_SEQ",
            "FINDINGS_TRACK", "PATH_TRACK", "FINDINGS_UUID", "PATH_UUID", "COUNTER_UUID", "FINDINGS_MERGE_KEY"]
 
 ANNOTATION_SEQ = 100  # the annotations' trusted_packet_sequence_id (a merged trace's GPUs use 1..64)
@@ -264,3 +265,41 @@ def append_to(trace: Path, chunks: Iterable[bytes]) -> Iterator[bytes]:
                 break
             yield b
     yield from chunks
+
+
+def marked_records(d, marks) -> tuple[np.ndarray, np.ndarray]:
+    """(BEGIN record index, row of ``marks``) for each phase slice of this part that ``marks`` names,
+    ordered by record."""
+    L, s = d.launch, d.slices
+    ng, ne = L.num_groups, len(L.event_names) + 2
+    index = {L.event_name(i): i for i in range(len(L.event_names))}
+    index.setdefault("finalize", -1)
+    ev = np.array([index.get(p, -2) for p in marks.phase], np.int64)  # a loop over marks, not events
+    kmax = int(max(s.k.max(initial=0), marks.k.max(initial=0))) + 1
+    key_m = ((np.asarray(marks.block, np.int64) * ng + marks.group) * ne + ev + 1) * kmax + marks.k
+    key_m[ev == -2] = -1
+    key_s = (s.lane.astype(np.int64) * ne + s.event + 1) * kmax + s.k
+    order = np.argsort(key_m, kind="stable")
+    pos = np.searchsorted(key_m[order], key_s)
+    pos = np.minimum(pos, max(len(order) - 1, 0))
+    hit = np.flatnonzero(key_m[order][pos] == key_s) if len(order) else np.zeros(0, np.int64)
+    recs, rows = s.begin_rec[hit].astype(np.int64), order[pos[hit]]
+    by = np.argsort(recs, kind="stable")
+    return recs[by], rows[by]
+
+
+def encode_marked(cols: dict, c0: int, c1: int, marked, marks, seq_id: int):
+    """Records c0..c1 encoded as ``encode_events`` does, except the marked BEGINs, written through the
+    protobuf classes with their role and flows, each in its place (a loop over marked slices only)."""
+    recs, rows = marked
+    lo, hi = np.searchsorted(recs, [c0, c1])
+    at = c0
+    for rec, row in zip(recs[lo:hi].tolist(), rows[lo:hi].tolist()):
+        if rec > at:
+            yield encode_events({k: v[at:rec] for k, v in cols.items()}, seq_id).tobytes()
+        args = [(i, cols[c][rec]) for i, c in ((1, "block"), (2, "group"), (3, "sm"), (4, "last"))]
+        yield mark_packet(cols["ts"][rec], seq_id, cols["uuid"][rec], cols["name"][rec], args, marks.role[row],
+                          int(marks.flow_out[row]), int(marks.flow_in[row]))
+        at = rec + 1
+    if c1 > at:
+        yield encode_events({k: v[at:c1] for k, v in cols.items()}, seq_id).tobytes()

@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
+from .annotations import encode_marked, marked_records
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
@@ -295,46 +296,6 @@ def _event_columns(d: Decoded, tree, luts) -> dict:
     return cols
 
 
-def _marked_records(d: Decoded, marks) -> tuple[np.ndarray, np.ndarray]:
-    """(BEGIN record index, row of ``marks``) for each phase slice of this part that ``marks`` names,
-    ordered by record."""
-    L, s = d.launch, d.slices
-    ng, ne = L.num_groups, len(L.event_names) + 2
-    index = {L.event_name(i): i for i in range(len(L.event_names))}
-    index.setdefault("finalize", -1)
-    ev = np.array([index.get(p, -2) for p in marks.phase], np.int64)  # a loop over marks, not events
-    kmax = int(max(s.k.max(initial=0), marks.k.max(initial=0))) + 1
-    key_m = ((np.asarray(marks.block, np.int64) * ng + marks.group) * ne + ev + 1) * kmax + marks.k
-    key_m[ev == -2] = -1
-    key_s = (s.lane.astype(np.int64) * ne + s.event + 1) * kmax + s.k
-    order = np.argsort(key_m, kind="stable")
-    pos = np.searchsorted(key_m[order], key_s)
-    pos = np.minimum(pos, max(len(order) - 1, 0))
-    hit = np.flatnonzero(key_m[order][pos] == key_s) if len(order) else np.zeros(0, np.int64)
-    recs, rows = s.begin_rec[hit].astype(np.int64), order[pos[hit]]
-    by = np.argsort(recs, kind="stable")
-    return recs[by], rows[by]
-
-
-def _encode_marked(cols: dict, c0: int, c1: int, marked, marks, seq_id: int):
-    """Records c0..c1 encoded as ``encode_events`` does, except the marked BEGINs, written through the
-    protobuf classes with their role and flows, each in its place (a loop over marked slices only)."""
-    from .annotations import mark_packet
-
-    recs, rows = marked
-    lo, hi = np.searchsorted(recs, [c0, c1])
-    at = c0
-    for rec, row in zip(recs[lo:hi].tolist(), rows[lo:hi].tolist()):
-        if rec > at:
-            yield encode_events({k: v[at:rec] for k, v in cols.items()}, seq_id).tobytes()
-        args = [(i, cols[c][rec]) for i, c in ((1, "block"), (2, "group"), (3, "sm"), (4, "last"))]
-        yield mark_packet(cols["ts"][rec], seq_id, cols["uuid"][rec], cols["name"][rec], args, marks.role[row],
-                          int(marks.flow_out[row]), int(marks.flow_in[row]))
-        at = rec + 1
-    if c1 > at:
-        yield encode_events({k: v[at:c1] for k, v in cols.items()}, seq_id).tobytes()
-
-
 def _lut(mapping: dict) -> Callable[[np.ndarray], np.ndarray]:
     """Vectorized dict lookup for integer keys."""
     keys = np.array(sorted(mapping), dtype=np.int64)
@@ -392,13 +353,13 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
         luts = _name_iids(d, names)
         yield names.flush()
         cols = _event_columns(d, tree, luts)
-        marked = _marked_records(d, marks) if marks is not None and len(marks) else None
+        marked = marked_records(d, marks) if marks is not None and len(marks) else None
         for c0 in range(0, d.records, _CHUNK):
             c1 = min(d.records, c0 + _CHUNK)
             if marked is None:
                 yield encode_events({k: v[c0:c1] for k, v in cols.items()}, space.seq_id).tobytes()
             else:
-                yield from _encode_marked(cols, c0, c1, marked, marks, space.seq_id)
+                yield from encode_marked(cols, c0, c1, marked, marks, space.seq_id)
         if progress:
             progress(d.lane_range[1] if total else 1, total or 1)
         summary = summary.merge(Summary.of(d))
