@@ -4,12 +4,13 @@
     d = ktrace.decode("buf.bin")                  # slices, instants, anomalies (numpy columns)
     ktrace.convert("buf.bin", "buf.perfetto-trace")
     a = ktrace.analyze("buf.bin")                 # per-phase figures and findings, via the trace processor
+    ktrace.annotate("buf.bin", "buf.analyzed.perfetto-trace")   # the trace with the analysis drawn on it
     ktrace.query / diff / check / merge / analyze_gpus   # the other commands' work (ktrace.api)
 """
 
 from .analysis import Analysis, Thresholds
-from .api import (ConvertResult, MergedTrace, analyze, analyze_gpus, check, convert, diff, inspect, merge, query,
-                  rule_book)
+from .api import (AnnotatedTrace, ConvertResult, MergedTrace, analyze, analyze_gpus, annotate, check, convert, diff,
+                  inspect, merge, query, rule_book)
 from .decoding import decode, load_buffer
 from .inputs import is_trace
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
@@ -29,11 +30,13 @@ __all__ = [
     "rule_book",
     "merge",
     "analyze_gpus",
+    "annotate",
     "is_trace",
     "Analysis",
     "Thresholds",
     "ConvertResult",
     "MergedTrace",
+    "AnnotatedTrace",
     "Decoded",
     "Launch",
     "KtraceError",

@@ -10,6 +10,7 @@
     ktrace.check("run.bin", ktrace.rule_book(["compute.imbalance <= 1.2"]))   # Check
     ktrace.merge(["a_gpu0.bin", "a_gpu1.bin"])                # MergedTrace (one trace, a process per GPU)
     ktrace.analyze_gpus(["a_gpu0.bin", "a_gpu1.bin"])         # MultiGpuAnalysis (ktrace.analysis.multi/1)
+    ktrace.annotate("run.bin", "run.analyzed.perfetto-trace")  # AnnotatedTrace: the trace with the analysis drawn
 
 Every input goes through ``ktrace.inputs`` (one resolver: checks decoding options once, decodes once, holds
 the temporary trace). The command line only parses, calls these and prints.
@@ -17,6 +18,7 @@ the temporary trace). The command line only parses, calls these and prints.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +40,8 @@ from .outputs import check_output
 from .report.inspect import inspect_dict
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
-           "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize"]
+           "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
+           "annotate", "AnnotatedTrace", "annotated_output"]
 
 
 @dataclass(frozen=True)
@@ -309,3 +312,95 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
         launches.append(dict(a.launch))
     return MultiGpuAnalysis(tuple(f"{name} [{lab}]" for lab in labels), tuple(per),
                             cross_gpu_from_analyses(per, labels, launches))
+
+
+def annotated_output(source) -> Path:
+    """``dir/name.analyzed.perfetto-trace`` for ``dir/name.bin`` or ``dir/name.perfetto-trace``."""
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        return p.with_name(p.name.split(".")[0] + ".analyzed.perfetto-trace")
+    return Path("ktrace.analyzed.perfetto-trace")
+
+
+@dataclass(frozen=True)
+class AnnotatedTrace:
+    """What ``annotate`` wrote: the trace (path, bytes; ``written`` False when the source already was an
+    annotated trace, served as it is), the Analysis drawn in it, and ``focus``: [begin_ns, end_ns] of the top
+    finding (the kernel when there is none), where a viewer should open."""
+
+    path: Path
+    bytes: int
+    analysis: Analysis
+    focus: tuple[int, int]
+    written: bool = True
+    summary: Summary | None = None  # the buffer's counts, when written from a buffer
+
+
+_ANNOTATED_SQL = "SELECT COUNT(*) AS n FROM track WHERE name IN ('findings', 'critical path')"
+_PHASE_SLICES_SQL = "SELECT phase, ts, end_ts FROM ktrace_phase_slice ORDER BY id"
+
+
+def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: str = "auto", tracks: str = "sm",
+             progress=None, **decode_options) -> AnnotatedTrace:
+    """Analyze ``source`` and write the trace with the analysis drawn on its timeline (docs/trace-format.md,
+    "Annotations"): a findings track first, the critical path (a track and flow arrows), counter tracks (busy
+    SMs, lanes running per phase) and the slices the findings name marked with an arg ``ktrace.role``.
+
+    source: a buffer (path, bytes, array, BufferDecoder; decoded with ``decode_options``, written in ``tracks``
+    mode, the path's flows and the roles on the lane slices themselves), a trace (copied, the annotations
+    appended: the flows join the critical path track's parts; an already annotated trace is not written
+    again) or a Decoded. out: default ``annotated_output(source)``. Raises InputError as ``analyze`` does.
+    """
+    from .analysis.sql_package import include_all
+    from .export.annotations import annotation_chunks, append_to
+    from .export.writer import trace_chunks
+    from .report.trace_annotations import annotations_of
+
+    buffer_options([source], decode_options)
+    path = Path(out) if out is not None else annotated_output(source)
+    if engine == "numpy" and _is_trace_source(source):
+        raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
+                         "processor (--engine wasm or native)")
+    with ExitStack() as stack:
+        inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
+        dec = inp.decoder
+        numpy_path = inp.kind == "decoded" or engine == "numpy" or (
+            engine == "auto" and dec is not None and dec.body.size >= NUMPY_MIN_RECORDS)
+        if numpy_path:  # figures from numpy (as analyze does for this input and engine)
+            d = inp.decoded if inp.kind == "decoded" else dec.decode()
+            a = analyze_opened(d, thresholds, name=inp.name)
+            names = [d.launch.event_name(e) if e >= 0 else "finalize" for e in d.slices.event.tolist()]
+            slices = {"phase": names, "ts": d.slices.begin_ns, "end_ts": d.slices.end_ns}
+        else:
+            name = inp.name
+            inp = stack.enter_context(open_input(dec if dec is not None else source, engine=engine,
+                                                 progress=progress, tracks=tracks))
+            a = analyze_opened(inp.session, thresholds, name=name)
+            if inp.kind == "trace" and int(inp.session.query(_ANNOTATED_SQL).rows[0][0] or 0):
+                return AnnotatedTrace(Path(inp.trace), Path(inp.trace).stat().st_size, a, _focus(a), written=False)
+            r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
+            slices = {c: r.column(c) for c in ("phase", "ts", "end_ts")}
+        ann = annotations_of(a, slices)
+        got: list = []
+        if inp.kind == "trace":
+            chunks = append_to(inp.trace, annotation_chunks(ann, on_lanes=False))
+        else:
+            src = inp.decoded if inp.kind == "decoded" else dec
+            chunks = _chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
+                            annotation_chunks(ann, on_lanes=True))
+        size = write_chunks(path, chunks)
+    return AnnotatedTrace(path, size, a, _focus(a), summary=got[0] if got else None)
+
+
+def _chain(*its):
+    for it in its:
+        yield from it
+
+
+def _focus(a: Analysis) -> tuple[int, int]:
+    from .report.trace_annotations import finding_span
+
+    k = a.figures.kernel
+    if a.findings:
+        return finding_span(a.findings[0], a.figures)
+    return int(k.begin_ns or 0), int(k.end_ns or 0)

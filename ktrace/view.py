@@ -19,9 +19,11 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import urllib.parse
 import webbrowser
+from contextlib import ExitStack
 from pathlib import Path
 
 from .errors import EnvironmentMissing, InputError
@@ -43,12 +45,28 @@ _LOCAL_NAMES = (HOST, "localhost", "[::1]")
 _SOCKET_TIMEOUT_S = 60
 
 
-def _viewer_fragment(trace_url: str) -> str:
-    """The UI route (``#!/viewer?...``) that loads ``trace_url`` (absolute: the UI rejects a relative one) and
-    opens the first SMs and every block."""
+# An annotated trace (ktrace analyze --trace): its findings track pinned above the timeline.
+_PIN = (r"^findings$",)
+
+
+def _viewer_fragment(trace_url: str, focus: tuple[int, int] | None = None, pin: tuple = ()) -> str:
+    """The UI route (``#!/viewer?...``) that loads ``trace_url`` (absolute: the UI rejects a relative one),
+    opens the first SMs and every block, pins the tracks matching ``pin`` and, with ``focus`` ((start, end),
+    trace ns), shows that time range (the route's visStart/visEnd: applied when inside the trace's bounds)."""
     cmds = [{"id": "dev.perfetto.ExpandTracksByRegex", "args": [rx]} for rx in _EXPAND]
-    return ("#!/viewer?url=" + urllib.parse.quote(trace_url, safe=":/")
+    cmds += [{"id": "dev.perfetto.PinTracksByRegex", "args": [rx]} for rx in pin]
+    window = f"&visStart={focus[0]}&visEnd={focus[1]}" if focus else ""
+    return ("#!/viewer?url=" + urllib.parse.quote(trace_url, safe=":/") + window
             + "&startupCommands=" + urllib.parse.quote(json.dumps(cmds, separators=(",", ":")), safe=""))
+
+
+def focus_window(span: tuple[int, int], bounds: tuple[int, int]) -> tuple[int, int]:
+    """The time range to open on for a finding over ``span``: a tenth of it added on each side (at least a
+    hundredth of ``bounds``), kept inside ``bounds`` (the kernel)."""
+    lo, hi = bounds
+    pad = max((span[1] - span[0]) // 10, (hi - lo) // 100, 1)
+    b, e = max(span[0] - pad, lo), min(span[1] + pad, hi)
+    return (b, e) if e > b else (lo, max(hi, lo + 1))
 
 
 def web_dist() -> Path:
@@ -101,7 +119,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             # from the request's text) and our port.
             trace_url = f"http://{name}:{self.server.server_address[1]}{urllib.parse.quote(self.server.trace_path)}"
             self.send_response(302)
-            self.send_header("Location", "/" + _viewer_fragment(trace_url))
+            self.send_header("Location", "/" + _viewer_fragment(trace_url, self.server.focus, self.server.pin))
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None
@@ -139,6 +157,8 @@ class _Server(http.server.ThreadingHTTPServer):
     ui_dir: Path
     trace: Path
     trace_path: str
+    focus: tuple[int, int] | None = None
+    pin: tuple = ()
 
     def finish_request(self, request, client_address):
         self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))
@@ -154,11 +174,12 @@ class TraceServer:
     """An HTTP server on 127.0.0.1 serving the Perfetto UI (``ui_dir``) and one trace file.
 
     port 0 picks a free port. ``url`` (``/open``) opens the UI with the trace loaded; ``viewer_url`` is where
-    it redirects to; ``trace_url`` is the trace itself.
+    it redirects to; ``trace_url`` is the trace itself. focus: (start, end) trace ns to open on; pin: regexes of
+    track names the UI pins (an annotated trace: ``("^findings$",)``).
     Use ``serve_forever()`` in the foreground, or ``with TraceServer(...) as s:`` to serve from a thread.
     """
 
-    def __init__(self, trace, port: int = 0, ui_dir=None):
+    def __init__(self, trace, port: int = 0, ui_dir=None, focus: tuple[int, int] | None = None, pin: tuple = ()):
         trace = Path(trace)
         if not trace.is_file():
             raise InputError(f"{trace}: no such trace file")
@@ -174,6 +195,8 @@ class TraceServer:
         self._httpd.ui_dir = ui
         self._httpd.trace = trace.resolve()
         self._httpd.trace_path = f"/trace/{secrets.token_urlsafe(16)}/{trace.name}"
+        self._httpd.focus = (int(focus[0]), int(focus[1])) if focus else None
+        self._httpd.pin = tuple(pin)
         self._thread: threading.Thread | None = None
 
     @property
@@ -194,7 +217,7 @@ class TraceServer:
 
     @property
     def viewer_url(self) -> str:
-        return f"http://{HOST}:{self.port}/" + _viewer_fragment(self.trace_url)
+        return f"http://{HOST}:{self.port}/" + _viewer_fragment(self.trace_url, self._httpd.focus, self._httpd.pin)
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever(poll_interval=0.2)
@@ -219,11 +242,14 @@ def _say(line: str) -> None:
     print(line, flush=True)  # flushed: a script or test reading our stdout through a pipe needs the URL now
 
 
-def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm", say=None,
-         **decode_options) -> int:
+def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm", plain: bool = False,
+         engine: str = "auto", say=None, **decode_options) -> int:
     """Serve the offline Perfetto UI with ``source`` (a trace, or a profiler buffer converted first into a
     temporary folder) on 127.0.0.1 until Ctrl-C; open the browser unless ``open_browser`` is False.
 
+    Unless ``plain``, the trace shown is the annotated one (``ktrace.annotate``: the analysis drawn on it, in
+    the temporary folder), with the findings track pinned and the UI opened on the top finding's time range;
+    an input the analysis refuses (a merged trace of several GPUs) is shown plain, with a line saying why.
     ``say`` receives each line meant for the user. Returns 0 once stopped by Ctrl-C.
     """
     say = say or _say
@@ -232,16 +258,26 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
         raise InputError(f"{src}: no such file (a trace from 'ktrace convert', or a profiler buffer)")
     ui = web_dist()
     buffer_options([src], decode_options)
-    with open_input(src, need="trace", tracks=tracks, temp_prefix="ktrace-view-", **decode_options) as inp:
-        trace = inp.trace
+    with ExitStack() as stack:
+        focus, pin = None, ()
+        inp = stack.enter_context(open_input(src, need="decoder" if not is_trace(src) else "trace", tracks=tracks,
+                                             temp_prefix="ktrace-view-", **decode_options))
         if inp.kind == "trace":
             online = f"Open trace file -> {src}"
         else:
-            sm = inp.summary
-            say(f"{src}: {sm.slices:,} slices, {sm.instants:,} instants, "
-                f"{sm.anomalous_records:,} anomalous records from {sm.records:,} records")
             online = f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
-        server = TraceServer(trace, port=port, ui_dir=ui)
+        trace = inp.trace
+        if not plain:
+            trace, focus = _annotated(src, inp, stack, tracks, engine, say, decode_options)
+            pin = _PIN if focus else ()
+            if focus:
+                from .api import annotated_output
+
+                online = (f"ktrace analyze {src} --trace {annotated_output(src)}, then Open trace file -> "
+                          f"{annotated_output(src)}")
+        if trace is None:  # plain, or the analysis refused it: the bare trace
+            trace = _plain(inp, stack, tracks, say)
+        server = TraceServer(trace, port=port, ui_dir=ui, focus=focus, pin=pin)
         restore = _stop_on_sigterm()
         try:
             say(f"Perfetto UI with {src.name}, served from {HOST} only (Ctrl-C stops it):")
@@ -258,6 +294,46 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
             server.close()
             restore()
     return 0
+
+
+def _annotated(src: Path, inp, stack, tracks, engine, say, decode_options):
+    """(the annotated trace, the window to open on), or (None, None) when the analysis refuses the input."""
+    from .api import annotate
+
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
+    try:
+        done = annotate(inp.decoder or src, tmp / (src.name.split(".")[0] + ".analyzed.perfetto-trace"),
+                        engine=engine, tracks=tracks, **decode_options)
+    except (InputError, EnvironmentMissing) as e:  # a merged trace, no trace processor: the bare trace still shows
+        say(f"not annotated ({e}); showing the plain trace")
+        return None, None
+    a, k = done.analysis, done.analysis.kernel
+    if done.summary is not None:
+        _say_summary(say, inp.name, done.summary)
+    warn = sum(f.severity == "warning" for f in a.findings)
+    say(f"{src}: {len(a.findings)} findings ({warn} warnings) drawn on the timeline"
+        + (f"; opening on the top one: {a.findings[0].message}" if a.findings else "")
+        + " (--plain for the bare trace)")
+    bounds = (int(k.begin_ns or 0), int(k.end_ns or 0))
+    return done.path, focus_window(done.focus, bounds) if bounds[1] > bounds[0] else None
+
+
+def _plain(inp, stack, tracks, say) -> Path:
+    """The bare trace: the given one, or the buffer converted into a temporary folder."""
+    if inp.trace is not None:
+        return inp.trace
+    from .export.writer import write_trace
+
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
+    trace = tmp / (Path(inp.name).stem + ".perfetto-trace")
+    _, sm = write_trace(inp.decoder, trace, tracks=tracks)
+    _say_summary(say, inp.name, sm)
+    return trace
+
+
+def _say_summary(say, name, sm) -> None:
+    say(f"{name}: {sm.slices:,} slices, {sm.instants:,} instants, "
+        f"{sm.anomalous_records:,} anomalous records from {sm.records:,} records")
 
 
 def _has_screen() -> bool:

@@ -6,11 +6,18 @@ the UI what a user would look for: no import errors, the track tree (launch > SM
 numeric order, the slice counts ``ktrace.decode`` gives, the launch's facts on the launch slice. Screenshots
 go to ``$KTRACE_ARTIFACTS`` (default ``tests/artifacts/``, git-ignored).
 
+``ktrace view``'s default, the annotated trace, is opened on a multi-wave capture and a persistent one: the
+findings track pinned first with one slice per finding of ``ktrace analyze --json``, the busy-SM counter's
+series, one flow per hop of the critical path, the UI opened on the top finding's time range, the slices
+the findings name marked; with ``KTRACE_UPDATE_DOCS_IMG=1`` those screenshots also go to docs/img/ (the README's).
+
 Needs ``apt-get install -y chromium`` and ``pip install -e '.[dev]'`` (Playwright; never ``playwright
 install``). A browser that cannot start fails these tests: they never skip.
 """
 
+import json
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +25,7 @@ import pytest
 
 import ktrace
 
-from conftest import ROOT, sample
+from conftest import ROOT, run_ktrace, sample
 from test_view import start_view, stop_view
 
 pytestmark = pytest.mark.slow
@@ -165,9 +172,10 @@ class UI:
         """Click the timeline row of the drawn track titled ``name`` at time ``ts_ns`` (trace ns)."""
         assert self.page.evaluate(_MARK_TRACK_JS, name), f"no track titled {name!r} is drawn"
         box = self.page.locator(f"{_TARGET} .pf-track__canvas").bounding_box()
-        start, end = self.page.evaluate("() => { const s = window.app.trace.timeline.visibleWindow.toTimeSpan();"
-                                        " return [Number(s.start), Number(s.end)]; }")
-        x = box["x"] + (ts_ns - start) / (end - start) * box["width"]
+        # In BigInt: trace times are beyond a double's exact integers.
+        frac = self.page.evaluate("(ts) => { const s = window.app.trace.timeline.visibleWindow.toTimeSpan();"
+                                  " return Number(BigInt(ts) - s.start) / Number(s.end - s.start); }", str(ts_ns))
+        x = box["x"] + frac * box["width"]
         self.page.mouse.click(x, box["y"] + box["height"] / 2)
         self.idle()
 
@@ -253,7 +261,7 @@ def opened(browser):
 def test_warpgroups_capture_in_the_perfetto_ui(opened, artifacts):
     d = ktrace.decode(sample("warpgroups"))
     s, L = d.slices, d.launch
-    ui = opened(sample("warpgroups"))
+    ui = opened(sample("warpgroups"), "--plain")
 
     # Nothing the UI would flag: no import errors, no data loss.
     assert ui.query("select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0") == []
@@ -305,7 +313,7 @@ def test_warpgroups_capture_in_the_perfetto_ui(opened, artifacts):
 
 def test_imbalance_capture_blocks_in_numeric_order(opened, artifacts):
     d = ktrace.decode(sample("imbalance"))
-    ui = opened(sample("imbalance"), "--tracks", "block")
+    ui = opened(sample("imbalance"), "--tracks", "block", "--plain")
     phase = "from slice where extract_arg(arg_set_id, 'debug.k') is not null"
     counts = {r["name"]: r["n"] for r in ui.query(f"select name, count(*) as n {phase} group by name")}
     assert counts == dict(Counter(d.launch.event_name(e) for e in d.slices.event.tolist()))
@@ -327,3 +335,89 @@ def test_imbalance_capture_blocks_in_numeric_order(opened, artifacts):
     ui.drawer_height(400)
     ui.screenshot(artifacts / "imbalance.png")
     assert ui.errors == []
+
+
+# The visible window in ns from t0 (a string: trace times are beyond a double's exact integers).
+_VISIBLE_JS = ("(t0) => { const s = window.app.trace.timeline.visibleWindow.toTimeSpan(); "
+               "return [Number(s.start - BigInt(t0)), Number(s.end - BigInt(t0))]; }")
+
+
+@pytest.mark.parametrize("name, role, shot, shot_on", [
+    ("waves_ktrace", "ends_kernel", "perfetto-ui-annotated-waves.png", "finding"),
+    ("imbalance_ktrace", "straggler", "perfetto-ui-annotated-imbalance.png", "slice")])
+def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, shot, shot_on):
+    rc, out, _ = run_ktrace("analyze", sample(name), "--json")
+    assert rc == 0
+    js = json.loads(out)
+    findings, steps = js["findings"], js["critical_path"]["steps"]
+    t0 = js["kernel"]["begin_ns"]  # times below are from the kernel's begin: exact in a double
+    ui = opened(sample(name))  # the annotated trace: ktrace view's default
+    assert ui.query("select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0") == []
+
+    # The findings track: first under the launch, pinned above the timeline, one slice per finding.
+    tree = ui.model_tree()
+    assert tree[0][0].endswith(" launch") and tree[1] == ("findings", 1)
+    assert [n for n, _ in tree[2:4]] == ["critical path", "busy SMs"]
+    assert ui.page.evaluate("() => window.app.trace.workspace.pinnedTracks.map(t => t.name)") == ["findings"]
+    assert ui.rendered_tree()[0] == ("findings", 0)
+    rows = ui.query(f"select s.id, s.name, s.ts - {t0} as ts, s.dur, extract_arg(s.arg_set_id, 'debug.kind') as kind, "
+                    "extract_arg(s.arg_set_id, 'debug.severity') as severity, "
+                    "extract_arg(s.arg_set_id, 'debug.impact_ns') as impact_ns, "
+                    "extract_arg(s.arg_set_id, 'debug.evidence') as evidence "
+                    "from slice s join track t on s.track_id = t.id where t.name = 'findings' "
+                    "order by extract_arg(s.arg_set_id, 'debug.rank')")
+    assert [(r["kind"], r["severity"], r["evidence"]) for r in rows] == [
+        (f["kind"], f["severity"], f["evidence"]) for f in findings]
+    assert [r["impact_ns"] for r in rows] == pytest.approx([f["impact_ns"] for f in findings])
+
+    # Busy SMs over time: the counter track holds the figure's series.
+    busy = ui.query(f"select c.ts - {t0} as ts, cast(c.value as int) as v from counter c join counter_track t on c.track_id = t.id "
+                    "where t.name = 'busy SMs' order by c.ts")
+    assert [(r["ts"], r["v"]) for r in busy] == [(b["ts"] - t0, b["busy_sms"]) for b in js["busy_sms"]]
+
+    # The critical path: its parts on their track, and one flow arrow per hop between the lanes' slices.
+    hops = max(sum(s["kind"] == "slice" for s in steps) - 1, 0)
+    assert ui.query("select count(*) as n from flow")[0]["n"] == hops
+    parts = ui.query(f"select s.ts - {t0} as ts, s.dur from slice s join track t on s.track_id = t.id "
+                     "where t.name = 'critical path' order by s.ts")
+    assert [(p["ts"], p["ts"] + p["dur"]) for p in parts] == [(s["begin_ns"] - t0, s["end_ns"] - t0) for s in steps]
+
+    # Opened on the top finding: the visible window holds its slice and is narrower than the kernel when the
+    # finding is.
+    top = rows[0]
+    start, end = ui.page.evaluate(_VISIBLE_JS, str(t0))
+    assert start <= top["ts"] and top["ts"] + top["dur"] <= end
+    if top["dur"] < js["kernel"]["wall_ns"] // 2:
+        assert end - start < js["kernel"]["wall_ns"]
+
+    # The slices a finding names carry ktrace.role: the UI's own search ("Slice arguments") finds them.
+    marked = ui.query(f"select s.ts - {t0} as ts, s.dur, t.name as track, extract_arg(s.arg_set_id, 'debug.sm') as sm from slice s join track t on s.track_id = t.id "
+                      f"where extract_arg(s.arg_set_id, 'debug.ktrace.role') glob '*{role}*' order by s.ts")
+    assert marked
+    # The first finding selected (its row in the merged track is the UI's choice): its args in the details.
+    ui.hide_sidebar()
+    ui.page.evaluate("(id) => window.app.trace.selection.selectSqlEvent('slice', id)", top["id"])
+    ui.idle()
+    details = ui.details_text()
+    assert "severity" in details and "evidence" in details and findings[0]["severity"] in details
+    if shot_on == "finding":  # the top finding, the busy SMs and the path above the SMs
+        _screenshot(ui, artifacts, shot)
+    # ... then a marked slice on the path: its role and its flows (arrows drawn from it).
+    m = next(m for m in marked if start <= m["ts"] + m["dur"] // 2 <= end)
+    if not ui.page.evaluate(_MARK_TRACK_JS, m["track"]):  # its SM is closed: open it, as a user would
+        ui.expand(f"SM {m['sm']}")
+    assert ui.page.evaluate(_MARK_TRACK_JS, m["track"])
+    ui.page.locator(f"{_TARGET} .pf-track__canvas").scroll_into_view_if_needed()
+    ui.click_at(m["track"], t0 + m["ts"] + m["dur"] // 2)
+    details = ui.details_text()
+    assert role in details and "flow" in details.lower()
+    if shot_on == "slice":  # the marked slice selected: its flow arrows drawn
+        _screenshot(ui, artifacts, shot)
+    assert ui.errors == []
+
+
+def _screenshot(ui, artifacts, shot):
+    ui.drawer_height(420)
+    ui.screenshot(artifacts / shot)
+    if os.environ.get("KTRACE_UPDATE_DOCS_IMG"):  # the README's screenshots, refreshed on request only
+        shutil.copyfile(artifacts / shot, ROOT / "docs" / "img" / shot)

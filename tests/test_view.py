@@ -243,7 +243,7 @@ def stop_view(p: subprocess.Popen) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
-    p, url, lines = start_view("--port", "0", sample("warpgroups"))
+    p, url, lines = start_view("--port", "0", "--plain", sample("warpgroups"))
     try:
         u = urllib.parse.urlsplit(url)
         status, _, body = get(u.port, trace_path(u.port))
@@ -260,11 +260,37 @@ def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
 
 
 @pytest.mark.slow
+def test_a_buffer_is_shown_annotated_and_opened_on_the_top_finding(tmp_path):
+    done = ktrace.annotate(sample("waves_ktrace"), tmp_path / "w.perfetto-trace")
+    p, url, lines = start_view("--port", "0", sample("waves_ktrace"))
+    try:
+        u = urllib.parse.urlsplit(url)
+        text = "".join(lines)
+        assert "7 findings (3 warnings) drawn on the timeline" in text and "--plain" in text
+        status, _, body = get(u.port, "/trace/waves_ktrace.analyzed.perfetto-trace")
+        assert status == 200 and body == done.path.read_bytes()  # what ktrace analyze --trace writes
+        location = urllib.parse.unquote(get(u.port, "/open")[1]["location"])
+        k = done.analysis.kernel
+        start, end = view_mod.focus_window(done.focus, (k.begin_ns, k.end_ns))
+        assert f"&visStart={start}&visEnd={end}&" in location
+        assert k.begin_ns <= start <= done.focus[0] and done.focus[1] <= end <= k.end_ns
+        assert '"dev.perfetto.PinTracksByRegex","args":["^findings$"]' in location
+    finally:
+        assert stop_view(p)[0] == 0
+
+
+def test_focus_window_pads_the_finding_inside_the_kernel():
+    assert view_mod.focus_window((400, 600), (0, 1000)) == (380, 620)
+    assert view_mod.focus_window((0, 1000), (0, 1000)) == (0, 1000)
+    assert view_mod.focus_window((500, 500), (0, 1000)) == (490, 510)  # an instant: a hundredth of the kernel
+
+
+@pytest.mark.slow
 def test_installed_command_serves_a_trace_on_the_port_asked(trace):
     with socket.socket() as probe:  # a port free right now
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    p, url, lines = start_view("--port", port, trace)
+    p, url, lines = start_view("--port", port, "--plain", trace)
     try:
         assert url == f"http://127.0.0.1:{port}/open"
         text = "".join(lines)
@@ -278,3 +304,24 @@ def test_installed_command_serves_a_trace_on_the_port_asked(trace):
 def test_help_names_the_offline_ui():
     rc, out, _ = run_ktrace("view", "--help")
     assert rc == 0 and "--no-browser" in out and "--port" in out and "127.0.0.1" in out
+
+
+def test_an_input_the_analysis_refuses_is_shown_plain(monkeypatch, trace):
+    said = []
+
+    def refused(*a, **k):
+        raise EnvironmentMissing("no trace processor here")
+
+    monkeypatch.setattr(ktrace.api, "annotate", refused)
+    monkeypatch.setattr(TraceServer, "serve_forever", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+    seen = []
+    real_init = TraceServer.__init__
+
+    def init(self, t, **kw):
+        seen.append((Path(t), kw.get("focus"), kw.get("pin")))
+        real_init(self, t, **kw)
+
+    monkeypatch.setattr(TraceServer, "__init__", init)
+    assert view_mod.view(trace, open_browser=False, say=said.append) == 0
+    assert "not annotated (no trace processor here); showing the plain trace" in "\n".join(said)
+    assert seen == [(trace, None, ())]

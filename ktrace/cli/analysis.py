@@ -1,6 +1,6 @@
 """``ktrace analyze`` and ``ktrace query``.
 
-    ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--threshold NAME=VALUE ...]
+    ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--trace out.perfetto-trace] [--threshold ...]
     ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them
     ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json]
 
@@ -35,6 +35,9 @@ def register(sub) -> None:
     fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/2)")
     fmt.add_argument("--markdown", action="store_true", help="print the report as Markdown (for a PR comment)")
     a.add_argument("--plot", metavar="PNG", help="also write a plot: per-block durations and the critical path")
+    a.add_argument("--trace", metavar="OUT", help="also write the trace with the analysis drawn on it (a findings "
+                   "track first, the critical path as a track and flow arrows, busy SMs and lanes running per phase as "
+                   "counters; docs/trace-format.md, Annotations): open it with ktrace view or ui.perfetto.dev")
     a.add_argument("--all", dest="show_all", action="store_true",
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
@@ -80,9 +83,15 @@ def _cmd_analyze(a) -> int:
         return _analyze_merged(a, source, thresholds)
     big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
     with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
-        from ..api import analyze
+        from ..api import analyze, annotate
 
-        result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+        if a.trace:
+            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+            result = written.analysis
+        else:
+            result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+    if a.trace:
+        print(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})", file=sys.stderr)
     if a.plot:
         from ..report.analysis_report import plot_analysis
 
@@ -111,11 +120,11 @@ def _analyze_several(a, thresholds) -> int:
     """``ktrace analyze A.bin B.bin ...``: each buffer's analysis as for one, then the cross-GPU figures."""
     from ..api import analyze_gpus
 
-    if a.plot:
+    if a.plot or a.trace:
         from ..inputs import refuse_traces
 
         refuse_traces(a.source)
-        raise InputError("--plot takes one buffer: analyze the buffers one at a time to plot them")
+        raise InputError(f"{'--plot' if a.plot else '--trace'} takes one buffer: analyze the buffers one at a time")
     m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, offsets=a.offset, clocks=a.clocks,
                      **decode_kwargs(a))
     return _print_several(a, m)
@@ -128,8 +137,9 @@ def _analyze_merged(a, source, thresholds) -> int:
     given = [k for k, v in decode_kwargs(a).items() if v not in (None, False)]
     if given:
         raise InputError(f"{source}: decoding options ({', '.join(given)}) apply to buffers, not traces")
-    if a.plot:
-        raise InputError(f"{source}: --plot takes one GPU's capture: plot the GPUs' buffers one at a time")
+    if a.plot or a.trace:
+        raise InputError(f"{source}: {'--plot' if a.plot else '--trace'} takes one GPU's capture: give the GPUs' "
+                         "buffers one at a time")
     return _print_several(a, analyze_merged(source, thresholds, engine=a.engine))
 
 

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..model import Anomalies, Decoded, Summary
+from .annotations import encode_marked, marked_records
 from .atomic import write_chunks
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
@@ -314,13 +315,15 @@ def _parts(source, records_per_part: int | None) -> Iterable[Decoded]:
 
 def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None] | None = None,
                  summary_out: list | None = None, records_per_part: int | None = None,
-                 space: TraceSpace = _DEFAULT_SPACE):
+                 space: TraceSpace = _DEFAULT_SPACE, marks=None):
     """The trace as a sequence of byte strings.
 
     source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
     progress(done_lanes, lanes) is called after each range of lanes. If ``summary_out`` is a list, the
     buffer's Summary is appended to it at the end. space: where the packets go in a trace of several
-    buffers (TraceSpace; the default writes the single-buffer trace).
+    buffers (TraceSpace; the default writes the single-buffer trace). marks: an ``annotations.SliceMarks``
+    (an annotated trace, ``ktrace analyze --trace``): those phase slices' BEGIN packets also carry an arg
+    ``ktrace.role`` and the critical path's flow ids; None (converting) writes every packet as usual.
     """
     if tracks not in TRACK_MODES:
         raise ValueError(f"tracks must be one of {TRACK_MODES}")
@@ -350,9 +353,13 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
         luts = _name_iids(d, names)
         yield names.flush()
         cols = _event_columns(d, tree, luts)
+        marked = marked_records(d, marks) if marks is not None and len(marks) else None
         for c0 in range(0, d.records, _CHUNK):
             c1 = min(d.records, c0 + _CHUNK)
-            yield encode_events({k: v[c0:c1] for k, v in cols.items()}, space.seq_id).tobytes()
+            if marked is None:
+                yield encode_events({k: v[c0:c1] for k, v in cols.items()}, space.seq_id).tobytes()
+            else:
+                yield from encode_marked(cols, c0, c1, marked, marks, space.seq_id)
         if progress:
             progress(d.lane_range[1] if total else 1, total or 1)
         summary = summary.merge(Summary.of(d))
