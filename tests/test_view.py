@@ -267,7 +267,9 @@ def test_a_buffer_is_shown_annotated_and_opened_on_the_top_finding(tmp_path):
         u = urllib.parse.urlsplit(url)
         text = "".join(lines)
         assert "7 findings (3 warnings) drawn on the timeline" in text and "--plain" in text
-        status, _, body = get(u.port, "/trace/waves_ktrace.analyzed.perfetto-trace")
+        path = trace_path(u.port)
+        assert path.endswith("/waves_ktrace.analyzed.perfetto-trace")
+        status, _, body = get(u.port, path)
         assert status == 200 and body == done.path.read_bytes()  # what ktrace analyze --trace writes
         location = urllib.parse.unquote(get(u.port, "/open")[1]["location"])
         k = done.analysis.kernel

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from .packets import pb2 as _pb2, emit as _emit
 from .packets import _rows, encode_events, varint_len
 from .tracks import LAUNCH_UUID
 
@@ -96,18 +97,6 @@ class Annotations:
     counters: tuple = ()
     marks: SliceMarks = field(default_factory=SliceMarks.empty)
     description: str = ""
-
-
-def _pb2():
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-
-    return perfetto_trace_pb2
-
-
-def _emit(pkt) -> bytes:
-    t = _pb2().Trace()
-    t.packet.append(pkt)
-    return t.SerializeToString()
 
 
 def set_arg(te, name: str, value) -> None:

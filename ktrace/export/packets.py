@@ -136,3 +136,17 @@ def _rows(lay: list, u64: dict, rows: np.ndarray) -> np.ndarray:
             m[:, p + i] = byte
         p += ln
     return m
+
+
+def pb2():
+    """Perfetto's generated protobuf module (imported on first use)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+
+    return perfetto_trace_pb2
+
+
+def emit(pkt) -> bytes:
+    """One TracePacket as the bytes of a Trace holding it (protobuf's own serialization)."""
+    t = pb2().Trace()
+    t.packet.append(pkt)
+    return t.SerializeToString()

@@ -23,6 +23,7 @@ import numpy as np
 from ..model import Anomalies, Decoded, Summary
 from .annotations import encode_marked, marked_records
 from .atomic import write_chunks
+from .packets import pb2 as _pb2, emit as _emit
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
 from .tracks import BLOCK_BASE, SM_BASE, LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, build_tracks, launch_track
 
@@ -49,18 +50,6 @@ class TraceSpace:
 
 
 _DEFAULT_SPACE = TraceSpace()
-
-
-def _pb2():
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-
-    return perfetto_trace_pb2
-
-
-def _emit(pkt) -> bytes:
-    t = _pb2().Trace()
-    t.packet.append(pkt)
-    return t.SerializeToString()
 
 
 class _Names:

@@ -14,7 +14,7 @@ import numpy as np
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
 from ..errors import EnvironmentMissing
-from ..outputs import cannot_write
+from .figure_file import save_figure
 from .safe_text import md_cell, printable
 
 __all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "MAX_INSTANCE_ROWS"]
@@ -281,16 +281,7 @@ def plot_analysis(a: Analysis, out) -> Path:
     _plot_timeline(a, axes[n], color_of)
     _plot_shares(a, axes[n + 1], color_of)
     fig.tight_layout()
-    try:
-        if out.is_dir():
-            raise IsADirectoryError(21, "it is a folder")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-    except OSError as e:
-        raise cannot_write(out, e, "plot") from None
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def _plot_phase(a: Analysis, ax, phase: str, color) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
-from ..outputs import cannot_write
+from .figure_file import save_figure
 from .safe_text import md_cell, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
@@ -219,16 +219,7 @@ def plot_diff(d: Diff, out) -> Path:
     ax.set_title(f"{d.headline}. '~': within the noise (error bars: the threshold each change had to exceed)",
                  fontsize=8, loc="left")
     fig.tight_layout()
-    try:
-        if out.is_dir():
-            raise IsADirectoryError(21, "it is a folder")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-    except OSError as e:
-        raise cannot_write(out, e, "plot") from None
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 # ------------------------------------------------------------------------------------------------ check
