@@ -11,6 +11,7 @@ on the very bytes the UI loaded. One capture also goes through the query page it
 Needs what tests/test_ui_browser.py needs.
 """
 
+import os
 import urllib.parse
 
 import numpy as np
@@ -70,7 +71,14 @@ def served_trace(ui) -> bytes:
     return body
 
 
-@pytest.mark.parametrize("name", SAMPLE_NAMES)
+# One capture of each kernel shape and header by default (the suite stays well under ten minutes); every
+# capture in samples/ with KTRACE_UI_ALL_SAMPLES=1 (about ten more minutes: the blocks5000 pair alone is 1-2).
+_SHAPES = ["imbalance", "warpgroups_ktrace", "waves_ktrace", "worklist_flashinfer", "nested_ktrace",
+           "straggler_change_flashinfer", "late_start_ktrace", "instants_flashinfer", "multigpu_gpu1"]
+UI_SAMPLES = SAMPLE_NAMES if os.environ.get("KTRACE_UI_ALL_SAMPLES") else [n for n in _SHAPES if n in SAMPLE_NAMES]
+
+
+@pytest.mark.parametrize("name", UI_SAMPLES)
 def test_printed_package_gives_the_same_figures_in_the_ui(opened, tmp_path, name):
     ui = opened(sample(name))  # the annotated trace: what a user opens with ktrace view
     trace = tmp_path / f"{name}.perfetto-trace"

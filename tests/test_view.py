@@ -234,7 +234,7 @@ def stop_view(p: subprocess.Popen) -> tuple[int, str]:
     """Ctrl-C, as a user would: (exit code, what it printed after the URL)."""
     p.send_signal(signal.SIGINT)
     try:
-        out, _ = p.communicate(timeout=15)
+        out, _ = p.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         p.kill()
         raise
