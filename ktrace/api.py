@@ -109,7 +109,7 @@ def inspect(source, progress=None, **decode_options) -> dict:
 
 
 def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
-            **decode_options) -> Analysis:
+            on_engine=None, **decode_options) -> Analysis:
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
@@ -119,14 +119,14 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     ``Decoded``: figures from numpy. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a
     buffer's figures computed with numpy, no trace processor), or 'auto' (numpy for a buffer of
     NUMPY_MIN_RECORDS record slots or more, else the trace processor); progress(done_bytes, total_bytes) while
-    the trace loads.
+    the trace loads; on_engine(engine, why): called once, before the work, when 'auto' takes numpy.
 
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
     if isinstance(source, Decoded) or is_session(source):
         return analyze_opened(source, thresholds)
     buffer_options([source], decode_options)
-    return _analyze(source, thresholds, engine, progress, None, decode_options)
+    return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine)
 
 
 # A buffer of at least this many record slots is analyzed with numpy by engine='auto': the same figures
@@ -135,11 +135,31 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
 NUMPY_MIN_RECORDS = 250_000
 
 
-def _analyze(source, thresholds, engine, progress, name, decode_options) -> Analysis:
+def auto_takes_numpy(dec) -> str | None:
+    """Why engine='auto' analyzes this BufferDecoder with numpy (a line to show the user), or None when it
+    goes to the trace processor."""
+    slots = int(dec.body.size)
+    if slots < NUMPY_MIN_RECORDS:
+        return None
+    return (f"analyzing with numpy: {slots:,} record slots >= {NUMPY_MIN_RECORDS:,}; "
+            "--engine wasm for the SQL package")
+
+
+def _numpy_path(engine: str, dec, on_engine) -> bool:
+    """Whether a buffer (dec: its BufferDecoder, None for an already decoded input) is analyzed with numpy."""
+    if engine == "numpy" or dec is None:
+        return True
+    why = auto_takes_numpy(dec) if engine == "auto" else None
+    if why and on_engine is not None:
+        on_engine("numpy", why)
+    return why is not None
+
+
+def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None) -> Analysis:
     if engine in ("numpy", "auto") and not _is_trace_source(source):
         with open_input(source, need="decoder", **decode_options) as inp:
             dec = inp.decoder
-            if engine == "numpy" or dec is None or dec.body.size >= NUMPY_MIN_RECORDS:
+            if _numpy_path(engine, dec, on_engine):
                 decoded = dec.decode() if dec is not None else inp.decoded
                 return analyze_opened(decoded, thresholds, name=name or inp.name)
             return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
@@ -341,7 +361,7 @@ _PHASE_SLICES_SQL = "SELECT phase, ts, end_ts FROM ktrace_phase_slice ORDER BY i
 
 
 def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: str = "auto", tracks: str = "sm",
-             progress=None, **decode_options) -> AnnotatedTrace:
+             progress=None, on_engine=None, **decode_options) -> AnnotatedTrace:
     """Analyze ``source`` and write the trace with the analysis drawn on its timeline (docs/trace-format.md,
     "Annotations"): a findings track first, the critical path (a track and flow arrows), counter tracks (busy
     SMs, lanes running per phase) and the slices the findings name marked with an arg ``ktrace.role``.
@@ -349,7 +369,8 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
     source: a buffer (path, bytes, array, BufferDecoder; decoded with ``decode_options``, written in ``tracks``
     mode, the path's flows and the roles on the lane slices themselves), a trace (copied, the annotations
     appended: the flows join the critical path track's parts; an already annotated trace is not written
-    again) or a Decoded. out: default ``annotated_output(source)``. Raises InputError as ``analyze`` does.
+    again) or a Decoded. out: default ``annotated_output(source)``; engine, on_engine: as ``analyze``. Raises
+    InputError as ``analyze`` does.
     """
     from .analysis.sql_package import include_all
     from .export.annotations import annotation_chunks, append_to
@@ -365,7 +386,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder
         numpy_path = inp.kind == "decoded" or engine == "numpy" or (
-            engine == "auto" and dec is not None and dec.body.size >= NUMPY_MIN_RECORDS)
+            engine == "auto" and dec is not None and _numpy_path(engine, dec, on_engine))
         if numpy_path:  # figures from numpy (as analyze does for this input and engine)
             d = inp.decoded if inp.kind == "decoded" else dec.decode()
             a = analyze_opened(d, thresholds, name=inp.name)

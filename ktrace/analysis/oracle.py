@@ -103,55 +103,75 @@ class _Instances:
     latest end and last finisher)."""
 
     def __init__(self, s: _SliceColumns, blocks) -> None:
-        kspan = int(s.k.max()) + 1 if s.n else 1
-        key = s.code * kspan + s.k
-        by_end = np.lexsort((s.group, s.block, -s.end, key))  # instance, then latest end, block, group
-        by_dur = np.lexsort((s.group, s.block, s.dur, key))
-        by_begin = np.lexsort((s.begin, key))
-        starts = _starts(key[by_end])
+        ncode = max(len(s.names), 1)
+        # Group the slices by instance with one stable sort: on a lane, k grows with every slice of a phase,
+        # so (k, phase) keys come in long ascending runs that the stable sort merges cheaply.
+        ikey = s.k * ncode + s.code
+        by_inst = np.argsort(ikey, kind="stable")
+        sk = ikey[by_inst]
+        starts = _starts(sk)
         n = np.diff(np.r_[starts, s.n])
-        end_sorted = s.end[by_end]
-        latest = end_sorted[starts]
-        self.tied = np.zeros(s.n, bool)
-        self.tied[by_end] = end_sorted == np.repeat(latest, n)
+        inst_sorted = np.cumsum(np.r_[False, sk[1:] != sk[:-1]]) if s.n else np.zeros(0, np.int64)
+        del sk
+        inst_of = np.empty(s.n, np.int64)
+        inst_of[by_inst] = inst_sorted
+        red = (lambda f, a: f.reduceat(a, starts)) if s.n else (lambda f, a: np.zeros(0, np.int64))
+        end_g = s.end[by_inst]
+        latest = red(np.maximum, end_g)
+        self.end_of_slice = latest[inst_of] if s.n else np.zeros(0, np.int64)
+        self.tied = s.end == self.end_of_slice
+        tied_g = self.tied[by_inst]
+        tied_count = red(np.add, tied_g.astype(np.int64))
+        # The second latest end: the latest again when two or more tie, else the latest of the others.
+        small = np.iinfo(np.int64).min
+        runner_up = np.where(tied_count > 1, latest, red(np.maximum, np.where(tied_g, small, end_g)))
+        lead = np.where(n > 1, latest - np.where(n > 1, runner_up, latest), 0).astype(np.float64)
+        lead[n <= 1] = np.nan
+        end_min = red(np.minimum, end_g)
+        del end_g
         top_block, self.top_count, self.distinct = _stability(s, self.tied, len(s.names))
         self.top_block = top_block
-        # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane.
-        not_top = (s.block != top_block[s.code]).astype(np.int64)
-        pick = np.lexsort((s.lane, not_top, ~self.tied, key))
-        first = pick[_starts(key[pick])]
+        # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane
+        # (then the first row).
+        lane_span = int(s.lane.max()) + 1 if s.n else 1
+        if _combined_fits(2 * lane_span, s.n):
+            not_top = (s.block != top_block[s.code]).astype(np.int64)
+            rank = np.where(self.tied, (not_top * lane_span + s.lane) * s.n + np.arange(s.n), np.iinfo(np.int64).max)
+            first = red(np.minimum, rank[by_inst]) % s.n if s.n else np.zeros(0, np.int64)
+            del rank, not_top
+        else:
+            not_top = (s.block != top_block[s.code]).astype(np.int64)
+            key = s.code * (int(s.k.max()) + 1) + s.k
+            pick = np.lexsort((s.lane, not_top, ~self.tied, key))
+            first = pick[_starts(key[pick])]
+            first = first[np.argsort(inst_of[first])]
         self.is_last = np.zeros(s.n, bool)
         self.is_last[first] = True
-        second = np.where(n > 1, starts + 1, starts)
-        lead = np.where(n > 1, latest - end_sorted[second], 0).astype(np.float64)
-        lead[n <= 1] = np.nan
-        dur_sorted = s.dur[by_dur]
-        red = (lambda f, a: f.reduceat(a, starts)) if s.n else (lambda f, a: np.zeros(0, np.int64))
-        max_dur = red(np.maximum, dur_sorted)
-        sum_dur = red(np.add, dur_sorted)
-        begin_min = red(np.minimum, s.begin[by_end])
-        begin_max = red(np.maximum, s.begin[by_end])
-        end_min = red(np.minimum, end_sorted)
-        # Per slice: its instance's latest end and last finisher (for synchronization and the critical path).
-        inst_of = np.empty(s.n, np.int64)
-        inst_of[by_end] = np.repeat(np.arange(len(starts)), n)
-        self.end_of_slice = latest[inst_of] if s.n else np.zeros(0, np.int64)
+        dur_sorted = _sorted_within(s.dur, by_inst, inst_sorted, starts)
+        max_dur = red(np.maximum, s.dur[by_inst])
+        sum_dur = red(np.add, s.dur[by_inst])
+        begin_g = s.begin[by_inst]
+        begin_min = red(np.minimum, begin_g)
+        begin_max = red(np.maximum, begin_g)
+        del begin_g
         self.last_of_slice = first[inst_of] if s.n else np.zeros(0, np.int64)
         # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
         has_prev = (s.prev >= 0)
         prev_end = np.where(has_prev, s.end[np.maximum(s.prev, 0)], 0)
         synced = has_prev & (s.begin >= np.where(has_prev, self.end_of_slice[np.maximum(s.prev, 0)], 0))
         lead_in = s.begin - prev_end
-        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-        hp = has_prev[by_end]
+        del prev_end
+        big = np.iinfo(np.int64).max
+        hp = has_prev[by_inst]
         prev_lanes = red(np.add, hp.astype(np.int64))
-        li_min = red(np.minimum, np.where(hp, lead_in[by_end], big)).astype(np.float64)
-        li_max = red(np.maximum, np.where(hp, lead_in[by_end], small)).astype(np.float64)
+        li_min = red(np.minimum, np.where(hp, lead_in[by_inst], big)).astype(np.float64)
+        li_max = red(np.maximum, np.where(hp, lead_in[by_inst], small)).astype(np.float64)
+        del lead_in, hp
         li_min[prev_lanes == 0] = np.nan
         li_max[prev_lanes == 0] = np.nan
         later = blocks.later_wave[s.block_row] if s.n else np.zeros(0, np.int64)
         code = s.code[first] if s.n else np.zeros(0, np.int64)
-        begin_sorted = s.begin[by_begin]
+        begin_sorted = _sorted_within(s.begin, by_inst, inst_sorted, starts)
         cols = {
             "phase": s.phase_name(code),
             "phase_index": s.phase_index[code],
@@ -174,22 +194,48 @@ class _Instances:
             "last_group": s.group[first],
             "last_sm": s.sm[first],
             "last_lane": s.lane[first],
-            "tied_last_lanes": red(np.add, self.tied[by_end].astype(np.int64)),
+            "tied_last_lanes": tied_count,
             "last_lead_ns": lead,
-            "depth": red(np.minimum, s.depth[by_end]),
+            "depth": red(np.minimum, s.depth[by_inst]),
             "p50_begin_ns": begin_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
             "last_begin_ns": s.begin[first],
             "last_dur_ns": s.dur[first],
             "prev_lanes": prev_lanes,
-            "sync_lanes": red(np.add, synced[by_end].astype(np.int64)),
+            "sync_lanes": red(np.add, synced[by_inst].astype(np.int64)),
             "lead_in_min_ns": li_min,
             "lead_in_max_ns": li_max,
-            "later_wave_lanes": red(np.add, later[by_end].astype(np.int64)),
+            "later_wave_lanes": red(np.add, later[by_inst].astype(np.int64)),
         }
         order = np.lexsort((cols["k"], cols["phase_index"]))
         self.code = code[order]
         self.table = PhaseInstances.from_columns(
             {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
+
+
+def _combined_fits(*spans: int) -> bool:
+    """Whether a key combined from columns of these spans stays well inside int64."""
+    total = 1
+    for sp in spans:
+        total *= max(int(sp), 1)
+    return total < 2**62
+
+
+def _sorted_within(values: np.ndarray, by_inst: np.ndarray, inst_sorted: np.ndarray, starts) -> np.ndarray:
+    """values grouped as by_inst groups them (inst_sorted: the group of each grouped row), sorted within each
+    group: one sort of (group, value) keys combined into one int64, else a lexsort."""
+    v = values[by_inst]
+    if not len(v):
+        return v
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if not _combined_fits(len(starts), span):
+        return v[np.lexsort((v, inst_sorted))]
+    comb = inst_sorted * span + (v - lo)
+    del v
+    comb.sort()
+    comb -= inst_sorted * span
+    comb += lo
+    return comb
 
 
 def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
@@ -292,8 +338,15 @@ def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np
 def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
     if not s.n:
         return PhaseLanes.empty()
-    order = np.lexsort((s.lane, s.phase_index[s.code]))
-    key = s.phase_index[s.code][order] * (int(s.lane.max()) + 1) + s.lane[order]
+    pi = s.phase_index[s.code]
+    if len(s.names) < 2**15 and st._is_sorted(s.lane):
+        # Rows come in lane order: a stable sort on the phase alone (a radix sort of 16-bit keys) is the
+        # (phase, lane) order.
+        order = np.argsort(pi.astype(np.int16), kind="stable")
+    else:
+        order = np.lexsort((s.lane, pi))
+    key = pi[order] * (int(s.lane.max()) + 1) + s.lane[order]
+    del pi
     starts = _starts(key)
     n = np.diff(np.r_[starts, s.n])
     dur = s.dur[order]
@@ -328,29 +381,44 @@ def _waits(s: _SliceColumns) -> Waits:
     rows = np.flatnonzero((nxt >= 0) & (gap >= 0))
     if not len(rows):
         return Waits.empty()
-    a, b = s.phase_index[s.code[rows]], s.phase_index[s.code[nxt[rows]]]
+    nph = len(s.names)
+    key = s.phase_index[s.code[rows]] * nph + s.phase_index[s.code[nxt[rows]]]
     w = gap[rows]
-    key = a * len(s.names) + b
-    up = np.lexsort((w, key))
-    starts = _starts(key[up])
+    del gap
+    # Sorted by (pair, wait): one sort of the two combined into one int64 key (waits are >= 0).
+    span = int(w.max()) + 1
+    if _combined_fits(nph * nph, span):
+        comb = key * span + w
+        comb.sort()
+        key_up = comb // span
+        w_up = comb - key_up * span
+        del comb
+    else:
+        up = np.lexsort((w, key))
+        key_up, w_up = key[up], w[up]
+    starts = _starts(key_up)
     n = np.diff(np.r_[starts, len(rows)])
-    w_up = w[up]
-    down = np.lexsort((s.k[rows], s.group[rows], s.block[rows], -w, key))
-    top = rows[down[starts]]  # the same boundaries, in the same order, as `up`
+    pair = key_up[starts]
+    a, b = pair // nph, pair % nph
+    # The longest wait of each pair: lowest block, then group, then k among those that equal it.
+    longest = w_up[starts + n - 1]
+    cand = np.flatnonzero(w == longest[np.searchsorted(pair, key)])
+    cand = cand[np.lexsort((s.k[rows[cand]], s.group[rows[cand]], s.block[rows[cand]], key[cand]))]
+    top = rows[cand[_starts(key[cand])]]  # the same pairs, in the same order, as `pair`
     sums = np.add.reduceat(w_up, starts)
-    first = up[starts]
+    code_of_index = np.argsort(s.phase_index)
     return Waits.from_columns({
-        "phase": s.phase_name(s.code[rows[first]]),
-        "next_phase": s.phase_name(s.code[nxt[rows[first]]]),
-        "phase_index": a[first],
-        "next_phase_index": b[first],
+        "phase": s.phase_name(code_of_index[a]),
+        "next_phase": s.phase_name(code_of_index[b]),
+        "phase_index": a,
+        "next_phase_index": b,
         "count": n,
         "sum_ns": sums,
         "mean_ns": _fdiv(sums, n),
         "min_ns": w_up[starts],
         "p50_ns": w_up[starts + _lower_percentile(0.5, n)],
         "p90_ns": w_up[starts + _lower_percentile(0.9, n)],
-        "max_ns": w_up[starts + n - 1],
+        "max_ns": longest,
         "max_block": s.block[top],
         "max_group": s.group[top],
         "max_k": s.k[top],
