@@ -25,7 +25,7 @@ def test_unique_columns_of_nothing():
 # -- fast paths that use the slices' (lane, sequence) order, each against the general way -------------------
 
 from ktrace.analysis import oracle_structure as st  # noqa: E402
-from ktrace.analysis.oracle import _sorted_within  # noqa: E402
+from ktrace.analysis.oracle_instances import sorted_within as _sorted_within  # noqa: E402
 
 
 def _nested_lanes(rng, lanes=5):

@@ -12,7 +12,8 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from . import oracle_structure as st
-from .results import Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
+from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
+from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
 __all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
 
@@ -23,7 +24,7 @@ def oracle_figures(d: Decoded) -> Figures:
     """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``."""
     s = _SliceColumns(d)
     blocks, s.block_row = st.blocks_table(s.block, s.sm, s.lane, s.begin, s.end)
-    inst = _Instances(s, blocks)
+    inst = Instances(s, blocks)
     kernel = _kernel(d, s)
     lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
     busy = st.busy_sms(blocks)
@@ -76,175 +77,13 @@ class _SliceColumns:
         return [self.names[c] for c in codes.tolist()]
 
 
-def _starts(sorted_keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal keys begins."""
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-
-
-def _lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
-    """0-based index of the p-quantile (0 <= p <= 1) of n sorted values: floor(p * (n - 1)), computed in
-    float64 as SQLite's percentile_disc does (numpy's method='lower')."""
-    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
-
-
-def _fdiv(num, den) -> np.ndarray:
-    """num / den in float64 (exact integers converted first), NaN where den is 0: SQL's x * 1.0 / y."""
-    num = np.asarray(num).astype(np.float64)
-    den = np.asarray(den).astype(np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den != 0)
-    return out
-
-
-class _Instances:
-    """Per-instance figures, and per-slice facts the other tables need (last finisher, tie, the instance's
-    latest end and last finisher)."""
-
-    def __init__(self, s: _SliceColumns, blocks) -> None:
-        ncode = max(len(s.names), 1)
-        # Group the slices by instance with one stable sort: on a lane, k grows with every slice of a phase,
-        # so (k, phase) keys come in long ascending runs that the stable sort merges cheaply.
-        ikey = s.k * ncode + s.code
-        by_inst = np.argsort(ikey, kind="stable")
-        sk = ikey[by_inst]
-        starts = _starts(sk)
-        n = np.diff(np.r_[starts, s.n])
-        inst_sorted = np.cumsum(np.r_[False, sk[1:] != sk[:-1]]) if s.n else np.zeros(0, np.int64)
-        del sk
-        inst_of = np.empty(s.n, np.int64)
-        inst_of[by_inst] = inst_sorted
-        red = (lambda f, a: f.reduceat(a, starts)) if s.n else (lambda f, a: np.zeros(0, np.int64))
-        end_g = s.end[by_inst]
-        latest = red(np.maximum, end_g)
-        self.end_of_slice = latest[inst_of] if s.n else np.zeros(0, np.int64)
-        self.tied = s.end == self.end_of_slice
-        tied_g = self.tied[by_inst]
-        tied_count = red(np.add, tied_g.astype(np.int64))
-        # The second latest end: the latest again when two or more tie, else the latest of the others.
-        small = np.iinfo(np.int64).min
-        runner_up = np.where(tied_count > 1, latest, red(np.maximum, np.where(tied_g, small, end_g)))
-        lead = np.where(n > 1, latest - np.where(n > 1, runner_up, latest), 0).astype(np.float64)
-        lead[n <= 1] = np.nan
-        end_min = red(np.minimum, end_g)
-        del end_g
-        top_block, self.top_count, self.distinct = _stability(s, self.tied, len(s.names))
-        self.top_block = top_block
-        # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane
-        # (then the first row).
-        lane_span = int(s.lane.max()) + 1 if s.n else 1
-        if _combined_fits(2 * lane_span, s.n):
-            not_top = (s.block != top_block[s.code]).astype(np.int64)
-            rank = np.where(self.tied, (not_top * lane_span + s.lane) * s.n + np.arange(s.n), np.iinfo(np.int64).max)
-            first = red(np.minimum, rank[by_inst]) % s.n if s.n else np.zeros(0, np.int64)
-            del rank, not_top
-        else:
-            not_top = (s.block != top_block[s.code]).astype(np.int64)
-            key = s.code * (int(s.k.max()) + 1) + s.k
-            pick = np.lexsort((s.lane, not_top, ~self.tied, key))
-            first = pick[_starts(key[pick])]
-            first = first[np.argsort(inst_of[first])]
-        self.is_last = np.zeros(s.n, bool)
-        self.is_last[first] = True
-        dur_sorted = _sorted_within(s.dur, by_inst, inst_sorted, starts)
-        max_dur = red(np.maximum, s.dur[by_inst])
-        sum_dur = red(np.add, s.dur[by_inst])
-        begin_g = s.begin[by_inst]
-        begin_min = red(np.minimum, begin_g)
-        begin_max = red(np.maximum, begin_g)
-        del begin_g
-        self.last_of_slice = first[inst_of] if s.n else np.zeros(0, np.int64)
-        # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
-        has_prev = (s.prev >= 0)
-        prev_end = np.where(has_prev, s.end[np.maximum(s.prev, 0)], 0)
-        synced = has_prev & (s.begin >= np.where(has_prev, self.end_of_slice[np.maximum(s.prev, 0)], 0))
-        lead_in = s.begin - prev_end
-        del prev_end
-        big = np.iinfo(np.int64).max
-        hp = has_prev[by_inst]
-        prev_lanes = red(np.add, hp.astype(np.int64))
-        li_min = red(np.minimum, np.where(hp, lead_in[by_inst], big)).astype(np.float64)
-        li_max = red(np.maximum, np.where(hp, lead_in[by_inst], small)).astype(np.float64)
-        del lead_in, hp
-        li_min[prev_lanes == 0] = np.nan
-        li_max[prev_lanes == 0] = np.nan
-        later = blocks.later_wave[s.block_row] if s.n else np.zeros(0, np.int64)
-        code = s.code[first] if s.n else np.zeros(0, np.int64)
-        begin_sorted = _sorted_within(s.begin, by_inst, inst_sorted, starts)
-        cols = {
-            "phase": s.phase_name(code),
-            "phase_index": s.phase_index[code],
-            "k": s.k[first],
-            "lanes": n,
-            "min_dur_ns": dur_sorted[starts] if s.n else [],
-            "p50_dur_ns": dur_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
-            "p90_dur_ns": dur_sorted[starts + _lower_percentile(0.9, n)] if s.n else [],
-            "max_dur_ns": max_dur,
-            "sum_dur_ns": sum_dur,
-            "mean_dur_ns": _fdiv(sum_dur, n),
-            "imbalance": _fdiv(max_dur * n, sum_dur),
-            "begin_ns": begin_min,
-            "end_ns": latest,
-            "wall_ns": latest - begin_min,
-            "excess_ns": latest - begin_min - max_dur,
-            "start_skew_ns": begin_max - begin_min,
-            "end_skew_ns": latest - end_min,
-            "last_block": s.block[first],
-            "last_group": s.group[first],
-            "last_sm": s.sm[first],
-            "last_lane": s.lane[first],
-            "tied_last_lanes": tied_count,
-            "last_lead_ns": lead,
-            "depth": red(np.minimum, s.depth[by_inst]),
-            "p50_begin_ns": begin_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
-            "last_begin_ns": s.begin[first],
-            "last_dur_ns": s.dur[first],
-            "prev_lanes": prev_lanes,
-            "sync_lanes": red(np.add, synced[by_inst].astype(np.int64)),
-            "lead_in_min_ns": li_min,
-            "lead_in_max_ns": li_max,
-            "later_wave_lanes": red(np.add, later[by_inst].astype(np.int64)),
-        }
-        order = np.lexsort((cols["k"], cols["phase_index"]))
-        self.code = code[order]
-        self.table = PhaseInstances.from_columns(
-            {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
-
-
-def _combined_fits(*spans: int) -> bool:
-    """Whether a key combined from columns of these spans stays well inside int64."""
-    total = 1
-    for sp in spans:
-        total *= max(int(sp), 1)
-    return total < 2**62
-
-
-def _sorted_within(values: np.ndarray, by_inst: np.ndarray, inst_sorted: np.ndarray, starts) -> np.ndarray:
-    """values grouped as by_inst groups them (inst_sorted: the group of each grouped row), sorted within each
-    group: one sort of (group, value) keys combined into one int64, else a lexsort."""
-    v = values[by_inst]
-    if not len(v):
-        return v
-    lo = int(v.min())
-    span = int(v.max()) - lo + 1
-    if not _combined_fits(len(starts), span):
-        return v[np.lexsort((v, inst_sorted))]
-    comb = inst_sorted * span + (v - lo)
-    del v
-    comb.sort()
-    comb -= inst_sorted * span
-    comb += lo
-    return comb
-
-
-def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
+def _phases(s: _SliceColumns, inst: Instances, lane_totals) -> Phases:
     t = inst.table
     if not len(t):
         return Phases.empty()
     code = inst.code
     order = np.argsort(s.phase_index[code], kind="stable")  # instances are sorted by phase_index already
-    starts = _starts(s.phase_index[code][order])
+    starts = run_starts(s.phase_index[code][order])
     pc = code[order][starts]
 
     def total(col):
@@ -261,8 +100,8 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
     top_block, top_count, distinct = inst.top_block, inst.top_count, inst.distinct
     groups = [",".join(map(str, np.unique(s.group[s.code == c]).tolist())) for c in pc.tolist()]
-    mean_max = _fdiv(sum_max, instances)
-    mean_dur = _fdiv(sum_dur, slices)
+    mean_max = fdiv(sum_max, instances)
+    mean_dur = fdiv(sum_dur, slices)
     # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
     pairs, per_lane = st.unique_columns(s.code, s.lane, return_counts=True)
     lanes_of = np.bincount(pairs[0], minlength=len(s.names))
@@ -283,17 +122,17 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
         "mean_max_dur_ns": mean_max,
         "sum_dur_ns": sum_dur,
         "mean_dur_ns": mean_dur,
-        "imbalance": _fdiv(mean_max, mean_dur),
+        "imbalance": fdiv(mean_max, mean_dur),
         "max_imbalance": np.fmax.reduceat(t.imbalance[order], starts),
         "sum_wall_ns": total("wall_ns"),
         "sum_excess_ns": total("excess_ns"),
-        "mean_excess_ns": _fdiv(total("excess_ns"), instances),
+        "mean_excess_ns": fdiv(total("excess_ns"), instances),
         "max_excess_ns": most("excess_ns"),
-        "mean_start_skew_ns": _fdiv(total("start_skew_ns"), instances),
+        "mean_start_skew_ns": fdiv(total("start_skew_ns"), instances),
         "max_start_skew_ns": most("start_skew_ns"),
-        "mean_end_skew_ns": _fdiv(total("end_skew_ns"), instances),
+        "mean_end_skew_ns": fdiv(total("end_skew_ns"), instances),
         "max_end_skew_ns": most("end_skew_ns"),
-        "mean_last_lead_ns": _fdiv(sum_lead, lead_count),
+        "mean_last_lead_ns": fdiv(sum_lead, lead_count),
         "top_last_block": top_block[pc],
         "top_last_count": top_count[pc],
         "distinct_last_blocks": distinct[pc],
@@ -308,34 +147,7 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     })
 
 
-def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
-    in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
-    m = tied_mask
-    if not m.any():
-        return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
-    tied = st.unique_columns(s.code[m], s.k[m], s.block[m])  # distinct (phase, k, block)
-    code, k, block = tied
-    pairs, count = st.unique_columns(code, block, return_counts=True)
-    pick = np.lexsort((pairs[1], -count, pairs[0]))
-    first = pick[_starts(pairs[0][pick])]
-    top_block = np.full(phases, -1, np.int64)
-    top_count = np.zeros(phases, np.int64)
-    top_block[pairs[0][first]] = pairs[1][first]
-    top_count[pairs[0][first]] = count[first]
-    # Per instance: the top block if it is among the tied, else the lowest tied block.
-    starts = _starts(code * (int(k.max()) + 1 if len(k) else 1) + k)
-    has_top = np.maximum.reduceat((block == top_block[code]).astype(np.int64), starts) if len(k) else []
-    lowest = np.minimum.reduceat(block, starts) if len(k) else []
-    inst_code = code[starts]
-    chosen = np.where(np.asarray(has_top, bool), top_block[inst_code], lowest)
-    distinct = np.zeros(phases, np.int64)
-    uniq = st.unique_columns(inst_code, chosen)
-    np.add.at(distinct, uniq[0], 1)
-    return top_block, top_count, distinct
-
-
-def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
+def _lanes(s: _SliceColumns, inst: Instances) -> PhaseLanes:
     if not s.n:
         return PhaseLanes.empty()
     pi = s.phase_index[s.code]
@@ -347,7 +159,7 @@ def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
         order = np.lexsort((s.lane, pi))
     key = pi[order] * (int(s.lane.max()) + 1) + s.lane[order]
     del pi
-    starts = _starts(key)
+    starts = run_starts(key)
     n = np.diff(np.r_[starts, s.n])
     dur = s.dur[order]
     sums = np.add.reduceat(dur, starts)
@@ -361,7 +173,7 @@ def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
         "sm": np.maximum.reduceat(s.sm[order], starts),
         "instances": n,
         "min_dur_ns": np.minimum.reduceat(dur, starts),
-        "mean_dur_ns": _fdiv(sums, n),
+        "mean_dur_ns": fdiv(sums, n),
         "max_dur_ns": np.maximum.reduceat(dur, starts),
         "sum_dur_ns": sums,
         "last_count": np.add.reduceat(inst.is_last[order].astype(np.int64), starts),
@@ -387,7 +199,7 @@ def _waits(s: _SliceColumns) -> Waits:
     del gap
     # Sorted by (pair, wait): one sort of the two combined into one int64 key (waits are >= 0).
     span = int(w.max()) + 1
-    if _combined_fits(nph * nph, span):
+    if combined_fits(nph * nph, span):
         comb = key * span + w
         comb.sort()
         key_up = comb // span
@@ -396,7 +208,7 @@ def _waits(s: _SliceColumns) -> Waits:
     else:
         up = np.lexsort((w, key))
         key_up, w_up = key[up], w[up]
-    starts = _starts(key_up)
+    starts = run_starts(key_up)
     n = np.diff(np.r_[starts, len(rows)])
     pair = key_up[starts]
     a, b = pair // nph, pair % nph
@@ -404,7 +216,7 @@ def _waits(s: _SliceColumns) -> Waits:
     longest = w_up[starts + n - 1]
     cand = np.flatnonzero(w == longest[np.searchsorted(pair, key)])
     cand = cand[np.lexsort((s.k[rows[cand]], s.group[rows[cand]], s.block[rows[cand]], key[cand]))]
-    top = rows[cand[_starts(key[cand])]]  # the same pairs, in the same order, as `pair`
+    top = rows[cand[run_starts(key[cand])]]  # the same pairs, in the same order, as `pair`
     sums = np.add.reduceat(w_up, starts)
     code_of_index = np.argsort(s.phase_index)
     return Waits.from_columns({
@@ -414,10 +226,10 @@ def _waits(s: _SliceColumns) -> Waits:
         "next_phase_index": b,
         "count": n,
         "sum_ns": sums,
-        "mean_ns": _fdiv(sums, n),
+        "mean_ns": fdiv(sums, n),
         "min_ns": w_up[starts],
-        "p50_ns": w_up[starts + _lower_percentile(0.5, n)],
-        "p90_ns": w_up[starts + _lower_percentile(0.9, n)],
+        "p50_ns": w_up[starts + lower_percentile(0.5, n)],
+        "p90_ns": w_up[starts + lower_percentile(0.9, n)],
         "max_ns": longest,
         "max_block": s.block[top],
         "max_group": s.group[top],
