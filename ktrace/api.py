@@ -160,8 +160,11 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         with open_input(source, need="decoder", **decode_options) as inp:
             dec = inp.decoder
             if _numpy_path(engine, dec, on_engine):
-                decoded = dec.decode() if dec is not None else inp.decoded
-                return analyze_opened(decoded, thresholds, name=name or inp.name)
+                if dec is None:
+                    return analyze_opened(inp.decoded, thresholds, name=name or inp.name)
+                # A range of lanes at a time, keeping only the slices: decoding's peak is one range's.
+                slices, summary = dec.slices_and_summary()
+                return analyze_opened(slices, thresholds, name=name or inp.name, summary=summary)
             return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
     if engine == "numpy":
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "

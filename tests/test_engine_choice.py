@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 import ktrace
@@ -86,3 +87,20 @@ def test_cli_prints_the_engine_auto_chose(tmp_path):
     assert "analyzing with numpy:" in err and ">= 250,000; --engine wasm for the SQL package" in err
     rc, out, err = run_ktrace("analyze", buf, "--engine", "numpy", "--json")
     assert rc == 0 and "analyzing with numpy" not in err
+
+
+@pytest.mark.parametrize("name", ["imbalance", "waves_ktrace", "worklist_flashinfer"])
+def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
+    from ktrace.analysis import oracle_figures
+    from ktrace.decoding import BufferDecoder
+    from ktrace.model import Summary
+
+    dec = BufferDecoder(sample(name))
+    whole = dec.decode()
+    assert len(dec.part_ranges(500)) > 1  # several ranges
+    lean, summary = dec.slices_and_summary(500)
+    assert summary == Summary.of(whole)
+    assert len(lean.slices) == len(whole.slices) and len(lean.instants) == len(lean.anomalies) == 0
+    for f in ("lane", "event", "k", "begin_seq", "end_seq", "begin_ns", "end_ns", "overlap", "sm"):
+        assert np.array_equal(getattr(lean.slices, f), getattr(whole.slices, f)), f
+    assert oracle_figures(lean, summary).differences(oracle_figures(whole)) == []

@@ -20,19 +20,21 @@ __all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
 
-def oracle_figures(d: Decoded) -> Figures:
-    """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``."""
+def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
+    """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``; summary: the buffer's
+    Summary when ``d`` holds only its slices (``BufferDecoder.slices_and_summary``), else Summary.of(d)."""
+    summary = Summary.of(d) if summary is None else summary
     s = _SliceColumns(d)
     blocks, s.block_row = st.blocks_table(s.block, s.sm, s.lane, s.begin, s.end)
     inst = Instances(s, blocks)
-    kernel = _kernel(d, s)
+    kernel = _kernel(d, s, summary)
     lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
     busy = st.busy_sms(blocks)
     pred, kind = st.predecessors(s, s.top, s.prev, inst.end_of_slice, inst.last_of_slice, s.block_row, blocks)
     cp = st.critical_path(s, s.top, pred, kind, kernel.begin_ns, kernel.end_ns) if s.n else st.CriticalPath.empty()
     return Figures(
         kernel=kernel,
-        launch=dict(launch_facts(d, Summary.of(d))),
+        launch=dict(launch_facts(d, summary)),
         phases=_phases(s, inst, lane_totals),
         instances=inst.table,
         lanes=_lanes(s, inst),
@@ -237,10 +239,10 @@ def _waits(s: _SliceColumns) -> Waits:
     })
 
 
-def _kernel(d: Decoded, s: _SliceColumns) -> Kernel:
+def _kernel(d: Decoded, s: _SliceColumns, summary: Summary) -> Kernel:
     steps = np.diff(np.unique(s.dur))  # distinct durations are whole ticks apart
     candidates = [int(steps.min())] if len(steps) else []
-    record_step = Summary.of(d).min_step_ns  # as the launch slice records it
+    record_step = summary.min_step_ns  # as the launch slice records it
     if record_step and record_step > 0:
         candidates.append(int(record_step))
     smallest = min(candidates) if candidates else None
