@@ -135,24 +135,17 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
 NUMPY_MIN_RECORDS = 250_000
 
 
-def auto_takes_numpy(dec) -> str | None:
-    """Why engine='auto' analyzes this BufferDecoder with numpy (a line to show the user), or None when it
-    goes to the trace processor."""
-    slots = int(dec.body.size)
-    if slots < NUMPY_MIN_RECORDS:
-        return None
-    return (f"analyzing with numpy: {slots:,} record slots >= {NUMPY_MIN_RECORDS:,}; "
-            "--engine wasm for the SQL package")
-
-
 def _numpy_path(engine: str, dec, on_engine) -> bool:
-    """Whether a buffer (dec: its BufferDecoder, None for an already decoded input) is analyzed with numpy."""
+    """Whether a buffer (dec: its BufferDecoder; None: already decoded) is analyzed with numpy; when 'auto'
+    takes numpy, on_engine("numpy", why) first."""
     if engine == "numpy" or dec is None:
         return True
-    why = auto_takes_numpy(dec) if engine == "auto" else None
-    if why and on_engine is not None:
-        on_engine("numpy", why)
-    return why is not None
+    if engine != "auto" or dec.body.size < NUMPY_MIN_RECORDS:
+        return False
+    if on_engine is not None:
+        on_engine("numpy", f"analyzing with numpy: {int(dec.body.size):,} record slots >= {NUMPY_MIN_RECORDS:,}; "
+                  "--engine wasm for the SQL package")
+    return True
 
 
 def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None) -> Analysis:
@@ -160,10 +153,8 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         with open_input(source, need="decoder", **decode_options) as inp:
             dec = inp.decoder
             if _numpy_path(engine, dec, on_engine):
-                if dec is None:
-                    return analyze_opened(inp.decoded, thresholds, name=name or inp.name)
                 # A range of lanes at a time, keeping only the slices: decoding's peak is one range's.
-                slices, summary = dec.slices_and_summary()
+                slices, summary = dec.slices_and_summary() if dec is not None else (inp.decoded, None)
                 return analyze_opened(slices, thresholds, name=name or inp.name, summary=summary)
             return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
     if engine == "numpy":
@@ -372,8 +363,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
     source: a buffer (path, bytes, array, BufferDecoder; decoded with ``decode_options``, written in ``tracks``
     mode, the path's flows and the roles on the lane slices themselves), a trace (copied, the annotations
     appended: the flows join the critical path track's parts; an already annotated trace is not written
-    again) or a Decoded. out: default ``annotated_output(source)``; engine, on_engine: as ``analyze``. Raises
-    InputError as ``analyze`` does.
+    again) or a Decoded. out: default ``annotated_output(source)``. Raises InputError as ``analyze`` does.
     """
     from .analysis.sql_package import include_all
     from .export.annotations import annotation_chunks, append_to
