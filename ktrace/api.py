@@ -109,7 +109,7 @@ def inspect(source, progress=None, **decode_options) -> dict:
 
 
 def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
-            **decode_options) -> Analysis:
+            on_engine=None, **decode_options) -> Analysis:
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
@@ -119,14 +119,14 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     ``Decoded``: figures from numpy. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a
     buffer's figures computed with numpy, no trace processor), or 'auto' (numpy for a buffer of
     NUMPY_MIN_RECORDS record slots or more, else the trace processor); progress(done_bytes, total_bytes) while
-    the trace loads.
+    the trace loads; on_engine(engine, why): called once, before the work, when 'auto' takes numpy.
 
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
     if isinstance(source, Decoded) or is_session(source):
         return analyze_opened(source, thresholds)
     buffer_options([source], decode_options)
-    return _analyze(source, thresholds, engine, progress, None, decode_options)
+    return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine)
 
 
 # A buffer of at least this many record slots is analyzed with numpy by engine='auto': the same figures
@@ -135,13 +135,27 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
 NUMPY_MIN_RECORDS = 250_000
 
 
-def _analyze(source, thresholds, engine, progress, name, decode_options) -> Analysis:
+def _numpy_path(engine: str, dec, on_engine) -> bool:
+    """Whether a buffer (dec: its BufferDecoder; None: already decoded) is analyzed with numpy; when 'auto'
+    takes numpy, on_engine("numpy", why) first."""
+    if engine == "numpy" or dec is None:
+        return True
+    if engine != "auto" or dec.body.size < NUMPY_MIN_RECORDS:
+        return False
+    if on_engine is not None:
+        on_engine("numpy", f"analyzing with numpy: {int(dec.body.size):,} record slots >= {NUMPY_MIN_RECORDS:,}; "
+                  "--engine wasm for the SQL package")
+    return True
+
+
+def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None) -> Analysis:
     if engine in ("numpy", "auto") and not _is_trace_source(source):
         with open_input(source, need="decoder", **decode_options) as inp:
             dec = inp.decoder
-            if engine == "numpy" or dec is None or dec.body.size >= NUMPY_MIN_RECORDS:
-                decoded = dec.decode() if dec is not None else inp.decoded
-                return analyze_opened(decoded, thresholds, name=name or inp.name)
+            if _numpy_path(engine, dec, on_engine):
+                # A range of lanes at a time, keeping only the slices: decoding's peak is one range's.
+                slices, summary = dec.slices_and_summary() if dec is not None else (inp.decoded, None)
+                return analyze_opened(slices, thresholds, name=name or inp.name, summary=summary)
             return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
     if engine == "numpy":
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
@@ -341,7 +355,7 @@ _PHASE_SLICES_SQL = "SELECT phase, ts, end_ts FROM ktrace_phase_slice ORDER BY i
 
 
 def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: str = "auto", tracks: str = "sm",
-             progress=None, **decode_options) -> AnnotatedTrace:
+             progress=None, on_engine=None, **decode_options) -> AnnotatedTrace:
     """Analyze ``source`` and write the trace with the analysis drawn on its timeline (docs/trace-format.md,
     "Annotations"): a findings track first, the critical path (a track and flow arrows), counter tracks (busy
     SMs, lanes running per phase) and the slices the findings name marked with an arg ``ktrace.role``.
@@ -365,7 +379,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder
         numpy_path = inp.kind == "decoded" or engine == "numpy" or (
-            engine == "auto" and dec is not None and dec.body.size >= NUMPY_MIN_RECORDS)
+            engine == "auto" and dec is not None and _numpy_path(engine, dec, on_engine))
         if numpy_path:  # figures from numpy (as analyze does for this input and engine)
             d = inp.decoded if inp.kind == "decoded" else dec.decode()
             a = analyze_opened(d, thresholds, name=inp.name)

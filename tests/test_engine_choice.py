@@ -4,7 +4,9 @@ findings and JSON as the SQL package; 'auto' takes numpy for large buffers."""
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 
 import ktrace
@@ -52,3 +54,53 @@ def test_cli_engine_numpy(tmp_path):
     ktrace.convert(sample("imbalance"), trace)
     rc, out, err = run_ktrace("analyze", trace, "--engine", "numpy")
     assert rc == 2 and "needs the profiler buffer" in err
+
+
+def test_auto_says_why_it_takes_numpy(monkeypatch):
+    said = []
+    ktrace.analyze(sample("imbalance"), on_engine=lambda e, why: said.append((e, why)))
+    assert said == []  # below the switch: the SQL package, nothing to say
+    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
+    a = ktrace.analyze(sample("imbalance"), on_engine=lambda e, why: said.append((e, why)))
+    assert a.engine == "numpy"
+    assert len(said) == 1 and said[0][0] == "numpy"
+    assert re.fullmatch(r"analyzing with numpy: [\d,]+ record slots >= 1,000; --engine wasm for the SQL package",
+                        said[0][1])
+    said.clear()
+    ktrace.analyze(sample("imbalance"), engine="numpy", on_engine=lambda e, why: said.append((e, why)))
+    assert said == []  # asked for: not a choice to explain
+
+
+@pytest.mark.slow
+def test_cli_prints_the_engine_auto_chose(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_convert.py"
+    spec = importlib.util.spec_from_file_location("_bench_convert", path)
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    buf, _ = bc.buffer_path(str(tmp_path), api.NUMPY_MIN_RECORDS, 1, 1)
+    rc, out, err = run_ktrace("analyze", buf, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["engine"] == "numpy"
+    assert "analyzing with numpy:" in err and ">= 250,000; --engine wasm for the SQL package" in err
+    rc, out, err = run_ktrace("analyze", buf, "--engine", "numpy", "--json")
+    assert rc == 0 and "analyzing with numpy" not in err
+
+
+@pytest.mark.parametrize("name", ["imbalance", "waves_ktrace", "worklist_flashinfer"])
+def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
+    from ktrace.analysis import oracle_figures
+    from ktrace.decoding import BufferDecoder
+    from ktrace.model import Summary
+
+    dec = BufferDecoder(sample(name))
+    whole = dec.decode()
+    assert len(dec.part_ranges(500)) > 1  # several ranges
+    lean, summary = dec.slices_and_summary(500)
+    assert summary == Summary.of(whole)
+    assert len(lean.slices) == len(whole.slices) and len(lean.instants) == len(lean.anomalies) == 0
+    for f in ("lane", "event", "k", "begin_seq", "end_seq", "begin_ns", "end_ns", "overlap", "sm"):
+        assert np.array_equal(getattr(lean.slices, f), getattr(whole.slices, f)), f
+    assert oracle_figures(lean, summary).differences(oracle_figures(whole)) == []

@@ -20,3 +20,92 @@ def test_unique_columns_is_numpys_unique_over_rows(seed):
 def test_unique_columns_of_nothing():
     got, n = unique_columns(np.zeros(0, np.int64), np.zeros(0, np.int64), return_counts=True)
     assert got.shape == (2, 0) and len(n) == 0
+
+
+# -- fast paths that use the slices' (lane, sequence) order, each against the general way -------------------
+
+from ktrace.analysis import oracle_structure as st  # noqa: E402
+from ktrace.analysis.oracle_instances import sorted_within as _sorted_within  # noqa: E402
+
+
+def _nested_lanes(rng, lanes=5):
+    """Slices of random nesting on a few lanes, in (lane, begin sequence) order, as Slices holds them."""
+    lane, b_seq, e_seq, begin = [], [], [], []
+    for ln in range(lanes):
+        seq, t, open_ = 0, 0, []
+        for _ in range(int(rng.integers(0, 30))):
+            if open_ and rng.random() < 0.5:
+                i = open_.pop(int(rng.integers(len(open_))))
+                e_seq[i] = seq
+            else:
+                open_.append(len(lane))
+                lane.append(ln), b_seq.append(seq), e_seq.append(-1), begin.append(t)
+            seq, t = seq + 1, t + int(rng.integers(0, 3))
+        for i in open_:
+            e_seq[i], seq = seq, seq + 1
+    return [np.array(c, np.int64) for c in (lane, b_seq, e_seq, begin)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slice_depth_from_lane_order_equals_the_event_sweep(seed):
+    rng = np.random.default_rng(seed)
+    lane, b_seq, e_seq, _ = _nested_lanes(rng)
+    overlap = rng.random(len(lane)) < 0.2
+    want = st._slice_depth_sorting(np.flatnonzero(~overlap), lane[~overlap], b_seq[~overlap], e_seq[~overlap],
+                                   np.zeros(len(lane), np.int64))
+    assert np.array_equal(st.slice_depth(lane, b_seq, e_seq, overlap), want)
+    shuffled = rng.permutation(len(lane))  # out of order: the sweep itself
+    got = st.slice_depth(lane[shuffled], b_seq[shuffled], e_seq[shuffled], overlap[shuffled])
+    assert np.array_equal(got, want[shuffled])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lane_neighbours_in_or_out_of_order(seed):
+    rng = np.random.default_rng(seed)
+    lane, seq, _, begin = _nested_lanes(rng)
+    top = rng.random(len(lane)) < 0.7
+    prev, nxt = st.lane_neighbours(lane, begin, seq, top)
+    for i in range(len(lane)):  # the definition, slice by slice
+        same = np.flatnonzero(top & (lane == lane[i]))
+        same = same[np.lexsort((seq[same], begin[same]))].tolist()
+        if not top[i]:
+            assert prev[i] == nxt[i] == -1
+            continue
+        j = same.index(i)
+        assert prev[i] == (same[j - 1] if j else -1) and nxt[i] == (same[j + 1] if j + 1 < len(same) else -1)
+    p = rng.permutation(len(lane))
+    inv = np.argsort(p)
+    prev2, nxt2 = st.lane_neighbours(lane[p], begin[p], seq[p], top[p])
+    assert np.array_equal(np.where(prev2 >= 0, p[prev2], -1), prev[p])
+    assert np.array_equal(np.where(nxt2 >= 0, p[nxt2], -1), nxt[p]) and len(inv) == len(p)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_lane_totals_of_lane_ordered_rows_equal_those_of_shuffled_rows(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    lane = np.sort(rng.integers(0, 9, n))
+    cols = (lane, lane // 2, lane % 2, rng.integers(-1, 4, n), *np.sort(rng.integers(0, 1000, (2, n)), axis=0))
+    top = rng.random(n) < 0.6
+    fast = st.lane_totals(*cols, top)
+    slow = st._lane_totals_unsorted(*cols, top)
+    p = rng.permutation(n)
+    shuffled = st.lane_totals(*(c[p] for c in cols), top[p])
+    for name in ("lane", "block", "group", "sm", "slices", "top_slices", "busy_ns", "begin_ns", "end_ns"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+        assert np.array_equal(getattr(shuffled, name), getattr(slow, name)), name
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sorted_within_groups_is_a_sort_per_group(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    group = np.sort(rng.integers(0, 7, n))
+    values = rng.integers(-10**6, 10**6, n) * (10**12 if seed % 2 else 1)  # odd seeds: too wide to combine
+    by = rng.permutation(n)
+    inst = group  # rows already grouped: by_inst picks them in a shuffled order within the grouping
+    order = np.lexsort((by, inst))
+    starts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
+    got = _sorted_within(values[by], order, inst, starts)
+    want = np.concatenate([np.sort(values[by][order][inst == g]) for g in np.unique(inst)])
+    assert np.array_equal(got, want)

@@ -12,26 +12,29 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from . import oracle_structure as st
-from .results import Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
+from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
+from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
 __all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
 
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
 
-def oracle_figures(d: Decoded) -> Figures:
-    """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``."""
+def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
+    """Every figure of the analysis (see ``Figures``) for the decoded buffer ``d``; summary: the buffer's
+    Summary when ``d`` holds only its slices (``BufferDecoder.slices_and_summary``), else Summary.of(d)."""
+    summary = Summary.of(d) if summary is None else summary
     s = _SliceColumns(d)
     blocks, s.block_row = st.blocks_table(s.block, s.sm, s.lane, s.begin, s.end)
-    inst = _Instances(s, blocks)
-    kernel = _kernel(d, s)
+    inst = Instances(s, blocks)
+    kernel = _kernel(d, s, summary)
     lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
     busy = st.busy_sms(blocks)
     pred, kind = st.predecessors(s, s.top, s.prev, inst.end_of_slice, inst.last_of_slice, s.block_row, blocks)
     cp = st.critical_path(s, s.top, pred, kind, kernel.begin_ns, kernel.end_ns) if s.n else st.CriticalPath.empty()
     return Figures(
         kernel=kernel,
-        launch=dict(launch_facts(d, Summary.of(d))),
+        launch=dict(launch_facts(d, summary)),
         phases=_phases(s, inst, lane_totals),
         instances=inst.table,
         lanes=_lanes(s, inst),
@@ -76,129 +79,13 @@ class _SliceColumns:
         return [self.names[c] for c in codes.tolist()]
 
 
-def _starts(sorted_keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal keys begins."""
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-
-
-def _lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
-    """0-based index of the p-quantile (0 <= p <= 1) of n sorted values: floor(p * (n - 1)), computed in
-    float64 as SQLite's percentile_disc does (numpy's method='lower')."""
-    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
-
-
-def _fdiv(num, den) -> np.ndarray:
-    """num / den in float64 (exact integers converted first), NaN where den is 0: SQL's x * 1.0 / y."""
-    num = np.asarray(num).astype(np.float64)
-    den = np.asarray(den).astype(np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den != 0)
-    return out
-
-
-class _Instances:
-    """Per-instance figures, and per-slice facts the other tables need (last finisher, tie, the instance's
-    latest end and last finisher)."""
-
-    def __init__(self, s: _SliceColumns, blocks) -> None:
-        kspan = int(s.k.max()) + 1 if s.n else 1
-        key = s.code * kspan + s.k
-        by_end = np.lexsort((s.group, s.block, -s.end, key))  # instance, then latest end, block, group
-        by_dur = np.lexsort((s.group, s.block, s.dur, key))
-        by_begin = np.lexsort((s.begin, key))
-        starts = _starts(key[by_end])
-        n = np.diff(np.r_[starts, s.n])
-        end_sorted = s.end[by_end]
-        latest = end_sorted[starts]
-        self.tied = np.zeros(s.n, bool)
-        self.tied[by_end] = end_sorted == np.repeat(latest, n)
-        top_block, self.top_count, self.distinct = _stability(s, self.tied, len(s.names))
-        self.top_block = top_block
-        # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane.
-        not_top = (s.block != top_block[s.code]).astype(np.int64)
-        pick = np.lexsort((s.lane, not_top, ~self.tied, key))
-        first = pick[_starts(key[pick])]
-        self.is_last = np.zeros(s.n, bool)
-        self.is_last[first] = True
-        second = np.where(n > 1, starts + 1, starts)
-        lead = np.where(n > 1, latest - end_sorted[second], 0).astype(np.float64)
-        lead[n <= 1] = np.nan
-        dur_sorted = s.dur[by_dur]
-        red = (lambda f, a: f.reduceat(a, starts)) if s.n else (lambda f, a: np.zeros(0, np.int64))
-        max_dur = red(np.maximum, dur_sorted)
-        sum_dur = red(np.add, dur_sorted)
-        begin_min = red(np.minimum, s.begin[by_end])
-        begin_max = red(np.maximum, s.begin[by_end])
-        end_min = red(np.minimum, end_sorted)
-        # Per slice: its instance's latest end and last finisher (for synchronization and the critical path).
-        inst_of = np.empty(s.n, np.int64)
-        inst_of[by_end] = np.repeat(np.arange(len(starts)), n)
-        self.end_of_slice = latest[inst_of] if s.n else np.zeros(0, np.int64)
-        self.last_of_slice = first[inst_of] if s.n else np.zeros(0, np.int64)
-        # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
-        has_prev = (s.prev >= 0)
-        prev_end = np.where(has_prev, s.end[np.maximum(s.prev, 0)], 0)
-        synced = has_prev & (s.begin >= np.where(has_prev, self.end_of_slice[np.maximum(s.prev, 0)], 0))
-        lead_in = s.begin - prev_end
-        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-        hp = has_prev[by_end]
-        prev_lanes = red(np.add, hp.astype(np.int64))
-        li_min = red(np.minimum, np.where(hp, lead_in[by_end], big)).astype(np.float64)
-        li_max = red(np.maximum, np.where(hp, lead_in[by_end], small)).astype(np.float64)
-        li_min[prev_lanes == 0] = np.nan
-        li_max[prev_lanes == 0] = np.nan
-        later = blocks.later_wave[s.block_row] if s.n else np.zeros(0, np.int64)
-        code = s.code[first] if s.n else np.zeros(0, np.int64)
-        begin_sorted = s.begin[by_begin]
-        cols = {
-            "phase": s.phase_name(code),
-            "phase_index": s.phase_index[code],
-            "k": s.k[first],
-            "lanes": n,
-            "min_dur_ns": dur_sorted[starts] if s.n else [],
-            "p50_dur_ns": dur_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
-            "p90_dur_ns": dur_sorted[starts + _lower_percentile(0.9, n)] if s.n else [],
-            "max_dur_ns": max_dur,
-            "sum_dur_ns": sum_dur,
-            "mean_dur_ns": _fdiv(sum_dur, n),
-            "imbalance": _fdiv(max_dur * n, sum_dur),
-            "begin_ns": begin_min,
-            "end_ns": latest,
-            "wall_ns": latest - begin_min,
-            "excess_ns": latest - begin_min - max_dur,
-            "start_skew_ns": begin_max - begin_min,
-            "end_skew_ns": latest - end_min,
-            "last_block": s.block[first],
-            "last_group": s.group[first],
-            "last_sm": s.sm[first],
-            "last_lane": s.lane[first],
-            "tied_last_lanes": red(np.add, self.tied[by_end].astype(np.int64)),
-            "last_lead_ns": lead,
-            "depth": red(np.minimum, s.depth[by_end]),
-            "p50_begin_ns": begin_sorted[starts + _lower_percentile(0.5, n)] if s.n else [],
-            "last_begin_ns": s.begin[first],
-            "last_dur_ns": s.dur[first],
-            "prev_lanes": prev_lanes,
-            "sync_lanes": red(np.add, synced[by_end].astype(np.int64)),
-            "lead_in_min_ns": li_min,
-            "lead_in_max_ns": li_max,
-            "later_wave_lanes": red(np.add, later[by_end].astype(np.int64)),
-        }
-        order = np.lexsort((cols["k"], cols["phase_index"]))
-        self.code = code[order]
-        self.table = PhaseInstances.from_columns(
-            {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
-
-
-def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
+def _phases(s: _SliceColumns, inst: Instances, lane_totals) -> Phases:
     t = inst.table
     if not len(t):
         return Phases.empty()
     code = inst.code
     order = np.argsort(s.phase_index[code], kind="stable")  # instances are sorted by phase_index already
-    starts = _starts(s.phase_index[code][order])
+    starts = run_starts(s.phase_index[code][order])
     pc = code[order][starts]
 
     def total(col):
@@ -215,8 +102,8 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
     top_block, top_count, distinct = inst.top_block, inst.top_count, inst.distinct
     groups = [",".join(map(str, np.unique(s.group[s.code == c]).tolist())) for c in pc.tolist()]
-    mean_max = _fdiv(sum_max, instances)
-    mean_dur = _fdiv(sum_dur, slices)
+    mean_max = fdiv(sum_max, instances)
+    mean_dur = fdiv(sum_dur, slices)
     # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
     pairs, per_lane = st.unique_columns(s.code, s.lane, return_counts=True)
     lanes_of = np.bincount(pairs[0], minlength=len(s.names))
@@ -237,17 +124,17 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
         "mean_max_dur_ns": mean_max,
         "sum_dur_ns": sum_dur,
         "mean_dur_ns": mean_dur,
-        "imbalance": _fdiv(mean_max, mean_dur),
+        "imbalance": fdiv(mean_max, mean_dur),
         "max_imbalance": np.fmax.reduceat(t.imbalance[order], starts),
         "sum_wall_ns": total("wall_ns"),
         "sum_excess_ns": total("excess_ns"),
-        "mean_excess_ns": _fdiv(total("excess_ns"), instances),
+        "mean_excess_ns": fdiv(total("excess_ns"), instances),
         "max_excess_ns": most("excess_ns"),
-        "mean_start_skew_ns": _fdiv(total("start_skew_ns"), instances),
+        "mean_start_skew_ns": fdiv(total("start_skew_ns"), instances),
         "max_start_skew_ns": most("start_skew_ns"),
-        "mean_end_skew_ns": _fdiv(total("end_skew_ns"), instances),
+        "mean_end_skew_ns": fdiv(total("end_skew_ns"), instances),
         "max_end_skew_ns": most("end_skew_ns"),
-        "mean_last_lead_ns": _fdiv(sum_lead, lead_count),
+        "mean_last_lead_ns": fdiv(sum_lead, lead_count),
         "top_last_block": top_block[pc],
         "top_last_count": top_count[pc],
         "distinct_last_blocks": distinct[pc],
@@ -262,39 +149,19 @@ def _phases(s: _SliceColumns, inst: _Instances, lane_totals) -> Phases:
     })
 
 
-def _stability(s: _SliceColumns, tied_mask: np.ndarray, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
-    in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
-    m = tied_mask
-    if not m.any():
-        return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
-    tied = st.unique_columns(s.code[m], s.k[m], s.block[m])  # distinct (phase, k, block)
-    code, k, block = tied
-    pairs, count = st.unique_columns(code, block, return_counts=True)
-    pick = np.lexsort((pairs[1], -count, pairs[0]))
-    first = pick[_starts(pairs[0][pick])]
-    top_block = np.full(phases, -1, np.int64)
-    top_count = np.zeros(phases, np.int64)
-    top_block[pairs[0][first]] = pairs[1][first]
-    top_count[pairs[0][first]] = count[first]
-    # Per instance: the top block if it is among the tied, else the lowest tied block.
-    starts = _starts(code * (int(k.max()) + 1 if len(k) else 1) + k)
-    has_top = np.maximum.reduceat((block == top_block[code]).astype(np.int64), starts) if len(k) else []
-    lowest = np.minimum.reduceat(block, starts) if len(k) else []
-    inst_code = code[starts]
-    chosen = np.where(np.asarray(has_top, bool), top_block[inst_code], lowest)
-    distinct = np.zeros(phases, np.int64)
-    uniq = st.unique_columns(inst_code, chosen)
-    np.add.at(distinct, uniq[0], 1)
-    return top_block, top_count, distinct
-
-
-def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
+def _lanes(s: _SliceColumns, inst: Instances) -> PhaseLanes:
     if not s.n:
         return PhaseLanes.empty()
-    order = np.lexsort((s.lane, s.phase_index[s.code]))
-    key = s.phase_index[s.code][order] * (int(s.lane.max()) + 1) + s.lane[order]
-    starts = _starts(key)
+    pi = s.phase_index[s.code]
+    if len(s.names) < 2**15 and st._is_sorted(s.lane):
+        # Rows come in lane order: a stable sort on the phase alone (a radix sort of 16-bit keys) is the
+        # (phase, lane) order.
+        order = np.argsort(pi.astype(np.int16), kind="stable")
+    else:
+        order = np.lexsort((s.lane, pi))
+    key = pi[order] * (int(s.lane.max()) + 1) + s.lane[order]
+    del pi
+    starts = run_starts(key)
     n = np.diff(np.r_[starts, s.n])
     dur = s.dur[order]
     sums = np.add.reduceat(dur, starts)
@@ -308,7 +175,7 @@ def _lanes(s: _SliceColumns, inst: _Instances) -> PhaseLanes:
         "sm": np.maximum.reduceat(s.sm[order], starts),
         "instances": n,
         "min_dur_ns": np.minimum.reduceat(dur, starts),
-        "mean_dur_ns": _fdiv(sums, n),
+        "mean_dur_ns": fdiv(sums, n),
         "max_dur_ns": np.maximum.reduceat(dur, starts),
         "sum_dur_ns": sums,
         "last_count": np.add.reduceat(inst.is_last[order].astype(np.int64), starts),
@@ -328,39 +195,54 @@ def _waits(s: _SliceColumns) -> Waits:
     rows = np.flatnonzero((nxt >= 0) & (gap >= 0))
     if not len(rows):
         return Waits.empty()
-    a, b = s.phase_index[s.code[rows]], s.phase_index[s.code[nxt[rows]]]
+    nph = len(s.names)
+    key = s.phase_index[s.code[rows]] * nph + s.phase_index[s.code[nxt[rows]]]
     w = gap[rows]
-    key = a * len(s.names) + b
-    up = np.lexsort((w, key))
-    starts = _starts(key[up])
+    del gap
+    # Sorted by (pair, wait): one sort of the two combined into one int64 key (waits are >= 0).
+    span = int(w.max()) + 1
+    if combined_fits(nph * nph, span):
+        comb = key * span + w
+        comb.sort()
+        key_up = comb // span
+        w_up = comb - key_up * span
+        del comb
+    else:
+        up = np.lexsort((w, key))
+        key_up, w_up = key[up], w[up]
+    starts = run_starts(key_up)
     n = np.diff(np.r_[starts, len(rows)])
-    w_up = w[up]
-    down = np.lexsort((s.k[rows], s.group[rows], s.block[rows], -w, key))
-    top = rows[down[starts]]  # the same boundaries, in the same order, as `up`
+    pair = key_up[starts]
+    a, b = pair // nph, pair % nph
+    # The longest wait of each pair: lowest block, then group, then k among those that equal it.
+    longest = w_up[starts + n - 1]
+    cand = np.flatnonzero(w == longest[np.searchsorted(pair, key)])
+    cand = cand[np.lexsort((s.k[rows[cand]], s.group[rows[cand]], s.block[rows[cand]], key[cand]))]
+    top = rows[cand[run_starts(key[cand])]]  # the same pairs, in the same order, as `pair`
     sums = np.add.reduceat(w_up, starts)
-    first = up[starts]
+    code_of_index = np.argsort(s.phase_index)
     return Waits.from_columns({
-        "phase": s.phase_name(s.code[rows[first]]),
-        "next_phase": s.phase_name(s.code[nxt[rows[first]]]),
-        "phase_index": a[first],
-        "next_phase_index": b[first],
+        "phase": s.phase_name(code_of_index[a]),
+        "next_phase": s.phase_name(code_of_index[b]),
+        "phase_index": a,
+        "next_phase_index": b,
         "count": n,
         "sum_ns": sums,
-        "mean_ns": _fdiv(sums, n),
+        "mean_ns": fdiv(sums, n),
         "min_ns": w_up[starts],
-        "p50_ns": w_up[starts + _lower_percentile(0.5, n)],
-        "p90_ns": w_up[starts + _lower_percentile(0.9, n)],
-        "max_ns": w_up[starts + n - 1],
+        "p50_ns": w_up[starts + lower_percentile(0.5, n)],
+        "p90_ns": w_up[starts + lower_percentile(0.9, n)],
+        "max_ns": longest,
         "max_block": s.block[top],
         "max_group": s.group[top],
         "max_k": s.k[top],
     })
 
 
-def _kernel(d: Decoded, s: _SliceColumns) -> Kernel:
+def _kernel(d: Decoded, s: _SliceColumns, summary: Summary) -> Kernel:
     steps = np.diff(np.unique(s.dur))  # distinct durations are whole ticks apart
     candidates = [int(steps.min())] if len(steps) else []
-    record_step = Summary.of(d).min_step_ns  # as the launch slice records it
+    record_step = summary.min_step_ns  # as the launch slice records it
     if record_step and record_step > 0:
         candidates.append(int(record_step))
     smallest = min(candidates) if candidates else None

@@ -50,20 +50,48 @@ def _lower(p: float, n) -> np.ndarray:
 
 def slice_depth(lane, begin_seq, end_seq, overlap) -> np.ndarray:
     """Per slice: how many slices of its lane are open when its BEGIN is read (0 for partial overlaps,
-    which sit on their own child track)."""
+    which sit on their own child track). Slices come in (lane, begin sequence) order (``Slices``)."""
     n = len(lane)
     depth = np.zeros(n, np.int64)
     rows = np.flatnonzero(~np.asarray(overlap, bool))
     if not len(rows):
         return depth
-    ev_lane = np.r_[lane[rows], lane[rows]]
-    ev_seq = np.r_[begin_seq[rows], end_seq[rows]]
+    lane_r, b_seq, e_seq = lane[rows], begin_seq[rows], end_seq[rows]
+    span = int(max(b_seq.max(), e_seq.max())) + 1
+    begin_key = lane_r * span + b_seq
+    if not _is_sorted(begin_key):
+        begin_key = None
+    if begin_key is None or _overflows(int(lane_r.max()) + 1, span):
+        return _slice_depth_sorting(rows, lane_r, b_seq, e_seq, depth)
+    # Open at a BEGIN = the lane's BEGINs before it minus the lane's ENDs before it (sequences are distinct).
+    end_key = np.sort(lane_r * span + e_seq)
+    lane_start = np.searchsorted(begin_key, lane_r * span, side="left")
+    ends_before = np.searchsorted(end_key, begin_key) - np.searchsorted(end_key, lane_r * span)
+    depth[rows] = np.arange(len(rows)) - lane_start - ends_before
+    return depth
+
+
+def _slice_depth_sorting(rows, lane_r, b_seq, e_seq, depth) -> np.ndarray:
+    ev_lane = np.r_[lane_r, lane_r]
+    ev_seq = np.r_[b_seq, e_seq]
     delta = np.r_[np.ones(len(rows), np.int64), -np.ones(len(rows), np.int64)]
     order = np.lexsort((ev_seq, ev_lane))
     open_after = np.cumsum(delta[order])  # every lane's slices balance, so the count restarts per lane
     is_begin = order < len(rows)
     depth[rows[order[is_begin]]] = open_after[is_begin] - 1
     return depth
+
+
+def _is_sorted(a: np.ndarray) -> bool:
+    return bool(len(a) < 2 or (a[1:] >= a[:-1]).all())
+
+
+def _overflows(*spans: int) -> bool:
+    """Whether a key combined from columns of these spans could pass int64."""
+    total = 1
+    for s in spans:
+        total *= max(int(s), 1)
+    return total >= 2**62
 
 
 def lane_neighbours(lane, begin, seq, top) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +101,17 @@ def lane_neighbours(lane, begin, seq, top) -> tuple[np.ndarray, np.ndarray]:
     prev = np.full(n, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     rows = np.flatnonzero(top)
-    order = rows[np.lexsort((seq[rows], begin[rows], lane[rows]))]
-    same = lane[order][1:] == lane[order][:-1]
+    # Slices come in (lane, sequence) order and a lane's kept times never go back, so the lexsort is
+    # usually the identity: check that in one pass and sort only when it is not.
+    lr, br, sr = lane[rows], begin[rows], seq[rows]
+    same = lr[1:] == lr[:-1]
+    in_order = bool(len(rows) < 2 or ((lr[1:] > lr[:-1]) | (same & ((br[1:] > br[:-1]) | (
+        (br[1:] == br[:-1]) & (sr[1:] > sr[:-1]))))).all())
+    if in_order:
+        order = rows
+    else:
+        order = rows[np.lexsort((sr, br, lr))]
+        same = lane[order][1:] == lane[order][:-1]
     nxt[order[:-1][same]] = order[1:][same]
     prev[order[1:][same]] = order[:-1][same]
     return prev, nxt
@@ -113,6 +150,20 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
 def lane_totals(lane, block, group, sm, begin, end, top) -> LaneTotals:
     if not len(lane):
         return LaneTotals.empty()
+    if not _is_sorted(lane):
+        return _lane_totals_unsorted(lane, block, group, sm, begin, end, top)
+    # Slices come grouped by lane: reduce each lane's run of rows.
+    first = _starts(lane)
+    n = np.diff(np.r_[first, len(lane)])
+    top_i = top.astype(np.int64)
+    return LaneTotals.from_columns({
+        "lane": lane[first], "block": block[first], "group": group[first], "sm": np.maximum.reduceat(sm, first),
+        "slices": n, "top_slices": np.add.reduceat(top_i, first),
+        "busy_ns": np.add.reduceat((end - begin) * top_i, first), "begin_ns": np.minimum.reduceat(begin, first),
+        "end_ns": np.maximum.reduceat(end, first)})
+
+
+def _lane_totals_unsorted(lane, block, group, sm, begin, end, top) -> LaneTotals:
     ul, inv = np.unique(lane, return_inverse=True)
     n = len(ul)
     first = np.zeros(n, np.int64)
@@ -221,7 +272,10 @@ def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):
     if first.any():
         # Each block's top-level slice with the latest end (then lowest lane, then record order).
         t = np.flatnonzero(top)
-        o = t[np.lexsort((s.seq[t], s.lane[t], -s.end[t], block_row[t]))]
+        latest = np.full(len(bl), np.iinfo(np.int64).min)
+        np.maximum.at(latest, block_row[t], s.end[t])
+        t = t[s.end[t] == latest[block_row[t]]]  # only the latest enders compete: sort just those
+        o = t[np.lexsort((s.seq[t], s.lane[t], block_row[t]))]
         end_slice = np.full(len(bl), -1, np.int64)
         end_slice[block_row[o][_starts(block_row[o])]] = o[_starts(block_row[o])]
         before = np.full(len(bl), -1, np.int64)  # per block: the block that freed its SM slot
@@ -245,15 +299,27 @@ def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):
 _GAP_KIND = ("wait", "lane_gap", "block_switch")
 
 
+class _Items:
+    """a[i] as a Python int."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self._item = a.item
+
+    def __getitem__(self, i: int) -> int:
+        return self._item(i)
+
+
 def critical_path(s, top, pred, kind, kernel_begin, kernel_end) -> CriticalPath:
     """The backward walk (docs/analysis-structure.md): parts in time order."""
     t_rows = np.flatnonzero(top)
     if not len(t_rows):
         return CriticalPath.empty()
-    cur = int(t_rows[np.lexsort((s.seq[t_rows], s.lane[t_rows], -s.end[t_rows]))[0]])
+    t_rows = t_rows[s.end[t_rows] == s.end[t_rows].max()]
+    cur = int(t_rows[np.lexsort((s.seq[t_rows], s.lane[t_rows]))[0]])
     t = int(kernel_end)
     parts = []  # (kind, slice row or -1, next row or -1, begin, end)
-    pred_l, kind_l, begin_l, end_l = pred.tolist(), kind.tolist(), s.begin.tolist(), s.end.tolist()
+    # The walk visits a few rows per instance: index the arrays per step rather than converting them whole.
+    pred_l, kind_l, begin_l, end_l = _Items(pred), _Items(kind), _Items(s.begin), _Items(s.end)
     while True:
         b = min(begin_l[cur], t)
         parts.append(("slice", cur, -1, b, t))

@@ -86,10 +86,12 @@ def _cmd_analyze(a) -> int:
         from ..api import analyze, annotate
 
         if a.trace:
-            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, on_engine=_say_engine,
+                               **decode_kwargs(a))
             result = written.analysis
         else:
-            result = analyze(source, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+            result = analyze(source, thresholds, engine=a.engine, progress=cb, on_engine=_say_engine,
+                             **decode_kwargs(a))
     if a.trace:
         print(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})", file=sys.stderr)
     if a.plot:
@@ -105,6 +107,10 @@ def _cmd_analyze(a) -> int:
     else:
         print_analysis(result, show_all=a.show_all)
     return EXIT_OK
+
+
+def _say_engine(engine: str, why: str) -> None:
+    print(why, file=sys.stderr)
 
 
 def print_analysis(result, con=None, show_all: bool = False) -> None:

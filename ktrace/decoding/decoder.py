@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import InputError
-from ..model import Decoded, LayoutMatch
+from ..model import Decoded, LayoutMatch, Slices, Summary
 from .lanes import LaneReader, lane_ranges
 from .launch import build_launch
 from .layouts import (FINALIZE, HEADER_WORDS, LAYOUTS, choose, detect_layout, get_layout, record_tag,
@@ -175,6 +175,32 @@ class BufferDecoder:
     def decode(self) -> Decoded:
         """The whole buffer as one Decoded."""
         return self.part(0, self.lanes)
+
+    def slices_and_summary(self, records_per_part: int | None = None) -> tuple[Decoded, Summary]:
+        """(every slice of the buffer, the whole buffer's Summary), decoding a range of lanes at a time: the
+        records' temporaries stay bounded by one range, and only the slices are kept. The Decoded holds all
+        slices (in (lane, begin sequence) order; begin_rec/end_rec count within their own range) but no
+        instants or anomalies: their counts, and the notes, are the Summary's."""
+        columns: dict[str, list] = {f: [] for f in Slices.__dataclass_fields__}
+        first, total = None, Summary()
+        for d in self.parts(records_per_part):
+            first = first or d
+            total = total.merge(Summary.of(d))
+            for f, col in columns.items():
+                col.append(getattr(d.slices, f))
+            del d  # the part's records go now, not when the next range is decoded
+        # One column at a time, so that only one column is ever held twice.
+        slices = Slices(**{f: np.concatenate(columns.pop(f)) for f in list(columns)})
+        return replace(first, slices=slices, instants=_none_of(first.instants), anomalies=_none_of(first.anomalies),
+                       records=total.records, lanes_with_records=total.lanes_with_records, notes=total.notes,
+                       note_examples=total.note_examples, aliasing=total.aliasing, min_step_ns=total.min_step_ns,
+                       seen_events=total.seen_events, lane_range=(0, self.lanes),
+                       dropped_records=total.dropped_records), total
+
+
+def _none_of(table):
+    """The same columnar table with no rows."""
+    return replace(table, **{f: getattr(table, f)[:0] for f in table.__dataclass_fields__})
 
 
 def decode(source, **options) -> Decoded:
