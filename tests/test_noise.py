@@ -15,7 +15,9 @@ from ktrace.report.compare_report import diff_markdown, diff_text
 from conftest import SAMPLES, run_ktrace
 from test_compare import EV, oracle
 
-SAME_INPUT = [("waves_ktrace", "waves_run2_ktrace"), ("imbalance_ktrace", "imbalance_run2_ktrace")]
+SAME_INPUT = [("waves_ktrace", "waves_run2_ktrace"), ("imbalance_ktrace", "imbalance_run2_ktrace"),
+              ("imbalance_ktrace", "imbalance_run3_ktrace"), ("imbalance_run2_ktrace", "imbalance_run3_ktrace"),
+              ("worklist_run2_ktrace", "worklist_run3_ktrace"), ("nested_run2_ktrace", "nested_run3_ktrace")]
 
 
 def test_the_rank_test():
@@ -36,7 +38,7 @@ def test_judge_needs_every_floor_and_the_spread():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", SAME_INPUT, ids=lambda p: p[0])
+@pytest.mark.parametrize("pair", SAME_INPUT, ids=lambda p: f"{p[0]}-{p[1]}")
 def test_two_runs_of_the_same_input_show_no_significant_change(pair):
     d = diff(*(load_capture(SAMPLES / f"{n}.bin") for n in pair))
     assert d.significant == () and d.headline == "no significant change"
