@@ -153,6 +153,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # Ctrl-C stops at once: never wait for a browser's idle keep-alive connections
     request_queue_size = 1024  # the listen backlog: the UI opens many connections at once
     ui_dir: Path
     trace: Path
