@@ -41,3 +41,12 @@ def write_buffer(tmp_path: Path, words: np.ndarray, name: str = "buf", meta: dic
 @pytest.fixture
 def samples_dir():
     return SAMPLES
+
+
+def interruptible() -> None:
+    """preexec_fn for a child that a test stops with Ctrl-C (SIGINT): the default disposition, as in a
+    terminal, even when the test run itself was started in the background (where SIGINT is ignored and a
+    child would inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -27,6 +27,8 @@ from ktrace.engine import cache_files, wasm_cache
 from ktrace.engine.backend import UnsupportedRequest
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, EnvironmentMissing, InputError, KtraceError
 
+from conftest import interruptible
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -653,6 +655,7 @@ def test_ctrl_c_stops_a_running_query(tmp_path, trace_bytes, wasm_only):
     trace.write_bytes(trace_bytes)
     code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
     p = subprocess.Popen([sys.executable, "-c", code, "query", str(trace), ENDLESS], env=dict(os.environ),
+                         preexec_fn=interruptible,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(6)  # loaded and running the query
     assert p.poll() is None

@@ -19,7 +19,7 @@ from ktrace.cli import main
 from ktrace.errors import EnvironmentMissing, InputError
 from ktrace.view import TraceServer, is_trace, web_dist
 
-from conftest import ROOT, run_ktrace, sample
+from conftest import ROOT, interruptible, run_ktrace, sample
 
 URL_RE = re.compile(r"(http://127\.0\.0\.1:\d+/open)\s*$")
 
@@ -218,7 +218,7 @@ def start_view(*args):
     one after the URL)."""
     exe = [shutil.which("ktrace")] if shutil.which("ktrace") else [sys.executable, "-m", "ktrace"]
     p = subprocess.Popen([*exe, "view", "--no-browser", *map(str, args)], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible)
     lines = []
     for line in p.stdout:
         lines.append(line)
