@@ -258,7 +258,7 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
                f"phase's last finisher, then begins up to {_fmt(skew)} apart")
         ev = (f"in {p['sync_instances']} of {n} instances every lane began after the previous instance's last end; "
               f"lead-in spread {_fmt(float(spread.mean()) if len(spread) else 0)}")
-    elif with_prev.any() and float(spread.mean()) * 2 <= skew:
+    elif _carried(p, inst):  # the sync_release branch above has already been ruled out
         cause, impact, warn = "carried_over", 0.0, False
         msg = (f"{head}: lanes begin right after their own previous slice, so the start skew ({_fmt(skew)}) is "
                "carried over from the previous phase's ends; its cause is upstream")
