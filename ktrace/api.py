@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import Analysis, Thresholds, analyze_opened
+from .analysis import Analysis, Thresholds, analyze_opened, analyze_parts
 from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
@@ -129,9 +129,8 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine)
 
 
-# A buffer of at least this many record slots is analyzed with numpy by engine='auto': the same figures
-# (tests hold the SQL package and the numpy computation equal on every capture) at a small fraction of the
-# trace processor's time and memory. Smaller buffers go through the SQL package, the product users query.
+# engine='auto' analyzes a buffer of this many record slots or more with numpy (equal figures, tested, at a
+# fraction of the time and memory); smaller ones go through the SQL package, the product users query.
 NUMPY_MIN_RECORDS = 250_000
 
 
@@ -153,9 +152,10 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         with open_input(source, need="decoder", **decode_options) as inp:
             dec = inp.decoder
             if _numpy_path(engine, dec, on_engine):
-                # A range of lanes at a time, keeping only the slices: decoding's peak is one range's.
-                slices, summary = dec.slices_and_summary() if dec is not None else (inp.decoded, None)
-                return analyze_opened(slices, thresholds, name=name or inp.name, summary=summary)
+                if dec is None:
+                    return analyze_opened(inp.decoded, thresholds, name=name or inp.name)
+                # A range of lanes at a time, keeping a few narrow columns per slice: bounded memory.
+                return analyze_parts(dec, thresholds, name=name or inp.name, progress=progress)
             return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
     if engine == "numpy":
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "

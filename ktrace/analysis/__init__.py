@@ -21,6 +21,7 @@ from ..model import Decoded
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
 from .oracle import oracle_figures
+from .stream import stream_figures
 from .results import (CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases,
                       Waits)
 from .sql_package import bundle_sql, register, sql_modules
@@ -42,6 +43,8 @@ __all__ = [
     "CriticalPath",
     "CriticalShares",
     "oracle_figures",
+    "stream_figures",
+    "analyze_parts",
     "sql_figures",
     "sql_modules",
     "register",
@@ -147,6 +150,21 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     if isinstance(source, Decoded):
         return _finish(name or str(source.source), "numpy", oracle_figures(source, summary), th)
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid), th)
+
+
+def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None) -> Analysis:
+    """The Analysis of a buffer from its decoded parts (dec: a BufferDecoder, decoded a range of lanes at a
+    time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
+    ``oracle_figures``'). progress(done_lanes, lanes) after each range."""
+    th = thresholds or Thresholds()
+
+    def parts():
+        for d in dec.parts():
+            yield d
+            if progress is not None:
+                progress(d.lane_range[1], dec.lanes)
+
+    return _finish(name, "numpy", stream_figures(parts()), th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:

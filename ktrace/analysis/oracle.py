@@ -15,7 +15,8 @@ from . import oracle_structure as st
 from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
 from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
-__all__ = ["oracle_figures", "DEFAULT_TICK_NS"]
+__all__ = ["oracle_figures", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
+           "pair_runs", "DEFAULT_TICK_NS"]
 
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
@@ -27,7 +28,8 @@ def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
     s = _SliceColumns(d)
     blocks, s.block_row = st.blocks_table(s.block, s.sm, s.lane, s.begin, s.end)
     inst = Instances(s, blocks)
-    kernel = _kernel(d, s, summary)
+    kernel = kernel_figures(d.launch, summary, np.unique(s.dur), int(s.begin.min()) if s.n else None,
+                            int(s.end.max()) if s.n else None, s.n, len(np.unique(s.lane)), len(s.names))
     lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
     busy = st.busy_sms(blocks)
     pred, kind = st.predecessors(s, s.top, s.prev, inst.end_of_slice, inst.last_of_slice, s.block_row, blocks)
@@ -35,7 +37,8 @@ def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
     return Figures(
         kernel=kernel,
         launch=dict(launch_facts(d, summary)),
-        phases=_phases(s, inst, lane_totals),
+        phases=phases_table(s, inst, lane_totals, st.unique_columns(s.code, s.group),
+                            *st.unique_columns(s.code, s.lane, return_counts=True)),
         instances=inst.table,
         lanes=_lanes(s, inst),
         waits=_waits(s),
@@ -79,7 +82,9 @@ class _SliceColumns:
         return [self.names[c] for c in codes.tolist()]
 
 
-def _phases(s: _SliceColumns, inst: Instances, lane_totals) -> Phases:
+def phases_table(s, inst, lane_totals, code_groups, code_lanes, per_lane) -> Phases:
+    """The ktrace_phase table from the instance table and, per phase code: its (code, group) pairs, its
+    distinct (code, lane) pairs and how many slices of it each such lane ran."""
     t = inst.table
     if not len(t):
         return Phases.empty()
@@ -101,11 +106,12 @@ def _phases(s: _SliceColumns, inst: Instances, lane_totals) -> Phases:
     sum_lead = np.add.reduceat(np.where(has_lead, lead, 0).astype(np.int64), starts)
     lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
     top_block, top_count, distinct = inst.top_block, inst.top_count, inst.distinct
-    groups = [",".join(map(str, np.unique(s.group[s.code == c]).tolist())) for c in pc.tolist()]
+    cg_code, cg_group = code_groups
+    groups = [",".join(map(str, np.unique(cg_group[cg_code == c]).tolist())) for c in pc.tolist()]
     mean_max = fdiv(sum_max, instances)
     mean_dur = fdiv(sum_dur, slices)
     # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
-    pairs, per_lane = st.unique_columns(s.code, s.lane, return_counts=True)
+    pairs = code_lanes
     lanes_of = np.bincount(pairs[0], minlength=len(s.names))
     lo = np.full(len(s.names), np.iinfo(np.int64).max)
     hi = np.zeros(len(s.names), np.int64)
@@ -199,27 +205,42 @@ def _waits(s: _SliceColumns) -> Waits:
     key = s.phase_index[s.code[rows]] * nph + s.phase_index[s.code[nxt[rows]]]
     w = gap[rows]
     del gap
-    # Sorted by (pair, wait): one sort of the two combined into one int64 key (waits are >= 0).
-    span = int(w.max()) + 1
-    if combined_fits(nph * nph, span):
-        comb = key * span + w
-        comb.sort()
-        key_up = comb // span
-        w_up = comb - key_up * span
-        del comb
-    else:
-        up = np.lexsort((w, key))
-        key_up, w_up = key[up], w[up]
-    starts = run_starts(key_up)
-    n = np.diff(np.r_[starts, len(rows)])
-    pair = key_up[starts]
-    a, b = pair // nph, pair % nph
+    key_up, w_up = sort_pairs(key, w, nph)
     # The longest wait of each pair: lowest block, then group, then k among those that equal it.
-    longest = w_up[starts + n - 1]
+    pair, n, longest = pair_runs(key_up, w_up)
     cand = np.flatnonzero(w == longest[np.searchsorted(pair, key)])
     cand = cand[np.lexsort((s.k[rows[cand]], s.group[rows[cand]], s.block[rows[cand]], key[cand]))]
     top = rows[cand[run_starts(key[cand])]]  # the same pairs, in the same order, as `pair`
-    sums = np.add.reduceat(w_up, starts)
+    starts = run_starts(key_up)
+    return waits_columns(s, nph, pair, n, np.add.reduceat(w_up, starts), w_up[starts],
+                         w_up[starts + lower_percentile(0.5, n)], w_up[starts + lower_percentile(0.9, n)], longest,
+                         s.block[top], s.group[top], s.k[top])
+
+
+def sort_pairs(key: np.ndarray, w: np.ndarray, nph: int) -> tuple[np.ndarray, np.ndarray]:
+    """Waits (w >= 0) sorted by (pair key, wait): one sort of the two combined into one int64 key."""
+    span = int(w.max()) + 1
+    if combined_fits(nph * nph, span):
+        comb = key.astype(np.int64) * span + w
+        comb.sort()
+        key_up = comb // span
+        comb -= key_up * span
+        return key_up, comb
+    up = np.lexsort((w, key))
+    return key[up].astype(np.int64), w[up]
+
+
+def pair_runs(key_up: np.ndarray, w_up: np.ndarray):
+    """(distinct pair keys, count of each, longest wait of each) of waits sorted by (pair key, wait)."""
+    starts = run_starts(key_up)
+    n = np.diff(np.r_[starts, len(key_up)])
+    return key_up[starts], n, w_up[starts + n - 1]
+
+
+def waits_columns(s, nph: int, pair, n, sums, mn, p50, p90, mx, max_block, max_group, max_k) -> Waits:
+    """The ktrace_wait table from per-pair figures, pair = phase_index of the slice * nph + phase_index of
+    the next (ascending); max_*: the longest wait's slice per pair by the tie rule."""
+    a, b = pair // nph, pair % nph
     code_of_index = np.argsort(s.phase_index)
     return Waits.from_columns({
         "phase": s.phase_name(code_of_index[a]),
@@ -229,35 +250,35 @@ def _waits(s: _SliceColumns) -> Waits:
         "count": n,
         "sum_ns": sums,
         "mean_ns": fdiv(sums, n),
-        "min_ns": w_up[starts],
-        "p50_ns": w_up[starts + lower_percentile(0.5, n)],
-        "p90_ns": w_up[starts + lower_percentile(0.9, n)],
-        "max_ns": longest,
-        "max_block": s.block[top],
-        "max_group": s.group[top],
-        "max_k": s.k[top],
+        "min_ns": mn,
+        "p50_ns": p50,
+        "p90_ns": p90,
+        "max_ns": mx,
+        "max_block": max_block,
+        "max_group": max_group,
+        "max_k": max_k,
     })
 
 
-def _kernel(d: Decoded, s: _SliceColumns, summary: Summary) -> Kernel:
-    steps = np.diff(np.unique(s.dur))  # distinct durations are whole ticks apart
+def kernel_figures(launch, summary: Summary, distinct_durations: np.ndarray, begin, end, slices: int, lanes: int,
+                   phases: int) -> Kernel:
+    """The ktrace_kernel row: begin/end (None without slices), the timer tick and where it came from."""
+    steps = np.diff(distinct_durations)  # distinct durations are whole ticks apart
     candidates = [int(steps.min())] if len(steps) else []
     record_step = summary.min_step_ns  # as the launch slice records it
     if record_step and record_step > 0:
         candidates.append(int(record_step))
     smallest = min(candidates) if candidates else None
-    launch_tick = d.launch.timer_tick_ns if d.launch.timer_tick_ns and d.launch.timer_tick_ns > 0 else None
+    launch_tick = launch.timer_tick_ns if launch.timer_tick_ns and launch.timer_tick_ns > 0 else None
     tick, source = ((launch_tick, "launch") if launch_tick else (smallest, "smallest step") if smallest
                     else (DEFAULT_TICK_NS, "default"))
-    begin = int(s.begin.min()) if s.n else None
-    end = int(s.end.max()) if s.n else None
     return Kernel(
         begin_ns=begin,
         end_ns=end,
         wall_ns=None if begin is None else end - begin,
-        slices=s.n,
-        lanes=len(np.unique(s.lane)),
-        phases=len(s.names),
+        slices=slices,
+        lanes=lanes,
+        phases=phases,
         smallest_step_ns=smallest,
         tick_ns=int(tick),
         tick_source=source,

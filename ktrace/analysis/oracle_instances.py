@@ -13,7 +13,7 @@ import numpy as np
 from . import oracle_structure as st
 from .results import PhaseInstances
 
-__all__ = ["Instances", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within"]
+__all__ = ["Instances", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability"]
 
 
 def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
@@ -95,7 +95,8 @@ class Instances:
         lead[n <= 1] = np.nan
         end_min = red(np.minimum, end_g)
         del end_g
-        top_block, self.top_count, self.distinct = _stability(s, self.tied, len(s.names))
+        m = self.tied
+        top_block, self.top_count, self.distinct = stability(s.code[m], s.k[m], s.block[m], len(s.names))
         self.top_block = top_block
         # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane
         # (then the first row).
@@ -178,13 +179,13 @@ class Instances:
             {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
 
 
-def _stability(s, tied_mask: np.ndarray, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stability(code, k, block, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
-    in how many, and the distinct last blocks when a tie that includes that block counts as that block."""
-    m = tied_mask
-    if not m.any():
+    in how many, and the distinct last blocks when a tie that includes that block counts as that block.
+    code, k, block: those of every tied last finisher (any order)."""
+    if not len(code):
         return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
-    tied = st.unique_columns(s.code[m], s.k[m], s.block[m])  # distinct (phase, k, block)
+    tied = st.unique_columns(code, k, block)  # distinct (phase, k, block)
     code, k, block = tied
     pairs, count = st.unique_columns(code, block, return_counts=True)
     pick = np.lexsort((pairs[1], -count, pairs[0]))

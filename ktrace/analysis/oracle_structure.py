@@ -12,8 +12,9 @@ import numpy as np
 
 from .results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
 
-__all__ = ["slice_depth", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
-           "critical_path", "critical_shares"]
+__all__ = ["slice_depth", "finish_blocks", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
+           "critical_path", "critical_shares", "walk", "path_table",
+           "blocks_before"]
 
 
 def unique_columns(*cols, return_counts: bool = False):
@@ -132,6 +133,12 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
     slices = np.bincount(inv, minlength=nb)
     pairs = unique_columns(inv, lane)
     lanes = np.bincount(pairs[0], minlength=nb)
+    return finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes), inv
+
+
+def finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes) -> Blocks:
+    """The ktrace_block table from each block's SM, extent, slice and lane counts: adds the later-wave flag."""
+    nb = len(ub)
     later = np.zeros(nb, np.int64)
     for s in np.unique(b_sm[b_sm >= 0]).tolist():
         on = np.flatnonzero(b_sm == s)
@@ -144,7 +151,7 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
         later[on] = n_le > 0
     return Blocks.from_columns({
         "block": ub, "sm": b_sm, "lanes": lanes, "slices": slices, "begin_ns": b_begin, "end_ns": b_end,
-        "dur_ns": b_end - b_begin, "later_wave": later}), inv
+        "dur_ns": b_end - b_begin, "later_wave": later})
 
 
 def lane_totals(lane, block, group, sm, begin, end, top) -> LaneTotals:
@@ -238,9 +245,10 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
         high = np.flatnonzero(v * 2 >= sms)
         tb = int(ts[high[-1] + 1]) if len(high) else int(kernel_begin)
         tail_begin, tail = tb, int(kernel_end) - tb
-        after = ts >= tb
-        seg = np.diff(np.r_[ts, ts[-1]])  # the last row has 0 busy SMs
-        in_tail = float((v[after] * seg[after]).sum()) / tail if tail else nan
+        if tail and len(ts):
+            after = ts >= tb
+            seg = np.diff(np.r_[ts, ts[-1]])  # the last row has 0 busy SMs
+            in_tail = float((v[after] * seg[after]).sum()) / tail
     last = int(np.lexsort((bl.block, -bl.end_ns))[0])
     durs = np.sort(bl.dur_ns)
     return Occupancy.from_columns({
@@ -278,22 +286,28 @@ def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):
         o = t[np.lexsort((s.seq[t], s.lane[t], block_row[t]))]
         end_slice = np.full(len(bl), -1, np.int64)
         end_slice[block_row[o][_starts(block_row[o])]] = o[_starts(block_row[o])]
-        before = np.full(len(bl), -1, np.int64)  # per block: the block that freed its SM slot
-        for sm in np.unique(bl.sm[bl.later_wave == 1]).tolist():
-            on = np.flatnonzero(bl.sm == sm)
-            o2 = on[np.lexsort((-bl.block[on], bl.end_ns[on]))]  # by end; among equal ends lowest block last
-            later = on[bl.later_wave[on] == 1]
-            pos = np.searchsorted(bl.end_ns[o2], bl.begin_ns[later], side="right") - 1
-            pick = np.where(pos >= 0, o2[np.maximum(pos, 0)], -1)
-            # never the block itself (only possible for a zero-length block)
-            pick = np.where(pick == later, -1, pick)
-            before[later] = pick
+        before = blocks_before(bl)
         rows = np.flatnonzero(first)
         b = before[block_row[rows]]
         ok = b >= 0
         pred[rows[ok]] = end_slice[b[ok]]
         kind[rows[ok]] = 2
     return pred, kind
+
+
+def blocks_before(bl: Blocks) -> np.ndarray:
+    """Per block row: the row of the block that freed its SM slot (later-wave blocks), else -1."""
+    before = np.full(len(bl), -1, np.int64)
+    for sm in np.unique(bl.sm[bl.later_wave == 1]).tolist():
+        on = np.flatnonzero(bl.sm == sm)
+        o2 = on[np.lexsort((-bl.block[on], bl.end_ns[on]))]  # by end; among equal ends lowest block last
+        later = on[bl.later_wave[on] == 1]
+        pos = np.searchsorted(bl.end_ns[o2], bl.begin_ns[later], side="right") - 1
+        pick = np.where(pos >= 0, o2[np.maximum(pos, 0)], -1)
+        # never the block itself (only possible for a zero-length block)
+        pick = np.where(pick == later, -1, pick)
+        before[later] = pick
+    return before
 
 
 _GAP_KIND = ("wait", "lane_gap", "block_switch")
@@ -316,32 +330,48 @@ def critical_path(s, top, pred, kind, kernel_begin, kernel_end) -> CriticalPath:
         return CriticalPath.empty()
     t_rows = t_rows[s.end[t_rows] == s.end[t_rows].max()]
     cur = int(t_rows[np.lexsort((s.seq[t_rows], s.lane[t_rows]))[0]])
-    t = int(kernel_end)
-    parts = []  # (kind, slice row or -1, next row or -1, begin, end)
     # The walk visits a few rows per instance: index the arrays per step rather than converting them whole.
-    pred_l, kind_l, begin_l, end_l = _Items(pred), _Items(kind), _Items(s.begin), _Items(s.end)
+    pred_l, kind_l = _Items(pred), _Items(kind)
+    parts = walk(cur, lambda c: (pred_l[c], kind_l[c]), _Items(s.begin), _Items(s.end), kernel_begin, kernel_end)
+    return path_table(parts, s.names, s.phase_index,
+                      lambda r: (s.code[r], s.k[r], s.block[r], s.group[r], s.lane[r]))
+
+
+def walk(cur: int, pred_of, begin_l, end_l, kernel_begin, kernel_end) -> list:
+    """The backward walk from the slice ``cur`` that ends the kernel: pred_of(row) -> (row it waited for or
+    -1, gap kind code). Returns the parts (kind, slice row or -1, next row or -1, begin, end) in time order."""
+    t = int(kernel_end)
+    parts = []
     while True:
         b = min(begin_l[cur], t)
         parts.append(("slice", cur, -1, b, t))
         t = b
-        q = pred_l[cur]
+        q, kd = pred_of(cur)
         if q < 0:
             if t > kernel_begin:
                 parts.append(("lead_in", -1, cur, int(kernel_begin), t))
             break
         gb = min(end_l[q], t)
         if gb < t:
-            parts.append((_GAP_KIND[kind_l[cur]], q, cur, gb, t))
+            parts.append((_GAP_KIND[kd], q, cur, gb, t))
         t = gb
         cur = q
     parts.reverse()
+    return parts
+
+
+def path_table(parts: list, names, phase_index, at) -> CriticalPath:
+    """The ktrace_critical_path table of the walk's parts; at(rows) -> (code, k, block, group, lane) arrays
+    of those slice rows."""
     rows = np.array([p[1] for p in parts], np.int64)
     nxt = np.array([p[2] for p in parts], np.int64)
     has = rows >= 0
     r = np.where(has, rows, 0)
+    code, k, block, group, lane = at(r)
+    next_code = at(np.where(nxt >= 0, nxt, 0))[0]
 
     def col(values, cast=float):
-        return [cast(v) if h else None for v, h in zip(values.tolist(), has.tolist())]
+        return [cast(v) if h else None for v, h in zip(np.asarray(values).tolist(), has.tolist())]
 
     kinds = [p[0] for p in parts]
     begin = np.array([p[3] for p in parts], np.int64)
@@ -349,17 +379,17 @@ def critical_path(s, top, pred, kind, kernel_begin, kernel_end) -> CriticalPath:
     return CriticalPath.from_columns({
         "step": np.arange(len(parts)),
         "kind": kinds,
-        "phase": [s.names[c] if h else None for c, h in zip(s.code[r].tolist(), has.tolist())],
-        "phase_index": col(s.phase_index[s.code[r]]),
-        "k": col(s.k[r]),
-        "last_block": col(s.block[r]),
-        "last_group": col(s.group[r]),
-        "last_lane": col(s.lane[r]),
+        "phase": [names[c] if h else None for c, h in zip(np.asarray(code).tolist(), has.tolist())],
+        "phase_index": col(phase_index[np.asarray(code, np.int64)]),
+        "k": col(k),
+        "last_block": col(block),
+        "last_group": col(group),
+        "last_lane": col(lane),
         "begin_ns": begin,
         "end_ns": end,
         "dur_ns": end - begin,
-        "next_phase": [s.names[s.code[j]] if kd not in ("slice", "lead_in") else None
-                       for j, kd in zip(nxt.tolist(), kinds)],
+        "next_phase": [names[c] if kd not in ("slice", "lead_in") else None
+                       for c, kd in zip(np.asarray(next_code).tolist(), kinds)],
     })
 
 

@@ -36,6 +36,11 @@ class Table:
     def empty(cls) -> "Table":
         return cls.from_columns({name: [] for name in cls.columns()})
 
+    @classmethod
+    def concat(cls, tables: list) -> "Table":
+        """The rows of ``tables``, one after another."""
+        return cls(**{name: np.concatenate([getattr(t, name) for t in tables]) for name in cls.columns()})
+
     def __len__(self) -> int:
         return len(getattr(self, self.columns()[0]))
 

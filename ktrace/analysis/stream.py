@@ -1,0 +1,226 @@
+"""The numpy analysis of a large buffer in bounded memory: the same figures as ``oracle_figures``, computed
+from the buffer's decoded parts (ranges of whole blocks) one at a time.
+
+Each part is reduced as it comes: what lives within a lane or a block (depth, each lane's previous top-level
+slice, lane totals, block extents, the per-lane counts of each phase) is final once its part is read, and
+only a few narrow columns per slice are kept (lane, k, phase, SM, depth, begin, end, previous slice). The
+figures that span lanes (phase instances, the lanes' phase table, waits) are then computed over chunks of
+those columns whose temporaries stay bounded by the chunk, and the critical path walks back one step at a
+time without a predecessor array. Definitions, tie rules and arithmetic are the oracle's
+(docs/analysis-schema.md); tests hold the two equal on every capture and on synthetic buffers cut into many
+parts and chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from ..export.writer import launch_facts
+from ..model import Decoded, Summary
+from . import oracle_structure as st
+from .oracle import kernel_figures, phases_table
+from .results import Blocks, Figures, LaneTotals
+from .stream_instances import critical_path, instance_sweeps, lanes_table, waits_table
+
+__all__ = ["stream_figures", "CHUNK_ROWS"]
+
+CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
+
+
+def _narrow(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``a`` in the narrowest signed integer type that holds [lo, hi]."""
+    for t in (np.int8, np.int16, np.int32):
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t)
+    return a.astype(np.int64)
+
+
+class Columns:
+    """Every slice of the buffer, in (lane, begin sequence) order, as narrow columns; and what the parts
+    reduced on the way (see ``read``)."""
+
+    KEPT = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
+
+    def __init__(self, num_groups: int) -> None:
+        self.num_groups = num_groups
+        self.n = 0
+        self._cols: dict[str, list] = {c: [] for c in self.KEPT}
+        self._lane_totals: list = []
+        self._blocks: list = []
+        self._event_group: list = []
+        self._event_lane: list = []
+        self._durs: list = []
+        self.first_begin: dict[int, int] = {}
+        self.lanes_with_slices = 0
+
+    def add(self, d: Decoded) -> None:
+        """Reduce one part (whole lanes) and keep its narrow columns."""
+        sl = d.slices
+        m = len(sl)
+        if not m:
+            return
+        base = self.n
+        depth = st.slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap)
+        top = depth == 0
+        prev, _ = st.lane_neighbours(sl.lane, sl.begin_ns, sl.begin_seq, top)
+        prev = np.where(prev >= 0, prev + base, -1)
+        begin, end = sl.begin_ns.astype(np.int64, copy=False), sl.end_ns.astype(np.int64, copy=False)
+        self._lane_totals.append(st.lane_totals(sl.lane, sl.block, sl.group, sl.sm, begin, end, top))
+        self._blocks.append(_block_partials(sl.block, sl.sm, sl.lane, begin, end))
+        self._event_group.append(st.unique_columns(sl.event, sl.group))
+        self._event_lane.append(st.unique_columns(sl.event, sl.lane, return_counts=True))
+        self._durs.append(np.unique(end - begin))
+        first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(first, sl.event, begin)
+        for e in np.flatnonzero(first < np.iinfo(np.int64).max).tolist():
+            self.first_begin[e] = min(int(first[e]), self.first_begin.get(e, int(first[e])))
+        self.lanes_with_slices += len(np.unique(sl.lane))
+        c = self._cols
+        big = base + m
+        c["lane"].append(_narrow(sl.lane, 0, int(sl.lane.max())))
+        c["k"].append(_narrow(sl.k, 0, int(sl.k.max())))
+        c["event"].append(_narrow(sl.event, 0, int(sl.event.max())))
+        c["sm"].append(_narrow(sl.sm, -1, int(sl.sm.max())))
+        c["depth"].append(_narrow(depth, 0, int(depth.max())))
+        c["begin"].append(begin.copy())
+        c["end"].append(end.copy())
+        c["prev"].append(_narrow(prev, -1, big))
+        self.n = big
+
+    def finish(self, event_name) -> None:
+        """Concatenate the columns (one at a time) and name the phases: two events of one name are one
+        phase; phases are ordered by their first begin, then name (as the oracle orders them)."""
+        for name in self.KEPT:
+            parts = self._cols.pop(name)
+            setattr(self, name, np.concatenate(parts) if parts else np.zeros(0, np.int64))
+            del parts
+        events = sorted(self.first_begin)
+        names = [event_name(e) for e in events]
+        self.names = sorted(set(names))
+        lut = np.zeros(max(events) + 1 if events else 1, np.int64)
+        for e, nm in zip(events, names):
+            lut[e] = self.names.index(nm)
+        self.code_of_event = lut
+        self.code = _narrow(lut, 0, max(len(self.names) - 1, 0))[self.event] if self.n else np.zeros(0, np.int8)
+        del self.event
+        first = {}
+        for e, nm in zip(events, names):
+            first[nm] = min(self.first_begin[e], first.get(nm, self.first_begin[e]))
+        order = sorted(range(len(self.names)), key=lambda c: (first[self.names[c]], self.names[c]))
+        self.phase_index = np.empty(len(self.names), np.int64)
+        self.phase_index[order] = np.arange(len(self.names))
+
+    def phase_name(self, codes: np.ndarray) -> list[str]:
+        return [self.names[c] for c in np.asarray(codes).tolist()]
+
+    # Whole-buffer reductions of the parts.
+    def lane_totals(self) -> LaneTotals:
+        return LaneTotals.concat(self._lane_totals) if self._lane_totals else LaneTotals.empty()
+
+    def blocks(self) -> Blocks:
+        return _blocks_from_partials(self._blocks)
+
+    def code_pairs(self, parts: list, counts: bool = False):
+        """Per-part distinct (event, x) pairs (with counts) as distinct (phase code, x) pairs (counts summed
+        over the events of one phase and over parts)."""
+        if not parts:
+            empty = np.zeros((2, 0), np.int64)
+            return (empty, np.zeros(0, np.int64)) if counts else empty
+        pairs = np.concatenate([p[0] if counts else p for p in parts], axis=1)
+        code, x = self.code_of_event[pairs[0]], pairs[1]
+        span = int(x.max()) + 1
+        u, inv = np.unique(code * span + x, return_inverse=True)
+        out = np.stack([u // span, u % span])
+        if not counts:
+            return out
+        n = np.concatenate([p[1] for p in parts])
+        return out, np.bincount(inv.ravel(), weights=n, minlength=len(u)).astype(np.int64)
+
+    def distinct_durations(self) -> np.ndarray:
+        return np.unique(np.concatenate(self._durs)) if self._durs else np.zeros(0, np.int64)
+
+    # Columns derived from the lane.
+    def block_of(self, rows) -> np.ndarray:
+        return self.lane[rows].astype(np.int64) // self.num_groups
+
+    def group_of(self, rows) -> np.ndarray:
+        return self.lane[rows].astype(np.int64) % self.num_groups
+
+
+def _block_partials(block, sm, lane, begin, end):
+    ub, inv = np.unique(block, return_inverse=True)
+    nb = len(ub)
+    b_sm = np.full(nb, np.iinfo(np.int64).min)
+    np.maximum.at(b_sm, inv, sm)
+    b_begin = np.full(nb, np.iinfo(np.int64).max)
+    np.minimum.at(b_begin, inv, begin)
+    b_end = np.full(nb, np.iinfo(np.int64).min)
+    np.maximum.at(b_end, inv, end)
+    pairs = st.unique_columns(inv, lane)
+    return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), np.bincount(pairs[0], minlength=nb)
+
+
+def _blocks_from_partials(parts: list) -> Blocks:
+    if not parts:
+        return Blocks.empty()
+    ub_all, sm, begin, end, slices, lanes = (np.concatenate(c) for c in zip(*parts))
+    ub, inv = np.unique(ub_all, return_inverse=True)
+    nb = len(ub)
+
+    def reduce(op, init, v):
+        out = np.full(nb, init, np.int64)
+        op.at(out, inv, v)
+        return out
+
+    i64 = np.iinfo(np.int64)
+    return st.finish_blocks(ub, reduce(np.maximum, i64.min, sm), reduce(np.minimum, i64.max, begin),
+                            reduce(np.maximum, i64.min, end), reduce(np.add, 0, slices), reduce(np.add, 0, lanes))
+
+
+def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None) -> Figures:
+    """Every figure of the analysis (equal to ``oracle_figures`` of the whole buffer) from its decoded parts,
+    in lane order (``BufferDecoder.parts``). progress(done, total, what): called as the work goes."""
+    cols, first, summary = None, None, Summary()
+    for d in parts:
+        if first is None:
+            first = d
+            cols = Columns(d.launch.num_groups)
+        summary = summary.merge(Summary.of(d))
+        cols.add(d)
+        del d
+    if first is None:
+        raise ValueError("stream_figures: no parts")
+    head = replace(first, slices=replace(first.slices, **{f: getattr(first.slices, f)[:0]
+                                                          for f in first.slices.__dataclass_fields__}))
+    cols.finish(first.launch.event_name)
+    blocks = cols.blocks()
+    lane_totals = cols.lane_totals()
+    kernel = kernel_figures(first.launch, summary, cols.distinct_durations(),
+                            int(cols.begin.min()) if cols.n else None, int(cols.end.max()) if cols.n else None,
+                            cols.n, cols.lanes_with_slices, len(cols.names))
+    inst = instance_sweeps(cols, blocks, chunk_rows)
+    groups = cols.code_pairs(cols._event_group)
+    lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
+    phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
+    lanes = lanes_table(cols, inst, chunk_rows)
+    waits = waits_table(cols, chunk_rows)
+    cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
+    busy = st.busy_sms(blocks)
+    return Figures(
+        kernel=kernel,
+        launch=dict(launch_facts(head, summary)),
+        phases=phases,
+        instances=inst.table,
+        lanes=lanes,
+        waits=waits,
+        critical_path=cp,
+        critical_shares=st.critical_shares(cp, kernel.wall_ns),
+        blocks=blocks,
+        lane_totals=lane_totals,
+        busy_sms=busy,
+        occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if cols.n else st.Occupancy.empty(),
+    )

@@ -1,0 +1,352 @@
+"""The cross-lane figures of ``stream_figures`` over chunks of the kept columns: phase instances (two
+sweeps over the slices grouped by instance), the lanes' phase table and the waits (sweeps over whole lanes),
+and the critical path (a backward walk that finds each step's predecessor when it gets there).
+
+Every chunk runs the oracle's own vectorized definitions (oracle_instances.py, oracle.py,
+oracle_structure.py) on its rows; what a chunk cannot know alone (an instance's latest end, a phase's most
+frequent last block, a pair's longest wait) comes from a sweep before it or is merged after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import oracle_structure as st
+from .oracle import waits_columns
+from .oracle_instances import combined_fits, fdiv, lower_percentile, run_starts, sorted_within, stability
+from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
+
+__all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path"]
+
+_SMALL, _BIG = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def _index_type(n: int):
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _cuts(starts: np.ndarray, n: int, chunk_rows: int) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of about chunk_rows rows, each beginning at one of ``starts`` (group starts)."""
+    if not n:
+        return []
+    at = np.unique(starts[np.searchsorted(starts, np.arange(0, n, max(chunk_rows, 1)), side="right") - 1])
+    return list(zip(at.tolist(), np.r_[at[1:], n].tolist()))
+
+
+def _lane_cuts(cols, chunk_rows: int) -> list[tuple[int, int]]:
+    return _cuts(run_starts(cols.lane), cols.n, chunk_rows)
+
+
+class Instances:
+    """The instance table, its phase-level stability figures, and what later figures need per slice (is it
+    its instance's last finisher; its instance) and per instance (latest end, last finisher's row), the
+    instances in (k, phase code) order."""
+
+
+def _k_chunks(cols, chunk_rows: int, block: int = 1 << 22):
+    """The slices grouped into ranges [k0, k1) of instance numbers with about chunk_rows slices each (an
+    instance (phase, k) lies within one range): (rows, bounds), the rows of range i being
+    rows[bounds[i]:bounds[i + 1]] in row order. One stable counting sort, a block of rows at a time: its
+    temporaries are the block's, the result 4 bytes per slice."""
+    per_k = np.bincount(cols.k)
+    cum = np.cumsum(per_k)
+    cuts = np.unique(np.r_[0, np.searchsorted(cum, np.arange(0, cols.n, max(chunk_rows, 1)), side="right")])
+    cuts = cuts[cuts < len(per_k)]
+    counts = np.diff(np.r_[0, cum[np.r_[cuts[1:] - 1, len(per_k) - 1]]])
+    bounds = np.r_[0, np.cumsum(counts)]
+    nxt = bounds[:-1].copy()
+    rows = np.empty(cols.n, _index_type(cols.n))
+    for a in range(0, cols.n, block):
+        cid = np.searchsorted(cuts, cols.k[a:a + block], side="right") - 1
+        o = np.argsort(cid, kind="stable")
+        cs = cid[o]
+        cnt = np.bincount(cs, minlength=len(cuts))
+        first = np.r_[0, np.cumsum(cnt)[:-1]]
+        rows[nxt[cs] + (np.arange(len(cs)) - first[cs])] = o + a
+        nxt += cnt
+    return rows, bounds
+
+
+def _grouped(cols, rows: np.ndarray, ncode: int):
+    """Rows of whole instances grouped by instance (in (k, phase code) order; each instance's rows in row
+    order), the instances' keys k * ncode + code, and where each instance's rows start."""
+    key = cols.k[rows].astype(np.int64) * ncode + cols.code[rows]
+    order = np.argsort(key, kind="stable")
+    rows, key = rows[order].astype(np.int64), key[order]
+    starts = run_starts(key)
+    return rows, key[starts], starts
+
+
+def instance_sweeps(cols, blocks, chunk_rows: int) -> Instances:
+    n, ncode = cols.n, max(len(cols.names), 1)
+    inst = Instances()
+    inst.is_last = np.zeros(n, bool)
+    if not n:
+        inst.table, inst.code = PhaseInstances.empty(), np.zeros(0, np.int64)
+        inst.top_block = inst.top_count = inst.distinct = np.zeros(len(cols.names), np.int64)
+        inst.keys = inst.inst_end = inst.last_row = np.zeros(0, np.int64)
+        return inst
+    by_k, bounds = _k_chunks(cols, chunk_rows)
+    chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    # Sweep 1: each instance's latest end, and its tied last finishers.
+    keys, ends, tied = [], [], []
+    for a, b in chunks:
+        rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+        end_g = cols.end[rows]
+        latest = np.maximum.reduceat(end_g, starts)
+        keys.append(key)
+        ends.append(latest)
+        tied.append(rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))])
+    inst.keys, inst.inst_end = np.concatenate(keys), np.concatenate(ends)
+    tied = np.concatenate(tied)
+    inst.top_block, inst.top_count, inst.distinct = stability(cols.code[tied], cols.k[tied], cols.block_of(tied),
+                                                              len(cols.names))
+    del tied, keys, ends
+    # Sweep 2: every other figure of each instance.
+    inst.last_row = np.empty(len(inst.keys), np.int64)
+    parts, i0 = [], 0
+    for a, b in chunks:
+        rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+        parts.append(_instance_chunk(cols, blocks, inst, rows, starts, i0))
+        i0 += len(starts)
+    del by_k
+    table = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    del parts
+    order = np.lexsort((table["k"], table["phase_index"]))
+    inst.code = table.pop("code")[order]
+    table = {name: v[order] for name, v in table.items()}
+    table["phase"] = cols.phase_name(inst.code)
+    inst.table = PhaseInstances.from_columns(table)
+    return inst
+
+
+def instance_of(cols, inst, rows) -> np.ndarray:
+    """The instance (index into inst.keys) of each of these slice rows."""
+    return np.searchsorted(inst.keys, cols.k[rows].astype(np.int64) * max(len(cols.names), 1) + cols.code[rows])
+
+
+def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0: int) -> dict:
+    """The instances whose slices are ``rows`` (grouped by instance, each instance's rows in row order):
+    oracle_instances.Instances' definitions on these rows alone."""
+    g = cols.num_groups
+    nloc = len(rows)
+    n = np.diff(np.r_[starts, nloc])
+    li = np.repeat(np.arange(len(starts)), n)
+
+    def red(f, a):
+        return f.reduceat(a, starts)
+
+    end_g, begin_g = cols.end[rows], cols.begin[rows]
+    dur = end_g - begin_g
+    lane = cols.lane[rows].astype(np.int64)
+    block, group = lane // g, lane % g
+    code_g = cols.code[rows].astype(np.int64)
+    latest = inst.inst_end[i0:i0 + len(starts)]
+    tied_g = end_g == latest[li]
+    tied_count = red(np.add, tied_g.astype(np.int64))
+    runner_up = np.where(tied_count > 1, latest, red(np.maximum, np.where(tied_g, _SMALL, end_g)))
+    lead = np.where(n > 1, latest - np.where(n > 1, runner_up, latest), 0).astype(np.float64)
+    lead[n <= 1] = np.nan
+    # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane
+    # (then the first row).
+    lane_span = int(cols.lane.max()) + 1
+    not_top = (block != inst.top_block[code_g]).astype(np.int64)
+    if combined_fits(2 * lane_span, nloc):
+        # Within an instance the rows ascend, so the position in the chunk is the row order.
+        rank = np.where(tied_g, (not_top * lane_span + lane) * nloc + np.arange(nloc), _BIG)
+        first_l = red(np.minimum, rank) % nloc
+        del rank
+    else:
+        pick = np.lexsort((lane, not_top, ~tied_g, li))
+        first_l = pick[run_starts(li[pick])]
+    first = rows[first_l]
+    inst.is_last[first] = True
+    inst.last_row[i0:i0 + len(starts)] = first
+    # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
+    prev = cols.prev[rows].astype(np.int64)
+    has_prev = prev >= 0
+    p = np.maximum(prev, 0)
+    prev_end = np.where(has_prev, cols.end[p], 0)
+    synced = has_prev & (begin_g >= np.where(has_prev, inst.inst_end[instance_of(cols, inst, p)], 0))
+    lead_in = begin_g - prev_end
+    prev_lanes = red(np.add, has_prev.astype(np.int64))
+    li_min = red(np.minimum, np.where(has_prev, lead_in, _BIG)).astype(np.float64)
+    li_max = red(np.maximum, np.where(has_prev, lead_in, _SMALL)).astype(np.float64)
+    li_min[prev_lanes == 0] = np.nan
+    li_max[prev_lanes == 0] = np.nan
+    later = blocks.later_wave[np.searchsorted(blocks.block, block)]
+    ident = np.arange(nloc)
+    dur_sorted = sorted_within(dur, ident, li, starts)
+    begin_sorted = sorted_within(begin_g, ident, li, starts)
+    max_dur, sum_dur = red(np.maximum, dur), red(np.add, dur)
+    begin_min, begin_max = red(np.minimum, begin_g), red(np.maximum, begin_g)
+    code = code_g[first_l]
+    return {
+        "code": code,
+        "phase_index": cols.phase_index[code],
+        "k": cols.k[first].astype(np.int64),
+        "lanes": n,
+        "min_dur_ns": dur_sorted[starts],
+        "p50_dur_ns": dur_sorted[starts + lower_percentile(0.5, n)],
+        "p90_dur_ns": dur_sorted[starts + lower_percentile(0.9, n)],
+        "max_dur_ns": max_dur,
+        "sum_dur_ns": sum_dur,
+        "mean_dur_ns": fdiv(sum_dur, n),
+        "imbalance": fdiv(max_dur * n, sum_dur),
+        "begin_ns": begin_min,
+        "end_ns": latest,
+        "wall_ns": latest - begin_min,
+        "excess_ns": latest - begin_min - max_dur,
+        "start_skew_ns": begin_max - begin_min,
+        "end_skew_ns": latest - red(np.minimum, end_g),
+        "last_block": block[first_l],
+        "last_group": group[first_l],
+        "last_sm": cols.sm[first].astype(np.int64),
+        "last_lane": lane[first_l],
+        "tied_last_lanes": tied_count,
+        "last_lead_ns": lead,
+        "depth": red(np.minimum, cols.depth[rows].astype(np.int64)),
+        "p50_begin_ns": begin_sorted[starts + lower_percentile(0.5, n)],
+        "last_begin_ns": begin_g[first_l],
+        "last_dur_ns": dur[first_l],
+        "prev_lanes": prev_lanes,
+        "sync_lanes": red(np.add, synced.astype(np.int64)),
+        "lead_in_min_ns": li_min,
+        "lead_in_max_ns": li_max,
+        "later_wave_lanes": red(np.add, later.astype(np.int64)),
+    }
+
+
+def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
+    """ktrace_phase_lane (oracle._lanes), a chunk of whole lanes at a time."""
+    if not cols.n:
+        return PhaseLanes.empty()
+    nph = len(cols.names)
+    out = []
+    for a, b in _lane_cuts(cols, chunk_rows):
+        lane = cols.lane[a:b].astype(np.int64)
+        pi = cols.phase_index[cols.code[a:b]]
+        key = lane * nph + pi
+        order = np.argsort(key, kind="stable")
+        starts = run_starts(key[order])
+        n = np.diff(np.r_[starts, b - a])
+        dur = (cols.end[a:b] - cols.begin[a:b])[order]
+        sums = np.add.reduceat(dur, starts)
+        lo = lane[order][starts]
+        out.append({
+            "phase_index": pi[order][starts], "block": lo // cols.num_groups, "group": lo % cols.num_groups,
+            "lane": lo, "sm": np.maximum.reduceat(cols.sm[a:b][order].astype(np.int64), starts), "instances": n,
+            "min_dur_ns": np.minimum.reduceat(dur, starts), "mean_dur_ns": fdiv(sums, n),
+            "max_dur_ns": np.maximum.reduceat(dur, starts), "sum_dur_ns": sums,
+            "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts)})
+    t = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+    order = np.lexsort((t["lane"], t["phase_index"]))
+    t = {k: v[order] for k, v in t.items()}
+    code_of_index = np.argsort(cols.phase_index)
+    t["phase"] = cols.phase_name(code_of_index[t["phase_index"]])
+    return PhaseLanes.from_columns(t)
+
+
+def waits_table(cols, chunk_rows: int) -> Waits:
+    """ktrace_wait (oracle._waits), a chunk of whole lanes at a time: each chunk's waits are kept (their
+    percentiles need them all) with the chunk's longest wait per pair; the longest are merged after."""
+    nph = len(cols.names)
+    keys, ws, best = [], [], []
+    for a, b in _lane_cuts(cols, chunk_rows):
+        prev = cols.prev[a:b].astype(np.int64)
+        has = prev >= 0
+        nxt = np.full(b - a, -1, np.int64)
+        nxt[prev[has] - a] = np.flatnonzero(has)
+        rows = np.flatnonzero(nxt >= 0)
+        gap = cols.begin[a:b][nxt[rows]] - cols.end[a:b][rows]
+        ok = gap >= 0
+        rows, w = rows[ok], gap[ok]
+        if not len(rows):
+            continue
+        pi = cols.phase_index[cols.code[a:b]]
+        key = pi[rows] * nph + pi[nxt[rows]]
+        keys.append(key.astype(np.int16 if nph * nph < 2**15 else np.int64))
+        ws.append(w.astype(np.int32) if int(w.max()) < 2**31 else w)
+        # This chunk's longest wait per pair, and its slice by the tie rule (block, group, k).
+        longest = np.full(nph * nph, -1, np.int64)
+        np.maximum.at(longest, key, w)
+        cand = np.flatnonzero(w == longest[key])
+        g_rows = rows[cand] + a
+        top = np.lexsort((cols.k[g_rows], cols.group_of(g_rows), cols.block_of(g_rows), key[cand]))
+        first = cand[top[run_starts(key[cand][top])]]
+        g_rows = rows[first] + a
+        best.append(np.stack([key[first], w[first], cols.block_of(g_rows), cols.group_of(g_rows),
+                              cols.k[g_rows].astype(np.int64)]))
+    if not keys:
+        return Waits.empty()
+    key = np.concatenate(keys)
+    del keys
+    w = np.concatenate(ws)
+    del ws
+    # Per pair: count, sum, extremes, and the two percentiles by selection (np.partition) rather than a sort.
+    pair = np.flatnonzero(np.bincount(key, minlength=nph * nph))
+    stats = np.zeros((6, len(pair)), np.int64)
+    for j, p in enumerate(pair.tolist()):
+        v = w[key == p]
+        m = len(v)
+        i50, i90 = int(lower_percentile(0.5, m)), int(lower_percentile(0.9, m))
+        part = np.partition(v, sorted({0, i50, i90, m - 1}))
+        stats[:, j] = (m, int(v.sum(dtype=np.int64)), part[0], part[i50], part[i90], part[m - 1])
+        del v, part
+    del key, w
+    bt = np.concatenate(best, axis=1)
+    bt = bt[:, np.lexsort((bt[4], bt[3], bt[2], -bt[1], bt[0]))]
+    bt = bt[:, run_starts(bt[0])]  # per pair: the longest, then lowest (block, group, k)
+    assert np.array_equal(bt[0], pair) and np.array_equal(bt[1], stats[5])
+    return waits_columns(cols, nph, pair, *stats, bt[2], bt[3], bt[4])
+
+
+def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> CriticalPath:
+    """The oracle's backward walk, each step's predecessor found when the walk gets there (oracle_structure.
+    predecessors)."""
+    if not cols.n:
+        return CriticalPath.empty()
+    top_end = np.where(cols.depth == 0, cols.end, _SMALL)
+    cur = int(np.argmax(top_end))  # the first row (lowest lane, then record order) of the latest top end
+    if top_end[cur] == _SMALL:
+        return CriticalPath.empty()
+    del top_end
+    before = st.blocks_before(blocks)
+    prev, begin, end = cols.prev, cols.begin, cols.end
+    g = cols.num_groups
+
+    def block_end_slice(b: int) -> int:
+        """The block's top-level slice with the latest end (then lowest lane, then record order)."""
+        blk = int(blocks.block[b])
+        lo, hi = np.searchsorted(cols.lane, [blk * g, (blk + 1) * g])
+        top = np.flatnonzero(cols.depth[lo:hi] == 0)
+        if not len(top):
+            return -1
+        e = end[lo:hi][top]
+        return lo + int(top[np.argmax(e)])
+
+    def pred_of(c: int):
+        p = prev.item(c)
+        if p >= 0:
+            i = int(instance_of(cols, inst, p))
+            if begin.item(c) >= inst.inst_end.item(i):
+                return inst.last_row.item(i), 0
+            return p, 1
+        if cols.depth.item(c) == 0:
+            b = int(np.searchsorted(blocks.block, cols.lane.item(c) // g))
+            if blocks.later_wave.item(b) == 1 and before.item(b) >= 0:
+                return block_end_slice(before.item(b)), 2
+        return -1, -1
+
+    parts = st.walk(cur, pred_of, _Item(begin), _Item(end), kernel_begin, kernel_end)
+    return st.path_table(parts, cols.names, cols.phase_index,
+                         lambda r: (cols.code[r].astype(np.int64), cols.k[r].astype(np.int64), cols.block_of(r),
+                                    cols.group_of(r), cols.lane[r].astype(np.int64)))
+
+
+class _Item:
+    def __init__(self, a: np.ndarray) -> None:
+        self._item = a.item
+
+    def __getitem__(self, i: int) -> int:
+        return self._item(i)

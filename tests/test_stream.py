@@ -1,0 +1,107 @@
+"""The bounded-memory numpy analysis (``stream_figures``: a range of lanes at a time, narrow columns, chunked
+cross-lane sweeps) gives every figure the whole-buffer numpy oracle gives, and so the SQL package's: on every
+real capture, on random buffers of every shape cut into many parts and chunks, and on the benchmark's
+synthetic buffer at the size where 'auto' switches to it."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ktrace import api, decode
+from ktrace.analysis import oracle_figures, sql_figures, stream_figures
+from ktrace.decoding import BufferDecoder
+from ktrace.decoding.encode import encode_tags, place_records
+
+from conftest import SAMPLES
+
+CAPTURES = sorted(Path(p).stem for p in glob.glob(os.path.join(SAMPLES, "*.bin")))
+
+
+def _stream(dec: BufferDecoder, lanes_per_part: int | None, chunk_rows: int):
+    rpp = None if lanes_per_part is None else lanes_per_part * dec.capacity_per_lane * dec.launch.num_groups
+    return stream_figures(dec.parts(rpp), chunk_rows=chunk_rows)
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_stream_equals_the_oracle_on_every_capture(name):
+    dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
+    ref = oracle_figures(dec.decode())
+    assert _stream(dec, None, 1 << 21).differences(ref) == []
+    # One block per part and chunks of a few slices: every merge across parts and chunks is exercised.
+    assert len(dec.part_ranges(dec.capacity_per_lane * dec.launch.num_groups)) > 1
+    assert _stream(dec, 1, 7).differences(ref) == []
+
+
+def _random_buffer(seed: int):
+    """A buffer of random shape: 1-30 blocks on fewer SMs (waves), 1-3 groups, 1-4 events, nested and
+    back-to-back slices, a coarse tick with many equal times (ties, zero-length slices), gaps and overlaps
+    between lanes."""
+    rng = np.random.default_rng(seed)
+    blocks, groups, events = int(rng.integers(1, 31)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    sms = int(rng.integers(1, blocks + 1))
+    tick = int(rng.choice([32, 1000]))
+    rows = []  # (block, group, seq, type, event, ts)
+    for b in range(blocks):
+        start = int(rng.integers(0, 50)) * tick + (b // sms) * 40 * tick
+        for g in range(groups):
+            t, seq = start, 0
+            for _ in range(int(rng.integers(0, 12))):
+                e = int(rng.integers(0, events))
+                nest = events > 1 and rng.random() < 0.3
+                recs = [(0, e)]
+                if nest:
+                    inner = (e + 1) % events
+                    recs += [(0, inner), (1, inner)]
+                recs.append((1, e))
+                for typ, ev in recs:
+                    t += int(rng.integers(0, 3)) * tick
+                    rows.append((b, g, seq, typ, ev, t))
+                    seq += 1
+    if not rows:
+        rows.append((0, 0, 0, 0, 0, 0))
+        rows.append((0, 0, 1, 1, 0, tick))
+    block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))
+    sm = block % sms
+    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=sm)
+    cap = int(np.bincount(block * groups + group).max())
+    words = place_records(blocks, groups, block, group, seq, tag, ts + 10**9, cap)
+    return words, ",".join(f"ev{i}" for i in range(events))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_stream_equals_the_oracle_on_random_shapes(seed):
+    words, names = _random_buffer(seed)
+    ref = oracle_figures(decode(words, events=names))
+    dec = BufferDecoder(words, events=names)
+    rng = np.random.default_rng(seed + 1000)
+    for lanes_per_part, chunk in ((None, 1 << 21), (1, 1), (2, int(rng.integers(2, 40)))):
+        assert _stream(dec, lanes_per_part, chunk).differences(ref) == [], (lanes_per_part, chunk)
+
+
+def _bench_convert():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_convert.py"
+    spec = importlib.util.spec_from_file_location("_bench_convert", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_stream_equals_the_sql_package_at_the_switch_size(tmp_path):
+    from ktrace.engine import open_trace
+
+    buf, _ = _bench_convert().buffer_path(str(tmp_path), api.NUMPY_MIN_RECORDS, 2, 1)
+    dec = BufferDecoder(buf)
+    assert dec.body.size >= api.NUMPY_MIN_RECORDS
+    fig = _stream(dec, 4, 20_000)
+    trace = tmp_path / "t.perfetto-trace"
+    api.convert(buf, trace)
+    with open_trace(trace) as session:
+        assert fig.differences(sql_figures(session)) == []
+    assert fig.kernel.slices > 100_000
