@@ -25,7 +25,7 @@ from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import Analysis, Thresholds, analyze_opened
+from .analysis import Analysis, Thresholds, analyze_opened, register
 from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
@@ -40,6 +40,7 @@ from .errors import InputError
 from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .model import Decoded, Summary
 from .outputs import check_output
+from .progress import stage
 from .report.inspect import inspect_dict
 from .workers import run_in_workers
 
@@ -73,8 +74,7 @@ def _open(source, options, where: str) -> BufferDecoder | Decoded:
 
 
 def _sidecar_given(decode_options: dict) -> list:
-    sidecar = decode_options.get("sidecar")
-    return [sidecar] if isinstance(sidecar, (str, Path)) else []
+    return [s for s in [decode_options.get("sidecar")] if isinstance(s, (str, Path))]
 
 
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
@@ -173,17 +173,17 @@ def _is_trace_source(source) -> bool:
 
 def _analyze_sql(source, thresholds, engine, progress, name) -> Analysis:
     with open_input(source, engine=engine, progress=progress) as inp:
-        return analyze_opened(inp.session, thresholds, name=name or inp.name)
+        return analyze_opened(inp.session, thresholds, name=name or inp.name, progress=progress)
 
 
-def query(source, sql: str, *, engine: str = "auto", **decode_options):
+def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_options):
     """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
-    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError."""
-    from .analysis import register
-
+    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError.
+    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``)."""
     buffer_options([source], decode_options)
-    with open_input(source, engine=engine, **decode_options) as inp:
+    with open_input(source, engine=engine, progress=progress, **decode_options) as inp:
         register(inp.session)
+        stage(progress, "running the query")
         try:
             return inp.session.query(sql)
         except InputError as e:
@@ -193,7 +193,7 @@ def query(source, sql: str, *, engine: str = "auto", **decode_options):
             raise
 
 
-def _timing(inp, decode_options):
+def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
     return read_timing(inp.source, None if inp.kind == "trace" else decode_options.get("sidecar"))
 
 
@@ -394,7 +394,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
             name = inp.name
             inp = stack.enter_context(open_input(dec if dec is not None else source, engine=engine,
                                                  progress=progress, tracks=tracks))
-            a = analyze_opened(inp.session, thresholds, name=name)
+            a = analyze_opened(inp.session, thresholds, name=name, progress=progress)
             if inp.kind == "trace" and int(inp.session.query(_ANNOTATED_SQL).rows[0][0] or 0):
                 return AnnotatedTrace(Path(inp.trace), Path(inp.trace).stat().st_size, a, _focus(a), written=False)
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
