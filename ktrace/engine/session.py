@@ -130,7 +130,20 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     of its last packet is not detected: the engine drops that packet silently.
     """
     name, total, chunks = _trace_source(trace)
-    return _load(_start_engine(engine), name, total, chunks, progress)
+    backend = _start_engine(engine)
+    try:
+        backend.expect(name, None if _is_gzip(trace) else total)
+    except BaseException:
+        backend.close()
+        raise
+    return _load(backend, name, total, chunks, progress)
+
+
+def _is_gzip(trace: TraceInput) -> bool:
+    if isinstance(trace, (bytes, bytearray, memoryview)):
+        return bytes(trace[:2]) == _GZIP_MAGIC
+    with Path(trace).open("rb") as f:
+        return f.read(2) == _GZIP_MAGIC
 
 
 def _start_engine(engine: str) -> Backend:
