@@ -18,11 +18,14 @@ the temporary trace). The command line only parses, calls these and prints.
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
+from functools import partial
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import Analysis, Thresholds, analyze_opened, analyze_parts
+from .analysis import Analysis, Thresholds, analyze_opened, analyze_parts, register
 from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
@@ -34,10 +37,12 @@ from .decoding.options import decode_options as _check_options
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
-from .inputs import buffer_options, is_session, open_gpus, open_input
+from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .model import Decoded, Summary
 from .outputs import check_output
+from .progress import stage
 from .report.inspect import inspect_dict
+from .workers import run_in_workers
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
@@ -69,8 +74,7 @@ def _open(source, options, where: str) -> BufferDecoder | Decoded:
 
 
 def _sidecar_given(decode_options: dict) -> list:
-    sidecar = decode_options.get("sidecar")
-    return [sidecar] if isinstance(sidecar, (str, Path)) else []
+    return [s for s in [decode_options.get("sidecar")] if isinstance(s, (str, Path))]
 
 
 def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
@@ -164,24 +168,22 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
 
 
 def _is_trace_source(source) -> bool:
-    from .inputs import is_trace
-
     return isinstance(source, (str, Path)) and is_trace(source)
 
 
 def _analyze_sql(source, thresholds, engine, progress, name) -> Analysis:
     with open_input(source, engine=engine, progress=progress) as inp:
-        return analyze_opened(inp.session, thresholds, name=name or inp.name)
+        return analyze_opened(inp.session, thresholds, name=name or inp.name, progress=progress)
 
 
-def query(source, sql: str, *, engine: str = "auto", **decode_options):
+def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_options):
     """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
-    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError."""
-    from .analysis import register
-
+    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError.
+    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``)."""
     buffer_options([source], decode_options)
-    with open_input(source, engine=engine, **decode_options) as inp:
+    with open_input(source, engine=engine, progress=progress, **decode_options) as inp:
         register(inp.session)
+        stage(progress, "running the query")
         try:
             return inp.session.query(sql)
         except InputError as e:
@@ -191,7 +193,7 @@ def query(source, sql: str, *, engine: str = "auto", **decode_options):
             raise
 
 
-def _timing(inp, decode_options):
+def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
     return read_timing(inp.source, None if inp.kind == "trace" else decode_options.get("sidecar"))
 
 
@@ -206,20 +208,23 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
         return Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
 
 
-def diff(before, after, *, engine: str = "auto", **decode_options) -> Diff:
+def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_done=None, **decode_options) -> Diff:
     """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1); a list on
     either side is several runs of it, whose run-to-run spread becomes the noise. decode_options apply to
-    the buffers among them; refused when every one is a trace."""
+    the buffers among them; refused when every one is a trace. jobs: worker processes analyzing the paths
+    among them (default: the cores available, capped by their number; in this process when the files are
+    small; 1: one after the other, in this process); the result is the same either way. on_done(done, total) as each capture is analyzed."""
     def runs(x) -> list:
         return list(x) if isinstance(x, (list, tuple)) else [x]
 
-    buffer_options(runs(before) + runs(after), decode_options)
-
-    def load(x):
-        caps = [load_capture(s, engine=engine, **decode_options) for s in runs(x)]
-        return caps if isinstance(x, (list, tuple)) else caps[0]
-
-    return _diff(load(before), load(after))
+    sources = runs(before) + runs(after)
+    buffer_options(sources, decode_options)
+    load = partial(load_capture, engine=engine, **decode_options)
+    paths = [i for i, s in enumerate(sources) if isinstance(s, (str, os.PathLike))]  # what a worker can open
+    caps = dict(zip(paths, run_in_workers(load, [sources[i] for i in paths], jobs, on_done)))
+    caps = [caps[i] if i in caps else load(s) for i, s in enumerate(sources)]
+    b, a = caps[:len(runs(before))], caps[len(runs(before)):]
+    return _diff(b if isinstance(before, (list, tuple)) else b[0], a if isinstance(after, (list, tuple)) else a[0])
 
 
 def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
@@ -389,7 +394,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
             name = inp.name
             inp = stack.enter_context(open_input(dec if dec is not None else source, engine=engine,
                                                  progress=progress, tracks=tracks))
-            a = analyze_opened(inp.session, thresholds, name=name)
+            a = analyze_opened(inp.session, thresholds, name=name, progress=progress)
             if inp.kind == "trace" and int(inp.session.query(_ANNOTATED_SQL).rows[0][0] or 0):
                 return AnnotatedTrace(Path(inp.trace), Path(inp.trace).stat().st_size, a, _focus(a), written=False)
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
@@ -400,15 +405,10 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
             chunks = append_to(inp.trace, annotation_chunks(ann, on_lanes=False))
         else:
             src = inp.decoded if inp.kind == "decoded" else dec
-            chunks = _chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
+            chunks = chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
                             annotation_chunks(ann, on_lanes=True))
         size = write_chunks(path, chunks)
     return AnnotatedTrace(path, size, a, _focus(a), summary=got[0] if got else None)
-
-
-def _chain(*its):
-    for it in its:
-        yield from it
 
 
 def _focus(a: Analysis) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
 from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, is_trace
 from .model import Decoded, Summary
+from .progress import stage
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
            "is_trace", "temporary_trace", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
@@ -128,7 +129,10 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
             inp.trace = Path(tmp) / (_stem(source) + ".perfetto-trace")
             from .export.writer import write_trace
 
-            _, inp.summary = write_trace(inp.decoder or inp.decoded, inp.trace, tracks=tracks)
+            staged = hasattr(progress, "stage")  # a plain progress(done, total) counts the load's bytes only
+            stage(progress, "writing a temporary trace", None, "records")
+            _, inp.summary = write_trace(inp.decoder or inp.decoded, inp.trace, tracks=tracks,
+                                         progress=progress if staged else None)
         if need == "session":
             from .engine import open_trace
 

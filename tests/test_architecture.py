@@ -13,12 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent / "ktrace"
 # From the bottom up; a module may import its own layer and those below (docs/architecture.md).
 LAYERS = [
     ("ktrace._version", 0), ("ktrace.errors", 0), ("ktrace.model", 0), ("ktrace.filetypes", 0),
-    ("ktrace.sidecar", 0), ("ktrace.outputs", 0),
+    ("ktrace.sidecar", 0), ("ktrace.outputs", 0), ("ktrace.progress", 0),
     ("ktrace.decoding", 1),
     ("ktrace.export", 2), ("ktrace.engine", 2), ("ktrace.capture", 2),
     ("ktrace.analysis", 3),
     ("ktrace.report", 4),
-    ("ktrace.inputs", 5), ("ktrace.api", 5), ("ktrace.view", 5),
+    ("ktrace.inputs", 5), ("ktrace.api", 5), ("ktrace.view", 5), ("ktrace.workers", 5),
     ("ktrace.cli", 6), ("ktrace.__main__", 6),
     ("ktrace", 5),  # the package facade (__init__): what `import ktrace` gives
 ]

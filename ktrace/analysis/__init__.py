@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..filetypes import TRACE_SUFFIXES
 from ..model import Decoded
+from ..progress import stage
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
 from .oracle import oracle_figures
@@ -140,16 +141,17 @@ class Analysis:
 
 
 def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,
-                   upid: int | None = None, summary=None) -> Analysis:
+                   upid: int | None = None, summary=None, progress=None) -> Analysis:
     """The Analysis of an opened input: a ``Decoded`` (figures from the numpy oracle) or an open engine
     Session (figures from the SQL package, registered on it; upid: only that process's slices, one GPU of a
     merged trace). name: the source the result names (default: the Decoded's source, the Session's trace);
-    summary: the buffer's Summary when the Decoded holds only its slices (``oracle_figures``).
+    summary: the buffer's Summary when the Decoded holds only its slices (``oracle_figures``); progress: told
+    of each SQL module as it runs (``ktrace.progress``).
     Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
         return _finish(name or str(source.source), "numpy", oracle_figures(source, summary), th)
-    return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid), th)
+    return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
 
 def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None) -> Analysis:
@@ -157,6 +159,7 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
     time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
     ``oracle_figures``'). progress(done_lanes, lanes) after each range."""
     th = thresholds or Thresholds()
+    stage(progress, "decoding the buffer", dec.lanes, "lanes")
 
     def parts():
         for d in dec.parts():
@@ -164,7 +167,7 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
             if progress is not None:
                 progress(d.lane_range[1], dec.lanes)
 
-    return _finish(name, "numpy", stream_figures(parts()), th)
+    return _finish(name, "numpy", stream_figures(parts(), progress=progress), th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:

@@ -9,7 +9,8 @@ from dataclasses import fields
 
 from .results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Kernel, LaneTotals, Occupancy,
                       PhaseInstances, PhaseLanes, Phases, Table, Waits)
-from .sql_package import include_all, register
+from ..progress import stage
+from .sql_package import MODULES, include_all, register
 
 __all__ = ["sql_figures", "query_table", "gpu_processes"]
 
@@ -24,15 +25,23 @@ def query_table(session, table: type[Table]) -> Table:
     return table.from_columns({c: r.column(c) for c in table.columns()})
 
 
-def sql_figures(session, *, register_package: bool = True, upid: int | None = None) -> Figures:
+def sql_figures(session, *, register_package: bool = True, upid: int | None = None, progress=None) -> Figures:
     """Every figure of the analysis, computed by the SQL package on ``session`` (an open engine Session).
 
-    register_package: register the ``ktrace`` package first (pass False when it already is).
+    register_package: register the ``ktrace`` package first (pass False when it already is). progress: told
+    of each SQL module as it runs, then of "reading the figures" (``ktrace.progress``).
     """
     if register_package:
         register(session, upid)
     if upid is None:
+        stage(progress, "SQL module ktrace.gpus")
         _refuse_several_gpus(session)
+    if hasattr(progress, "stage"):  # each module on its own, so that the stage says which one runs
+        for i, module in enumerate(MODULES):
+            stage(progress, f"SQL module {module}", len(MODULES), "modules")
+            progress(i, len(MODULES))
+            session.query(f"INCLUDE PERFETTO MODULE {module};")
+        stage(progress, "reading the figures")
     return Figures(
         kernel=_kernel(session),
         launch=_launch(session),

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
+from ..progress import stage
 from . import oracle_structure as st
 from .oracle import kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
@@ -183,7 +184,7 @@ def _blocks_from_partials(parts: list) -> Blocks:
 
 def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None) -> Figures:
     """Every figure of the analysis (equal to ``oracle_figures`` of the whole buffer) from its decoded parts,
-    in lane order (``BufferDecoder.parts``). progress(done, total, what): called as the work goes."""
+    in lane order (``BufferDecoder.parts``). progress: told each stage after decoding (``ktrace.progress``)."""
     cols, first, summary = None, None, Summary()
     for d in parts:
         if first is None:
@@ -202,12 +203,15 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
     kernel = kernel_figures(first.launch, summary, cols.distinct_durations(),
                             int(cols.begin.min()) if cols.n else None, int(cols.end.max()) if cols.n else None,
                             cols.n, cols.lanes_with_slices, len(cols.names))
+    stage(progress, "phase instances")
     inst = instance_sweeps(cols, blocks, chunk_rows)
     groups = cols.code_pairs(cols._event_group)
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
+    stage(progress, "lanes and waits")
     lanes = lanes_table(cols, inst, chunk_rows)
     waits = waits_table(cols, chunk_rows)
+    stage(progress, "critical path")
     cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
     busy = st.busy_sms(blocks)
     return Figures(

@@ -151,21 +151,35 @@ def align_option(p) -> None:
 @contextmanager
 def progress_bar(label: str, enabled: bool, unit: str = "records"):
     """A rich progress bar on stderr when it is a terminal, as a callback progress(done, total); None
-    otherwise."""
+    otherwise (piped output stays as it is). The callback has ``stage(name, total, unit)`` too
+    (``ktrace.progress``): the bar then says which stage runs (parsing, finalizing, each SQL module) and keeps
+    moving through a stage of unknown length."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[amount]}"),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
-        task = prog.add_task(label, total=None)
+        task = prog.add_task(label, total=None, amount="")
+        now = {"unit": unit}
 
         def update(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
+            prog.update(task, completed=done, total=total, amount=_amount(done, total, now["unit"]))
 
+        def stage(name: str, total: int | None = None, unit: str = "") -> None:
+            now["unit"] = unit
+            prog.reset(task, total=total, description=name, amount="")
+
+        update.stage = stage
         yield update
+
+
+def _amount(done: int, total: int, unit: str) -> str:
+    if unit == "bytes":
+        return f"{done / 2**20:,.0f}/{total / 2**20:,.0f} MiB"
+    return f"{done:,}/{total:,} {unit}".rstrip()
 
 
 PIPE_MIN_WIDTH = 100  # columns of text and rules into a pipe or file; a wider table gets its own width

@@ -66,7 +66,12 @@ def register(sub) -> None:
     decode_options(q)
 
 
-_PROGRESS_MIN_BYTES = 16 << 20
+_PROGRESS_MIN_BYTES = 4 << 20  # a trace or buffer this large takes a few seconds: show where it stands
+
+
+def _is_big(source) -> bool:
+    p = Path(source)
+    return p.is_file() and p.stat().st_size >= _PROGRESS_MIN_BYTES
 
 
 def _cmd_analyze(a) -> int:
@@ -81,8 +86,7 @@ def _cmd_analyze(a) -> int:
 
     if is_trace(source) and Path(source).is_file() and a.engine != "numpy" and merged_gpus(source, engine=a.engine) > 1:
         return _analyze_merged(a, source, thresholds)
-    big = Path(source).is_file() and Path(source).stat().st_size >= _PROGRESS_MIN_BYTES
-    with progress_bar("loading into the trace processor", big, unit="bytes") as cb:
+    with progress_bar("loading into the trace processor", _is_big(source), unit="bytes") as cb:
         from ..api import analyze, annotate
 
         if a.trace:
@@ -184,7 +188,9 @@ def _cmd_query(a) -> int:
         raise InputError("query: give a TRACE (or BUF) and the SQL, e.g. ktrace query run.perfetto-trace "
                          "\"INCLUDE PERFETTO MODULE ktrace.phases; SELECT * FROM ktrace_phase\"")
     sql = _query_text(a)
-    _print_result(query(a.source, sql, engine=a.engine, **decode_kwargs(a)), a)
+    with progress_bar("loading into the trace processor", _is_big(a.source), unit="bytes") as cb:
+        result = query(a.source, sql, engine=a.engine, progress=cb, **decode_kwargs(a))
+    _print_result(result, a)
     return EXIT_OK
 
 

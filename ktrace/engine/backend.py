@@ -31,6 +31,10 @@ class Backend(abc.ABC):
 
     name: str
 
+    def expect(self, name: str, trace_bytes: int | None) -> None:
+        """Told the size of the trace about to load (None: unknown, e.g. compressed), before ``load``: an
+        engine may size itself from it, or raise InputError for a trace that cannot fit."""
+
     @abc.abstractmethod
     def load(self, chunks: Iterable[bytes]) -> str:
         """Feeds the whole trace, piece by piece (any split is fine), then ends it (sort and flush).

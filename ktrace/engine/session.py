@@ -13,6 +13,7 @@ from ktrace.engine.framing import Framing
 from ktrace.engine.result import QueryResult, decode
 from ktrace.engine.package_registration import check_package, dependency_order, strip_includes
 from ktrace.errors import InputError, KtraceError
+from ktrace.progress import stage
 
 __all__ = ["Session", "open_trace", "ENGINES"]
 
@@ -121,14 +122,28 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     ``engine``: ``"auto"`` (default: native when $KTRACE_TP_SHELL is set, else wasm), ``"wasm"`` (the
     embedded engine) or ``"native"`` (the trace_processor_shell named by $KTRACE_TP_SHELL).
     ``progress(done_bytes, total_bytes)`` is called after each appended chunk (32 MiB) and once more
-    when the trace is finalized (sorting, which takes longer than appending for large traces).
+    when the trace is finalized (sorting, which takes longer than appending for large traces); a progress
+    with a ``stage`` method (``ktrace.progress``) is told of "parsing the trace" and "finalizing the trace".
 
     Raises InputError for a missing file or one that is not a Perfetto trace (empty, JSON, text, random
     or corrupt bytes), EnvironmentMissing when the engine cannot start. A file cut short in the middle
     of its last packet is not detected: the engine drops that packet silently.
     """
     name, total, chunks = _trace_source(trace)
-    return _load(_start_engine(engine), name, total, chunks, progress)
+    backend = _start_engine(engine)
+    try:
+        backend.expect(name, None if _is_gzip(trace) else total)
+    except BaseException:
+        backend.close()
+        raise
+    return _load(backend, name, total, chunks, progress)
+
+
+def _is_gzip(trace: TraceInput) -> bool:
+    if isinstance(trace, (bytes, bytearray, memoryview)):
+        return bytes(trace[:2]) == _GZIP_MAGIC
+    with Path(trace).open("rb") as f:
+        return f.read(2) == _GZIP_MAGIC
 
 
 def _start_engine(engine: str) -> Backend:
@@ -152,12 +167,14 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
 
         def counted() -> Iterator[bytes]:
             done = 0
+            stage(progress, "parsing the trace", total, "bytes")
             for chunk in chunks:
                 framing.feed(chunk)
                 yield chunk
                 done += len(chunk)
                 if progress is not None:
                     progress(done, total)
+            stage(progress, "finalizing the trace (sorting)")  # asked for the next chunk: the engine finalizes
 
         error = backend.load(counted())
         if error:

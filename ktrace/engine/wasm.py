@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
                                    rpc_protos, split_rpc_stream)
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
+from ktrace.engine.wasm_heap import HEAP_ENV, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, InputError, KtraceError
 
@@ -66,7 +67,9 @@ class WasmTraceProcessor(Backend):
         self._engine = engine
         self._store = wasmtime.Store(engine)
         self._store.set_epoch_deadline(1)
-        self._host = Host(min(heap_max_bytes, HEAP_MAX_BYTES))
+        self._build_max = min(heap_max_bytes, HEAP_MAX_BYTES)
+        self._heap_why = "the build's limit"
+        self._host = Host(self._build_max)
         linker = wasmtime.Linker(engine)
         provided = self._host.functions()
         for imp in module.imports:
@@ -102,6 +105,16 @@ class WasmTraceProcessor(Backend):
                                      "set KTRACE_TP_SHELL to a trace_processor_shell binary instead") from exc
 
     # -- Backend ----------------------------------------------------------------------------------------
+
+    def expect(self, name: str, trace_bytes: int | None) -> None:
+        """Sizes the heap from the trace (``wasm_heap``): its maximum, and the memory grown up front."""
+        initial, self._host.heap_max_bytes, self._heap_why = heap_plan(name, trace_bytes, self._build_max)
+        grow = initial - self._host.heap_bytes()
+        if grow > 0:
+            try:
+                self._host.grow(grow)
+            except Exception:  # the heap then grows as the engine asks, as it would have anyway
+                pass
 
     def load(self, chunks: Iterable[bytes]) -> str:
         for chunk in chunks:
@@ -258,11 +271,12 @@ class WasmTraceProcessor(Backend):
         out_of_memory = "grow the heap" in log or "out of memory" in log.lower()
         heap = self._host.heap_bytes()
         what = (f"ran out of memory (its heap had grown to {_size(heap)}; the limit is "
-                f"{_size(self._host.heap_max_bytes)}, or less if the machine has less free memory)"
-                if out_of_memory else f"crashed ({reason})")
+                f"{_size(self._host.heap_max_bytes)} ({self._heap_why}), or less if the machine has less free "
+                "memory)" if out_of_memory else f"crashed ({reason})")
         message = f"the embedded trace processor {what}; this session is closed, open the trace again"
         if out_of_memory:
-            message += " (a smaller trace, or KTRACE_TP_SHELL with a native trace_processor_shell, may fit)"
+            message += (f" (a smaller trace, a larger limit with {HEAP_ENV}=GIB up to {_size(self._build_max)}, "
+                        "or KTRACE_TP_SHELL with a native trace_processor_shell, may fit)")
         if log:
             message += "\nengine log:\n" + log
         return message

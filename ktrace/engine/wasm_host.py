@@ -160,6 +160,12 @@ class Host:
 
         return missing
 
+    def grow(self, n: int) -> None:
+        """Grows the memory by at least ``n`` bytes (whole pages), up to heap_max_bytes; raises when refused."""
+        pages = min(_align_up(n, _PAGE), self.heap_max_bytes - self.heap_bytes()) // _PAGE
+        if pages > 0:
+            self._memory.grow(self._store, pages)
+
     def _resize_heap(self, requested: int) -> int:
         # Same policy as Emscripten's glue: grow by 20 %, 10 %, 5 %, 2.5 % overshoot (at most 96 MiB past
         # the request), and fail (return 0, so malloc returns NULL) beyond heap_max_bytes.

@@ -1,0 +1,136 @@
+"""Run one function over several inputs in worker processes, results in the order given.
+
+    results = run_in_workers(load, ["a.bin", "b.bin"], jobs=2)   # == [load("a.bin"), load("b.bin")]
+
+What ``ktrace diff`` uses to analyze its captures side by side. The workers are spawned (a fresh interpreter
+each: the embedded engine runs threads, which a fork would copy half-way), so ``fn`` and the inputs must be
+picklable (a module-level function, paths). An error in a worker is raised here as the serial loop would raise
+it: the first failing input in the order given, the same exception with the same message. Ctrl-C (or SIGTERM)
+in the parent stops the workers (each unwinds, removing its temporary files), waits for them, and re-raises:
+no process is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, Callable, Sequence
+
+__all__ = ["default_jobs", "run_in_workers", "PARALLEL_MIN_BYTES"]
+
+_STOP_WAIT_S = 10.0  # how long a stopped worker may take to unwind before it is killed
+_busy = False  # in a worker: whether a call is running (SIGTERM then unwinds it, else exits at once)
+
+
+# Below this many bytes of input in all, the default is to work in this process: starting a worker (an
+# interpreter, ktrace, the engine's compiled module) takes longer than analyzing a small capture.
+PARALLEL_MIN_BYTES = 4 << 20
+
+
+def default_jobs(items: Sequence) -> int:
+    """The cores this process may run on (its CPU affinity), capped by the number of items; 1 when the
+    items are files of fewer than PARALLEL_MIN_BYTES in all."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if _total_bytes(items) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(cores, len(items)))
+
+
+def _total_bytes(items: Sequence) -> int:
+    total = 0
+    for x in items:
+        try:
+            total += os.stat(x).st_size
+        except (TypeError, ValueError, OSError):
+            return PARALLEL_MIN_BYTES  # not a file, or not there: let the worker say so
+    return total
+
+
+def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None = None,
+                   on_done: Callable[[int, int], None] | None = None) -> list:
+    """``[fn(x) for x in items]``, computed in up to ``jobs`` worker processes (default: ``default_jobs``);
+    jobs 1 (or a single item) runs in this process. on_done(done, total) after each result arrives."""
+    items = list(items)
+    jobs = default_jobs(items) if jobs is None else max(1, min(int(jobs), len(items) or 1))
+    if jobs == 1:
+        out = []
+        for x in items:
+            out.append(fn(x))
+            if on_done is not None:
+                on_done(len(out), len(items))
+        return out
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_started)
+    try:
+        futures = [pool.submit(_call, fn, x) for x in items]
+        pending, done = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            done += len(finished)
+            if on_done is not None:
+                on_done(done, len(items))
+            failed = [i for i, f in enumerate(futures) if f in finished and f.exception() is not None]
+            if failed:  # raise what the serial loop would: the first failure in input order
+                for f in futures[:failed[0]]:
+                    if f.exception() is not None:  # waits for an earlier input still running
+                        break
+                first = next(f for f in futures if f.done() and f.exception() is not None)
+                _stop(pool)  # the later inputs need not run on
+                raise first.exception()
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        _stop(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop(pool) -> None:
+    """Ask every worker to unwind (SIGTERM), give it _STOP_WAIT_S, then kill what is left."""
+    import time
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    deadline = time.monotonic() + _STOP_WAIT_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
+def _worker_started() -> None:
+    # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
+    # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_term)
+
+
+def _on_term(signum, frame) -> None:
+    if _busy:
+        raise KeyboardInterrupt
+    os._exit(128 + signum)
+
+
+def _call(fn, x):
+    global _busy
+    _busy = True
+    try:
+        return fn(x)
+    except KeyboardInterrupt:
+        sys.stderr.flush()
+        os._exit(130)  # unwound (files removed); the parent is stopping: no result to send back
+    finally:
+        _busy = False
