@@ -167,7 +167,8 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
             if progress is not None:
                 progress(d.lane_range[1], dec.lanes)
 
-    return _finish(name, "numpy", stream_figures(parts(), progress=progress), th)
+    fig = stream_figures(parts(), progress=progress, max_slices=int(dec.body.size) // 2 + 1)
+    return _finish(name, "numpy", fig, th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:

@@ -31,13 +31,36 @@ __all__ = ["stream_figures", "CHUNK_ROWS"]
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
 
 
-def _narrow(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """``a`` in the narrowest signed integer type that holds [lo, hi]."""
-    for t in (np.int8, np.int16, np.int32):
-        info = np.iinfo(t)
-        if info.min <= lo and hi <= info.max:
-            return a.astype(t)
-    return a.astype(np.int64)
+def _fits(dtype, lo: int, hi: int) -> bool:
+    info = np.iinfo(dtype)
+    return info.min <= lo and hi <= info.max
+
+
+class _Column:
+    """A column filled a part at a time, in the narrowest signed integer type its values need so far (widened,
+    rarely, when a part needs more), in one allocation of the expected size (pages never written are never
+    resident; grown by doubling when a part goes past it): no list of parts to concatenate at the end."""
+
+    def __init__(self, capacity: int) -> None:
+        self.a = np.empty(max(capacity, 1), np.int8)
+        self.n = 0
+
+    def append(self, v: np.ndarray, lo: int, hi: int) -> None:
+        a = self.a
+        if not _fits(a.dtype, lo, hi):
+            wider = next(t for t in (np.int8, np.int16, np.int32, np.int64) if _fits(t, lo, hi) and
+                         np.dtype(t).itemsize > a.dtype.itemsize)
+            a = np.empty(len(a), wider)
+            a[:self.n] = self.a[:self.n]
+        if self.n + len(v) > len(a):
+            grown = np.empty(max(2 * len(a), self.n + len(v)), a.dtype)
+            grown[:self.n] = a[:self.n]
+            a = grown
+        a[self.n:self.n + len(v)] = v
+        self.a, self.n = a, self.n + len(v)
+
+    def array(self) -> np.ndarray:
+        return self.a[:self.n]
 
 
 class Columns:
@@ -46,10 +69,11 @@ class Columns:
 
     KEPT = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
 
-    def __init__(self, num_groups: int) -> None:
+    def __init__(self, num_groups: int, capacity: int = 1 << 16) -> None:
         self.num_groups = num_groups
         self.n = 0
-        self._cols: dict[str, list] = {c: [] for c in self.KEPT}
+        self._cols = {c: _Column(capacity) for c in self.KEPT}
+        self.capacity = capacity
         self._lane_totals: list = []
         self._blocks: list = []
         self._event_group: list = []
@@ -82,23 +106,21 @@ class Columns:
         self.lanes_with_slices += len(np.unique(sl.lane))
         c = self._cols
         big = base + m
-        c["lane"].append(_narrow(sl.lane, 0, int(sl.lane.max())))
-        c["k"].append(_narrow(sl.k, 0, int(sl.k.max())))
-        c["event"].append(_narrow(sl.event, 0, int(sl.event.max())))
-        c["sm"].append(_narrow(sl.sm, -1, int(sl.sm.max())))
-        c["depth"].append(_narrow(depth, 0, int(depth.max())))
-        c["begin"].append(begin.copy())
-        c["end"].append(end.copy())
-        c["prev"].append(_narrow(prev, -1, big))
+        c["lane"].append(sl.lane, 0, int(sl.lane.max()))
+        c["k"].append(sl.k, 0, int(sl.k.max()))
+        c["event"].append(sl.event, 0, int(sl.event.max()))
+        c["sm"].append(sl.sm, -1, int(sl.sm.max()))
+        c["depth"].append(depth, 0, int(depth.max()))
+        c["begin"].append(begin, int(begin.min()), int(begin.max()))
+        c["end"].append(end, int(end.min()), int(end.max()))
+        c["prev"].append(prev, -1, max(big, self.capacity))
         self.n = big
 
     def finish(self, event_name) -> None:
         """Concatenate the columns (one at a time) and name the phases: two events of one name are one
         phase; phases are ordered by their first begin, then name (as the oracle orders them)."""
         for name in self.KEPT:
-            parts = self._cols.pop(name)
-            setattr(self, name, np.concatenate(parts) if parts else np.zeros(0, np.int64))
-            del parts
+            setattr(self, name, self._cols.pop(name).array())
         events = sorted(self.first_begin)
         names = [event_name(e) for e in events]
         self.names = sorted(set(names))
@@ -106,7 +128,8 @@ class Columns:
         for e, nm in zip(events, names):
             lut[e] = self.names.index(nm)
         self.code_of_event = lut
-        self.code = _narrow(lut, 0, max(len(self.names) - 1, 0))[self.event] if self.n else np.zeros(0, np.int8)
+        small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if _fits(t, 0, max(len(self.names) - 1, 0)))
+        self.code = lut.astype(small)[self.event]
         del self.event
         first = {}
         for e, nm in zip(events, names):
@@ -182,14 +205,17 @@ def _blocks_from_partials(parts: list) -> Blocks:
                             reduce(np.maximum, i64.min, end), reduce(np.add, 0, slices), reduce(np.add, 0, lanes))
 
 
-def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None) -> Figures:
+def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None,
+                   max_slices: int | None = None) -> Figures:
     """Every figure of the analysis (equal to ``oracle_figures`` of the whole buffer) from its decoded parts,
-    in lane order (``BufferDecoder.parts``). progress: told each stage after decoding (``ktrace.progress``)."""
+    in lane order (``BufferDecoder.parts``). progress: told each stage after decoding (``ktrace.progress``).
+    max_slices: at most how many slices the parts hold (half the record slots): the columns are allocated
+    once at that size."""
     cols, first, summary = None, None, Summary()
     for d in parts:
         if first is None:
             first = d
-            cols = Columns(d.launch.num_groups)
+            cols = Columns(d.launch.num_groups, *(() if max_slices is None else (max_slices,)))
         summary = summary.merge(Summary.of(d))
         cols.add(d)
         del d

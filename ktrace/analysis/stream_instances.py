@@ -18,7 +18,8 @@ from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
 
 __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path"]
 
-_SMALL, _BIG = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+# numpy scalars, not Python ints: np.where(mask, narrow, _BIG) must widen to int64, not wrap.
+_SMALL, _BIG = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int64).max)
 
 
 def _index_type(n: int):
@@ -92,7 +93,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int) -> Instances:
     keys, ends, tied = [], [], []
     for a, b in chunks:
         rows, key, starts = _grouped(cols, by_k[a:b], ncode)
-        end_g = cols.end[rows]
+        end_g = cols.end[rows].astype(np.int64)
         latest = np.maximum.reduceat(end_g, starts)
         keys.append(key)
         ends.append(latest)
@@ -136,7 +137,8 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     def red(f, a):
         return f.reduceat(a, starts)
 
-    end_g, begin_g = cols.end[rows], cols.begin[rows]
+    # Times are kept narrow; every sum and difference is taken in int64.
+    end_g, begin_g = cols.end[rows].astype(np.int64), cols.begin[rows].astype(np.int64)
     dur = end_g - begin_g
     lane = cols.lane[rows].astype(np.int64)
     block, group = lane // g, lane % g
@@ -166,7 +168,7 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     prev = cols.prev[rows].astype(np.int64)
     has_prev = prev >= 0
     p = np.maximum(prev, 0)
-    prev_end = np.where(has_prev, cols.end[p], 0)
+    prev_end = np.where(has_prev, cols.end[p].astype(np.int64), 0)
     synced = has_prev & (begin_g >= np.where(has_prev, inst.inst_end[instance_of(cols, inst, p)], 0))
     lead_in = begin_g - prev_end
     prev_lanes = red(np.add, has_prev.astype(np.int64))
@@ -230,7 +232,7 @@ def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
         order = np.argsort(key, kind="stable")
         starts = run_starts(key[order])
         n = np.diff(np.r_[starts, b - a])
-        dur = (cols.end[a:b] - cols.begin[a:b])[order]
+        dur = (cols.end[a:b].astype(np.int64) - cols.begin[a:b])[order]
         sums = np.add.reduceat(dur, starts)
         lo = lane[order][starts]
         out.append({
@@ -258,7 +260,7 @@ def waits_table(cols, chunk_rows: int) -> Waits:
         nxt = np.full(b - a, -1, np.int64)
         nxt[prev[has] - a] = np.flatnonzero(has)
         rows = np.flatnonzero(nxt >= 0)
-        gap = cols.begin[a:b][nxt[rows]] - cols.end[a:b][rows]
+        gap = cols.begin[a:b][nxt[rows]].astype(np.int64) - cols.end[a:b][rows]
         ok = gap >= 0
         rows, w = rows[ok], gap[ok]
         if not len(rows):
