@@ -105,3 +105,39 @@ def test_stream_equals_the_sql_package_at_the_switch_size(tmp_path):
     with open_trace(trace) as session:
         assert fig.differences(sql_figures(session)) == []
     assert fig.kernel.slices > 100_000
+
+
+def test_stream_grows_its_columns_when_the_size_hint_is_short():
+    dec = BufferDecoder(os.path.join(SAMPLES, "waves_ktrace.bin"))
+    ref = oracle_figures(dec.decode())
+    # A hint of one slice: every column grows by doubling (and widens from int8) as the parts come.
+    fig = stream_figures(dec.parts(dec.capacity_per_lane * dec.launch.num_groups * 4), chunk_rows=1000,
+                         max_slices=1)
+    assert fig.differences(ref) == []
+
+
+@pytest.mark.parametrize("what", ["no records", "instants only"])
+def test_stream_of_a_buffer_without_slices_equals_the_oracle(what):
+    blocks, groups = 3, 2
+    if what == "no records":
+        words = place_records(blocks, groups, [], [], [], np.zeros(0, np.uint32), [], 4)
+    else:
+        block = np.array([0, 1, 2]); group = np.array([0, 1, 0]); seq = np.zeros(3, np.int64)
+        tag = encode_tags("flashinfer", np.full(3, 2), np.zeros(3, np.int64), block, group, groups, sm=block)
+        words = place_records(blocks, groups, block, group, seq, tag, np.array([10, 20, 30]) + 10**9, 4)
+    ref = oracle_figures(decode(words, events="ev0"))
+    fig = stream_figures(BufferDecoder(words, events="ev0").parts(), chunk_rows=3)
+    assert fig.kernel.slices == 0
+    assert fig.differences(ref) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 3, 7, 11, 34])  # 34: one zero-length slice, no busy SM at any time
+def test_the_oracle_equals_the_sql_package_on_random_shapes(seed, tmp_path):
+    from ktrace.engine import open_trace
+
+    words, names = _random_buffer(seed)
+    trace = tmp_path / "t.perfetto-trace"
+    api.convert(words, trace, events=names)
+    with open_trace(trace) as session:
+        assert oracle_figures(decode(words, events=names)).differences(sql_figures(session)) == []
