@@ -24,6 +24,7 @@ from ..progress import stage
 from . import oracle_structure as st
 from .oracle import kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
+from .growing import Growing, fits
 from .stream_instances import critical_path, instance_sweeps, lanes_table, waits_table
 
 __all__ = ["stream_figures", "CHUNK_ROWS"]
@@ -31,48 +32,16 @@ __all__ = ["stream_figures", "CHUNK_ROWS"]
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
 
 
-def _fits(dtype, lo: int, hi: int) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= lo and hi <= info.max
-
-
-class _Column:
-    """A column filled a part at a time, in the narrowest signed integer type its values need so far (widened,
-    rarely, when a part needs more), in one allocation of the expected size (pages never written are never
-    resident; grown by doubling when a part goes past it): no list of parts to concatenate at the end."""
-
-    def __init__(self, capacity: int) -> None:
-        self.a = np.empty(max(capacity, 1), np.int8)
-        self.n = 0
-
-    def append(self, v: np.ndarray, lo: int, hi: int) -> None:
-        a = self.a
-        if not _fits(a.dtype, lo, hi):
-            wider = next(t for t in (np.int8, np.int16, np.int32, np.int64) if _fits(t, lo, hi) and
-                         np.dtype(t).itemsize > a.dtype.itemsize)
-            a = np.empty(len(a), wider)
-            a[:self.n] = self.a[:self.n]
-        if self.n + len(v) > len(a):
-            grown = np.empty(max(2 * len(a), self.n + len(v)), a.dtype)
-            grown[:self.n] = a[:self.n]
-            a = grown
-        a[self.n:self.n + len(v)] = v
-        self.a, self.n = a, self.n + len(v)
-
-    def array(self) -> np.ndarray:
-        return self.a[:self.n]
-
-
 class Columns:
     """Every slice of the buffer, in (lane, begin sequence) order, as narrow columns; and what the parts
-    reduced on the way (see ``read``)."""
+    reduced on the way (``add``)."""
 
     KEPT = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
 
     def __init__(self, num_groups: int, capacity: int = 1 << 16) -> None:
         self.num_groups = num_groups
         self.n = 0
-        self._cols = {c: _Column(capacity) for c in self.KEPT}
+        self._cols = {c: Growing(capacity) for c in self.KEPT}
         self.capacity = capacity
         self._lane_totals: list = []
         self._blocks: list = []
@@ -99,6 +68,8 @@ class Columns:
         self._event_group.append(st.unique_columns(sl.event, sl.group))
         self._event_lane.append(st.unique_columns(sl.event, sl.lane, return_counts=True))
         self._durs.append(np.unique(end - begin))
+        if sum(map(len, self._durs)) > 1 << 22:  # merged as they come: held once, as distinct values
+            self._durs = [np.unique(np.concatenate(self._durs))]
         first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
         np.minimum.at(first, sl.event, begin)
         for e in np.flatnonzero(first < np.iinfo(np.int64).max).tolist():
@@ -117,8 +88,8 @@ class Columns:
         self.n = big
 
     def finish(self, event_name) -> None:
-        """Concatenate the columns (one at a time) and name the phases: two events of one name are one
-        phase; phases are ordered by their first begin, then name (as the oracle orders them)."""
+        """Take the filled columns and name the phases: two events of one name are one phase; phases are
+        ordered by their first begin, then name (as the oracle orders them)."""
         for name in self.KEPT:
             setattr(self, name, self._cols.pop(name).array())
         events = sorted(self.first_begin)
@@ -128,7 +99,7 @@ class Columns:
         for e, nm in zip(events, names):
             lut[e] = self.names.index(nm)
         self.code_of_event = lut
-        small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if _fits(t, 0, max(len(self.names) - 1, 0)))
+        small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, 0, max(len(self.names) - 1, 0)))
         self.code = lut.astype(small)[self.event]
         del self.event
         first = {}

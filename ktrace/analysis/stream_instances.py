@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import oracle_structure as st
+from .growing import Growing
 from .oracle import waits_columns
 from .oracle_instances import combined_fits, fdiv, lower_percentile, run_starts, sorted_within, stability
 from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
@@ -253,7 +254,7 @@ def waits_table(cols, chunk_rows: int) -> Waits:
     """ktrace_wait (oracle._waits), a chunk of whole lanes at a time: each chunk's waits are kept (their
     percentiles need them all) with the chunk's longest wait per pair; the longest are merged after."""
     nph = len(cols.names)
-    keys, ws, best = [], [], []
+    keys, ws, best = Growing(cols.n), Growing(cols.n), []
     for a, b in _lane_cuts(cols, chunk_rows):
         prev = cols.prev[a:b].astype(np.int64)
         has = prev >= 0
@@ -267,8 +268,8 @@ def waits_table(cols, chunk_rows: int) -> Waits:
             continue
         pi = cols.phase_index[cols.code[a:b]]
         key = pi[rows] * nph + pi[nxt[rows]]
-        keys.append(key.astype(np.int16 if nph * nph < 2**15 else np.int64))
-        ws.append(w.astype(np.int32) if int(w.max()) < 2**31 else w)
+        keys.append(key, 0, nph * nph)
+        ws.append(w, 0, int(w.max()))
         # This chunk's longest wait per pair, and its slice by the tie rule (block, group, k).
         longest = np.full(nph * nph, -1, np.int64)
         np.maximum.at(longest, key, w)
@@ -279,12 +280,9 @@ def waits_table(cols, chunk_rows: int) -> Waits:
         g_rows = rows[first] + a
         best.append(np.stack([key[first], w[first], cols.block_of(g_rows), cols.group_of(g_rows),
                               cols.k[g_rows].astype(np.int64)]))
-    if not keys:
+    if not best:
         return Waits.empty()
-    key = np.concatenate(keys)
-    del keys
-    w = np.concatenate(ws)
-    del ws
+    key, w = keys.array(), ws.array()
     # Per pair: count, sum, extremes, and the two percentiles by selection (np.partition) rather than a sort.
     pair = np.flatnonzero(np.bincount(key, minlength=nph * nph))
     stats = np.zeros((6, len(pair)), np.int64)
@@ -292,10 +290,11 @@ def waits_table(cols, chunk_rows: int) -> Waits:
         v = w[key == p]
         m = len(v)
         i50, i90 = int(lower_percentile(0.5, m)), int(lower_percentile(0.9, m))
-        part = np.partition(v, sorted({0, i50, i90, m - 1}))
-        stats[:, j] = (m, int(v.sum(dtype=np.int64)), part[0], part[i50], part[i90], part[m - 1])
-        del v, part
-    del key, w
+        total = int(v.sum(dtype=np.int64))
+        v.partition(sorted({0, i50, i90, m - 1}))  # in place: v is the pair's own copy
+        stats[:, j] = (m, total, v[0], v[i50], v[i90], v[m - 1])
+        del v
+    del key, w, keys, ws
     bt = np.concatenate(best, axis=1)
     bt = bt[:, np.lexsort((bt[4], bt[3], bt[2], -bt[1], bt[0]))]
     bt = bt[:, run_starts(bt[0])]  # per pair: the longest, then lowest (block, group, k)
