@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent / "ktrace"
 # From the bottom up; a module may import its own layer and those below (docs/architecture.md).
 LAYERS = [
     ("ktrace._version", 0), ("ktrace.errors", 0), ("ktrace.model", 0), ("ktrace.filetypes", 0),
-    ("ktrace.sidecar", 0), ("ktrace.outputs", 0), ("ktrace.progress", 0),
+    ("ktrace.sidecar", 0), ("ktrace.outputs", 0), ("ktrace.progress", 0), ("ktrace.jsonfmt", 0),
     ("ktrace.decoding", 1),
     ("ktrace.export", 2), ("ktrace.engine", 2), ("ktrace.capture", 2),
     ("ktrace.analysis", 3),

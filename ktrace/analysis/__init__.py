@@ -13,9 +13,9 @@ Session), or from the numpy oracle (a Decoded): the two are equal, figure for fi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from .. import jsonfmt
 from ..filetypes import TRACE_SUFFIXES
 from ..model import Decoded
 from ..progress import stage
@@ -137,7 +137,7 @@ class Analysis:
 
     def to_json(self, indent: int | None = 2) -> str:
         """``to_dict()`` as JSON text (NaN never appears: undefined figures are null)."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+        return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,

@@ -3,8 +3,9 @@ between phases, and the whole result with its JSON (schema ``ktrace.diff/1``, do
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from .. import jsonfmt
 
 __all__ = ["Change", "PhaseChange", "CostShift", "Diff", "DIFF_SCHEMA"]
 
@@ -182,4 +183,4 @@ class Diff:
                 "notes": list(self.notes)}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+        return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)

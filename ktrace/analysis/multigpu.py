@@ -13,12 +13,12 @@ end. Skews below the alignment's spread (``x.alignment.spread_ns``) are within t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
+from .. import jsonfmt
 from ..decoding.align import Alignment, Shifted, align, open_decoders
 from .results import Table
 
@@ -134,7 +134,7 @@ class MultiGpuAnalysis:
                 "cross_gpu": self.cross_gpu.to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+        return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def cross_gpu(sources, *, align_mode: str = "offset", alignment: Alignment | None = None,

@@ -1,0 +1,38 @@
+"""The JSON ktrace prints: the same value json.dumps gives, deterministic, each table row on one line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import ktrace
+from ktrace import jsonfmt
+
+from conftest import sample
+
+
+@pytest.mark.parametrize("obj", [
+    {}, [], {"a": []}, {"a": {}}, [1, [2, [3]]], {"x": [{"a": 1, "b": [1, 2]}, {"a": None}]},
+    {"s": "é\n\"quote\"", 1: 2, True: False, None: 0.5}, [{"k": 1.5e300}, {"k": -0.0}], "text", 7, None,
+])
+def test_the_text_parses_to_what_json_dumps_gives(obj):
+    for ascii_only in (True, False):
+        got = jsonfmt.dumps(obj, indent=2, ensure_ascii=ascii_only)
+        assert json.loads(got) == json.loads(json.dumps(obj, ensure_ascii=ascii_only))
+
+
+def test_nan_is_refused_as_json_dumps_refuses_it():
+    with pytest.raises(ValueError):
+        jsonfmt.dumps({"rows": [{"v": math.nan}]}, allow_nan=False)
+
+
+def test_an_analysis_prints_one_row_per_line_and_the_same_value():
+    a = ktrace.analyze(sample("waves_ktrace"), engine="numpy")
+    text = a.to_json()
+    assert json.loads(text) == json.loads(json.dumps(a.to_dict(), allow_nan=False))
+    assert text == a.to_json()  # deterministic
+    d = a.to_dict()
+    rows = sum(len(d[t]) for t in ("instances", "lanes", "blocks", "lane_totals", "busy_sms"))
+    assert rows > 1000 and len(text.splitlines()) < 2 * rows  # a row per line, not a line per value
