@@ -151,29 +151,29 @@ def _numpy_path(engine: str, dec, on_engine) -> bool:
     return True
 
 
-def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None) -> Analysis:
-    if engine in ("numpy", "auto") and not _is_trace_source(source):
-        with open_input(source, need="decoder", **decode_options) as inp:
-            dec = inp.decoder
-            if _numpy_path(engine, dec, on_engine):
-                if dec is None:
-                    return analyze_opened(inp.decoded, thresholds, name=name or inp.name)
-                # A range of lanes at a time, keeping a few narrow columns per slice: bounded memory.
-                return analyze_parts(dec, thresholds, name=name or inp.name, progress=progress)
-            return _analyze_sql(dec, thresholds, "auto", progress, name or inp.name)
-    if engine == "numpy":
+def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False):
+    """The Analysis of a path or buffer (a Capture with its sidecar's control timings when ``capture``)."""
+    buffer = engine in ("numpy", "auto") and not _is_trace_source(source)
+    if engine == "numpy" and not buffer:
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
                          "processor (--engine wasm or native)")
-    return _analyze_sql(source, thresholds, engine, progress, name)
+    with open_input(source, need="decoder" if buffer else "session", engine=engine, progress=progress,
+                    **decode_options) as inp:
+        name, dec = name or inp.name, inp.decoder if buffer else None
+        if not buffer:
+            a = analyze_opened(inp.session, thresholds, name=name, progress=progress)
+        elif not _numpy_path(engine, dec, on_engine):  # the decoder, already opened, goes to the SQL package
+            with open_input(dec, engine="auto", progress=progress) as sql:
+                a = analyze_opened(sql.session, thresholds, name=name, progress=progress)
+        elif dec is None:
+            a = analyze_opened(inp.decoded, thresholds, name=name)
+        else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
+            a = analyze_parts(dec, thresholds, name=name, progress=progress)
+        return Capture(a, _timing(inp, decode_options)) if capture else a
 
 
 def _is_trace_source(source) -> bool:
     return isinstance(source, (str, Path)) and is_trace(source)
-
-
-def _analyze_sql(source, thresholds, engine, progress, name) -> Analysis:
-    with open_input(source, engine=engine, progress=progress) as inp:
-        return analyze_opened(inp.session, thresholds, name=name or inp.name, progress=progress)
 
 
 def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_options):
@@ -204,8 +204,7 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
         return source
     if isinstance(source, Analysis):
         return Capture(source)
-    with open_input(source, engine=engine, **decode_options) as inp:
-        return Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
+    return _analyze(source, None, engine, None, None, decode_options, capture=True)
 
 
 def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_done=None, **decode_options) -> Diff:

@@ -106,7 +106,8 @@ def test_ctrl_c_stops_every_worker_and_removes_their_files(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.Popen([sys.executable, "-c", code, "diff", str(a), str(b), "--jobs", "2"],
+    p = subprocess.Popen([sys.executable, "-c", code, "diff", str(a), str(b), "--jobs", "2",
+                          "--engine", "wasm"],  # the SQL path: each worker writes a temporary trace
                          env=dict(os.environ, TMPDIR=str(tmp)), preexec_fn=interruptible, start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

@@ -104,3 +104,17 @@ def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
     for f in ("lane", "event", "k", "begin_seq", "end_seq", "begin_ns", "end_ns", "overlap", "sm"):
         assert np.array_equal(getattr(lean.slices, f), getattr(whole.slices, f)), f
     assert oracle_figures(lean, summary).differences(oracle_figures(whole)) == []
+
+
+def test_decoding_options_apply_whichever_engine_analyzes_the_buffer():
+    for engine in ("wasm", "numpy", "auto"):
+        a = ktrace.analyze(sample("imbalance"), engine=engine, events="p0,p1,p2")
+        assert a.figures.phases.phase.tolist() == ["p0", "p1", "p2"], engine
+
+
+def test_diff_and_check_captures_of_a_large_buffer_are_analyzed_with_numpy(monkeypatch):
+    assert api.load_capture(sample("imbalance")).analysis.engine in ("wasm", "native")
+    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
+    cap = api.load_capture(sample("imbalance"))
+    assert cap.analysis.engine == "numpy"
+    assert _same(cap.analysis, ktrace.analyze(sample("imbalance"), engine="wasm"))
