@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["encode_events", "varint_len", "TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT"]
+__all__ = ["encode_events", "scatter_rows", "varint_len", "TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT"]
 
 TYPE_BEGIN, TYPE_END, TYPE_INSTANT = 1, 2, 3
 _THRESH = np.array([1 << (7 * b) for b in range(1, 10)], dtype=np.uint64)
@@ -102,16 +102,29 @@ def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
             fl[f] = x & 15
             x >>= 4
         layouts.append(_layout(bool(x & 1), fl, seq_id))
-    widths = np.array([len(lay) for lay in layouts], np.int64)
-    wmax = int(widths.max())
-    # Each row padded to the widest shape, then the padding squeezed out in one boolean pass.
-    m = np.empty((n, wmax), np.uint8)
-    for j, lay in enumerate(layouts):
-        rows = np.flatnonzero(inv == j)
-        m[rows, : len(lay)] = _rows(lay, u64, rows)
     if len(layouts) == 1:
-        return m.reshape(-1)
-    return m[np.arange(wmax) < widths[inv][:, None]]
+        return _rows(layouts[0], u64, np.arange(n)).reshape(-1)
+    widths = np.array([len(lay) for lay in layouts], np.int64)[inv]
+    ends = np.cumsum(widths)
+    out = np.empty(int(ends[-1]), np.uint8)
+    starts = ends - widths
+    # Each shape's rows as a (rows, width) byte matrix, then copied whole into place: no padded matrix.
+    narrow = np.int16 if len(layouts) < 1 << 15 else np.int64  # int16: numpy's stable sort is a radix sort
+    order = np.argsort(inv.astype(narrow), kind="stable")  # the rows of each shape, in order
+    bounds = np.searchsorted(inv[order], np.arange(len(layouts) + 1))
+    for j, lay in enumerate(layouts):
+        rows = order[bounds[j]:bounds[j + 1]]
+        scatter_rows(out, starts[rows], _rows(lay, u64, rows))
+    return out
+
+
+def scatter_rows(out: np.ndarray, at: np.ndarray, m: np.ndarray) -> None:
+    """Copies each row of the byte matrix ``m`` (rows, width) into ``out`` at the byte offset ``at`` of that
+    row: one numpy assignment whose elements are whole rows (an unaligned view of ``out`` as width-byte items)."""
+    w = m.shape[1]
+    item = np.dtype((np.void, w))
+    view = np.ndarray((len(out) - w + 1,), item, buffer=out, strides=(1,))
+    view[at] = np.ascontiguousarray(m).view(item).reshape(-1)
 
 
 def _rows(lay: list, u64: dict, rows: np.ndarray) -> np.ndarray:
