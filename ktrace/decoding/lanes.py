@@ -32,7 +32,7 @@ class LaneReader:
     capacity_per_lane: slots of the longest lanes.
     """
 
-    BAND_BYTES = 8 << 20  # lanes copied lane-major at a time from a row-major record area
+    BAND_BYTES = 4 << 20  # lanes copied lane-major at a time from a row-major record area (and a worker's batch)
 
     def __init__(self, buf: Buffer, body: np.ndarray, lanes: int):
         self.buf, self.body, self.lanes = buf, body, lanes
