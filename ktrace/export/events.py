@@ -103,6 +103,30 @@ class PartWriter:
         luts = _name_iids(d, state.names)
         return head + state.names.flush(), (tree, luts)
 
+    def prepare_plain(self, d: Decoded, base: WriteState) -> tuple | None:
+        """For a part that adds no interned name and no overlap track (whose record bytes do not depend on the
+        parts before it): (all its tracks, what ``body`` needs), from ``base``, the state before the first
+        part; else None. ``plain_head`` then gives, once the state before it is known, what ``declare`` gives."""
+        names = Names(base.names.seq_id, base.names.iid)
+        tree = build_tracks(d, self.mode, TrackState(set(), base.tracks.next_uuid), self.space.uuid_offset)
+        if tree.overlap_uuid:
+            return None
+        luts = _name_iids(d, names)
+        return None if names.pending else (tree.tracks, (tree, luts))
+
+    def plain_head(self, tracks: list, state: WriteState) -> bytes:
+        """``declare``'s bytes for a plain part: its tracks less the SM tracks already declared; updates ``state``."""
+        lo = SM_BASE + self.space.uuid_offset
+        keep = []
+        for t in tracks:
+            if lo <= t.uuid < LAUNCH_UUID + self.space.uuid_offset:  # an SM track: SM_BASE + sm + 1
+                sm = t.uuid - lo - 1
+                if sm in state.tracks.sms:
+                    continue
+                state.tracks.sms.add(sm)
+            keep.append(t)
+        return track_packets(keep, {t.parent for t in keep}, space=self.space)
+
     def body(self, d: Decoded, declared: tuple) -> Iterator[bytes]:
         """The part's record packets in (lane, sequence) order, then its block hulls."""
         tree, luts = declared

@@ -2,10 +2,10 @@
 
 Each worker is a forked copy of this process (the opened BufferDecoder comes with it, nothing is reopened).
 The parent hands out batches of consecutive parts (a batch reads one band of lanes, ``lanes.py``) as workers
-free up. A worker decodes its batch, waits for the ``WriteState`` the parts before it left (the parent
-forwards it from the worker that declared them), declares its parts (tracks, interned names), hands the state
-on, then encodes; the parent yields every part's bytes in lane order. So the bytes are those written in
-process, whatever the number of workers.
+free up, and yields every part's bytes in lane order. A part that adds no interned name and no overlap track
+(most) is encoded by its worker at once: the parent declares its tracks (``PartWriter.plain_head``). Any other
+part waits in its worker for the ``WriteState`` the parts before it left, is declared there and hands the
+state back. So the bytes are those written in process, whatever the number of workers.
 
 A worker ignores SIGINT (the parent stops it, and every worker is stopped and reaped before the parent
 returns or raises), exits when the parent's end of its pipe closes, and sends an error back instead of
@@ -70,70 +70,67 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
     n_parts = sum(len(b) for b in work)
     conns, procs = [], []
     spool = tempfile.TemporaryDirectory(prefix="ktrace-parts-", dir=_SHM if os.path.isdir(_SHM) else None)
+    base = state.wire()
     try:
         for _ in range(min(jobs, len(work))):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(theirs, dec, writer, spool.name, [*conns, mine]), daemon=True)
+            p = ctx.Process(target=_worker, args=(theirs, dec, writer, base, spool.name, [*conns, mine]), daemon=True)
             with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
                 warnings.simplefilter("ignore", DeprecationWarning)
                 p.start()
             theirs.close()
             conns.append(mine)
             procs.append(p)
-        owner: dict = {}  # first part of a batch -> the worker's connection
-        states = {0: state.wire()}  # state before part k, not yet sent
+        owner: dict = {}  # part -> its worker's connection
         left: dict = {}  # connection -> parts of its batch not yet received
         queue = list(work)
 
         def assign(c) -> None:
-            if not queue:
-                return
-            batch = queue.pop(0)
-            c.send(("batch", batch))
-            owner[batch[0][0]] = c
-            left[c] = len(batch)
-            k0 = batch[0][0]
-            if k0 in states:
-                c.send(("state", states.pop(k0)))
+            if queue:
+                batch = queue.pop(0)
+                c.send(("batch", batch))
+                owner.update({k: c for k, _, _ in batch})
+                left[c] = len(batch)
 
         for c in conns:
             assign(c)
-        done: dict = {}
-        errors: dict = {}
-        nxt = 0
+        got: dict = {}  # part -> its messages so far
+        nxt, asked = 0, -1
         live = list(conns)
         while nxt < n_parts:
-            if nxt in errors:
-                raise errors[nxt]
-            if nxt in done:
-                yield done.pop(nxt)
-                nxt += 1
+            msgs = got.get(nxt, [])
+            kinds = [m[0] for m in msgs]
+            if "error" in kinds:
+                raise msgs[kinds.index("error")][2]
+            if "plain" in kinds:  # its bytes do not depend on the parts before it: declared here
+                _, _, out, tracks, path, sizes = msgs[0]
+                out.chunks = [writer.plain_head(tracks, state), *_read_part(path, sizes)]
+            elif "part" in kinds:  # declared by its worker with the state it was sent
+                final = WriteState.from_wire(msgs[kinds.index("declared")][2])
+                state.names, state.tracks = final.names, final.tracks
+                _, _, out, path, sizes = msgs[kinds.index("part")]
+                out.chunks = _read_part(path, sizes)
+            else:
+                if "needs" in kinds and asked < nxt:  # it waits for the state the parts before it left
+                    owner[nxt].send(("state", state.wire()))
+                    asked = nxt
+                for c in wait(live):
+                    try:
+                        msg = c.recv()
+                    except EOFError:
+                        raise KtraceError("a convert worker process ended unexpectedly (out of memory, or killed?); "
+                                          "run again, or with --jobs 1") from None
+                    got.setdefault(msg[1], []).append(msg)
+                    if msg[0] == "error":  # the worker exits: its later parts come after this error anyway
+                        live.remove(c)
+                    if msg[0] in ("plain", "part"):
+                        left[c] -= 1
+                        if not left[c]:
+                            assign(c)
                 continue
-            for c in wait(live):
-                try:
-                    msg = c.recv()
-                except EOFError:
-                    raise KtraceError("a convert worker process ended unexpectedly (out of memory, or killed?); "
-                                      "run again, or with --jobs 1") from None
-                if msg[0] == "declared":  # state after part k: to the worker holding part k + 1
-                    k, wire = msg[1], msg[2]
-                    if k + 1 in owner:
-                        owner[k + 1].send(("state", wire))
-                    elif k + 1 < n_parts:
-                        states[k + 1] = wire
-                    else:
-                        final = WriteState.from_wire(wire)
-                        state.names, state.tracks = final.names, final.tracks
-                elif msg[0] == "part":
-                    out: PartOutput = msg[2]
-                    out.chunks = _read_part(msg[3], msg[4])
-                    done[msg[1]] = out
-                    left[c] -= 1
-                    if not left[c]:
-                        assign(c)
-                else:  # an error in part k: raised when every part before it is out
-                    errors[msg[1]] = msg[2]
-                    live.remove(c)
+            del got[nxt]
+            yield out
+            nxt += 1
     finally:
         _stop(conns, procs)
         spool.cleanup()
@@ -160,62 +157,70 @@ def _stop(conns, procs) -> None:
             p.join()
 
 
-def _worker(conn, dec, writer: PartWriter, spool: str, inherited) -> None:
+def _worker(conn, dec, writer: PartWriter, base: tuple, spool: str, inherited) -> None:
     for c in inherited:  # the parent's ends of the pipes forked into this copy: EOF must reach their workers
         c.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole process group: the parent stops us
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
+    _keep_freed_memory()
+    base_state = WriteState.from_wire(base)
     try:
         while True:
             msg = conn.recv()
-            if msg[0] != "batch" or not _batch(conn, dec, writer, spool, msg[1]):
+            if msg[0] != "batch":
                 return
+            for k, lo, hi in msg[1]:
+                try:
+                    _part(conn, dec, writer, base_state, spool, k, lo, hi)
+                except (EOFError, BrokenPipeError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - handed to the parent, which raises it in its place
+                    conn.send(("error", k, _portable(e)))
+                    return
     except (EOFError, OSError):  # the parent is gone, or stopped us
         return
 
 
-def _batch(conn, dec, writer: PartWriter, spool: str, batch: list) -> bool:
-    """Decodes, declares and encodes one batch; False once it sent an error (the worker then exits). A part
-    that fails stops the batch there: the parts before it are still sent, then the error."""
-    parts, failed = [], None
-    for k, lo, hi in batch:
-        try:
-            parts.append((k, dec.part(lo, hi)))
-        except Exception as e:  # noqa: BLE001 - handed to the parent, which raises it in its place
-            failed = (k, e)
-            break
-    if parts:
+def _keep_freed_memory() -> None:
+    """glibc: keep freed memory for the next part instead of returning it to the system (in a forked worker,
+    each part's arrays would otherwise come back as fresh pages: tens of MB of page faults a part)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    mallopt(-3, 1 << 28)  # M_MMAP_THRESHOLD: big arrays from the heap, reused
+
+
+def _part(conn, dec, writer: PartWriter, base: WriteState, spool: str, k: int, lo: int, hi: int) -> None:
+    """Decodes part k and encodes it: at once when its bytes do not depend on the parts before it (plain),
+    else once the parent sent the state those parts left (and this part's is sent back)."""
+    d = dec.part(lo, hi)
+    plain = writer.prepare_plain(d, base)
+    if plain is not None:
+        tracks, prep = plain
+        chunks = list(writer.body(d, prep))
+    else:
+        conn.send(("needs", k))
         msg = conn.recv()
         if msg[0] != "state":
-            return False
+            raise EOFError
         state = WriteState.from_wire(msg[1])
-        declared = []
-        for k, d in parts:
-            try:
-                declared.append((k, d, *writer.declare(d, state)))
-            except Exception as e:  # noqa: BLE001
-                failed = (k, e)
-                break
-        if failed is None:
-            conn.send(("declared", parts[-1][0], state.wire()))
-        for k, d, head, prep in declared:
-            try:
-                chunks = [head, *writer.body(d, prep)]
-                out = writer.output(d, [], first=k == 0)
-            except Exception as e:  # noqa: BLE001
-                failed = (k, e)
-                break
-            path = os.path.join(spool, f"part{k}")
-            with open(path, "wb", buffering=0) as f:
-                for chunk in chunks:
-                    f.write(chunk)
-            conn.send(("part", k, out, path, [len(c) for c in chunks]))
-    if failed is not None:
-        conn.send(("error", failed[0], _portable(failed[1])))
-        return False
-    return True
+        head, prep = writer.declare(d, state)
+        conn.send(("declared", k, state.wire()))
+        chunks = [head, *writer.body(d, prep)]
+    out = writer.output(d, [], first=k == 0)
+    del d
+    path = os.path.join(spool, f"part{k}")
+    with open(path, "wb", buffering=0) as f:
+        for chunk in chunks:
+            f.write(chunk)
+    sizes = [len(c) for c in chunks]
+    conn.send(("plain", k, out, tracks, path, sizes) if plain is not None else ("part", k, out, path, sizes))
 
 
 def _portable(e: Exception) -> Exception:
