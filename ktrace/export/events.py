@@ -262,7 +262,9 @@ def _event_columns(d: Decoded, tree, luts) -> dict:
     n = d.records
     s, ins, an = d.slices, d.instants, d.anomalies
     ev_lut, an_lut = luts
-    cols = {c: np.zeros(n, np.int64) for c in ("ts", "type", "block", "group", "sm", "last", "iid", "name", "uuid")}
+    whole = 2 * len(s) + len(ins) + len(an) == n  # every record is written below (always, in a decoded part)
+    new = np.empty if whole else np.zeros
+    cols = {c: new(n, np.int64) for c in ("ts", "type", "block", "group", "sm", "last", "iid", "name", "uuid")}
     uuid = tree.lane_uuid
     if s.overlap.any():
         lut = _lut({ln * 2048 + ev: u for (ln, ev), u in tree.overlap_uuid.items()})
