@@ -131,6 +131,9 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
             del got[nxt]
             yield out
             nxt += 1
+    except BaseException:  # an error, Ctrl-C, or the consumer stopped: the workers are stopped at once
+        _stop(conns, procs, wait_s=0)
+        raise
     finally:
         _stop(conns, procs)
         spool.cleanup()
@@ -144,17 +147,18 @@ def _read_part(path: str, sizes: list) -> list:
     return out
 
 
-def _stop(conns, procs) -> None:
+def _stop(conns, procs, wait_s: float = 0.5) -> None:
+    """Closes the pipes (a worker waiting on its pipe sees EOF and exits), kills what is still running after
+    ``wait_s`` and reaps every worker."""
     for c in conns:
-        try:
-            c.close()  # a worker reading its pipe sees EOF and exits
-        except OSError:
-            pass
+        c.close()
     for p in procs:
-        p.join(timeout=0.5)
+        if p.pid is None:
+            continue
+        p.join(timeout=wait_s)
         if p.is_alive():
             p.kill()
-            p.join()
+        p.join()
 
 
 def _worker(conn, dec, writer: PartWriter, base: tuple, spool: str, inherited) -> None:
