@@ -77,18 +77,18 @@ def _sidecar_given(decode_options: dict) -> list:
     return [s for s in [decode_options.get("sidecar")] if isinstance(s, (str, Path))]
 
 
-def convert(source, out=None, *, tracks: str = "sm", progress=None, **decode_options) -> ConvertResult:
+def convert(source, out=None, *, tracks: str = "sm", progress=None, jobs=None, **decode_options) -> ConvertResult:
     """Decode a profiler buffer and write a Perfetto trace, streaming a range of lanes at a time.
 
     source: a buffer path, bytes, an array or a torch.Tensor (see ``decode``), a BufferDecoder or a Decoded; out: the trace
     path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
-    ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written.
-    """
+    ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written. jobs: worker
+    processes (None: the cores available; 1: none), the same bytes whatever the number."""
     path = Path(out) if out is not None else default_output(source)
     src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
     check_output(path, [source, *_sidecar_given(decode_options)], "trace")
-    size, summary = write_trace(src, path, tracks=tracks, progress=progress)
+    size, summary = write_trace(src, path, tracks=tracks, progress=progress, jobs=jobs)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
 
 

@@ -421,6 +421,31 @@ def print_table(rows) -> None:
     Console(width=max(160, len(note))).print(t)
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def print_verdicts(rows, a) -> None:
+    """One line per buffer: ktrace's wall time as a ratio to the floor of the same run, and the 3x target."""
+    jobs = a.jobs if a.jobs is not None else _cores()
+    print(f"cores: os.cpu_count() = {os.cpu_count()}, available to this process = {_cores()}; "
+          f"ktrace convert worker processes: {jobs}{'' if a.jobs is not None else ' (its default: the cores available)'}")
+    limit = TARGETS["ktrace_over_floor"]
+    for r in rows:
+        x, k = r.get("ktrace_over_floor"), r.get("ktrace") or {}
+        if x is None:
+            continue
+        peak = r.get("rss_over_output")
+        rss_ok = k.get("peak_rss_bytes") is not None and k["peak_rss_bytes"] <= min(3 * k["out_bytes"], 2 << 30)
+        print(f"{r['records']:>12,} records, {r['groups']} group(s): ktrace {k['s']:.2f} s / floor {r['floor']['s']:.2f} s "
+              f"= {x:.2f}x (target <= {limit:g}x: {'met' if x <= limit else 'NOT met'}); peak RSS "
+              f"{k['peak_rss_bytes'] / 1e6:,.0f} MB = {peak:.2f}x the output (target <= 3x and <= 2 GB: "
+              f"{'met' if rss_ok else 'NOT met'})")
+
+
 # ---------------------------------------------------------------------------------------------- main
 def _events(s: str) -> list[int]:
     return [int(float(x)) for x in s.split(",") if x]
@@ -431,6 +456,9 @@ def parse_args(argv):
     ap.add_argument("--events", type=_events, default=[10**5, 10**6, 10**7], help="records per buffer (1e5,1e6,1e7)")
     ap.add_argument("--groups", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2], help="1,2")
     ap.add_argument("--quick", action="store_true", help="1e5 records only (smoke run)")
+    ap.add_argument("--huge", action="store_true", help="also 1e8 records (a 0.8 GB buffer; minutes, several GB "
+                    "of memory to generate it once)")
+    ap.add_argument("--jobs", type=int, help="ktrace convert --jobs N (default: ktrace's own, the cores available)")
     ap.add_argument("--runs", type=int, default=3, help="runs of ktrace and the floor per buffer (median)")
     ap.add_argument("--peer-runs", type=int, help="runs of the peer (default: --runs up to 1e5 records, else 1)")
     ap.add_argument("--peer-max", type=float, default=1e6, help="run the peer up to this many records (1e6)")
@@ -450,6 +478,10 @@ def parse_args(argv):
     a = ap.parse_args(argv)
     if a.quick:
         a.events = [10**5]
+    if a.huge and 10**8 not in a.events:
+        a.events = [*a.events, 10**8]
+    if a.jobs is not None:
+        a.ktrace_arg = [*a.ktrace_arg, "--jobs", str(a.jobs)]
     return a
 
 
@@ -508,11 +540,14 @@ def main(argv=None) -> int:
             rows.append(row)
 
     print_table(rows)
+    print_verdicts(rows, a)
     if a.json:
         result = {
             "benchmark": "convert",
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "available_cores": _cores(),
+                        "python": platform.python_version()},
+            "ktrace_jobs": a.jobs if a.jobs is not None else _cores(),
             "ktrace_cmd": ktrace_cmd,
             "ktrace_startup": baseline,
             "peer": {"python": a.peer_python, "exporter": PEER_MODULE,

@@ -17,12 +17,27 @@ def register(sub) -> None:
     c.add_argument("buffer", metavar="BUF", help="profiler buffer: .bin (raw uint64) or .npy")
     c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
     tracks_option(c)
+    c.add_argument("-j", "--jobs", type=_jobs, metavar="N",
+                   help="worker processes decoding and encoding ranges of lanes in parallel (default: the cores "
+                   "available; 1: none); the trace is the same whatever N")
     decode_options(c)
 
     i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies")
     i.add_argument("buffer", metavar="BUF")
     i.add_argument("--json", action="store_true", help="print the report as JSON (schema ktrace.inspect/1)")
     decode_options(i)
+
+
+def _jobs(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return n
 
 
 def _big(path: str) -> bool:
@@ -37,7 +52,7 @@ def _cmd_convert(a) -> int:
     from ..report.safe_text import safe_console
 
     with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
-        res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, **decode_kwargs(a))
+        res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, jobs=a.jobs, **decode_kwargs(a))
     sm, match = res.summary, res.decoder.match
     anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
     print(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "

@@ -32,11 +32,14 @@ class LaneReader:
     capacity_per_lane: slots of the longest lanes.
     """
 
+    BAND_BYTES = 4 << 20  # lanes copied lane-major at a time from a row-major record area (and a worker's batch)
+
     def __init__(self, buf: Buffer, body: np.ndarray, lanes: int):
         self.buf, self.body, self.lanes = buf, body, lanes
         self.rows, self.rem = divmod(len(body), lanes)
         self.capacity_per_lane = self.rows + (1 if self.rem else 0)
         self.lane_major: Path | None = None  # the lane-major copy, once made
+        self._band: tuple = (0, 0, None)  # (lo, hi, slots): the lanes last copied lane-major
 
     @property
     def from_file(self) -> bool:
@@ -88,10 +91,25 @@ class LaneReader:
 
     def records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
-        block = self.block(lo, hi)
-        li, seq = np.nonzero(block)
-        raw = block[li, seq]
-        return li.astype(np.int64) + lo, seq.astype(np.int64), raw
+        cap = self.capacity_per_lane
+        flat = self._lanes(lo, hi).reshape(-1)
+        at = np.flatnonzero(flat)  # one pass over the lane-major slots
+        raw = flat[at]
+        li = at // cap
+        return li + lo, at - li * cap, raw
+
+    def _lanes(self, lo: int, hi: int) -> np.ndarray:
+        """The slots of lanes [lo, hi), lane-major and contiguous. From a row-major record area, a band of
+        lanes a few MB wide is copied lane-major at once and kept for the next ranges: a range of one or
+        two lanes would use a few bytes of every cache line it reads, a band uses them all."""
+        if self.lane_major is not None:
+            return self.block(lo, hi)
+        b0, b1, band = self._band
+        if not (b0 <= lo and hi <= b1):
+            b0, b1 = lo, max(hi, min(self.lanes, lo + self.BAND_BYTES // (8 * max(1, self.capacity_per_lane))))
+            band = np.ascontiguousarray(self.block(b0, b1))
+            self._band = b0, b1, band
+        return band[lo - b0:hi - b0]
 
     def copy_lane_major(self) -> None:
         """Copy the record area lane-major into a temporary file, which ``block`` reads from then on."""

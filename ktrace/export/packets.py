@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["encode_events", "varint_len", "TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT"]
+__all__ = ["encode_events", "scatter_rows", "varint_len", "TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT"]
 
 TYPE_BEGIN, TYPE_END, TYPE_INSTANT = 1, 2, 3
 _THRESH = np.array([1 << (7 * b) for b in range(1, 10)], dtype=np.uint64)
@@ -77,46 +77,58 @@ def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
     u64["iid"] = np.asarray(cols["iid"], np.int64).view(np.uint64)
     lens = {f: varint_len(u64[f]) for f in _FIELDS}
     has_args = typ != TYPE_END
-    # Shape key: has_args and each varint's length (4 bits each); END rows ignore the arg fields. Built
-    # in mixed radix first (each field's radix is its largest length + 1) so distinct shapes come from a
-    # bincount, not a sort.
-    dense = has_args.astype(np.int64)
-    packed = dense.copy()
+    # Shape key: has_args and each varint's length (END rows ignore the arg fields), in mixed radix (each
+    # field's radix is its largest length + 1), so distinct shapes come from a bincount, not a sort.
+    dense = has_args.astype(np.int32)
+    radix = []
     for f in _FIELDS:
-        ln = (lens[f] if f in ("ts", "uuid") else np.where(has_args, lens[f], 0)).astype(np.int64)
-        dense = dense * (int(ln.max()) + 1) + ln
-        packed = (packed << 4) | ln
+        ln = lens[f] if f in ("ts", "uuid") else lens[f] * has_args
+        radix.append(int(ln.max()) + 1)
+        dense = dense * np.int32(radix[-1]) + ln
     if dense.max() < 1 << 22:
-        first = np.full(int(dense.max()) + 1, -1, np.int64)
-        first[dense[::-1]] = np.arange(n - 1, -1, -1)  # a row of each shape
-        shapes = np.sort(packed[first[first >= 0]])
+        count = np.bincount(dense)
+        shapes = np.flatnonzero(count)
+        remap = np.zeros(len(count), np.int32)
+        remap[shapes] = np.arange(len(shapes), dtype=np.int32)
+        inv = remap[dense]
+        count = count[shapes]
     else:
-        shapes = np.unique(packed)
-    key = packed
-    inv = np.searchsorted(shapes, key)
+        shapes, inv, count = np.unique(dense, return_inverse=True, return_counts=True)
     layouts = []
     for s in shapes.tolist():
         fl = {}
-        x = s
-        for f in reversed(_FIELDS):
-            fl[f] = x & 15
-            x >>= 4
-        layouts.append(_layout(bool(x & 1), fl, seq_id))
-    widths = np.array([len(lay) for lay in layouts], np.int64)
-    wmax = int(widths.max())
-    # Each row padded to the widest shape, then the padding squeezed out in one boolean pass.
-    m = np.empty((n, wmax), np.uint8)
-    for j, lay in enumerate(layouts):
-        rows = np.flatnonzero(inv == j)
-        m[rows, : len(lay)] = _rows(lay, u64, rows)
+        for f, r in zip(reversed(_FIELDS), reversed(radix)):
+            s, fl[f] = divmod(s, r)
+        layouts.append(_layout(bool(s), fl, seq_id))
     if len(layouts) == 1:
-        return m.reshape(-1)
-    return m[np.arange(wmax) < widths[inv][:, None]]
+        return _rows(layouts[0], u64, None).reshape(-1)
+    widths = np.array([len(lay) for lay in layouts], np.int64)[inv]
+    ends = np.cumsum(widths)
+    out = np.empty(int(ends[-1]), np.uint8)
+    starts = ends - widths
+    # Each shape's rows as a (rows, width) byte matrix, then copied whole into place: no padded matrix.
+    narrow = np.int8 if len(layouts) < 1 << 7 else np.int16 if len(layouts) < 1 << 15 else np.int64
+    order = np.argsort(inv.astype(narrow), kind="stable")  # a radix sort for int8/int16: each shape's rows in order
+    bounds = np.concatenate([[0], np.cumsum(count)])
+    for j, lay in enumerate(layouts):
+        rows = order[bounds[j]:bounds[j + 1]]
+        scatter_rows(out, starts[rows], _rows(lay, u64, rows))
+    return out
 
 
-def _rows(lay: list, u64: dict, rows: np.ndarray) -> np.ndarray:
-    """The (rows, width) byte matrix of one shape: the constant template, then each varint's bytes."""
-    m = np.empty((len(rows), len(lay)), np.uint8)
+def scatter_rows(out: np.ndarray, at: np.ndarray, m: np.ndarray) -> None:
+    """Copies each row of the byte matrix ``m`` (rows, width) into ``out`` at the byte offset ``at`` of that
+    row: one numpy assignment whose elements are whole rows (an unaligned view of ``out`` as width-byte items)."""
+    w = m.shape[1]
+    item = np.dtype((np.void, w))
+    view = np.ndarray((len(out) - w + 1,), item, buffer=out, strides=(1,))
+    view[at] = np.ascontiguousarray(m).view(item).reshape(-1)
+
+
+def _rows(lay: list, u64: dict, rows: np.ndarray | None) -> np.ndarray:
+    """The (rows, width) byte matrix of one shape: the constant template, then each varint's bytes.
+    rows: which rows of the ``u64`` columns (None: all)."""
+    m = np.empty((len(u64["ts"]) if rows is None else len(rows), len(lay)), np.uint8)
     m[:] = np.array([b if isinstance(b, int) else 0 for b in lay], np.uint8)
     p = 0
     while p < len(lay):
@@ -125,7 +137,7 @@ def _rows(lay: list, u64: dict, rows: np.ndarray) -> np.ndarray:
             p += 1
             continue
         f, _, ln = item
-        v = u64[f][rows]
+        v = u64[f] if rows is None else u64[f][rows]
         if ln <= 4:  # fits in 28 bits: narrower arithmetic
             v = v.astype(np.uint32)
         for i in range(ln):

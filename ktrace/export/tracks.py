@@ -51,11 +51,12 @@ class TrackState:
     next_uuid: int
 
     @staticmethod
-    def new(d: Decoded) -> "TrackState":
+    def new(d) -> "TrackState":
+        """Nothing declared yet; d: anything with the ``launch`` (a Decoded, a BufferDecoder)."""
         return TrackState(set(), d.launch.num_blocks * d.launch.num_groups + 1)
 
 
-def launch_track(d: Decoded, uuid_offset: int = 0, parent: int | None = None) -> Track:
+def launch_track(d, uuid_offset: int = 0, parent: int | None = None) -> Track:
     return Track(LAUNCH_UUID + uuid_offset, parent, _launch_name(d), None)
 
 
@@ -136,6 +137,6 @@ def _block_sm(d: Decoded) -> np.ndarray:
     return sm
 
 
-def _launch_name(d: Decoded) -> str:
+def _launch_name(d) -> str:
     # Short, so the track list shows it whole; the grid and the rest are the launch slice's args.
     return f"{d.launch.kernel} launch"
