@@ -13,7 +13,8 @@ import numpy as np
 from . import oracle_structure as st
 from .results import PhaseInstances
 
-__all__ = ["Instances", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability"]
+__all__ = ["Instances", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
+           "instance_columns"]
 
 
 def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
@@ -139,44 +140,43 @@ class Instances:
         later = blocks.later_wave[s.block_row] if s.n else np.zeros(0, np.int64)
         code = s.code[first] if s.n else np.zeros(0, np.int64)
         begin_sorted = sorted_within(s.begin, by_inst, inst_sorted, starts)
-        cols = {
-            "phase": s.phase_name(code),
-            "phase_index": s.phase_index[code],
-            "k": s.k[first],
-            "lanes": n,
-            "min_dur_ns": dur_sorted[starts] if s.n else [],
-            "p50_dur_ns": dur_sorted[starts + lower_percentile(0.5, n)] if s.n else [],
-            "p90_dur_ns": dur_sorted[starts + lower_percentile(0.9, n)] if s.n else [],
-            "max_dur_ns": max_dur,
-            "sum_dur_ns": sum_dur,
-            "mean_dur_ns": fdiv(sum_dur, n),
-            "imbalance": fdiv(max_dur * n, sum_dur),
-            "begin_ns": begin_min,
-            "end_ns": latest,
-            "wall_ns": latest - begin_min,
-            "excess_ns": latest - begin_min - max_dur,
-            "start_skew_ns": begin_max - begin_min,
-            "end_skew_ns": latest - end_min,
-            "last_block": s.block[first],
-            "last_group": s.group[first],
-            "last_sm": s.sm[first],
-            "last_lane": s.lane[first],
-            "tied_last_lanes": tied_count,
-            "last_lead_ns": lead,
-            "depth": red(np.minimum, s.depth[by_inst]),
-            "p50_begin_ns": begin_sorted[starts + lower_percentile(0.5, n)] if s.n else [],
-            "last_begin_ns": s.begin[first],
-            "last_dur_ns": s.dur[first],
-            "prev_lanes": prev_lanes,
-            "sync_lanes": red(np.add, synced[by_inst].astype(np.int64)),
-            "lead_in_min_ns": li_min,
-            "lead_in_max_ns": li_max,
-            "later_wave_lanes": red(np.add, later[by_inst].astype(np.int64)),
-        }
+        cols = instance_columns(
+            n, starts, dur_sorted, begin_sorted, max_dur, sum_dur, begin_min, begin_max, latest, end_min,
+            phase=s.phase_name(code), phase_index=s.phase_index[code], k=s.k[first], last_block=s.block[first],
+            last_group=s.group[first], last_sm=s.sm[first], last_lane=s.lane[first], tied_last_lanes=tied_count,
+            last_lead_ns=lead, depth=red(np.minimum, s.depth[by_inst]), last_begin_ns=s.begin[first],
+            last_dur_ns=s.dur[first], prev_lanes=prev_lanes, sync_lanes=red(np.add, synced[by_inst].astype(np.int64)),
+            lead_in_min_ns=li_min, lead_in_max_ns=li_max,
+            later_wave_lanes=red(np.add, later[by_inst].astype(np.int64)))
         order = np.lexsort((cols["k"], cols["phase_index"]))
         self.code = code[order]
         self.table = PhaseInstances.from_columns(
             {name: np.asarray(v, dtype=object if name == "phase" else None)[order] for name, v in cols.items()})
+
+
+def instance_columns(n, starts, dur_sorted, begin_sorted, max_dur, sum_dur, begin_min, begin_max, latest, end_min,
+                     **given) -> dict:
+    """The ktrace_phase_instance columns that follow from each instance's slice count, run starts in the
+    grouped rows, sorted durations and begins, and extremes and sums; ``given``: the other columns."""
+    p50, p90 = (starts + lower_percentile(q, n) for q in (0.5, 0.9))
+    return {
+        **given,
+        "lanes": n,
+        "min_dur_ns": dur_sorted[starts],
+        "p50_dur_ns": dur_sorted[p50],
+        "p90_dur_ns": dur_sorted[p90],
+        "max_dur_ns": max_dur,
+        "sum_dur_ns": sum_dur,
+        "mean_dur_ns": fdiv(sum_dur, n),
+        "imbalance": fdiv(max_dur * n, sum_dur),
+        "begin_ns": begin_min,
+        "end_ns": latest,
+        "wall_ns": latest - begin_min,
+        "excess_ns": latest - begin_min - max_dur,
+        "start_skew_ns": begin_max - begin_min,
+        "end_skew_ns": latest - end_min,
+        "p50_begin_ns": begin_sorted[p50],
+    }
 
 
 def stability(code, k, block, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

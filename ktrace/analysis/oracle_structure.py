@@ -12,7 +12,7 @@ import numpy as np
 
 from .results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
 
-__all__ = ["slice_depth", "finish_blocks", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
+__all__ = ["slice_depth", "finish_blocks", "block_extents", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
            "critical_path", "critical_shares", "walk", "path_table",
            "blocks_before"]
 
@@ -43,10 +43,6 @@ def _starts(sorted_keys: np.ndarray) -> np.ndarray:
     if not len(sorted_keys):
         return np.zeros(0, np.int64)
     return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-
-
-def _lower(p: float, n) -> np.ndarray:
-    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
 
 
 def slice_depth(lane, begin_seq, end_seq, overlap) -> np.ndarray:
@@ -122,6 +118,12 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
     """The ktrace_block table, and per slice the row of its block in it."""
     if not len(block):
         return Blocks.empty(), np.zeros(0, np.int64)
+    *extents, inv = block_extents(block, sm, lane, begin, end)
+    return finish_blocks(*extents), inv
+
+
+def block_extents(block, sm, lane, begin, end):
+    """Per distinct block: (block, SM, first begin, last end, slices, lanes), and each slice's block row."""
     ub, inv = np.unique(block, return_inverse=True)
     nb = len(ub)
     b_sm = np.full(nb, np.iinfo(np.int64).min)
@@ -130,10 +132,8 @@ def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
     np.minimum.at(b_begin, inv, begin)
     b_end = np.full(nb, np.iinfo(np.int64).min)
     np.maximum.at(b_end, inv, end)
-    slices = np.bincount(inv, minlength=nb)
-    pairs = unique_columns(inv, lane)
-    lanes = np.bincount(pairs[0], minlength=nb)
-    return finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes), inv
+    return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), np.bincount(unique_columns(inv, lane)[0],
+                                                                               minlength=nb), inv
 
 
 def finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes) -> Blocks:
@@ -258,7 +258,7 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
         "sm_busy_fraction": [frac], "tail_begin_ns": [tail_begin], "tail_ns": [tail],
         "busy_sms_in_tail": [in_tail], "last_block": [int(bl.block[last])],
         "last_block_begin_ns": [int(bl.begin_ns[last])], "last_block_dur_ns": [int(bl.dur_ns[last])],
-        "median_block_dur_ns": [int(durs[_lower(0.5, len(durs))])]})
+        "median_block_dur_ns": [int(durs[int(np.floor(0.5 * (len(durs) - 1)))])]})
 
 
 def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):

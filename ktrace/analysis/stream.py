@@ -64,7 +64,7 @@ class Columns:
         prev = np.where(prev >= 0, prev + base, -1)
         begin, end = sl.begin_ns.astype(np.int64, copy=False), sl.end_ns.astype(np.int64, copy=False)
         self._lane_totals.append(st.lane_totals(sl.lane, sl.block, sl.group, sl.sm, begin, end, top))
-        self._blocks.append(_block_partials(sl.block, sl.sm, sl.lane, begin, end))
+        self._blocks.append(st.block_extents(sl.block, sl.sm, sl.lane, begin, end)[:-1])
         self._event_group.append(st.unique_columns(sl.event, sl.group))
         self._event_lane.append(st.unique_columns(sl.event, sl.lane, return_counts=True))
         self._durs.append(np.unique(end - begin))
@@ -144,19 +144,6 @@ class Columns:
 
     def group_of(self, rows) -> np.ndarray:
         return self.lane[rows].astype(np.int64) % self.num_groups
-
-
-def _block_partials(block, sm, lane, begin, end):
-    ub, inv = np.unique(block, return_inverse=True)
-    nb = len(ub)
-    b_sm = np.full(nb, np.iinfo(np.int64).min)
-    np.maximum.at(b_sm, inv, sm)
-    b_begin = np.full(nb, np.iinfo(np.int64).max)
-    np.minimum.at(b_begin, inv, begin)
-    b_end = np.full(nb, np.iinfo(np.int64).min)
-    np.maximum.at(b_end, inv, end)
-    pairs = st.unique_columns(inv, lane)
-    return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), np.bincount(pairs[0], minlength=nb)
 
 
 def _blocks_from_partials(parts: list) -> Blocks:

@@ -14,7 +14,8 @@ import numpy as np
 from . import oracle_structure as st
 from .growing import Growing
 from .oracle import waits_columns
-from .oracle_instances import combined_fits, fdiv, lower_percentile, run_starts, sorted_within, stability
+from .oracle_instances import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
+                               stability)
 from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
 
 __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path"]
@@ -184,40 +185,14 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     max_dur, sum_dur = red(np.maximum, dur), red(np.add, dur)
     begin_min, begin_max = red(np.minimum, begin_g), red(np.maximum, begin_g)
     code = code_g[first_l]
-    return {
-        "code": code,
-        "phase_index": cols.phase_index[code],
-        "k": cols.k[first].astype(np.int64),
-        "lanes": n,
-        "min_dur_ns": dur_sorted[starts],
-        "p50_dur_ns": dur_sorted[starts + lower_percentile(0.5, n)],
-        "p90_dur_ns": dur_sorted[starts + lower_percentile(0.9, n)],
-        "max_dur_ns": max_dur,
-        "sum_dur_ns": sum_dur,
-        "mean_dur_ns": fdiv(sum_dur, n),
-        "imbalance": fdiv(max_dur * n, sum_dur),
-        "begin_ns": begin_min,
-        "end_ns": latest,
-        "wall_ns": latest - begin_min,
-        "excess_ns": latest - begin_min - max_dur,
-        "start_skew_ns": begin_max - begin_min,
-        "end_skew_ns": latest - red(np.minimum, end_g),
-        "last_block": block[first_l],
-        "last_group": group[first_l],
-        "last_sm": cols.sm[first].astype(np.int64),
-        "last_lane": lane[first_l],
-        "tied_last_lanes": tied_count,
-        "last_lead_ns": lead,
-        "depth": red(np.minimum, cols.depth[rows].astype(np.int64)),
-        "p50_begin_ns": begin_sorted[starts + lower_percentile(0.5, n)],
-        "last_begin_ns": begin_g[first_l],
-        "last_dur_ns": dur[first_l],
-        "prev_lanes": prev_lanes,
-        "sync_lanes": red(np.add, synced.astype(np.int64)),
-        "lead_in_min_ns": li_min,
-        "lead_in_max_ns": li_max,
-        "later_wave_lanes": red(np.add, later.astype(np.int64)),
-    }
+    return instance_columns(
+        n, starts, dur_sorted, begin_sorted, max_dur, sum_dur, begin_min, begin_max, latest, red(np.minimum, end_g),
+        code=code, phase_index=cols.phase_index[code], k=cols.k[first].astype(np.int64), last_block=block[first_l],
+        last_group=group[first_l], last_sm=cols.sm[first].astype(np.int64), last_lane=lane[first_l],
+        tied_last_lanes=tied_count, last_lead_ns=lead, depth=red(np.minimum, cols.depth[rows].astype(np.int64)),
+        last_begin_ns=begin_g[first_l], last_dur_ns=dur[first_l], prev_lanes=prev_lanes,
+        sync_lanes=red(np.add, synced.astype(np.int64)), lead_in_min_ns=li_min, lead_in_max_ns=li_max,
+        later_wave_lanes=red(np.add, later.astype(np.int64)))
 
 
 def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
