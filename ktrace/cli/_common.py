@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
+           "process_count",
            "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
            "console", "append", "report_error", "PROGRESS_MIN_RECORDS"]
 
@@ -88,6 +89,17 @@ class Terminated(KeyboardInterrupt):
         super().__init__(signum)
         self.signum = signum
         self.name = signal.Signals(signum).name
+
+
+def process_count(text: str) -> int:
+    """--jobs N: a whole number of worker processes, 1 or more (argparse type)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return n
 
 
 @contextmanager

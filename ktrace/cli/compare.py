@@ -11,13 +11,13 @@ Exit codes: 0 ok (check: every rule passed), 1 a rule failed, 2 bad input or a b
 
 from __future__ import annotations
 
-import argparse
 import glob
 import sys
 from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
-from ._common import append, console, decode_kwargs, decode_options, engine_option, progress_bar, quiet_stdout
+from ._common import (append, console, decode_kwargs, decode_options, engine_option, process_count, progress_bar,
+                      quiet_stdout)
 
 __all__ = ["register", "HANDLERS"]
 
@@ -42,7 +42,7 @@ def register(sub) -> None:
                      "$GITHUB_STEP_SUMMARY) and still print the table")
     d.add_argument("--plot", metavar="PNG", help="also write a plot: each phase's wall and imbalance before/after")
     d.add_argument("--all", action="store_true", help="show every figure, not only the main ones")
-    d.add_argument("--jobs", "-j", type=_jobs, metavar="N",
+    d.add_argument("--jobs", "-j", type=process_count, metavar="N",
                    help="analyze up to N captures at once, each in a worker process (default: the cores available, "
                    "capped by the number of captures; small files are analyzed in this process); 1: one after "
                    "the other. The report is the same either way")
@@ -97,16 +97,6 @@ def _cmd_diff(a) -> int:
         for r in rep.diff_text(result, a.all):
             con.print(r)
     return EXIT_OK
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-    return value
 
 
 def _expand(paths: list[str]) -> list[str]:

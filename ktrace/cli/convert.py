@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from ._common import (EXIT_OK, PROGRESS_MIN_RECORDS, console, decode_kwargs, decode_options, progress_bar,
-                      tracks_option)
+from ._common import (EXIT_OK, PROGRESS_MIN_RECORDS, console, decode_kwargs, decode_options, process_count,
+                      progress_bar, tracks_option)
 
 __all__ = ["register", "HANDLERS", "print_inspect"]
 
@@ -17,7 +17,7 @@ def register(sub) -> None:
     c.add_argument("buffer", metavar="BUF", help="profiler buffer: .bin (raw uint64) or .npy")
     c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
     tracks_option(c)
-    c.add_argument("-j", "--jobs", type=_jobs, metavar="N",
+    c.add_argument("-j", "--jobs", type=process_count, metavar="N",
                    help="worker processes decoding and encoding ranges of lanes in parallel (default: the cores "
                    "available; 1: none); the trace is the same whatever N")
     decode_options(c)
@@ -26,18 +26,6 @@ def register(sub) -> None:
     i.add_argument("buffer", metavar="BUF")
     i.add_argument("--json", action="store_true", help="print the report as JSON (schema ktrace.inspect/1)")
     decode_options(i)
-
-
-def _jobs(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-    return n
 
 
 def _big(path: str) -> bool:
