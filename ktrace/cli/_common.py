@@ -185,6 +185,7 @@ def progress_bar(label: str, enabled: bool, unit: str = "records"):
             prog.reset(task, total=total, description=name, amount="")
 
         update.stage = stage
+        update.say = lambda text: prog.console.print(text, markup=False, highlight=False, soft_wrap=True)
         yield update
 
 

@@ -90,11 +90,11 @@ def _cmd_analyze(a) -> int:
         from ..api import analyze, annotate
 
         if a.trace:
-            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, on_engine=_say_engine,
+            written = annotate(source, a.trace, thresholds, engine=a.engine, progress=cb, on_engine=_sayer(cb),
                                **decode_kwargs(a))
             result = written.analysis
         else:
-            result = analyze(source, thresholds, engine=a.engine, progress=cb, on_engine=_say_engine,
+            result = analyze(source, thresholds, engine=a.engine, progress=cb, on_engine=_sayer(cb),
                              **decode_kwargs(a))
     if a.trace:
         print(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})", file=sys.stderr)
@@ -113,8 +113,16 @@ def _cmd_analyze(a) -> int:
     return EXIT_OK
 
 
-def _say_engine(engine: str, why: str) -> None:
-    print(why, file=sys.stderr)
+def _sayer(bar):
+    """on_engine for analyze: the engine auto chose and why, on stderr (above the progress bar when one is
+    shown, so the bar does not draw over it)."""
+    def say(engine: str, why: str) -> None:
+        if bar is not None and getattr(bar, "say", None) is not None:
+            bar.say(why)
+        else:
+            print(why, file=sys.stderr)
+
+    return say
 
 
 def print_analysis(result, con=None, show_all: bool = False) -> None:
