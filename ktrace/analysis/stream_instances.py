@@ -41,9 +41,10 @@ def _lane_cuts(cols, chunk_rows: int) -> list[tuple[int, int]]:
 
 
 class Instances:
-    """The instance table, its phase-level stability figures, and what later figures need per slice (is it
-    its instance's last finisher; its instance) and per instance (latest end, last finisher's row), the
-    instances in (k, phase code) order."""
+    """The instance table (``table``, ``code``), its phase-level stability figures (``top_block``,
+    ``top_count``, ``distinct``), and what later figures need: per slice, whether it is its instance's last
+    finisher (``is_last``); per instance in (k, phase code) order, its key k * phases + code (``keys``, which
+    ``instance_of`` searches), latest end (``inst_end``) and last finisher's row (``last_row``)."""
 
 
 def _k_chunks(cols, chunk_rows: int, block: int = 1 << 22):
