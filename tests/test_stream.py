@@ -23,8 +23,8 @@ from conftest import SAMPLES
 CAPTURES = sorted(Path(p).stem for p in glob.glob(os.path.join(SAMPLES, "*.bin")))
 
 
-def _stream(dec: BufferDecoder, lanes_per_part: int | None, chunk_rows: int):
-    rpp = None if lanes_per_part is None else lanes_per_part * dec.capacity_per_lane * dec.launch.num_groups
+def _stream(dec: BufferDecoder, blocks_per_part: int | None, chunk_rows: int):
+    rpp = None if blocks_per_part is None else blocks_per_part * dec.capacity_per_lane * dec.launch.num_groups
     return stream_figures(dec.parts(rpp), chunk_rows=chunk_rows)
 
 
@@ -33,9 +33,11 @@ def test_stream_equals_the_oracle_on_every_capture(name):
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
     ref = oracle_figures(dec.decode())
     assert _stream(dec, None, 1 << 21).differences(ref) == []
-    # One block per part and chunks of a few slices: every merge across parts and chunks is exercised.
-    assert len(dec.part_ranges(dec.capacity_per_lane * dec.launch.num_groups)) > 1
-    assert _stream(dec, 1, 7).differences(ref) == []
+    # Small parts (one block each, or at most ~64 parts) and chunks of a few slices: every merge across
+    # parts and chunks is exercised.
+    blocks = -(-dec.launch.num_blocks // 64)
+    assert len(dec.part_ranges(blocks * dec.capacity_per_lane * dec.launch.num_groups)) > 1
+    assert _stream(dec, blocks, 7).differences(ref) == []
 
 
 def _random_buffer(seed: int):
@@ -80,8 +82,8 @@ def test_stream_equals_the_oracle_on_random_shapes(seed):
     ref = oracle_figures(decode(words, events=names))
     dec = BufferDecoder(words, events=names)
     rng = np.random.default_rng(seed + 1000)
-    for lanes_per_part, chunk in ((None, 1 << 21), (1, 1), (2, int(rng.integers(2, 40)))):
-        assert _stream(dec, lanes_per_part, chunk).differences(ref) == [], (lanes_per_part, chunk)
+    for blocks_per_part, chunk in ((None, 1 << 21), (1, 1), (2, int(rng.integers(2, 40)))):
+        assert _stream(dec, blocks_per_part, chunk).differences(ref) == [], (blocks_per_part, chunk)
 
 
 def _bench_convert():
