@@ -21,6 +21,7 @@ import numpy as np
 from .. import jsonfmt
 from ..decoding.align import Alignment, Shifted, align, open_decoders
 from .results import Table
+from .table import table
 
 __all__ = ["CrossGpu", "GpuPhaseInstances", "CrossGpuInstances", "CrossGpuPhases", "MultiGpuAnalysis", "cross_gpu",
            "CROSS_GPU_SCHEMA", "MULTI_SCHEMA"]
@@ -29,65 +30,33 @@ CROSS_GPU_SCHEMA = "ktrace.cross_gpu/1"
 MULTI_SCHEMA = "ktrace.analysis.multi/1"
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class GpuPhaseInstances(Table):
     """One row per (phase instance, GPU): the GPU's blocks' earliest begin and latest end of it (ns on the
     common axis), how many lanes ran it, and the block that ended last (lowest block on a tie)."""
 
-    phase: np.ndarray
-    phase_index: np.ndarray
-    k: np.ndarray
     gpu: np.ndarray  # position among the buffers given
-    lanes: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    wall_ns: np.ndarray
-    last_block: np.ndarray
 
     KINDS: ClassVar[dict[str, str]] = dict(phase="text", phase_index="int", k="int", gpu="int", lanes="int",
                                            begin_ns="int", end_ns="int", wall_ns="int", last_block="int")
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class CrossGpuInstances(Table):
     """One row per phase instance over the GPUs that ran it: first begin and last end over all of them,
     start_skew_ns (latest GPU begin - earliest), end_skew_ns (latest GPU end - earliest), last_gpu (the GPU
     whose end is latest; lowest on a tie), tied_last_gpus, last_lead_ns (last GPU's end - the next latest;
     NaN with one GPU) and first_gpu (the GPU that began first)."""
 
-    phase: np.ndarray
-    phase_index: np.ndarray
-    k: np.ndarray
-    gpus: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    start_skew_ns: np.ndarray
-    end_skew_ns: np.ndarray
-    first_gpu: np.ndarray
-    last_gpu: np.ndarray
-    tied_last_gpus: np.ndarray
-    last_lead_ns: np.ndarray
-
     KINDS: ClassVar[dict[str, str]] = dict(
         phase="text", phase_index="int", k="int", gpus="int", begin_ns="int", end_ns="int", start_skew_ns="int",
         end_skew_ns="int", first_gpu="int", last_gpu="int", tied_last_gpus="int", last_lead_ns="real")
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class CrossGpuPhases(Table):
     """One row per phase: over its instances, the GPU that finished last most often (lowest on a tie) and
     how often, how many distinct GPUs finished last, and the mean and largest start and end skews."""
-
-    phase: np.ndarray
-    phase_index: np.ndarray
-    instances: np.ndarray
-    top_last_gpu: np.ndarray
-    top_last_count: np.ndarray
-    distinct_last_gpus: np.ndarray
-    mean_start_skew_ns: np.ndarray
-    max_start_skew_ns: np.ndarray
-    mean_end_skew_ns: np.ndarray
-    max_end_skew_ns: np.ndarray
 
     KINDS: ClassVar[dict[str, str]] = dict(
         phase="text", phase_index="int", instances="int", top_last_gpu="int", top_last_count="int",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .structure_tables import Blocks, BusySms, LaneTotals, Occupancy
-from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds
+from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
 __all__ = [
     "Table",
@@ -33,42 +33,12 @@ __all__ = [
     "Figures",
 ]
 
-@dataclass(frozen=True, eq=False)
+@table
 class PhaseInstances(Table):
     """One row per phase instance (the k-th slice of a phase on each lane): SQL ``ktrace_phase_instance``."""
 
-    phase: np.ndarray
-    phase_index: np.ndarray
-    k: np.ndarray
-    lanes: np.ndarray
-    min_dur_ns: np.ndarray
-    p50_dur_ns: np.ndarray
-    p90_dur_ns: np.ndarray
-    max_dur_ns: np.ndarray
-    sum_dur_ns: np.ndarray
-    mean_dur_ns: np.ndarray
-    imbalance: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    wall_ns: np.ndarray
-    excess_ns: np.ndarray
-    start_skew_ns: np.ndarray
-    end_skew_ns: np.ndarray
-    last_block: np.ndarray
-    last_group: np.ndarray
-    last_sm: np.ndarray
-    last_lane: np.ndarray
-    tied_last_lanes: np.ndarray
     last_lead_ns: np.ndarray  # real: NaN with a single lane
-    depth: np.ndarray
-    p50_begin_ns: np.ndarray
-    last_begin_ns: np.ndarray
-    last_dur_ns: np.ndarray
-    prev_lanes: np.ndarray
-    sync_lanes: np.ndarray
     lead_in_min_ns: np.ndarray  # intn: NULL without prev_lanes
-    lead_in_max_ns: np.ndarray
-    later_wave_lanes: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_phase_instance"
     ORDER_BY: ClassVar[str] = "phase_index, k"
@@ -81,41 +51,9 @@ class PhaseInstances(Table):
         lead_in_max_ns=_INTN, later_wave_lanes=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class Phases(Table):
     """One row per phase: sums and means over its instances, last-finisher stability. SQL ``ktrace_phase``."""
-
-    phase: np.ndarray
-    phase_index: np.ndarray
-    groups: np.ndarray
-    instances: np.ndarray
-    slices: np.ndarray
-    sum_max_dur_ns: np.ndarray
-    mean_max_dur_ns: np.ndarray
-    sum_dur_ns: np.ndarray
-    mean_dur_ns: np.ndarray
-    imbalance: np.ndarray
-    max_imbalance: np.ndarray
-    sum_wall_ns: np.ndarray
-    sum_excess_ns: np.ndarray
-    mean_excess_ns: np.ndarray
-    max_excess_ns: np.ndarray
-    mean_start_skew_ns: np.ndarray
-    max_start_skew_ns: np.ndarray
-    mean_end_skew_ns: np.ndarray
-    max_end_skew_ns: np.ndarray
-    mean_last_lead_ns: np.ndarray
-    top_last_block: np.ndarray
-    top_last_count: np.ndarray
-    distinct_last_blocks: np.ndarray
-    tied_instances: np.ndarray
-    depth: np.ndarray
-    lanes: np.ndarray
-    idle_lanes: np.ndarray
-    min_lane_instances: np.ndarray
-    max_lane_instances: np.ndarray
-    sync_instances: np.ndarray
-    wave_instances: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_phase"
     ORDER_BY: ClassVar[str] = "phase_index"
@@ -129,22 +67,9 @@ class Phases(Table):
         max_lane_instances=_INT, sync_instances=_INT, wave_instances=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class PhaseLanes(Table):
     """One row per (phase, lane): the lane's slices of the phase over all instances. SQL ``ktrace_phase_lane``."""
-
-    phase: np.ndarray
-    phase_index: np.ndarray
-    block: np.ndarray
-    group: np.ndarray
-    lane: np.ndarray
-    sm: np.ndarray
-    instances: np.ndarray
-    min_dur_ns: np.ndarray
-    mean_dur_ns: np.ndarray
-    max_dur_ns: np.ndarray
-    sum_dur_ns: np.ndarray
-    last_count: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_phase_lane"
     ORDER_BY: ClassVar[str] = "phase_index, lane"
@@ -153,24 +78,9 @@ class PhaseLanes(Table):
         min_dur_ns=_INT, mean_dur_ns=_REAL, max_dur_ns=_INT, sum_dur_ns=_INT, last_count=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class Waits(Table):
     """Waits (gaps >= 0 to the lane's next slice) per phase boundary ``phase -> next_phase``. SQL ``ktrace_wait``."""
-
-    phase: np.ndarray
-    next_phase: np.ndarray
-    phase_index: np.ndarray
-    next_phase_index: np.ndarray
-    count: np.ndarray
-    sum_ns: np.ndarray
-    mean_ns: np.ndarray
-    min_ns: np.ndarray
-    p50_ns: np.ndarray
-    p90_ns: np.ndarray
-    max_ns: np.ndarray
-    max_block: np.ndarray
-    max_group: np.ndarray
-    max_k: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_wait"
     ORDER_BY: ClassVar[str] = "phase_index, next_phase_index"
@@ -180,24 +90,11 @@ class Waits(Table):
         max_k=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class CriticalPath(Table):
     """The backward walk that tiles the kernel's wall time, one row per part in time order: a slice of the
     path, or a gap (``wait``, ``lane_gap``, ``block_switch``, ``lead_in``). SQL ``ktrace_critical_path``;
     docs/analysis-structure.md."""
-
-    step: np.ndarray
-    kind: np.ndarray
-    phase: np.ndarray
-    phase_index: np.ndarray
-    k: np.ndarray
-    last_block: np.ndarray
-    last_group: np.ndarray
-    last_lane: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    dur_ns: np.ndarray
-    next_phase: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_critical_path"
     ORDER_BY: ClassVar[str] = "step"
@@ -209,20 +106,11 @@ class CriticalPath(Table):
 REMAINDERS = ("lead_in", "lane_gap", "block_switch")
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class CriticalShares(Table):
     """The wall time's parts on the critical path: each phase (its slices and the waits after it), then the
     remainders (``lead_in``, ``lane_gap``, ``block_switch``). Shares add up to 1. SQL
     ``ktrace_critical_path_share``."""
-
-    part: np.ndarray
-    phase: np.ndarray
-    phase_index: np.ndarray
-    instances: np.ndarray
-    dur_ns: np.ndarray
-    wait_ns: np.ndarray
-    total_ns: np.ndarray
-    share: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_critical_path_share"
     ORDER_BY: ClassVar[str] = "sort_key"

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from .table import INT as _INT, INTN as _INTN, REAL as _REAL, Table, kinds as _kinds
+from .table import INT as _INT, INTN as _INTN, REAL as _REAL, Table, kinds as _kinds, table
 
 __all__ = ["Blocks", "LaneTotals", "BusySms", "Occupancy"]
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class Blocks(Table):
     """One row per block with phase slices: its SM, extent, and whether it ran in a later wave. SQL
     ``ktrace_block``."""
-
-    block: np.ndarray
-    sm: np.ndarray
-    lanes: np.ndarray
-    slices: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
-    dur_ns: np.ndarray
-    later_wave: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_block"
     ORDER_BY: ClassVar[str] = "block"
@@ -32,20 +20,10 @@ class Blocks(Table):
         block=_INT, sm=_INT, lanes=_INT, slices=_INT, begin_ns=_INT, end_ns=_INT, dur_ns=_INT, later_wave=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class LaneTotals(Table):
     """One row per lane: its slices over all phases, busy time (top-level slices) and extent. SQL
     ``ktrace_lane``."""
-
-    lane: np.ndarray
-    block: np.ndarray
-    group: np.ndarray
-    sm: np.ndarray
-    slices: np.ndarray
-    top_slices: np.ndarray
-    busy_ns: np.ndarray
-    begin_ns: np.ndarray
-    end_ns: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_lane"
     ORDER_BY: ClassVar[str] = "lane"
@@ -54,38 +32,19 @@ class LaneTotals(Table):
         end_ns=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class BusySms(Table):
     """Busy SMs over time: from ``ts`` on, ``busy_sms`` SMs run a block. SQL ``ktrace_busy_sms``."""
-
-    ts: np.ndarray
-    busy_sms: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_busy_sms"
     ORDER_BY: ClassVar[str] = "ts"
     KINDS: ClassVar[dict[str, str]] = _kinds(ts=_INT, busy_sms=_INT)
 
 
-@dataclass(frozen=True, eq=False)
+@table
 class Occupancy(Table):
     """The launch shape, one row: SMs, blocks per SM, waves, SM busy fraction, the tail and the block that
     ends the kernel. SQL ``ktrace_occupancy``; docs/analysis-structure.md."""
-
-    sms: np.ndarray
-    blocks: np.ndarray
-    unknown_sm_blocks: np.ndarray
-    blocks_per_sm_max: np.ndarray
-    max_resident: np.ndarray
-    waves: np.ndarray
-    sm_busy_ns: np.ndarray
-    sm_busy_fraction: np.ndarray
-    tail_begin_ns: np.ndarray
-    tail_ns: np.ndarray
-    busy_sms_in_tail: np.ndarray
-    last_block: np.ndarray
-    last_block_begin_ns: np.ndarray
-    last_block_dur_ns: np.ndarray
-    median_block_dur_ns: np.ndarray
 
     SQL_TABLE: ClassVar[str] = "ktrace_occupancy"
     ORDER_BY: ClassVar[str] = "1"

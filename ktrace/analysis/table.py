@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Table", "kinds", "INT", "REAL", "TEXT", "INTN"]
+__all__ = ["Table", "table", "kinds", "INT", "REAL", "TEXT", "INTN"]
 
 _INT, _REAL, _TEXT = "int", "real", "text"
 _INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
@@ -74,6 +74,14 @@ class Table:
                 i = bad[0]
                 out.append(f"{name}: {len(bad)} rows differ, first row {i}: {a[i]!r} != {b[i]!r}")
         return out
+
+
+def table(cls):
+    """Class decorator for a Table subclass: its columns are the keys of its KINDS (name -> kind, in column
+    order), each a field holding a numpy array; the class declares them once, there."""
+    own = dict(cls.__dict__.get("__annotations__", {}))
+    cls.__annotations__ = {**{name: "np.ndarray" for name in cls.KINDS}, **own}
+    return dataclass(frozen=True, eq=False)(cls)
 
 
 def _as_kind(values, kind: str) -> np.ndarray:
