@@ -77,10 +77,8 @@ class PhaseChange:
     changes: tuple[Change, ...]
 
     def change(self, figure: str) -> Change:
-        for c in self.changes:
-            if c.figure == figure:
-                return c
-        raise KeyError(f"no figure {figure!r}; figures: {', '.join(c.figure for c in self.changes)}")
+        return _find(self.changes, "figure", figure,
+                     f"no figure {figure!r}; figures: {', '.join(c.figure for c in self.changes)}")
 
     def to_dict(self) -> dict:
         return {"phase": self.phase, "present": self.present, "figures": [c.to_dict() for c in self.changes]}
@@ -158,16 +156,11 @@ class Diff:
         return "no cost moved to other phases: no phase's time on the critical path changed beyond the noise"
 
     def phase(self, name: str) -> PhaseChange:
-        for p in self.phases:
-            if p.phase == name:
-                return p
-        raise KeyError(f"no phase {name!r}; phases: {', '.join(p.phase for p in self.phases)}")
+        return _find(self.phases, "phase", name,
+                     f"no phase {name!r}; phases: {', '.join(p.phase for p in self.phases)}")
 
     def kernel_change(self, figure: str) -> Change:
-        for c in self.kernel:
-            if c.figure == figure:
-                return c
-        raise KeyError(f"no kernel figure {figure!r}")
+        return _find(self.kernel, "figure", figure, f"no kernel figure {figure!r}")
 
     def to_dict(self) -> dict:
         return {"schema": DIFF_SCHEMA, "headline": self.headline,
@@ -184,3 +177,11 @@ class Diff:
 
     def to_json(self, indent: int | None = 2) -> str:
         return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def _find(items, attr: str, value, missing: str):
+    """The first of ``items`` whose ``attr`` equals ``value``; KeyError(missing) when none does."""
+    for x in items:
+        if getattr(x, attr) == value:
+            return x
+    raise KeyError(missing)
