@@ -15,9 +15,8 @@ set -uo pipefail
 
 RES_DEFAULT=/tmp/ktrace-capture
 source "$(dirname "$0")/_capture_env.sh"
+log_header capture_all
 {
-  echo "capture_all: $(date -u +%FT%TZ)  host $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
   $PY -c "import pycuda, numpy; print('pycuda', pycuda.VERSION_TEXT, 'numpy', numpy.__version__)" 2>&1
   echo "FLASHINFER_INCLUDE=${FLASHINFER_INCLUDE:-}"
 } 2>&1 | tee -a "$LOG"

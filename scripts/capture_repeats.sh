@@ -13,10 +13,7 @@ set -uo pipefail
 
 RES_DEFAULT=/tmp/ktrace-repeats
 source "$(dirname "$0")/_capture_env.sh"
-{
-  echo "capture_repeats: $(date -u +%FT%TZ)  host $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
-} 2>&1 | tee -a "$LOG"
+log_header capture_repeats
 
 step "calibrate"
 "${K[@]}" calibrate 2>&1 | tee -a "$LOG"

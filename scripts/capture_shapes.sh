@@ -17,9 +17,8 @@ set -uo pipefail
 RES_DEFAULT=/tmp/ktrace-shapes
 source "$(dirname "$0")/_capture_env.sh"
 SHAPES=(waves straggler_change worklist nested late_start)
+log_header capture_shapes
 {
-  echo "capture_shapes: $(date -u +%FT%TZ)  host $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
   $PY -c "import pycuda, numpy, ktrace; print('pycuda', pycuda.VERSION_TEXT, 'numpy', numpy.__version__, 'ktrace', ktrace.__file__)" 2>&1
   echo "FLASHINFER_INCLUDE=${FLASHINFER_INCLUDE:-}"
 } 2>&1 | tee -a "$LOG"

@@ -15,10 +15,7 @@ set -uo pipefail
 
 RES_DEFAULT=/tmp/ktrace-probe
 source "$(dirname "$0")/_capture_env.sh"
-{
-  echo "probe_cost: $(date -u +%FT%TZ)  host $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
-} 2>&1 | tee -a "$LOG"
+log_header probe_cost
 
 for i in 1 2; do
   step "calibrate ($i)"
