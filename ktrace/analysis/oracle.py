@@ -15,7 +15,7 @@ from . import oracle_structure as st
 from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
 from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
-__all__ = ["oracle_figures", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
+__all__ = ["oracle_figures", "figures_of", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
            "pair_runs", "DEFAULT_TICK_NS"]
 
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
@@ -31,23 +31,31 @@ def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
     kernel = kernel_figures(d.launch, summary, np.unique(s.dur), int(s.begin.min()) if s.n else None,
                             int(s.end.max()) if s.n else None, s.n, len(np.unique(s.lane)), len(s.names))
     lane_totals = st.lane_totals(s.lane, s.block, s.group, s.sm, s.begin, s.end, s.top)
-    busy = st.busy_sms(blocks)
     pred, kind = st.predecessors(s, s.top, s.prev, inst.end_of_slice, inst.last_of_slice, s.block_row, blocks)
     cp = st.critical_path(s, s.top, pred, kind, kernel.begin_ns, kernel.end_ns) if s.n else st.CriticalPath.empty()
+    phases = phases_table(s, inst, lane_totals, st.unique_columns(s.code, s.group),
+                          *st.unique_columns(s.code, s.lane, return_counts=True))
+    return figures_of(kernel, launch_facts(d, summary), phases, inst.table, _lanes(s, inst), _waits(s), cp, blocks,
+                      lane_totals)
+
+
+def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals) -> Figures:
+    """The Figures of these tables, with the ones that follow from them: the critical path's shares per
+    phase, busy SMs over time and the launch's occupancy."""
+    busy = st.busy_sms(blocks)
     return Figures(
         kernel=kernel,
-        launch=dict(launch_facts(d, summary)),
-        phases=phases_table(s, inst, lane_totals, st.unique_columns(s.code, s.group),
-                            *st.unique_columns(s.code, s.lane, return_counts=True)),
-        instances=inst.table,
-        lanes=_lanes(s, inst),
-        waits=_waits(s),
+        launch=dict(launch),
+        phases=phases,
+        instances=instances,
+        lanes=lanes,
+        waits=waits,
         critical_path=cp,
         critical_shares=st.critical_shares(cp, kernel.wall_ns),
         blocks=blocks,
         lane_totals=lane_totals,
         busy_sms=busy,
-        occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if s.n else st.Occupancy.empty(),
+        occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if kernel.slices else st.Occupancy.empty(),
     )
 
 

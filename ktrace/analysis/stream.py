@@ -22,7 +22,7 @@ from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
 from . import oracle_structure as st
-from .oracle import kernel_figures, phases_table
+from .oracle import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits
 from .stream_instances import critical_path, instance_sweeps, lanes_table, waits_table
@@ -197,18 +197,4 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
     waits = waits_table(cols, chunk_rows)
     stage(progress, "critical path")
     cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
-    busy = st.busy_sms(blocks)
-    return Figures(
-        kernel=kernel,
-        launch=dict(launch_facts(head, summary)),
-        phases=phases,
-        instances=inst.table,
-        lanes=lanes,
-        waits=waits,
-        critical_path=cp,
-        critical_shares=st.critical_shares(cp, kernel.wall_ns),
-        blocks=blocks,
-        lane_totals=lane_totals,
-        busy_sms=busy,
-        occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if cols.n else st.Occupancy.empty(),
-    )
+    return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals)
