@@ -16,7 +16,7 @@ def dumps(obj, indent: int | None = 2, **options) -> str:
     if indent is None:
         return json.dumps(obj, **options)
     flat = json.JSONEncoder(separators=(", ", ": "), **options).encode
-    return _dump(obj, 0, " " * indent, flat, options)
+    return _dump(obj, 0, " " * indent, flat)
 
 
 def _key(k) -> str:
@@ -30,17 +30,17 @@ def _is_flat(v) -> bool:
     return not isinstance(v, (dict, list, tuple))
 
 
-def _dump(obj, level: int, pad: str, flat, options) -> str:
+def _dump(obj, level: int, pad: str, flat) -> str:
     inner = pad * (level + 1)
     if isinstance(obj, dict):
         if not obj:
             return "{}"
-        items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat, options)}" for k, v in obj.items()]
+        items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
     if isinstance(obj, (list, tuple)):
         if not obj:
             return "[]"
         if all(_is_flat(v) or (isinstance(v, dict) and all(_is_flat(x) for x in v.values())) for v in obj):
             return "[\n" + ",\n".join(inner + flat(v) for v in obj) + "\n" + pad * level + "]"
-        return "[\n" + ",\n".join(inner + _dump(v, level + 1, pad, flat, options) for v in obj) + "\n" + pad * level + "]"
+        return "[\n" + ",\n".join(inner + _dump(v, level + 1, pad, flat) for v in obj) + "\n" + pad * level + "]"
     return flat(obj)
