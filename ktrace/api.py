@@ -37,6 +37,7 @@ from .decoding.options import decode_options as _check_options
 from .export.merge import MAX_GPUS, MergeResult, merge_chunks
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
+from .filetypes import sibling
 from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .model import Decoded, Summary
 from .outputs import check_output
@@ -62,7 +63,7 @@ class ConvertResult:
 def default_output(source) -> Path:
     """``dir/name.perfetto-trace`` for ``dir/name.bin``."""
     if isinstance(source, (str, Path)):
-        return Path(source).with_suffix(".perfetto-trace")
+        return sibling(source, ".perfetto-trace")
     return Path("ktrace.perfetto-trace")
 
 

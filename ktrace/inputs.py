@@ -23,7 +23,7 @@ from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
-from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, is_trace
+from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace
 from .model import Decoded, Summary
 from .progress import stage
 
@@ -142,7 +142,7 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
 
 def _stem(source) -> str:
     if isinstance(source, (str, os.PathLike)):
-        return Path(str(source)).stem
+        return buffer_stem(source)
     name = _name(source)
     return Path(name).stem if name not in ("buffer", "None") else "buffer"
 

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import InputError
+from .filetypes import sibling
 
 __all__ = ["check_output", "cannot_write", "write_atomically"]
 
@@ -28,7 +29,7 @@ def check_output(out, inputs=(), what: str = "output") -> Path:
         if not isinstance(src, (str, os.PathLike)):
             continue
         src = Path(src)
-        for protected in (src, src.with_suffix(".json")):
+        for protected in (src, src.with_suffix(".json"), sibling(src, ".json")):
             if protected.exists() and _same_file(out, protected):
                 kind = "input" if protected == src else f"sidecar of the input {src}"
                 raise InputError(f"{out}: that is the {kind}; writing the {what} there would destroy it: "

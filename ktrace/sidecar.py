@@ -34,9 +34,10 @@ _RANGES = {
 
 
 def sidecar_path(buffer_path: str | Path) -> Path:
-    """``dir/name.json`` for ``dir/name.bin`` (or ``.npy``)."""
-    p = Path(buffer_path)
-    return p.with_suffix(".json")
+    """``dir/name.json`` for ``dir/name.bin`` (or ``.bin.gz``, ``.npy``)."""
+    from .filetypes import sibling
+
+    return sibling(buffer_path, ".json")
 
 
 def read_sidecar(path: str | Path) -> dict:

@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .errors import EnvironmentMissing, InputError
+from .filetypes import buffer_stem
 from .inputs import buffer_options, is_trace, open_input
 
 __all__ = ["TraceServer", "web_dist", "is_trace", "view", "HOST", "UI_URL"]
@@ -326,7 +327,7 @@ def _plain(inp, stack, tracks, say) -> Path:
     from .export.writer import write_trace
 
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
-    trace = tmp / (Path(inp.name).stem + ".perfetto-trace")
+    trace = tmp / (buffer_stem(inp.name) + ".perfetto-trace")
     _, sm = write_trace(inp.decoder, trace, tracks=tracks)
     _say_summary(say, inp.name, sm)
     return trace

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ..filetypes import buffer_stem
 from ..model import Launch
 from ..sidecar import MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path
 
@@ -79,7 +80,7 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
     if gr_names is None and f["group_names"]:
         gr_names = list(f["group_names"])
     f.update(
-        kernel=str(f["kernel"] or (Path(buffer_path).stem if buffer_path else "kernel")),
+        kernel=str(f["kernel"] or (buffer_stem(buffer_path) if buffer_path else "kernel")),
         event_names=tuple(ev_names or ()),
         group_names=tuple(gr_names or ()),
     )

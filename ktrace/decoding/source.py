@@ -1,4 +1,5 @@
-"""Reading a profiler buffer: raw little-endian uint64 files, .npy files, or anything array-like."""
+"""Reading a profiler buffer: raw little-endian uint64 files (``.bin``, or gzip-compressed ``.bin.gz``), .npy
+files, or anything array-like."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..filetypes import is_gzip_buffer
 from .layouts import split_header
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
 
 _MAP_MIN_BYTES = 64 << 20
+# A compressed buffer is inflated in memory: at most this much (a bomb stops here, not in swap).
+MAX_GZIP_BUFFER_BYTES = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,8 @@ def _load_path(path: Path) -> Buffer:
         words = _as_words(arr, str(path))
         mapped = isinstance(arr, np.memmap) and arr.dtype.itemsize == 8 and arr.dtype.byteorder in "<=|"
         return Buffer(words, str(path), path, arr.offset if mapped else None)
+    if is_gzip_buffer(path):
+        return _load_gzip(path)
     size = path.stat().st_size
     if size % 8:
         raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
@@ -125,6 +131,31 @@ def _load_path(path: Path) -> Buffer:
         return Buffer(np.memmap(path, dtype="<u8", mode="r"), str(path), path, 0)
     words = np.fromfile(path, dtype="<u8")
     return Buffer(words.astype(np.uint64, copy=False), str(path), path)
+
+
+def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
+    import gzip
+    import zlib
+
+    chunks, total = [], 0
+    try:
+        with gzip.open(path, "rb") as f:
+            while True:
+                chunk = f.read(16 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit:
+                    raise InputError(f"{path}: inflates to more than {limit >> 30} GiB; decompress it yourself "
+                                     "(gunzip -k) and pass the .bin, which is read without holding it in memory")
+                chunks.append(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: not a readable gzip file ({e}); pass the raw .bin or a whole .bin.gz") from None
+    raw = b"".join(chunks)
+    if len(raw) % 8:
+        raise InputError(f"{path}: inflates to {len(raw)} bytes, not a whole number of 8-byte records "
+                         "(truncated copy?)")
+    return Buffer(np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False), str(path), path)
 
 
 def parse_header(buf: Buffer, num_blocks: int | None = None, num_groups: int | None = None) -> tuple[int, int]:
