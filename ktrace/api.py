@@ -170,7 +170,22 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
             a = analyze_opened(inp.decoded, thresholds, name=name)
         else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
             a = analyze_parts(dec, thresholds, name=name, progress=progress)
+        _refuse_unreadable(a, source, decode_options)
         return Capture(a, _timing(inp, decode_options)) if capture else a
+
+
+def _refuse_unreadable(a: Analysis, source, decode_options) -> None:
+    """InputError for a buffer whose records barely match its layout (docs/analysis-schema.md, "Data
+    quality"), unless the layout was named (--layout): then it is analyzed with the warning first."""
+    from .analysis.data_quality import refusal
+
+    if _is_trace_source(source) or decode_options.get("layout"):
+        return
+    if isinstance(source, BufferDecoder) and source.match.chosen_by == "forced":
+        return
+    why = refusal(a.data_quality, a.source)
+    if why:
+        raise InputError(why)
 
 
 def _is_trace_source(source) -> bool:
@@ -236,6 +251,7 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
+        _refuse_unreadable(cap.analysis, source, decode_options)
         return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name,
                              verify_sections=verify_sections)
 
@@ -399,6 +415,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
                 return AnnotatedTrace(Path(inp.trace), Path(inp.trace).stat().st_size, a, _focus(a), written=False)
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
             slices = {c: r.column(c) for c in ("phase", "ts", "end_ts")}
+        _refuse_unreadable(a, source, decode_options)
         ann = annotations_of(a, slices)
         got: list = []
         if inp.kind == "trace":

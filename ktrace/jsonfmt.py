@@ -6,17 +6,29 @@ takes a fraction of that. The text parses to the same value as json.dumps gives,
 from __future__ import annotations
 
 import json
+import re
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "escape_raw"]
+
+# What json leaves raw with ensure_ascii=False and a terminal or an editor would act on: DEL, the C1 controls
+# (0x9b is CSI on some terminals), the bidirectional controls that make text read differently from how it is
+# stored, and the line separators JavaScript reads as line ends. Only ever inside strings: escaping them as
+# \uXXXX keeps the same value.
+_RAW_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_raw(text: str) -> str:
+    """JSON text with the characters above written as \\uXXXX escapes (the value it parses to is unchanged)."""
+    return _RAW_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def dumps(obj, indent: int | None = 2, **options) -> str:
     """json.dumps(obj, indent=indent, **options), with every list of flat objects or of scalars written one
     element per line."""
     if indent is None:
-        return json.dumps(obj, **options)
+        return escape_raw(json.dumps(obj, **options))
     flat = json.JSONEncoder(separators=(", ", ": "), **options).encode
-    return _dump(obj, 0, " " * indent, flat)
+    return escape_raw(_dump(obj, 0, " " * indent, flat))
 
 
 def _key(k) -> str:

@@ -19,6 +19,7 @@ from .. import jsonfmt
 from ..filetypes import TRACE_SUFFIXES
 from ..model import Decoded
 from ..progress import stage
+from .data_quality import DataQuality, data_quality
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
 from .oracle import oracle_figures
@@ -34,6 +35,7 @@ __all__ = [
     "ANALYSIS_SCHEMA",
     "TRACE_SUFFIXES",
     "Figures",
+    "DataQuality",
     "Finding",
     "Thresholds",
     "Kernel",
@@ -106,6 +108,11 @@ class Analysis:
         return self.figures.critical_shares
 
     @property
+    def data_quality(self) -> DataQuality:
+        """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
+        return data_quality(self.figures.launch)
+
+    @property
     def occupancy(self) -> dict | None:
         """The launch shape (docs/analysis-structure.md), or None without phase slices."""
         o = self.figures.occupancy
@@ -122,6 +129,7 @@ class Analysis:
             "kernel": f.kernel.to_dict(),
             "thresholds": self.thresholds.to_dict(),
             "tick_ns": self.tick_ns,
+            "data_quality": self.data_quality.to_dict(),
             "findings": [x.to_dict() for x in self.findings],
             "phases": f.phases.rows(),
             "instances": f.instances.rows(),

@@ -15,9 +15,9 @@ from ..analysis import Analysis
 from ..analysis.findings import format_ns
 from ..errors import EnvironmentMissing
 from .figure_file import save_figure
-from .safe_text import md_cell, printable
+from .safe_text import md_cell, md_code, md_text, printable
 
-__all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "MAX_INSTANCE_ROWS"]
+__all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines", "MAX_INSTANCE_ROWS"]
 
 MAX_INSTANCE_ROWS = 16  # per phase; longer tables show the first and last rows (the JSON has all)
 _HEAD, _TAIL = 10, 4
@@ -39,6 +39,12 @@ def _headline(a: Analysis) -> str:
     tick = f"{a.tick_ns:.0f} ns ({'--threshold tick_ns' if a.thresholds.tick_ns else k.tick_source})"
     return (f"{kernel}: {blocks} blocks x {groups} group(s), {k.phases} phase(s), {k.slices:,} phase slices, "
             f"wall {format_ns(k.wall_ns)}; timer tick {tick}: differences below it are not findings")
+
+
+def quality_lines(a: Analysis) -> list[str]:
+    """The data-quality warnings (records lost, unpaired, overwritten, unreadable), each a sentence with its
+    counts; empty when every record is in the figures (or nothing is known of them)."""
+    return list(a.data_quality.warnings)
 
 
 def _thresholds_line(a: Analysis) -> str:
@@ -174,17 +180,21 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
     from rich.text import Text
 
     def table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
-        t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+        t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left")
         for i, h in enumerate(head):
             t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right")
         for r in rows:
-            t.add_row(*r)
+            t.add_row(*map(printable, r))  # a name's line break never fakes a row
         return t
 
-    out: list = [Text(_headline(a), style="bold")]
+    out: list = [Text(printable(_headline(a)), style="bold")]
+    quality = quality_lines(a)
+    if quality:
+        out.append(Text("data quality: not every record is in the figures below", style="bold red"))
+        out += [Text(f"  warning  {printable(q)}", style="yellow") for q in quality]
     shape = _occupancy_line(a)
     if shape:
-        out.append(Text(shape))
+        out.append(Text(printable(shape)))
     out.append(Text("findings (by kernel time at stake)", style="bold underline"))
     shown, hidden = _shown_findings(a, show_all)
     if not shown:
@@ -192,9 +202,9 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
     for f in shown:
         line = Text("  ")
         line.append(f"{f.severity:<8}", style=_SEVERITY_STYLE.get(f.severity, ""))
-        line.append(f.message)
+        line.append(printable(f.message))
         out.append(line)
-        out.append(Text("          " + _impact_text(f), style="dim"))
+        out.append(Text("          " + printable(_impact_text(f)), style="dim"))
     if hidden:
         out.append(Text(f"  ({hidden} info finding(s) below the impact floor: --all shows them)", style="dim"))
     out.append(Text(_thresholds_line(a), style="dim"))
@@ -223,26 +233,32 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
-    parts = [f"### ktrace analyze: `{a.launch.get('kernel', 'kernel')}`", "", _headline(a), ""]
+    parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(_headline(a)), ""]
+    quality = quality_lines(a)
+    if quality:
+        parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures below", ">"]
+        parts += [f"> - {md_text(q)}" for q in quality]
+        parts.append("")
     shape = _occupancy_line(a)
     if shape:
-        parts += [shape, ""]
+        parts += [md_text(shape), ""]
     parts += ["**Findings** (by kernel time at stake)", ""]
     shown, hidden = _shown_findings(a, show_all)
     if not shown:
         parts.append("- no warnings: nothing costs the kernel enough time to act on")
     for f in shown:
-        parts.append(f"- **{f.severity}** ({f.kind}): {f.message}  \n  <sub>{_impact_text(f)}</sub>")
+        parts.append(f"- **{md_text(f.severity)}** ({md_text(f.kind)}): {md_text(f.message)}  \n  "
+                     f"<sub>{md_text(_impact_text(f))}</sub>")
     if hidden:
         parts.append(f"- <sub>{hidden} info finding(s) below the impact floor (`--all` shows them)</sub>")
-    parts += ["", f"<sub>{_thresholds_line(a)}</sub>", ""]
+    parts += ["", f"<sub>{md_text(_thresholds_line(a))}</sub>", ""]
     if not len(a.phases):
         return printable("\n".join(parts + ["No phase slices in this trace.", ""]), keep_newlines=True)
     parts += ["**Phases** (means over instances)", "", _md_table(*_phase_summary_rows(a)), ""]
     if len(a.waits):
         parts += ["**Waits** (gap from a slice's end to the next slice on its lane)", "",
                   _md_table(*_wait_rows(a)), ""]
-    parts += [f"**{_critical_title(a)}**", "",
+    parts += [f"**{md_text(_critical_title(a))}**", "",
               _md_table(*_critical_rows(a)), ""]
     for phase in a.phases.phase.tolist():
         head, rows, n = _instance_rows(a, phase)

@@ -4,14 +4,17 @@ Names come from files anyone can write: a sidecar, a trace. Shown raw, ``ESC[2J`
 OSC sequence retitle the window or plant a hyperlink, and rich markup (``[link=file:///etc/passwd]``) become
 live. So every human-facing output goes through here: control characters are shown escaped (``\\x1b``), the
 console never parses markup in what it prints, Markdown cells escape ``|`` and HTML, and XML holds only the
-characters XML 1.0 allows. JSON output is left exact (``json`` escapes control characters itself).
+characters XML 1.0 allows. In Markdown outside tables (headings, bullets, story lines), a name can neither
+start a line (its line breaks are shown escaped) nor open an HTML tag, an image or a code span. JSON output
+keeps every value exact (``jsonfmt.escape_raw`` writes the raw characters a terminal would act on as
+``\\uXXXX``). CSV cells keep their line breaks (the csv module quotes them) and lose the rest.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "md_cell", "xml_safe", "safe_console"]
+__all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "xml_safe", "safe_console"]
 
 # C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
 # read differently from how it is stored.
@@ -36,7 +39,36 @@ def printable(text: object, *, keep_newlines: bool = False) -> str:
 def md_cell(text: object) -> str:
     """One Markdown table cell: printable, ``|`` escaped, no live HTML (a ``<`` that could open a tag is
     escaped; ``<= 1.2`` stays as it reads)."""
-    return _TAG_START.sub("&lt;", printable(text).replace("|", "\\|"))
+    return md_text(text).replace("|", "\\|")
+
+
+def md_text(text: object) -> str:
+    """Text inside a Markdown line (a heading, a bullet, a sentence): printable (a line break is shown as
+    ``\\x0a``, never starting a ``##`` heading), no live HTML, no image (``![``)."""
+    return _TAG_START.sub("&lt;", printable(text)).replace("![", "!\\[")
+
+
+def md_code(text: object) -> str:
+    """``text`` as a Markdown code span: printable, fenced by more backticks than it holds in a row, so that
+    nothing in it closes the span early."""
+    t = printable(text)
+    run = max((len(r) for r in re.findall("`+", t)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") or not t.strip() else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell for a terminal: a string keeps its line breaks and tabs (the csv module quotes them), its
+    other control characters shown escaped; anything else as it is."""
+    return printable(value, keep_newlines=True) if isinstance(value, str) else value
+
+
+def json_text(text: str) -> str:
+    """JSON text with the raw characters a terminal acts on (C1 controls, bidi overrides) as ``\\uXXXX``."""
+    from ..jsonfmt import escape_raw
+
+    return escape_raw(text)
 
 
 def xml_safe(text: object) -> str:

@@ -1,0 +1,122 @@
+"""What the figures are missing: records lost, unpaired, overwritten or unreadable, read from the launch
+facts (the launch slice's args, written by ``export.writer.launch_facts``; a buffer analyzed with numpy has
+the same facts). Every figure and finding is computed from the records that decoded into slices, so a report
+must say, before its findings, how much of the capture that is (docs/analysis-schema.md, "Data quality").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+__all__ = ["DataQuality", "data_quality", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
+
+# Below this share of records agreeing with their position under the layout, a buffer is not analyzed (it is
+# not a profiler buffer of that layout, or its header is wrong) unless --layout names the layout.
+LAYOUT_FLOOR = 0.5
+# Below this share, the analysis says so first.
+LAYOUT_WARN = 0.99
+UNPAIRED_KINDS = ("begin_without_end", "end_without_begin")
+UNREADABLE_KINDS = ("tag_mismatch", "unknown_type", "unknown_event", "backwards")
+
+
+@dataclass(frozen=True)
+class DataQuality:
+    """The capture's records that are not in the figures, by cause (counts of records unless named lanes).
+
+    known: False for a trace with no launch facts (not written by ktrace): nothing can be said. lost_records:
+    dropped by ktrace's capacity guard (None when the buffer has no guard to count them); full_lanes: lanes
+    whose last slot is written with no guard counting (records after it may be lost, or written past the
+    buffer); overwritten_lanes: lanes ending with a FlashInfer instant (earlier instants were overwritten,
+    uncountable); anomalies: record-level anomaly kind -> count. warnings: one sentence per problem, with the
+    counts and what to do, in the order a report shows them.
+    """
+
+    known: bool
+    records: int | None = None
+    layout: str | None = None
+    layout_match: float | None = None
+    lost_records: int | None = None
+    unpaired_records: int = 0
+    unreadable_records: int = 0
+    full_lanes: int = 0
+    overwritten_lanes: int = 0
+    anomalies: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.warnings
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["anomalies"] = dict(sorted(self.anomalies.items()))
+        d["warnings"] = list(self.warnings)
+        return d
+
+
+def _int(v) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def data_quality(launch: dict) -> DataQuality:
+    """The DataQuality of a capture from its launch facts (``Analysis.launch``)."""
+    if "records" not in launch:
+        return DataQuality(known=False)
+    records = _int(launch.get("records"))
+    anomalies = {k[len("anomaly_"):]: _int(v) for k, v in launch.items() if k.startswith("anomaly_") and _int(v)}
+    match = launch.get("layout_match")
+    match = float(match) if isinstance(match, (int, float)) else None
+    lost = launch.get("records_lost")
+    lost = _int(lost) if lost is not None else None
+    unpaired = sum(anomalies.get(k, 0) for k in UNPAIRED_KINDS)
+    unreadable = sum(anomalies.get(k, 0) for k in UNREADABLE_KINDS)
+    overflow_lanes = _int(launch.get("note_overflow"))
+    full = 0 if lost is not None or overflow_lanes else _int(launch.get("note_lane_full"))
+    overwritten = _int(launch.get("note_trailing_instant"))
+    layout = launch.get("layout") if isinstance(launch.get("layout"), str) else None
+    w: list[str] = []
+    if match is not None and match < LAYOUT_WARN and records:
+        w.append(f"only {_pct(match)} of the records agree with their position under the {layout} layout: the "
+                 "header's block and group counts or the layout may be wrong (ktrace inspect shows each layout's "
+                 "match; --layout, --num-blocks, --num-groups)")
+    if lost:
+        w.append(f"{lost:,} records lost: {overflow_lanes:,} lane(s) were full and ktrace's capacity guard "
+                 "dropped the records after their last slot; capture with more records per lane")
+    if full:
+        w.append(f"{full:,} lane(s) full: their last slot is written and the producer has no bounds check, so "
+                 "records after it may be lost or written past the buffer (a truncated copy, or too few records "
+                 "per lane?)")
+    if unpaired:
+        parts = ", ".join(f"{anomalies[k]:,} {_WORDS[k]}" for k in UNPAIRED_KINDS if anomalies.get(k))
+        w.append(f"{unpaired:,} unpaired records ({parts}): their slices are not in the figures (a lane cut short?)")
+    if unreadable:
+        parts = ", ".join(f"{anomalies[k]:,} {_WORDS[k]}" for k in UNREADABLE_KINDS if anomalies.get(k))
+        w.append(f"{unreadable:,} of {records:,} records unreadable ({parts}): not in the figures (ktrace inspect "
+                 "shows examples)")
+    if overwritten:
+        w.append(f"{overwritten:,} lane(s) end with an instant: FlashInfer's PROFILER_EVENT_INSTANT does not "
+                 "advance the write pointer, so earlier instants on them were overwritten (how many cannot be "
+                 "known)")
+    return DataQuality(known=True, records=records, layout=layout, layout_match=match, lost_records=lost,
+                       unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
+                       overwritten_lanes=overwritten, anomalies=anomalies, warnings=tuple(w))
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}" if x >= 0.001 or x == 0 else "<0.1%"
+
+
+def refusal(dq: DataQuality, source: str) -> str | None:
+    """Why a buffer whose records barely match its layout is not analyzed (None when it is): the message of
+    the InputError, naming the file, the match and the ways out."""
+    if not dq.known or dq.layout_match is None or not dq.records or dq.layout_match >= LAYOUT_FLOOR:
+        return None
+    return (f"{source}: only {_pct(dq.layout_match)} of its {dq.records:,} records agree with their position "
+            f"under the best layout ({dq.layout}): not a profiler buffer, or its header's block and group counts "
+            f"are wrong. ktrace inspect {source} shows what it holds; give --num-blocks and --num-groups, or "
+            f"--layout {dq.layout} to analyze it anyway (with this warning first)")
+
+
+_WORDS = {"begin_without_end": "BEGIN never closed", "end_without_begin": "END with no BEGIN",
+          "tag_mismatch": "tag disagrees with its position", "unknown_type": "unknown record type",
+          "unknown_event": "event with no name", "backwards": "time going backwards"}
