@@ -9,7 +9,11 @@ from dataclasses import fields
 
 from .results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Kernel, LaneTotals, Occupancy,
                       PhaseInstances, PhaseLanes, Phases, Table, Waits)
+import numpy as np
+
 from ..progress import stage
+from .evidence import TopSlices
+from .oracle import causes_of
 from .sql_package import MODULES, include_all, register
 
 __all__ = ["sql_figures", "query_table", "gpu_processes"]
@@ -42,10 +46,11 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
             progress(i, len(MODULES))
             session.query(f"INCLUDE PERFETTO MODULE {module};")
         stage(progress, "reading the figures")
+    kernel, launch, phases = _kernel(session), _launch(session), query_table(session, Phases)
     return Figures(
-        kernel=_kernel(session),
-        launch=_launch(session),
-        phases=query_table(session, Phases),
+        kernel=kernel,
+        launch=launch,
+        phases=phases,
         instances=query_table(session, PhaseInstances),
         lanes=query_table(session, PhaseLanes),
         waits=query_table(session, Waits),
@@ -55,7 +60,21 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
         lane_totals=query_table(session, LaneTotals),
         busy_sms=query_table(session, BusySms),
         occupancy=query_table(session, Occupancy),
+        wait_causes=causes_of(_top_slices(session, phases), kernel, phases, launch),
     )
+
+
+def _top_slices(session, phases: Phases) -> TopSlices:
+    """The top-level phase slices, read once, for the wait evidence (computed with numpy: evidence.py)."""
+    r = session.query(f"{include_all()}SELECT lane, block, grp, phase, k, ts, end_ts FROM ktrace_phase_slice "
+                      "WHERE depth = 0")
+    index = dict(zip(phases.phase.tolist(), phases.phase_index.tolist()))
+    col = {c: r.column(c) for c in ("lane", "block", "grp", "phase", "k", "ts", "end_ts")}
+    names, inverse = np.unique(np.asarray(col["phase"]).astype(str), return_inverse=True)
+    pidx = np.array([index.get(p, -1) for p in names.tolist()], np.int64)[inverse.reshape(-1)]
+    ints = [np.asarray(col[c], np.int64) for c in ("lane", "block", "grp")]
+    return TopSlices(*ints, pidx, np.asarray(col["k"], np.int64), np.asarray(col["ts"], np.int64),
+                     np.asarray(col["end_ts"], np.int64))
 
 
 def _refuse_several_gpus(session) -> None:

@@ -13,9 +13,10 @@ from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from . import oracle_structure as st
 from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
+from .evidence import TopSlices, WaitCauses, wait_causes
 from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
-__all__ = ["oracle_figures", "figures_of", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
+__all__ = ["oracle_figures", "figures_of", "causes_of", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
            "pair_runs", "DEFAULT_TICK_NS"]
 
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
@@ -35,13 +36,16 @@ def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
     cp = st.critical_path(s, s.top, pred, kind, kernel.begin_ns, kernel.end_ns) if s.n else st.CriticalPath.empty()
     phases = phases_table(s, inst, lane_totals, st.unique_columns(s.code, s.group),
                           *st.unique_columns(s.code, s.lane, return_counts=True))
+    top = TopSlices.of(s.lane, s.block, s.group, s.phase_index[s.code], s.k, s.begin, s.end, s.top)
     return figures_of(kernel, launch_facts(d, summary), phases, inst.table, _lanes(s, inst), _waits(s), cp, blocks,
-                      lane_totals)
+                      lane_totals, top)
 
 
-def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals) -> Figures:
+def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals,
+               top: TopSlices) -> Figures:
     """The Figures of these tables, with the ones that follow from them: the critical path's shares per
-    phase, busy SMs over time and the launch's occupancy."""
+    phase, busy SMs over time, the launch's occupancy, and what each wait waited for (from ``top``, the
+    top-level slices)."""
     busy = st.busy_sms(blocks)
     return Figures(
         kernel=kernel,
@@ -56,7 +60,15 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
         lane_totals=lane_totals,
         busy_sms=busy,
         occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if kernel.slices else st.Occupancy.empty(),
+        wait_causes=causes_of(top, kernel, phases, launch),
     )
+
+
+def causes_of(top: TopSlices, kernel: Kernel, phases, launch: dict) -> WaitCauses:
+    """The WaitCauses of the top-level slices, with the phases' names and the launch's block count."""
+    names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
+    nb = launch.get("num_blocks")
+    return wait_causes(top, kernel.tick_ns, names, int(nb) if isinstance(nb, int) and nb > 0 else None)
 
 
 class _SliceColumns:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .evidence import WaitCauses
 from .structure_tables import Blocks, BusySms, LaneTotals, Occupancy
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
@@ -28,6 +29,7 @@ __all__ = [
     "LaneTotals",
     "BusySms",
     "Occupancy",
+    "WaitCauses",
     "REMAINDERS",
     "Kernel",
     "Figures",
@@ -167,9 +169,11 @@ class Figures:
     lane_totals: LaneTotals
     busy_sms: BusySms
     occupancy: Occupancy
+    wait_causes: WaitCauses
 
     TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
-                                         "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy")
+                                         "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy",
+                                         "wait_causes")
 
     def differences(self, other: "Figures") -> list[str]:
         """What differs from ``other``, one line per table column (empty when every figure is equal)."""

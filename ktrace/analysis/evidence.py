@@ -1,0 +1,287 @@
+"""What each wait waited for, from evidence in the slices: one row per phase boundary and warp group.
+
+A wait is the gap on one lane from the end of a top-level slice of phase ``P`` (instance ``k``) to the begin of
+the lane's next top-level slice (phase ``Q``). For every boundary ``P -> Q`` of every warp group, the gaps are
+tested against what could have released them, in this order (docs/analysis-schema.md, "What a wait waited
+for"):
+
+- ``group``: another warp group of the same block (a producer/consumer hand-off): the gap ends within
+  ``HANDOFF_TICKS`` ticks after a slice end in another group of its block, in at least a quarter of the gaps
+  and at least ``HANDOFF_LIFT`` times as often as the other group's ends would line up by chance (their
+  count in the block x the window / the block's span).
+- ``grid``: every lane (a grid-wide barrier): in at least ``SYNC_FRACTION`` of the instances (with 2 lanes or
+  more) no lane begins ``Q`` before the last lane ended ``P``'s instance, and the begins follow that common end,
+  not each lane's own end: the pooled within-instance slope of begin on own end (``follow_slope``) is at most
+  0.8 (0 to 0.6 for a barrier on an H200, about 1 for lanes that go on by themselves after work of their own).
+- ``cluster``: a subset of consecutive blocks (a thread-block cluster of ``cluster_size``, 2 to 16): where a
+  lane's own end was not its subset's last, it began after that last end in ``SYNC_FRACTION`` of the gaps,
+  and the begins follow the subset's end (slope within the subsets at most 0.8).
+- ``own``: nothing released it: the gaps are at least 2 ticks and as regular as work (their spread within a
+  lane is at most half their median): untimed work of the lane itself.
+- ``unexplained``: gaps of 2 ticks or more that none of the above evidences.
+- ``none``: the gaps are under 2 ticks: nothing to explain.
+
+Computed with numpy from the top-level slices, in the same way for every engine (the slices are equal), so the
+table is equal whichever engine produced the other figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
+
+__all__ = ["TopSlices", "WaitCauses", "wait_causes", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
+
+CAUSES = ("group", "grid", "cluster", "own", "unexplained", "none")
+HANDOFF_TICKS = 4  # a gap ending this many ticks (or less) after another group's slice end was released by it
+HANDOFF_LIFT = 3.0  # ... this many times more often than chance
+SYNC_FRACTION = 0.75  # instances in which no lane began before the last one ended, for a barrier
+CLUSTER_SIZES = (16, 8, 4, 2)  # the largest subset that passes is reported
+MIN_GAP_TICKS = 2
+FOLLOW_SLOPE = 0.8  # begins follow a common release (0) rather than their own end (1) below this slope
+
+
+@dataclass(frozen=True)
+class TopSlices:
+    """The top-level phase slices the evidence reads: one entry per slice (any order)."""
+
+    lane: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    phase_index: np.ndarray
+    k: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def of(cls, lane, block, group, phase_index, k, begin, end, top=None) -> "TopSlices":
+        cols = [np.asarray(c) for c in (lane, block, group, phase_index, k, begin, end)]
+        if top is not None:
+            m = np.asarray(top, bool)
+            cols = [c[m] for c in cols]
+        return cls(*(c.astype(np.int64, copy=False) for c in cols))
+
+
+@table
+class WaitCauses(Table):
+    """One row per phase boundary ``phase -> next_phase`` and warp group: what its waits waited for.
+    Not in the SQL package: computed with numpy from the slices for every engine (evidence.py)."""
+
+    SQL_TABLE = ""
+    ORDER_BY = "phase_index, next_phase_index, grp"
+    KINDS = _kinds(
+        phase=_TEXT, next_phase=_TEXT, phase_index=_INT, next_phase_index=_INT, group=_INT, count=_INT,
+        sum_ns=_INT, mean_ns=_REAL, p50_ns=_INT, max_ns=_INT, cause=_TEXT, cluster_size=_INT, instances=_INT,
+        synced_instances=_INT, release_spread_ns=_REAL, gap_spread_ns=_REAL, handoff_gaps=_INT,
+        handoff_expected=_REAL, handoff_group=_INTN, waiting_gaps=_INT, waited_gaps=_INT, waited_block=_INTN,
+        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL)
+
+
+def _groups(keys: np.ndarray):
+    """Sort order and run starts of equal keys."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
+    return order, starts
+
+
+def _spread_by(key: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key: max(x) - min(x), and how many entries."""
+    order, starts = _groups(key)
+    xs = x[order]
+    hi = np.maximum.reduceat(xs, starts) if len(xs) else xs
+    lo = np.minimum.reduceat(xs, starts) if len(xs) else xs
+    n = np.diff(np.r_[starts, len(xs)])
+    return hi - lo, n
+
+
+def _max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
+    """Distinct keys (sorted), the max of x per key, and ``who`` at that max (ties: the lowest)."""
+    order = np.lexsort((who, -x, key))
+    sk = key[order]
+    first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
+    o = order[first]
+    return key[o], x[o], who[o]
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    i = np.searchsorted(keys, query)
+    i = np.minimum(i, len(keys) - 1)
+    return values[i]
+
+
+def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None) -> WaitCauses:
+    """The WaitCauses table of the top-level slices ``s``; tick: the timer resolution (ns); phase_names:
+    phase_index -> name."""
+    n = len(s.lane)
+    if n < 2:
+        return WaitCauses.empty()
+    tick = float(tick) or 1.0
+    order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+    lane, block, group = s.lane[order], s.block[order], s.group[order]
+    ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
+    same = lane[1:] == lane[:-1]
+    g = np.flatnonzero(same)  # gap i: between slice g[i] and g[i] + 1
+    if not len(g):
+        return WaitCauses.empty()
+    nxt = g + 1
+    gap = begin[nxt] - end[g]
+    gp, gq, gg, gk, gb = ph[g], ph[nxt], group[g], k[g], block[g]
+    t_next, own_end = begin[nxt], end[g]
+    kmax = int(k.max()) + 1
+    nph = int(ph.max()) + 1
+    # The latest end of each phase instance over all lanes, and per subset of consecutive blocks.
+    inst_key = ph * kmax + k
+    ik, imax, iwho = _max_by(inst_key, end, block)
+    gkey = gp * kmax + gk
+    grid_end = _lookup(ik, imax, gkey)
+    grid_who = _lookup(ik, iwho, gkey)
+    nb = int(num_blocks or (int(block.max()) + 1))
+    cluster_end = {}
+    for c in CLUSTER_SIZES:
+        if nb < 2 * c:
+            continue
+        ck = inst_key * (nb // c + 1) + block // c
+        keys, mx, who = _max_by(ck, end, block)
+        qk = gkey * (nb // c + 1) + gb // c
+        cluster_end[c] = (_lookup(keys, mx, qk), _lookup(keys, who, qk))
+    # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
+    groups = np.unique(group)
+    handoff = np.zeros(len(g), bool)
+    handoff_from = np.full(len(g), -1, np.int64)
+    expected = np.zeros(len(g), np.float64)
+    if len(groups) > 1:
+        t0 = int(begin.min())
+        span_lo, span_hi = _block_span(block, begin, end, nb)
+        for h in groups.tolist():
+            mh = group == h
+            key_h = np.sort((block[mh] << 41) + (end[mh] - t0))
+            cnt = np.bincount(block[mh], minlength=nb + 1)
+            other = gg != h
+            q = (gb << 41) + (t_next + int(tick) - t0)
+            i = np.searchsorted(key_h, q, side="right") - 1
+            ok = other & (i >= 0)
+            cand = key_h[np.maximum(i, 0)]
+            ok &= (cand >> 41) == gb
+            resid = t_next - ((cand & ((1 << 41) - 1)) + t0)
+            hit = ok & (resid <= HANDOFF_TICKS * tick)
+            handoff_from = np.where(hit & ~handoff, h, handoff_from)
+            handoff |= hit
+            span = np.maximum(span_hi[gb] - span_lo[gb], 1)
+            expected += np.where(other, np.minimum(1.0, cnt[gb] * (HANDOFF_TICKS + 1) * tick / span), 0.0)
+    rows = []
+    bkey = (gp * nph + gq) * (int(group.max()) + 1) + gg
+    border, bstarts = _groups(bkey)
+    bends = np.r_[bstarts[1:], len(border)]
+    for a, z in zip(bstarts.tolist(), bends.tolist()):
+        idx = border[a:z]
+        rows.append(_boundary(idx, gap, gk, lane[g], t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
+                              handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]),
+                              int(gg[idx[0]]), phase_names))
+    cols = {c: [r[c] for r in rows] for c in WaitCauses.columns()}
+    return WaitCauses.from_columns(cols)
+
+
+def _block_span(block, begin, end, nb):
+    lo = np.full(nb + 1, np.iinfo(np.int64).max)
+    hi = np.full(nb + 1, np.iinfo(np.int64).min)
+    np.minimum.at(lo, block, begin)
+    np.maximum.at(hi, block, end)
+    return lo, hi
+
+
+def _slope(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    """The pooled within-group slope of y on x (sum of covariances / sum of variances over the groups of
+    ``key``): about 1 when each lane's begin follows its own end, about 0 when it follows a common release.
+    NaN when x does not vary within any group."""
+    order, starts = _groups(key)
+    if not len(order):
+        return float("nan")
+    xs, ys = x[order].astype(np.float64), y[order].astype(np.float64)
+    n = np.diff(np.r_[starts, len(xs)])
+    mx = np.repeat(np.add.reduceat(xs, starts) / n, n)
+    my = np.repeat(np.add.reduceat(ys, starts) / n, n)
+    sxx = float(((xs - mx) ** 2).sum())
+    sxy = float(((xs - mx) * (ys - my)).sum())
+    return sxy / sxx if sxx > 0 else float("nan")
+
+
+def _median(x) -> float:
+    return float(np.median(x)) if len(x) else 0.0
+
+
+def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, handoff, handoff_from, expected, gb,
+              tick, p, q, grp, names) -> dict:
+    gp_ = gap[idx]
+    eps = MIN_GAP_TICKS * tick
+    row = {"phase": names.get(p, str(p)), "next_phase": names.get(q, str(q)), "phase_index": p,
+           "next_phase_index": q, "group": grp, "count": len(idx), "sum_ns": int(gp_.sum()),
+           "mean_ns": float(gp_.sum()) / len(idx), "p50_ns": int(np.sort(gp_)[(len(idx) - 1) // 2]),
+           "max_ns": int(gp_.max()), "cluster_size": 0, "instances": 0, "synced_instances": 0,
+           "release_spread_ns": 0.0, "gap_spread_ns": 0.0, "handoff_gaps": int(handoff[idx].sum()),
+           "handoff_expected": float(expected[idx].sum()), "handoff_group": None, "waiting_gaps": 0,
+           "waited_gaps": 0, "waited_block": None, "waited_block_count": 0, "own_spread_ns": 0.0,
+           "follow_slope": float("nan")}
+    # Regularity of the gaps within each lane (untimed work repeats; waits follow other lanes).
+    lane_spread, lane_n = _spread_by(glane[idx], gp_)
+    row["own_spread_ns"] = _median(lane_spread[lane_n >= 2]) if (lane_n >= 2).any() else 0.0
+    if int(np.sort(gp_)[(len(idx) * 9) // 10]) < eps:  # nine in ten gaps under 2 ticks: nothing to explain
+        row["cause"] = "none"
+        return row
+    # A hand-off from another group of the block.
+    hits, exp = row["handoff_gaps"], row["handoff_expected"]
+    if hits * 4 >= len(idx) and hits >= HANDOFF_LIFT * max(exp, 0.5):
+        src = handoff_from[idx][handoff[idx]]
+        row["handoff_group"] = int(np.bincount(src).argmax())
+        row["cause"] = "group"
+        return row
+    # A grid-wide barrier: per instance, every lane began after the instance's last end, and the begins line up
+    # on that end (their spread from it is at most half the spread of the gaps).
+    ks = gk[idx]
+    grid_end, grid_who = grid_end
+    resid = t_next[idx] - grid_end[idx]
+    ok = resid >= -tick
+    rel_spread, cnt = _spread_by(ks, resid)
+    gap_spread, _ = _spread_by(ks, gp_)
+    inst_ok = np.minimum.reduceat(ok[np.argsort(ks, kind="stable")], _groups(ks)[1]) if len(ks) else ok
+    multi = cnt >= 2
+    row["instances"] = int(multi.sum())
+    row["synced_instances"] = int((inst_ok & multi).sum())
+    row["release_spread_ns"] = _median(rel_spread[multi])
+    row["gap_spread_ns"] = _median(gap_spread[multi])
+    slope = _slope(ks, own_end[idx], t_next[idx])
+    row["follow_slope"] = slope
+    if (row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"]
+            and not slope > FOLLOW_SLOPE):
+        waiting = grid_end[idx] - own_end[idx] >= eps
+        row.update(cause="grid", waiting_gaps=int(waiting.sum()), waited_gaps=int((ok & waiting).sum()))
+        _waited(row, grid_who[idx][waiting])
+        return row
+    # A subset of consecutive blocks (a cluster): where a lane's own end was not its subset's last.
+    for c, (cend, cwho) in cluster_end.items():
+        ce = cend[idx]
+        waiting = ce - own_end[idx] >= eps
+        if waiting.sum() < 2:
+            continue
+        r = t_next[idx] - ce
+        okc = r[waiting] >= -tick
+        sub = (ks * (int(gb.max()) // c + 2) + gb[idx] // c)
+        cslope = _slope(sub, own_end[idx], t_next[idx])
+        if okc.mean() >= SYNC_FRACTION and cslope <= FOLLOW_SLOPE:
+            row.update(cause="cluster", cluster_size=c, waiting_gaps=int(waiting.sum()), waited_gaps=int(okc.sum()))
+            _waited(row, cwho[idx][waiting])
+            return row
+    median_gap = _median(gp_)
+    row["cause"] = "own" if row["own_spread_ns"] * 2 <= median_gap else "unexplained"
+    return row
+
+
+def _waited(row: dict, who: np.ndarray) -> None:
+    """The block most waited for (ties: the lowest) and how many gaps waited for it."""
+    if len(who):
+        counts = np.bincount(who - who.min())
+        row["waited_block"] = int(counts.argmax() + who.min())
+        row["waited_block_count"] = int(counts.max())
