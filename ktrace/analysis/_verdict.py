@@ -10,6 +10,11 @@ __all__ = ["Verdict", "format_ns", "fmt", "num"]
 
 @dataclass
 class Verdict:
+    """kind, phase, message, evidence: as the Finding; impact_ns: the kernel time at stake by the kind's rule,
+    before it is made disjoint from the other findings'; claims: per critical-path step, the ns of it this
+    verdict accounts for (None: no part of the path); cause: what it is about ('block 17', 'waves', ...):
+    verdicts with one cause become one finding (causes.py)."""
+
     kind: str
     phase: str | None
     message: str
@@ -17,6 +22,8 @@ class Verdict:
     impact_ns: float
     warn: bool = True
     figures: dict = field(default_factory=dict)
+    claims: object = None
+    cause: str | None = None
 
 
 def format_ns(ns) -> str:

@@ -33,7 +33,7 @@ import numpy as np
 
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
-__all__ = ["TopSlices", "WaitCauses", "wait_causes", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
+__all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
 
 CAUSES = ("group", "grid", "cluster", "own", "unexplained", "none")
 HANDOFF_TICKS = 4  # a gap ending this many ticks (or less) after another group's slice end was released by it
@@ -285,3 +285,55 @@ def _waited(row: dict, who: np.ndarray) -> None:
         counts = np.bincount(who - who.min())
         row["waited_block"] = int(counts.argmax() + who.min())
         row["waited_block_count"] = int(counts.max())
+
+
+@table
+class LeadIns(Table):
+    """One row per phase instance (as ``ktrace_phase_instance``): the gap before the last finisher's slice on
+    its own lane, and the median such gap over the instance's lanes (NaN where no lane ran anything before).
+    A late start is a late begin that this gap explains, not lag the lane carried from its own earlier work."""
+
+    SQL_TABLE = ""
+    ORDER_BY = "phase_index, k"
+    KINDS = _kinds(phase_index=_INT, k=_INT, last_lead_in_ns=_INTN, median_lead_in_ns=_REAL, lanes_with_prev=_INT)
+
+
+def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np.ndarray) -> LeadIns:
+    """LeadIns for the instances (phase_index, k, last_lane: the instance table's columns, row for row)."""
+    m = len(phase_index)
+    last = np.full(m, np.nan)
+    med = np.full(m, np.nan)
+    with_prev = np.zeros(m, np.int64)
+    if len(s.lane) and m:
+        order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+        lane, ph, kk = s.lane[order], s.phase_index[order], s.k[order]
+        begin, end = s.begin[order], s.end[order]
+        has = np.r_[False, lane[1:] == lane[:-1]]
+        gap = np.where(has, begin - np.r_[0, end[:-1]], -1)
+        kmax = int(max(kk.max(), np.max(k))) + 1
+        lanes = int(max(lane.max(), np.max(last_lane))) + 1
+        key = (ph * kmax + kk) * lanes + lane
+        o = np.argsort(key, kind="stable")
+        skey, sgap = key[o], gap[o]
+        q = (np.asarray(phase_index, np.int64) * kmax + np.asarray(k, np.int64)) * lanes + np.asarray(last_lane, np.int64)
+        i = np.minimum(np.searchsorted(skey, q), len(skey) - 1)
+        found = (skey[i] == q) & (sgap[i] >= 0)
+        last[found] = sgap[i][found]
+        # The median gap before the instance's slices (lanes with a previous slice only).
+        hp = gap >= 0
+        ik = (ph * kmax + kk)[hp]
+        o2 = np.lexsort((gap[hp], ik))
+        ik, g2 = ik[o2], gap[hp][o2]
+        if len(ik):
+            starts = np.flatnonzero(np.r_[True, ik[1:] != ik[:-1]])
+            n = np.diff(np.r_[starts, len(ik)])
+            lo = g2[starts + (n - 1) // 2]
+            hi = g2[starts + n // 2]
+            keys = ik[starts]
+            qi = np.asarray(phase_index, np.int64) * kmax + np.asarray(k, np.int64)
+            j = np.minimum(np.searchsorted(keys, qi), len(keys) - 1)
+            ok = keys[j] == qi
+            med[ok] = (lo[j][ok] + hi[j][ok]) / 2.0
+            with_prev[ok] = n[j][ok]
+    return LeadIns.from_columns({"phase_index": phase_index, "k": k, "last_lead_in_ns": last,
+                                 "median_lead_in_ns": med, "lanes_with_prev": with_prev})

@@ -12,7 +12,7 @@ from .results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Ke
 import numpy as np
 
 from ..progress import stage
-from .evidence import TopSlices
+from .evidence import TopSlices, lead_ins
 from .oracle import causes_of
 from .sql_package import MODULES, include_all, register
 
@@ -47,11 +47,13 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
             session.query(f"INCLUDE PERFETTO MODULE {module};")
         stage(progress, "reading the figures")
     kernel, launch, phases = _kernel(session), _launch(session), query_table(session, Phases)
+    instances = query_table(session, PhaseInstances)
+    top = _top_slices(session, phases)
     return Figures(
         kernel=kernel,
         launch=launch,
         phases=phases,
-        instances=query_table(session, PhaseInstances),
+        instances=instances,
         lanes=query_table(session, PhaseLanes),
         waits=query_table(session, Waits),
         critical_path=query_table(session, CriticalPath),
@@ -60,7 +62,8 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
         lane_totals=query_table(session, LaneTotals),
         busy_sms=query_table(session, BusySms),
         occupancy=query_table(session, Occupancy),
-        wait_causes=causes_of(_top_slices(session, phases), kernel, phases, launch),
+        wait_causes=causes_of(top, kernel, phases, launch),
+        lead_ins=lead_ins(top, instances.phase_index, instances.k, instances.last_lane),
     )
 
 

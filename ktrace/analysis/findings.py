@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import InputError
 from .results import Figures
-from . import verdicts
+from . import causes, verdicts
 from ._verdict import format_ns
 
 __all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
@@ -97,11 +97,14 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
     raw = verdicts.all_verdicts(fig, th, tick)
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
-    for v in raw:
-        impact = float(max(v.impact_ns, 0.0))
+    for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns):
+        impact = float(max(impact, 0.0))
         severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
+        figs = dict(v.figures)
+        if claimed != impact:
+            figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, v.message, v.evidence, impact,
-                           impact / wall if wall else None, dict(v.figures)))
+                           impact / wall if wall else None, figs))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
     out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))
     return tuple(out)

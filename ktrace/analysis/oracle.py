@@ -13,7 +13,7 @@ from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from . import oracle_structure as st
 from .oracle_instances import Instances, combined_fits, fdiv, lower_percentile, run_starts
-from .evidence import TopSlices, WaitCauses, wait_causes
+from .evidence import TopSlices, WaitCauses, lead_ins, wait_causes
 from .results import Figures, Kernel, PhaseLanes, Phases, Waits
 
 __all__ = ["oracle_figures", "figures_of", "causes_of", "kernel_figures", "phases_table", "waits_columns", "sort_pairs",
@@ -61,6 +61,7 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
         busy_sms=busy,
         occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if kernel.slices else st.Occupancy.empty(),
         wait_causes=causes_of(top, kernel, phases, launch),
+        lead_ins=lead_ins(top, instances.phase_index, instances.k, instances.last_lane),
     )
 
 

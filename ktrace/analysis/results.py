@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .evidence import WaitCauses
+from .evidence import LeadIns, WaitCauses
 from .structure_tables import Blocks, BusySms, LaneTotals, Occupancy
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
@@ -30,6 +30,7 @@ __all__ = [
     "BusySms",
     "Occupancy",
     "WaitCauses",
+    "LeadIns",
     "REMAINDERS",
     "Kernel",
     "Figures",
@@ -170,10 +171,11 @@ class Figures:
     busy_sms: BusySms
     occupancy: Occupancy
     wait_causes: WaitCauses
+    lead_ins: LeadIns
 
     TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
                                          "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy",
-                                         "wait_causes")
+                                         "wait_causes", "lead_ins")
 
     def differences(self, other: "Figures") -> list[str]:
         """What differs from ``other``, one line per table column (empty when every figure is equal)."""

@@ -1,20 +1,23 @@
 """The rules behind each finding kind: what structure the figures must show before a cause is named, and
-how much kernel time is at stake (``impact_ns``). docs/analysis-schema.md states each rule; findings.py
-turns these verdicts into warnings and info by impact.
+how much kernel time is at stake. docs/analysis-schema.md states each rule; causes.py makes findings of one
+cause into one finding and their impacts disjoint parts of the wall; findings.py sorts them into warnings
+and info.
 
-Impact rules, all on the critical path (the backward walk that tiles the wall, docs/analysis-structure.md):
-- load_imbalance: sum over the phase's slices on the path of (slice - its instance's mean slice), >= 0;
-  with unaligned instances (a work list): the busiest lane's total - the mean lane total, at most the
-  phase's time on the path.
-- stable_straggler, straggler_change, rotating_imbalance, late_start, moving_last_finisher: sum over the
-  phase's instances on the path of the last finisher's lead over the next lane.
-- start_skew: sum over the phase's instances on the path of how late the last finisher began after the first
-  lane (at most the excess); 0 when the cause is waves or unaligned instances (the tail finding or the
-  per-lane totals carry that cost).
-- large_wait: the waits after the phase on the path (the release of its synchronization).
-- idle_lanes: the phase's time on the path x the idle lanes' share of the phase's lanes.
-- tail: tail x (1 - mean busy SMs in the tail / SMs).
-- critical_path: the largest part's time on the path (info only).
+Every verdict claims, per step of the critical path (the backward walk that tiles the wall), the time it
+accounts for (``claims``); its impact is what it keeps of those claims once the findings ahead of it took theirs:
+- load_imbalance (instances that line up): per slice of the phase on the path, slice - its instance's mean.
+- stable_straggler, straggler_change, rotating_imbalance, late_start, moving_last_finisher: per instance of the
+  phase on the path, the last finisher's lead over the next lane.
+- start_skew: the gap on the path before each of the phase's slices, up to how late that slice began.
+- large_wait, untimed_work: the path's gaps at that boundary.
+- idle_lanes: the phase's time on the path x the idle lanes' share.
+- tail, wave_quantization, load_imbalance by lane totals, pipeline: the end of the wall, as long as the time
+  at stake (launch_verdicts.py).
+
+Structure first: instances are compared across lanes only where they line up (the same count on every lane
+and, in most instances, begins spread over no more than the slowest slice); elsewhere the lanes' totals speak
+(launch_verdicts.py). A block is named only when it dominates: its figure exceeds the median by at least
+``DOMINANCE`` times the runner-up's excess, and by 2 ticks.
 """
 
 from __future__ import annotations
@@ -25,8 +28,12 @@ import numpy as np
 from ._verdict import Verdict, fmt as _fmt, num as _num
 from .launch_verdicts import launch_verdicts
 from .results import Figures
+from .slots import slot_figures
 
-__all__ = ["Verdict", "all_verdicts"]
+__all__ = ["Verdict", "all_verdicts", "Context", "DOMINANCE", "MIN_PHASE_TICKS"]
+
+DOMINANCE = 2.0  # a named block's excess over the median is at least this many times the runner-up's
+MIN_PHASE_TICKS = 4  # a phase whose slowest slice is shorter than this many ticks makes no warnings
 
 
 class Context:
@@ -35,14 +42,21 @@ class Context:
         self.eps = th.min_ticks * tick  # the smallest difference a finding may rest on
         cp = fig.critical_path
         self.cp = cp
+        self.steps = len(cp)
         groups = {g for gs in fig.phases.groups.tolist() for g in (gs or "").split(",") if g}
         self.several_groups = len(groups) > 1
+        k = fig.kernel
+        self.slots = slot_figures(fig.blocks, k.begin_ns, k.end_ns)
+        self.wc = fig.wait_causes
 
     def label(self, p: dict) -> str:
         if not self.several_groups:
             return p["phase"]
         word = "groups" if "," in (p["groups"] or "") else "group"
         return f"{p['phase']} ({word} {p['groups']})"
+
+    def who(self, block, group=None) -> str:
+        return f"block {block}" + (f" group {group}" if self.several_groups and group is not None else "")
 
     def path_slices(self, phase: str):
         cp = self.cp
@@ -58,6 +72,73 @@ class Context:
         t = self.fig.instances
         return t.where(t.phase == phase)
 
+    # Claims on the critical path's steps (ns per step).
+    def zeros(self) -> np.ndarray:
+        return np.zeros(self.steps, np.float64)
+
+    def _per_k(self, m: np.ndarray, ks, values) -> np.ndarray:
+        """values[ks == step's k] for the steps in m (0 where the step's instance is not in ks)."""
+        ks = np.asarray(ks, np.int64)
+        values = np.asarray(values, np.float64)
+        out = np.zeros(len(m))
+        if not len(ks) or not len(m):
+            return out
+        sk = self.cp.k[m].astype(np.float64)
+        ok = ~np.isnan(sk)
+        o = np.argsort(ks, kind="stable")
+        q = np.where(ok, sk, -1).astype(np.int64)
+        j = np.minimum(np.searchsorted(ks[o], q), len(ks) - 1)
+        hit = ok & (ks[o][j] == q)
+        out[hit] = values[o][j][hit]
+        return out
+
+    def claim_slices(self, phase: str, ks, values) -> np.ndarray:
+        """Per slice step of ``phase`` at instance k: values[k] ns, within the step."""
+        cp, c = self.cp, self.zeros()
+        m = np.flatnonzero((cp.kind == "slice") & (cp.phase == phase))
+        c[m] = np.clip(self._per_k(m, ks, values), 0.0, cp.dur_ns[m].astype(np.float64))
+        return c
+
+    def claim_before(self, phase: str, ks, values) -> np.ndarray:
+        """The gap step just before each slice step of ``phase`` (instance k), up to values[k] ns."""
+        cp, c = self.cp, self.zeros()
+        m = np.flatnonzero((cp.kind == "slice") & (cp.phase == phase))
+        m = m[m > 0]
+        want = self._per_k(m, ks, values)
+        gap = cp.kind[m - 1] != "slice"
+        m, want = m[gap] - 1, want[gap]
+        c[m] = np.clip(want, 0.0, cp.dur_ns[m].astype(np.float64))
+        return c
+
+    def claim_gaps(self, phase: str, next_phase: str, group: int | None = None) -> np.ndarray:
+        """The path's gaps after ``phase`` before ``next_phase`` (of ``group``'s lanes, when given)."""
+        cp = self.cp
+        m = ((cp.kind == "wait") | (cp.kind == "lane_gap")) & (cp.phase == phase) & (cp.next_phase == next_phase)
+        if group is not None and self.several_groups:
+            m &= np.nan_to_num(cp.last_group.astype(np.float64), nan=-1) == group
+        c = self.zeros()
+        c[m] = cp.dur_ns[m]
+        return c
+
+    def claim_phase(self, phase: str, share: float) -> np.ndarray:
+        cp = self.cp
+        m = (cp.phase == phase) & ((cp.kind == "slice") | (cp.kind == "wait"))
+        c = self.zeros()
+        c[m] = cp.dur_ns[m] * share
+        return c
+
+    def claim_window(self, begin_ns: float, end_ns: float, share: float = 1.0) -> np.ndarray:
+        """The part of each step inside [begin_ns, end_ns], times share."""
+        cp = self.cp
+        lo = np.maximum(cp.begin_ns.astype(np.float64), begin_ns)
+        hi = np.minimum(cp.end_ns.astype(np.float64), end_ns)
+        return np.maximum(hi - lo, 0.0) * share
+
+    def claim_last(self, ns: float) -> np.ndarray:
+        """The last ``ns`` of the wall: what a kernel that ended that much earlier would not spend."""
+        end = float(self.fig.kernel.end_ns or 0)
+        return self.claim_window(end - max(ns, 0.0), end)
+
 
 def all_verdicts(fig: Figures, th, tick: float) -> list[Verdict]:
     ctx = Context(fig, th, tick)
@@ -67,64 +148,106 @@ def all_verdicts(fig: Figures, th, tick: float) -> list[Verdict]:
         inst = ctx.instances(p["phase"])
         path_k, path_dur = ctx.path_slices(p["phase"])
         on_path = np.isin(inst.k, path_k)
-        out += [v for v in (_imbalance(ctx, p, inst, path_k, path_dur), _last_finisher(ctx, p, inst, on_path),
-                            _skew(ctx, p, inst, on_path), _idle(ctx, p)) if v]
+        tiny = _num(p["mean_max_dur_ns"]) < MIN_PHASE_TICKS * tick
+        found = []
+        if lined_up(ctx, p, inst):
+            imb, last, skew = _imbalance(ctx, p, inst), _last_finisher(ctx, p, inst, on_path), _skew(ctx, p, inst, on_path)
+            _link(p, imb, last, skew)
+            found = [imb, last, skew]
+        found.append(_idle(ctx, p))
+        for v in found:
+            if v is None:
+                continue
+            if tiny:
+                v.warn = False
+                v.figures["tiny_phase"] = True
+            out.append(v)
     out += launch_verdicts(ctx)
     return out
 
 
-def _aligned(p: dict) -> bool:
-    return p["min_lane_instances"] == p["max_lane_instances"]
+def _link(p, imb, last, skew) -> None:
+    """One cause per phase: the imbalance of a phase with a straggler (stable, changing or rotating) is that
+    straggler's; a start skew whose late lane is the late starter is the late start's."""
+    if last is not None:
+        key = last.cause or f"long lanes of {p['phase']}"
+        last.cause = key
+        if imb is not None and last.kind in ("stable_straggler", "straggler_change", "rotating_imbalance"):
+            imb.cause = key
+        if skew is not None and last.kind == "late_start" and skew.figures.get("cause") in ("launch", "unexplained"):
+            skew.cause = key
+    if imb is not None and p["wave_instances"] and imb.warn:
+        imb.cause = imb.cause if last is not None else "heavy blocks"
 
 
-def _imbalance(ctx, p, inst, path_k, path_dur) -> Verdict | None:
+def lined_up(ctx, p: dict, inst) -> bool:
+    """The phase's instances line up across lanes: every lane ran as many of them, and in most instances every
+    lane began instance k+1 after the last lane began instance k (lanes of a work list drift apart)."""
+    if p["min_lane_instances"] != p["max_lane_instances"]:
+        return False
+    if len(inst) <= 1:
+        return True
+    # Instance k+1 begins on every lane after instance k began on every lane: the lanes keep step.
+    order = np.argsort(inst.k, kind="stable")
+    first = inst.begin_ns[order].astype(np.int64)
+    last = first + inst.start_skew_ns[order].astype(np.int64)
+    ok = first[1:] >= last[:-1] - ctx.eps
+    return bool(ok.mean() >= ctx.th.stable_fraction)
+
+
+def dominant(values: np.ndarray, eps: float) -> int | None:
+    """The index of the value that stands out above the others (see DOMINANCE), else None."""
+    v = np.asarray(values, np.float64)
+    if len(v) < 2:
+        return None
+    order = np.argsort(-v, kind="stable")
+    med = float(np.median(v))
+    top, second = float(v[order[0]]) - med, float(v[order[1]]) - med
+    if top < eps or top < DOMINANCE * max(second, 0.0):
+        return None
+    return int(order[0])
+
+
+def _imbalance(ctx, p, inst) -> Verdict | None:
     th, fig = ctx.th, ctx.fig
-    if not _aligned(p):
-        return _lane_totals(ctx, p)
     imb, mean_max, mean = p["imbalance"], p["mean_max_dur_ns"], p["mean_dur_ns"]
     if imb is None or imb <= th.imbalance or mean_max - mean < ctx.eps:
         return None
-    mean_of_k = dict(zip(inst.k.tolist(), inst.mean_dur_ns.tolist()))
-    impact = float(sum(max(0.0, d - mean_of_k.get(k, d)) for k, d in zip(path_k.tolist(), path_dur.tolist())))
+    # The slowest lanes stand out of the noise: the slowest slice is beyond the p50..p90 spread (doubled), or
+    # the p90 lane itself is slow (a broad imbalance); else the max of many lanes is the noise's own tail.
+    p50, p90 = float(inst.p50_dur_ns.mean()), float(inst.p90_dur_ns.mean())
+    outlier = mean_max - p50 >= 2 * (p90 - p50) or (p50 > 0 and p90 / p50 > th.imbalance)
+    cp = ctx.cp
+    claims = ctx.zeros()
+    m = np.flatnonzero((cp.kind == "slice") & (cp.phase == p["phase"]))
+    mean_k = ctx._per_k(m, inst.k, inst.mean_dur_ns)
+    claims[m] = np.maximum(cp.dur_ns[m] - mean_k, 0.0)
     lanes = fig.lanes.where(fig.lanes.phase == p["phase"])
-    j = int(np.argmax(lanes.mean_dur_ns))
-    slow = lanes.row(j)
-    who = f"block {slow['block']}" + (f" group {slow['group']}" if ctx.several_groups else "")
+    j = dominant(lanes.mean_dur_ns, ctx.eps)
+    if j is not None:
+        slow = lanes.row(j)
+        who = ctx.who(slow["block"], slow["group"])
+        named = f"slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}), well ahead of the next lane"
+        cause = f"block {slow['block']}"
+    else:
+        top = np.argsort(-lanes.mean_dur_ns, kind="stable")[:3].tolist()
+        named = ("no lane stands out on average (the slowest: " +
+                 ", ".join(f"{ctx.who(int(lanes.block[t]), int(lanes.group[t]))} {_fmt(float(lanes.mean_dur_ns[t]))}"
+                           for t in top) + "): the long slices fall on different lanes")
+        slow, cause = None, None
     msg = (f"{ctx.label(p)}: load imbalance {imb:.2f}x: the slowest lane takes {_fmt(mean_max)} per instance "
-           f"against a mean of {_fmt(mean)}; slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}); even out "
-           "the work per lane")
+           f"against a mean of {_fmt(mean)}; {named}; even out the work per lane")
     ev = (f"slowest slice / mean slice over {p['instances']} instance(s) of {p['lanes']} lanes (worst instance "
-          f"{p['max_imbalance']:.2f}x); {len(path_k)} of its instances are on the critical path")
-    return Verdict("load_imbalance", p["phase"], msg, ev, impact, True, {
-        "basis": "instances", "imbalance": imb, "max_imbalance": p["max_imbalance"], "mean_max_dur_ns": mean_max,
-        "mean_dur_ns": mean, "instances": p["instances"], "slowest_block": slow["block"],
-        "slowest_group": slow["group"], "slowest_mean_dur_ns": slow["mean_dur_ns"], "tick_ns": ctx.tick})
-
-
-def _lane_totals(ctx, p) -> Verdict | None:
-    fig, th = ctx.fig, ctx.th
-    lanes = fig.lanes.where(fig.lanes.phase == p["phase"])
-    if len(lanes) < 2:
-        return None
-    tot = lanes.sum_dur_ns.astype(np.float64)
-    mean = float(tot.mean())
-    j = int(np.argmax(tot))
-    top = float(tot[j])
-    if not mean or top / mean <= th.imbalance or top - mean < ctx.eps:
-        return None
-    impact = min(top - mean, ctx.path_total(p["phase"]))
-    occ = fig.occupancy.row(0) if len(fig.occupancy) else {}
-    msg = (f"{ctx.label(p)}: instances do not line up across lanes (lanes ran {p['min_lane_instances']} to "
-           f"{p['max_lane_instances']} of them: a work list?), so balance is judged on per-lane totals: the busiest "
-           f"lane, block {int(lanes.block[j])}, spends {_fmt(top)} in it against a mean of {_fmt(mean)} "
-           f"({top / mean:.2f}x); hand out work so the totals even out (heavy items first)")
-    ev = (f"per-lane totals of {len(lanes)} lanes; instance counts differ across lanes; the block that ends the "
-          f"kernel is block {occ.get('last_block')}")
-    return Verdict("load_imbalance", p["phase"], msg, ev, impact, True, {
-        "basis": "lane_totals", "imbalance": top / mean, "max_lane_total_ns": top, "mean_lane_total_ns": mean,
-        "busiest_block": int(lanes.block[j]), "busiest_group": int(lanes.group[j]),
-        "min_lane_instances": p["min_lane_instances"], "max_lane_instances": p["max_lane_instances"],
-        "tick_ns": ctx.tick})
+          f"{p['max_imbalance']:.2f}x); {int((claims > 0).sum())} of its slices on the critical path run over "
+          "their instance's mean")
+    figs = {"basis": "instances", "imbalance": imb, "max_imbalance": p["max_imbalance"],
+            "mean_max_dur_ns": mean_max, "mean_dur_ns": mean, "instances": p["instances"],
+            "slowest_block": slow["block"] if slow else None, "slowest_group": slow["group"] if slow else None,
+            "slowest_mean_dur_ns": slow["mean_dur_ns"] if slow else None, "tick_ns": ctx.tick}
+    figs.update(mean_p50_dur_ns=p50, mean_p90_dur_ns=p90, outlier=bool(outlier))
+    if not outlier:
+        ev += f"; the slowest slice is within the lanes' own spread (p50 {_fmt(p50)}, p90 {_fmt(p90)}): noise"
+    return Verdict("load_imbalance", p["phase"], msg, ev, float(claims.sum()), bool(outlier), figs, claims, cause)
 
 
 def _runs(seq: np.ndarray):
@@ -135,62 +258,101 @@ def _runs(seq: np.ndarray):
     return [(int(seq[a]), int(a), int(b) - 1) for a, b in zip(cut[:-1], cut[1:])]
 
 
-def _carried(p, inst) -> bool:
-    """The phase's start skew comes over from the phase before it on each lane: no synchronization, and the
-    gaps before it (lead-ins) spread over at most half the start skew."""
+def incoming_causes(ctx, phase: str) -> set[str]:
+    """The causes of the waits that end at this phase's begins (docs: "What a wait waited for")."""
+    wc = ctx.wc
+    m = (wc.next_phase == phase) & (wc.cause != "none")
+    return set(wc.cause[m].tolist())
+
+
+def _carried(ctx, p, inst) -> bool:
+    """The phase's start skew comes over from the phase before it on each lane: no barrier evidenced before
+    it, and the gaps before it (lead-ins) spread over at most half the start skew."""
     with_prev = inst.prev_lanes > 0
-    if not with_prev.any() or p["sync_instances"] * 2 >= int(with_prev.sum()):
+    if not with_prev.any() or incoming_causes(ctx, p["phase"]) & {"grid", "cluster"}:
         return False
     spread = (inst.lead_in_max_ns - inst.lead_in_min_ns)[with_prev]
-    return float(spread.mean()) * 2 <= p["mean_start_skew_ns"]
+    return float(np.nan_to_num(spread).mean()) * 2 <= p["mean_start_skew_ns"]
+
+
+def _own_delay(ctx, p, late: np.ndarray) -> np.ndarray:
+    """Per instance: the last finisher's late begin is its own (the gap before it on its lane is longer than
+    the lanes' median gap by most of the lateness, or nothing ran before it on its lane), not lag carried from
+    its own earlier slices."""
+    li = ctx.fig.lead_ins.where(ctx.fig.instances.phase == p["phase"])
+    last, med = li.last_lead_in_ns, np.nan_to_num(li.median_lead_in_ns)
+    own = last - med
+    return np.isnan(last) | ((own >= ctx.eps) & (own * 2 >= late))
 
 
 def _last_finisher(ctx, p, inst, on_path) -> Verdict | None:
     th, eps = ctx.th, ctx.eps
     n = len(inst)
-    if n < 1 or not _aligned(p) or _num(p["mean_last_lead_ns"]) < eps or p["wave_instances"]:
+    if n < 1 or _num(p["mean_last_lead_ns"]) < eps or p["wave_instances"]:
         return None
     lead = np.nan_to_num(inst.last_lead_ns)
-    impact = float(lead[on_path].sum())
+    claims = ctx.claim_slices(p["phase"], inst.k, lead)
+    impact = float(claims.sum())
     work = (inst.last_dur_ns - inst.p50_dur_ns).astype(np.float64)
     late = (inst.last_begin_ns - inst.p50_begin_ns).astype(np.float64)
     long_ = (work >= eps) & (inst.last_dur_ns > th.imbalance * inst.mean_dur_ns)
-    late_ = (late >= eps) & (late > work)
+    behind = (late >= eps) & (late > work)
+    own = _own_delay(ctx, p, late)
+    late_ = behind & own  # late because something delayed its own begin
+    lag_ = behind & ~own  # behind because of its own earlier slices (carried lag)
     seq = inst.last_block
     base = {"instances": n, "top_last_block": p["top_last_block"], "top_last_count": p["top_last_count"],
             "distinct_last_blocks": p["distinct_last_blocks"], "tied_instances": p["tied_instances"],
             "mean_last_lead_ns": p["mean_last_lead_ns"], "mean_work_excess_ns": float(work.mean()),
             "mean_late_start_ns": float(late.mean()), "long_instances": int(long_.sum()),
-            "late_instances": int(late_.sum()), "tick_ns": ctx.tick}
+            "late_instances": int(late_.sum()), "lagging_instances": int(lag_.sum()), "tick_ns": ctx.tick}
     label, top, count = ctx.label(p), p["top_last_block"], p["top_last_count"]
     lead_txt = f"ahead of the next lane by {_fmt(p['mean_last_lead_ns'])} on average"
-    if late_.mean() >= 0.5 and p["phase_index"] > 0 and _carried(p, inst):
-        return None  # it starts late because it ended the phase before late: that phase's finding says why
+
+    def late_verdict(msg, ev, block):
+        # What a late start costs is the gap before its slice on the path (up to how late it began), not its
+        # lead at the end, which it only carries.
+        c = ctx.claim_before(p["phase"], inst.k, np.maximum(late, 0))
+        return Verdict("late_start", p["phase"], msg, ev, float(c.sum()), True,
+                       {**base, "block": block, "cause": "late_start"}, c,
+                       f"block {block}" if block is not None else None)
+
+    if behind.mean() >= 0.5 and lag_.sum() >= late_.sum() and p["phase_index"] > 0 and _carried(ctx, p, inst) \
+            and not long_.mean() >= 0.5:
+        return None  # behind because its earlier slices ended late: that phase's finding says why
     if n == 1:  # one instance: only a late start can be told apart (no stability to judge)
         if not late_[0]:
             return None
         msg = (f"{label}: block {top} finishes last because it starts late: it begins {_fmt(float(late[0]))} after the "
                f"median lane while its slice is within {_fmt(max(float(work[0]), 0))} of the median; look at what "
                "delays its start, not its work")
-        ev = f"last finisher's begin - median begin {_fmt(float(late[0]))} > its slice - median slice {_fmt(float(work[0]))}"
-        return Verdict("late_start", p["phase"], msg, ev, impact, True, {**base, "block": top, "cause": "late_start"})
+        ev = (f"last finisher's begin - median begin {_fmt(float(late[0]))} > its slice - median slice "
+              f"{_fmt(float(work[0]))}; nothing ran before it on its lane, or the gap before it is its own")
+        return late_verdict(msg, ev, top)
     if count / n >= th.stable_fraction:
         m = seq == top
         w, lt = float(work[m].mean()), float(late[m].mean())
         if late_[m].mean() > 0.5:
             msg = (f"{label}: block {top} is the last finisher in {count} of {n} instances because it starts late: "
                    f"it begins {_fmt(lt)} after the median lane while its slice is within {_fmt(max(w, 0))} of the "
-                   f"median; look at what delays its start (the phase before it, its launch or its SM), not its work")
-            ev = f"last finisher's begin - median begin {_fmt(lt)} > its slice - median slice {_fmt(w)}"
-            return Verdict("late_start", p["phase"], msg, ev, impact, True, {**base, "block": top, "cause": "late_start"})
-        cause = "work" if long_[m].mean() > 0.5 else ("both" if lt >= eps and w >= eps else "small")
-        advice = ("fix its share of the work" if cause == "work" else
-                  "it both starts late and works longer" if cause == "both" else
-                  "neither its work nor its start stands out; the margin is small")
+                   f"median; look at what delays its start (the gap before it on its own lane), not its work")
+            ev = (f"last finisher's begin - median begin {_fmt(lt)} > its slice - median slice {_fmt(w)}, and the gap "
+                  "before it on its lane exceeds the lanes' median gap by most of that")
+            return late_verdict(msg, ev, top)
+        if lag_[m].mean() > 0.5:
+            cause = "lag"
+            advice = ("it is behind by its own earlier slices, not a late start: fix its share of the work "
+                      "(its slices of the other phases too)")
+        else:
+            cause = "work" if long_[m].mean() > 0.5 else ("both" if lt >= eps and w >= eps else "small")
+            advice = ("fix its share of the work" if cause == "work" else
+                      "it both starts late and works longer" if cause == "both" else
+                      "neither its work nor its start stands out; the margin is small")
         msg = f"{label}: block {top} is the last finisher in {count} of {n} instances, {lead_txt}: a stable straggler; {advice}"
         ev = (f"same block last in {count}/{n} instances (ties count as that block); its slice exceeds the median by "
               f"{_fmt(w)} on average, its begin by {_fmt(lt)}")
-        return Verdict("stable_straggler", p["phase"], msg, ev, impact, True, {**base, "block": top, "cause": cause})
+        return Verdict("stable_straggler", p["phase"], msg, ev, impact, cause != "small",
+                       {**base, "block": top, "cause": cause}, claims, f"block {top}")
     min_run = max(2, math.ceil(0.1 * n))
     runs = [r for r in _runs(seq) if r[2] - r[1] + 1 >= min_run]
     covered = sum(r[2] - r[1] + 1 for r in runs)
@@ -203,26 +365,26 @@ def _last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                f"straggler ({int(long_.sum())} of {n} instances have a long last lane): fix each one's share of the "
                "work at those iterations")
         ev = f"runs of one last block of at least {min_run} instances cover {covered} of {n} instances"
-        return Verdict("straggler_change", p["phase"], msg, ev, impact, True, {**base, "segments": segs})
+        return Verdict("straggler_change", p["phase"], msg, ev, impact, True, {**base, "segments": segs}, claims)
     if long_.mean() >= th.stable_fraction:
         msg = (f"{label}: rotating imbalance: in {int(long_.sum())} of {n} instances one lane is long (the last "
                f"finisher's slice exceeds the median by {_fmt(float(work.mean()))} on average) and it is a "
                f"different lane each time ({p['distinct_last_blocks']} blocks); the cost is in the work assignment, "
                "not contention: balance the work of each iteration")
         ev = "last finisher's slice > imbalance threshold x the mean in most instances; no block is last for long"
-        return Verdict("rotating_imbalance", p["phase"], msg, ev, impact, True, base)
+        return Verdict("rotating_imbalance", p["phase"], msg, ev, impact, True, base, claims)
     if late_.mean() >= 0.5:
         msg = (f"{label}: the last finisher moves ({p['distinct_last_blocks']} blocks in {n} instances) and it is "
-               f"last because it starts late (begins {_fmt(float(late.mean()))} after the median lane on average): "
-               "the skew comes from before this phase")
-        ev = "last finisher's begin - median begin > its slice - median slice in most instances"
-        return Verdict("late_start", p["phase"], msg, ev, impact, True, {**base, "cause": "late_start"})
+               f"last because it starts late (begins {_fmt(float(late.mean()))} after the median lane on average, "
+               "after a gap of its own on its lane)")
+        ev = "last finisher's begin - median begin > its slice - median slice in most instances, by its own gap"
+        return late_verdict(msg, ev, None)
     msg = (f"{label}: the last finisher moves ({p['distinct_last_blocks']} blocks in {n} instances; the most "
            f"frequent, block {top}, in {count}) and no lane is long (its slice is {_fmt(float(work.mean()))} over "
            f"the median on average) yet the ends spread over {_fmt(p['mean_end_skew_ns'])}: contention or "
            "synchronization")
     ev = "no long lane and no late start in most instances; the last block changes"
-    return Verdict("moving_last_finisher", p["phase"], msg, ev, impact, True, base)
+    return Verdict("moving_last_finisher", p["phase"], msg, ev, impact, True, base, claims)
 
 
 def _skew(ctx, p, inst, on_path) -> Verdict | None:
@@ -234,38 +396,36 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
         return None
     skew = p["mean_start_skew_ns"]
     late = np.minimum(inst.excess_ns, np.maximum(inst.last_begin_ns - inst.begin_ns, 0))
-    impact = float(late[on_path].sum())
+    claims = ctx.claim_before(p["phase"], inst.k, late)
     with_prev = inst.prev_lanes > 0
     spread = (inst.lead_in_max_ns - inst.lead_in_min_ns)[with_prev]
+    incoming = incoming_causes(ctx, p["phase"])
     figs = {"mean_excess_ns": excess, "mean_wall_ns": mean_wall, "excess_fraction": excess / mean_wall,
             "mean_start_skew_ns": skew, "mean_end_skew_ns": p["mean_end_skew_ns"], "max_excess_ns": p["max_excess_ns"],
-            "sync_instances": p["sync_instances"], "wave_instances": p["wave_instances"], "tick_ns": ctx.tick}
+            "sync_instances": p["sync_instances"], "wave_instances": p["wave_instances"],
+            "incoming_waits": sorted(incoming), "tick_ns": ctx.tick}
     label, warn = ctx.label(p), True
     head = f"{label}: wall time exceeds the slowest lane's time by {_fmt(excess)} per instance ({excess / mean_wall:.0%})"
     if p["wave_instances"]:
-        cause, impact, warn = "waves", 0.0, False
+        cause, claims, warn = "waves", None, False
         msg = (f"{head}: its lanes ran in waves (blocks of later waves began after another block on their SM had "
                f"finished), so begins spread over {_fmt(skew)}; not a synchronization: see the tail finding")
         ev = f"{p['wave_instances']} of {n} instances hold blocks of a later wave"
-    elif not _aligned(p):
-        cause, impact, warn = "unaligned", 0.0, False
-        msg = (f"{head}: instances do not line up across lanes (a work list?), so the skew compares unrelated "
-               "work items; judge balance by per-lane totals")
-        ev = f"lanes ran {p['min_lane_instances']} to {p['max_lane_instances']} instances"
-    elif p["sync_instances"] * 2 >= max(int(with_prev.sum()), 1) and with_prev.any():
+    elif with_prev.any() and incoming & {"grid", "cluster"}:
         cause = "sync_release"
-        msg = (f"{head}: a slow release after the synchronization before it: every lane waits for the previous "
-               f"phase's last finisher, then begins up to {_fmt(skew)} apart")
-        ev = (f"in {p['sync_instances']} of {n} instances every lane began after the previous instance's last end; "
-              f"lead-in spread {_fmt(float(spread.mean()) if len(spread) else 0)}")
-    elif _carried(p, inst):  # the sync_release branch above has already been ruled out
-        cause, impact, warn = "carried_over", 0.0, False
+        what = "grid-wide barrier" if "grid" in incoming else "cluster barrier"
+        msg = (f"{head}: a slow release after the {what} before it: every lane waits for the previous phase's "
+               f"last finisher, then begins up to {_fmt(skew)} apart")
+        ev = (f"the waits into this phase are a {what} (docs: what a wait waited for); in {p['sync_instances']} of "
+              f"{n} instances every lane began after the previous instance's last end")
+    elif _carried(ctx, p, inst):
+        cause, claims, warn = "carried_over", None, False
         msg = (f"{head}: lanes begin right after their own previous slice, so the start skew ({_fmt(skew)}) is "
                "carried over from the previous phase's ends; its cause is upstream")
-        ev = (f"no synchronization evidenced; lead-in spread {_fmt(float(spread.mean()))} <= half the start skew "
-              f"{_fmt(skew)}")
+        ev = (f"no barrier evidenced before it; lead-in spread {_fmt(float(np.nan_to_num(spread).mean()))} <= half "
+              f"the start skew {_fmt(skew)}")
     elif p["depth"] > 0:
-        cause, impact, warn = "nested", 0.0, False
+        cause, claims, warn = "nested", None, False
         msg = (f"{head}: a nested phase: its begins follow its parent slices' ({_fmt(skew)} apart); judge the skew "
                "on the top-level phase")
         ev = f"depth {p['depth']}: inside another phase on every lane"
@@ -275,11 +435,14 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
         ev = "no lane ran anything before this phase"
     else:
         cause = "unexplained"
-        msg = (f"{head}: begins spread over {_fmt(skew)} with no synchronization evidenced and uneven gaps before "
-               "the phase")
-        ev = f"lead-in spread {_fmt(float(spread.mean()))}"
+        what = ", ".join(sorted(incoming)) or "none"
+        msg = (f"{head}: begins spread over {_fmt(skew)} with no barrier evidenced and uneven gaps before the phase "
+               f"(the gaps before it: {what}; see the wait findings)")
+        ev = f"lead-in spread {_fmt(float(np.nan_to_num(spread).mean()))}"
     figs["cause"] = cause
-    return Verdict("start_skew", p["phase"], msg, ev, impact, warn, figs)
+    impact = float(claims.sum()) if claims is not None else 0.0
+    key = "grid barrier" if cause == "sync_release" and "grid" in incoming else None
+    return Verdict("start_skew", p["phase"], msg, ev, impact, warn, figs, claims, key)
 
 
 def _idle(ctx, p) -> Verdict | None:
@@ -292,11 +455,11 @@ def _idle(ctx, p) -> Verdict | None:
     idle = [(int(b), int(g)) for l, b, g in zip(lt.lane.tolist(), lt.block.tolist(), lt.group.tolist())
             if g in groups and l not in mine]
     total = p["lanes"] + p["idle_lanes"]
-    impact = ctx.path_total(p["phase"]) * p["idle_lanes"] / total
-    names = ", ".join(f"block {b}" + (f" group {g}" if ctx.several_groups else "") for b, g in idle[:8])
+    claims = ctx.claim_phase(p["phase"], p["idle_lanes"] / total)
+    names = ", ".join(ctx.who(b, g) for b, g in idle[:8])
     more = f" and {len(idle) - 8} more" if len(idle) > 8 else ""
     msg = (f"{ctx.label(p)}: {p['idle_lanes']} of {total} lanes never ran this phase ({names}{more}): capacity "
            "left idle while the others work; give them a share")
     ev = "lanes of the phase's warp groups with slices of other phases and none of this one"
-    return Verdict("idle_lanes", p["phase"], msg, ev, impact, True,
-                   {"idle_lanes": p["idle_lanes"], "lanes": p["lanes"], "idle": [list(x) for x in idle[:64]]})
+    return Verdict("idle_lanes", p["phase"], msg, ev, float(claims.sum()), True,
+                   {"idle_lanes": p["idle_lanes"], "lanes": p["lanes"], "idle": [list(x) for x in idle[:64]]}, claims)
