@@ -79,6 +79,7 @@ def main() -> None:
         num_blocks=nb,
         cluster_size=CLUSTER,
         num_clusters=nb // CLUSTER,
+        all_blocks_resident_at_once_by_clock=bool(begin.max() < end.min()),
         cluster_size_by_gpu=sorted(set(size.tolist())),
         block_cluster_id=cid.tolist(),
         block_cluster_rank=rank.tolist(),
@@ -100,6 +101,15 @@ def main() -> None:
         wait_after_exchange_ns_by_clock=wait_x.tolist(),
         partner_wait_after_compute_ns_by_clock=wait_c[partner].tolist(),
         others_wait_after_compute_ns_max_by_clock=int(wait_c[others].max()),
+        must_report=[
+            f"block {SLOW_BLOCK} is the last 'compute' finisher in every iteration (stable: fix its "
+            "share of the work)",
+            f"its cluster partner, block {partner}, waits for it after 'compute' every iteration, about "
+            f"{SLOW_MULT - 1}x a normal 'compute'",
+            "the wait is local to one cluster: the other blocks do not wait and run ahead (no grid barrier)",
+        ],
+        must_not_report=["a grid-wide synchronization wait on every block",
+                         f"block {partner} as slow (its 'compute' is a normal one; it only waits)"],
         occupancy_api=api,
         occupancy_limits=limits,
         max_blocks_concurrent_on_one_sm=int(per_sm_max.max()),

@@ -84,9 +84,13 @@ def occupancy_api(kern, threads: int, shared_bytes: int, *, cluster_grid: int | 
                        "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
                 out["carveout_percent"] = carveout
             n = ctypes.c_int(-1)
-            _check(lib, lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), fn, threads, shared_bytes),
-                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            out["blocks_per_sm"] = int(n.value)
+            try:
+                _check(lib, lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), fn, threads,
+                                                                            shared_bytes),
+                       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+                out["blocks_per_sm"] = int(n.value)
+            except RuntimeError as e:
+                out["error"] = str(e)
             if cluster_grid is not None:
                 out["max_active_clusters"] = None
                 cfg = _LaunchConfig(cluster_grid, 1, 1, threads, 1, 1, shared_bytes, None, None, 0)

@@ -73,6 +73,7 @@ def main() -> None:
         f"the consumer waits at FULL before every tile, the producer never waits at EMPTY.",
         num_blocks=nb,
         groups=GROUPS,
+        all_blocks_resident_at_once_by_clock=bool(begin.max() < end.min()),
         group_names=EVENTS,
         tiles=TILES,
         slots=SLOTS,
@@ -92,6 +93,13 @@ def main() -> None:
         expected_consumer_idle_first_tile="about one 'produce' (the consumer has nothing before tile 0 is made)",
         producer_busy_fraction_median=round(float(np.median(busy[:, 0])), 4),
         consumer_busy_fraction_median=round(float(np.median(busy[:, 1])), 4),
+        must_report=[
+            "the producer group (group 0, 'produce') bounds every block: its lane is busy nearly all the time",
+            f"the consumer group (group 1, 'consume') idles about produce - consume "
+            f"({expected_idle / 1e3:.1f} us) before every tile: it waits on the producer",
+        ],
+        must_not_report=["the consumer as the bottleneck", "the producer waiting on the consumer",
+                         "the consumer's idle as load imbalance between blocks"],
         lane_events={"group0": ["produce"] * TILES, "group1": ["consume"] * TILES},
         expected_record_sequence_per_lane={"group0": f"(produce B, produce E) x {TILES}",
                                            "group1": f"(consume B, consume E) x {TILES}"},

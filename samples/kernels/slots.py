@@ -102,6 +102,15 @@ def main() -> None:
         blocks_per_sm_note="blocks_per_sm_observed_max counts every block an SM ran over the kernel; "
                            "max_blocks_concurrent_on_one_sm counts those running at once",
         work_equal_on_every_block=True,
+        must_report=[
+            f"{BLOCKS_PER_SM} blocks resident per SM: {slots} slots, {nb / slots} waves of them",
+            f"a partial last wave: {last_wave_blocks} blocks in {slots} slots ({last_wave_blocks / slots:.0%} "
+            f"filled); the kernel spans about {math.ceil(nb / slots)} block lengths for {nb / slots} of work, "
+            f"{1 - (nb / slots) / math.ceil(nb / slots):.1%} of its span lost to the last wave",
+        ],
+        must_not_report=["a straggler, load imbalance or a slow block (the work is uniform)",
+                         "late start of the later waves' blocks (they wait for a free slot, not for anything "
+                         "of their own)"],
         phases_per_block=EVENTS,
         expected_record_sequence_per_lane="load B, load E, compute B, compute E",
     )

@@ -62,6 +62,7 @@ def main() -> None:
         f"late, with the same work as its class.",
         num_blocks=nb,
         synchronization_between_blocks="none",
+        all_blocks_resident_at_once_by_clock=bool(begin.max() < end.min()),
         a_fmas=A_FMAS,
         b_fmas=B_FMAS,
         untimed_where="on every lane, between the end of 'a' and the begin of 'b', outside any probe",
@@ -81,6 +82,15 @@ def main() -> None:
         waits_on_other_blocks=False,
         expected_last_block=LATE_BLOCK,
         last_block_cause="late start: the spin before its first probe, not longer work and not a wait",
+        must_report=[
+            "the gap between 'a' and 'b' on every lane is work of the lane itself outside the probes "
+            f"(untimed), {UNTIMED_BASE} x (1 + block % {UNTIMED_CLASSES}) FMAs: 1x to 4x by block",
+            f"block {LATE_BLOCK} starts late (its first probe about {SPIN_NS} ns after the others') and ends "
+            "the kernel because of it",
+        ],
+        must_not_report=["the a->b gaps as waits on other blocks (nothing synchronizes the blocks)",
+                         f"block {LATE_BLOCK} as a straggler or load imbalance (its phases are everyone's)",
+                         "the blocks with more untimed work as late starters"],
         phases_per_block=EVENTS,
         expected_record_sequence_per_lane="a B, a E, b B, b E",
     )
