@@ -11,7 +11,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..filetypes import buffer_stem
 from ..model import Launch
-from ..sidecar import MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path
+from ..sidecar import (MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path,
+                       text_problem)
 
 __all__ = ["build_launch", "parse_names"]
 
@@ -26,6 +27,9 @@ def parse_names(value) -> tuple[list[str] | None, str | None]:
         for i, n in enumerate(names):
             if len(n) > MAX_NAME_CHARS:
                 raise InputError(f"name {i} is {len(n):,} characters long; a name may have at most {MAX_NAME_CHARS}")
+            if text_problem(n):
+                raise InputError(f"name {i} ({n.encode('utf-8', 'backslashreplace').decode()!r}) {text_problem(n)}; "
+                                 "give names as UTF-8 text")
     return names, source
 
 
