@@ -1,4 +1,5 @@
-// Thread-block clusters of 2 (__cluster_dims__(2, 1, 1)), persistent: every block runs `iters` iterations of
+// Thread-block clusters of 2 (__cluster_dims__(2, 1, 1)), one block per SM (the launch asks for more than half
+// an SM's shared memory; an SM pair of a GPC holds a cluster), persistent: every block runs `iters` iterations of
 // 'compute' (compute_fmas dependent FMAs, slow_mult times as many on slow_block; the result stored in its own
 // shared memory) then 'exchange' (read the partner block's result through distributed shared memory, store
 // to global memory), with a cluster barrier (barrier.cluster via cooperative_groups) after each phase,
@@ -30,12 +31,13 @@ constexpr int kThreads = 128;
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
     cluster_pairs(uint64_t* profiler_buffer, float* out, uint64_t* begin_ns, uint64_t* end_ns, int* block_smid,
                   int* block_cluster, uint64_t* sync_ns, int iters, int compute_fmas, int slow_block, int slow_mult) {
+  extern __shared__ float4 smem_dyn[];  // only to hold one block per SM
   __shared__ float seed[kThreads];
   __shared__ float result[kThreads];
   [[maybe_unused]] ProfilerParams params{profiler_buffer};
   [[maybe_unused]] ProfilerClosure closure;
   gt_block_begin(begin_ns, block_smid);
-  PROFILER_INIT(params, seed, closure, 0, 1, threadIdx.x == 0);
+  PROFILER_INIT(params, smem_dyn, closure, 0, 1, threadIdx.x == 0);
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned b = blockIdx.x, t = threadIdx.x;
   const unsigned rank = cluster.block_rank();

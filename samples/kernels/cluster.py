@@ -2,9 +2,9 @@
 
     ktrace run samples/kernels/cluster.py [--name cluster_run2]
 
-SMs blocks (132 on an H200) in clusters of 2 (the kernel's __cluster_dims__(2, 1, 1)), persistent: 8
-iterations of 'compute' then 'exchange' (read the partner's result through distributed shared memory), a
-cluster barrier after each phase, outside the probes, and no grid barrier. Block 17 has 3x the compute in
+SMs blocks (132 on an H200), one per SM, in clusters of 2 (the kernel's __cluster_dims__(2, 1, 1)),
+persistent: 8 iterations of 'compute' then 'exchange' (read the partner's result through distributed shared
+memory), a cluster barrier after each phase, outside the probes, and no grid barrier. Block 17 has 3x the compute in
 every iteration: its partner (block 16) waits for it at the barrier after 'compute' each iteration; every
 other cluster's two blocks finish together and do not wait, and run ahead of the pair (nothing holds them).
 """
@@ -17,7 +17,7 @@ from ktrace.capture import BUFFER, CudaKernel, device, profile
 from occupancy import max_concurrent_per_sm, occupancy_api, occupancy_from_limits
 from sample_checks import last_finishers
 from shapes_common import (HERE, THREADS, BlockClock, clock_checks, clock_truth, decode_saved, finish,
-                           parse_name)
+                           one_block_per_sm_smem, parse_name)
 
 CLUSTER, ITERS = 2, 8
 SLOW_BLOCK, SLOW_MULT = 17, 3
@@ -32,9 +32,10 @@ def main() -> None:
     dev = device()
     sms = dev.multiprocessors
     nb = sms - sms % CLUSTER
-    kern = CudaKernel.from_file(HERE / "cluster.cu", "cluster_pairs")
-    api = occupancy_api(kern, THREADS, 0, cluster_grid=nb, carveout=None)
-    limits = occupancy_from_limits(kern.instrumented, THREADS, 0)
+    smem = one_block_per_sm_smem()
+    kern = CudaKernel.from_file(HERE / "cluster.cu", "cluster_pairs", shared_bytes=smem)
+    api = occupancy_api(kern, THREADS, smem, cluster_grid=nb, carveout=None)
+    limits = occupancy_from_limits(kern.instrumented, THREADS, smem)
     out = gpuarray.zeros(nb * ITERS * THREADS, np.float32)
     block_cluster = gpuarray.zeros(nb * 3, np.int32)
     sync_ns = gpuarray.zeros(nb * ITERS * 4, np.uint64)
@@ -46,7 +47,7 @@ def main() -> None:
         block_cluster.fill(np.int32(-1))
         sync_ns.fill(np.uint64(0))
 
-    cap = profile(kern, grid=(nb, 1, 1), block=(THREADS, 1, 1),
+    cap = profile(kern, grid=(nb, 1, 1), block=(THREADS, 1, 1), shared_bytes=smem,
                   args=[BUFFER, out, *clk.args, block_cluster, sync_ns, np.int32(ITERS), np.int32(COMPUTE_FMAS),
                         np.int32(SLOW_BLOCK), np.int32(SLOW_MULT)],
                   max_events_per_lane=capacity, event_names=EVENTS, name=name, before_capture=reset)
@@ -70,7 +71,8 @@ def main() -> None:
     per_sm_max = max_concurrent_per_sm(begin, end, smid, sms)
     truth = clock_truth(begin, end, smid)
     truth.update(
-        description=f"{nb} blocks x {THREADS} threads in clusters of {CLUSTER} (__cluster_dims__), persistent: "
+        description=f"{nb} blocks x {THREADS} threads in clusters of {CLUSTER} (__cluster_dims__), one per SM "
+        f"({smem} B dynamic shared memory), persistent: "
         f"{ITERS} iterations of 'compute' ({COMPUTE_FMAS} dependent FMAs; {SLOW_MULT}x on block {SLOW_BLOCK}) then "
         f"'exchange' (the partner's result read through distributed shared memory), a cluster barrier "
         f"(barrier.cluster) after each phase outside the probes, no grid barrier. Block {SLOW_BLOCK}'s partner "
@@ -111,6 +113,7 @@ def main() -> None:
         must_not_report=["a grid-wide synchronization wait on every block",
                          f"block {partner} as slow (its 'compute' is a normal one; it only waits)"],
         occupancy_api=api,
+        max_active_clusters_by_occupancy_api=api.get("max_active_clusters"),
         occupancy_limits=limits,
         max_blocks_concurrent_on_one_sm=int(per_sm_max.max()),
         phases_per_iter=EVENTS,
