@@ -177,6 +177,20 @@ def test_compressed_runs_are_deterministic_gzip(tmp_path):
     assert read_sidecar(a.sidecars[0])["buffer"]["file"] == "gz_run1.bin.gz"
 
 
+def test_runs_of_the_same_inputs_diff_as_one_kernel(tmp_path):
+    """ktrace reads the saved runs like its own captures: the .bin.gz with its sidecar, and diff sees one
+    kernel (named after the capture, not the run) with the control timings."""
+    import ktrace
+
+    be, buf, prof, ctrl, _ = _setup()
+    rec = record_runs(prof, ctrl, buf, runs=2, reps=4, warmup=1, event_names=EVENTS, name="same", out_dir=tmp_path,
+                      backend=be, keep_entries=64, compress=True, spin_us=1)
+    d = ktrace.decode(rec.bins[0])
+    assert d.launch.kernel == "same" and list(d.launch.event_names) == EVENTS and len(d.slices) == 8
+    diff = ktrace.diff(rec.bins[0], rec.bins[1])
+    assert diff.before_kernel == diff.after_kernel == "same"
+
+
 def test_bad_arguments_are_input_errors(tmp_path):
     be, buf, prof, ctrl, _ = _setup()
     with pytest.raises(InputError):

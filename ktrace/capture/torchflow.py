@@ -266,7 +266,7 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
         stem = f"{name}_run{k}"
         path = out / (stem + (".bin.gz" if compress else ".bin"))
         _write_buffer(words, path, compress)
-        meta = _sidecar(words, path.name, stem, names, list(group_names), host_ns, device, rec.timing, reps_us,
+        meta = _sidecar(words, path.name, stem, name, names, list(group_names), host_ns, device, rec.timing, reps_us,
                         dict(kernel=kernel, grid=grid, block=block, num_blocks=num_blocks, num_groups=num_groups,
                              group_of_thread=group_of_thread, timer=timer),
                         workload, ground_truth, dict(run=k, runs=runs, buffer_words_allocated=total,
@@ -279,14 +279,14 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
     return rec
 
 
-def _sidecar(words, file_name, stem, event_names, group_names, host_ns, device, timing, reps_us, launch, workload,
+def _sidecar(words, file_name, stem, name, event_names, group_names, host_ns, device, timing, reps_us, launch, workload,
              ground_truth, checks) -> dict:
     from .._version import __version__
 
     hb, hg = _header(words[0])
     nb = int(launch["num_blocks"]) if launch["num_blocks"] is not None else hb
     ng = int(launch["num_groups"]) if launch["num_groups"] is not None else hg
-    meta: dict = {"schema": SCHEMA, "sample": stem, "kernel": launch["kernel"] or stem, "producer": "flashinfer"}
+    meta: dict = {"schema": SCHEMA, "sample": stem, "kernel": launch["kernel"] or name, "producer": "flashinfer"}
     if launch["grid"] is not None:
         meta["grid"] = [int(x) for x in launch["grid"]]
     if launch["block"] is not None:
