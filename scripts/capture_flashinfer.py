@@ -268,7 +268,8 @@ def mla_plan_truth(wr, qo_lens, kv_lens, num_heads):
     return {
         "source": "MLA planner (MLAPlan, fa3), read from the backend's pinned int workspace",
         "grid": [nbx, nby, 1], "cluster_size": nbx,
-        "cta_of_block": f"block b = blockIdx.y * {nbx} + blockIdx.x; cluster blockIdx.y = b // {nbx} owns the work list",
+        "cta_of_block": (f"block b = blockIdx.y * {nbx} + blockIdx.x; cluster blockIdx.y = b // {nbx} owns the "
+                         "work list"),
         "work_items": total, "split_items": int(split.sum()),
         "split_requests": sorted(set(int(r) for r in req[split])),
         "merge_ctas": merge_ctas, "split_k_has_work": merge_ctas > 0,
@@ -371,7 +372,18 @@ def capture(name, kind, w, args, torch, record_runs):
         log(f"  {name}: WARNING header words {rec.headers} differ from the plan's grid ({nb} blocks x {ng} groups)")
     if any(rec.records_past_kept):
         log(f"  {name}: WARNING records past the kept {args.keep} words: {rec.records_past_kept} (raise --keep)")
-    row = {"name": name, "header": [list(h) for h in rec.headers], "expected": [nb, ng],
+    decoded = {}
+    try:  # ktrace reads what was saved (numpy only): slices, instants and anomalies of each run
+        import ktrace
+
+        for b in rec.bins:
+            d = ktrace.decode(b)
+            decoded.setdefault("slices", []).append(len(d.slices))
+            decoded.setdefault("anomalies", []).append(len(d.anomalies))
+    except Exception as e:  # noqa: BLE001 - the capture stands; the lead engineer reads the log
+        decoded["problem"] = f"{type(e).__name__}: {e}"
+        log(f"  {name}: ktrace.decode failed on the saved run: {decoded['problem']}")
+    row = {"name": name, "header": [list(h) for h in rec.headers], "expected": [nb, ng], "decoded": decoded,
            "records": rec.records, "records_past_kept": rec.records_past_kept,
            "profiled_us": round(t.with_profiler.median_us, 2), "control_us": round(t.without_profiler.median_us, 2),
            "ratio": round(t.overhead_ratio, 3), "plan": truth is not None,
@@ -425,6 +437,19 @@ def parallel_builds(kinds, results: Path) -> None:
         if rc != 0:
             tail = Path(f.name).read_text(errors="replace")[-2000:]
             log("    " + tail.replace("\n", "\n    "))
+
+
+def print_table(rows) -> None:
+    log(f"{'capture':30s} {'header nb x ng':>14s} {'records':>8s} {'past':>5s} {'slices':>7s} {'anom':>5s} "
+        f"{'prof us':>9s} {'ctrl us':>9s} {'ratio':>6s} {'plan':>5s} {'heaviest':>9s} {'x mean':>7s}")
+    for r in rows:
+        hb, hg = r["header"][0]
+        same = all(h == r["header"][0] for h in r["header"])
+        log(f"{r['name']:30s} {f'{hb} x {hg}' + ('' if same else '*'):>14s} {r['records'][0]:>8d} "
+            f"{max(r['records_past_kept']):>5d} {str((r['decoded'].get('slices') or ['-'])[0]):>7s} "
+            f"{str((r['decoded'].get('anomalies') or ['-'])[0]):>5s} {r['profiled_us']:>9.2f} "
+            f"{r['control_us']:>9.2f} {r['ratio']:>6.3f} {str(r['plan']):>5s} {str(r['heaviest']):>9s} "
+            f"{str(r['heaviest_over_mean']):>7s}")
 
 
 def main() -> int:
@@ -485,14 +510,7 @@ def main() -> int:
     (args.results / "summary.json").write_text(json.dumps({"rows": rows, "failed": failed,
                                                            "seconds": round(time.time() - t0, 1)}, indent=1))
     log("")
-    log(f"{'capture':30s} {'header nb x ng':>14s} {'records':>8s} {'past':>5s} {'prof us':>9s} {'ctrl us':>9s} "
-        f"{'ratio':>6s} {'plan':>5s} {'heaviest':>9s} {'x mean':>7s}")
-    for r in rows:
-        hb, hg = r["header"][0]
-        same = all(h == r["header"][0] for h in r["header"])
-        log(f"{r['name']:30s} {f'{hb} x {hg}' + ('' if same else '*'):>14s} {r['records'][0]:>8d} "
-            f"{max(r['records_past_kept']):>5d} {r['profiled_us']:>9.2f} {r['control_us']:>9.2f} {r['ratio']:>6.3f} "
-            f"{str(r['plan']):>5s} {str(r['heaviest']):>9s} {str(r['heaviest_over_mean']):>7s}")
+    print_table(rows)
     log(f"{len(rows)} captured, {len(failed)} failed {failed}, {time.time() - t0:.0f} s")
     return 1 if failed else 0
 

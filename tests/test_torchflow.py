@@ -263,3 +263,75 @@ def test_torch_backend_on_cpu_tensors():
     if hasattr(torch, "uint64"):
         u = torch.zeros(4, dtype=torch.uint64)
         assert be.to_host(u, 4).tolist() == [0, 0, 0, 0]
+
+
+def _script():
+    import importlib.util
+
+    path = torchflow.Path(__file__).resolve().parent.parent / "scripts" / "capture_flashinfer.py"
+    spec = importlib.util.spec_from_file_location("capture_flashinfer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Pinned:
+    """Stands for the wrappers' pinned int workspace: int32 arrays placed at 16-byte aligned offsets."""
+
+    def __init__(self, size=1 << 14):
+        self.raw = np.zeros(size, dtype=np.uint8)
+        self.at = 256
+
+    def put(self, vals) -> int:
+        a = np.asarray(vals, dtype=np.int32)
+        off = self.at
+        self.raw[off:off + a.nbytes] = a.view(np.uint8)
+        self.at += (a.nbytes + 15) // 16 * 16 + 16
+        return off
+
+    def numpy(self):
+        return self.raw
+
+
+def test_batch_attention_plan_is_read_per_cta():
+    """HolisticPlanInfo<2>'s vector and arrays as scheduler.cuh lays them out: 4 CTAs, request 0 (prefill) split
+    into two chunks on CTAs 0 and 2, five decode items."""
+    cf = _script()
+    pin = _Pinned()
+    info = [1, 4]
+    tasks = [dict(q=[0, 0], kv=[0, 0], part=[0, 17], ql=[17, 17], kl=[1000, 1000], qs=[0, 0], ks=[0, 512],
+                  ke=[512, 1000], kh=[0, 0], wi=[0, 1, 1, 2, 2]),
+             dict(q=[17, 18, 19, 17, 18], kv=[0] * 5, part=[0] * 5, ql=[1] * 5, kl=[100] * 5, qs=[0] * 5,
+                  ks=[0] * 5, ke=[100] * 5, kh=[0, 0, 0, 1, 1], wi=[0, 1, 3, 4, 5])]
+    for t in tasks:
+        info += [pin.put(t[k]) for k in ("q", "kv", "part", "ql", "kl", "qs", "ks", "ke", "kh", "wi")]
+    info += [pin.put([256, 1024]), 0, 0, pin.put([0, 2, 4]), pin.put([0, 1]), pin.put([17])]
+    wr = type("W", (), {"_plan_info": info, "page_locked_int_workspace_buffer": pin})()
+    tr = cf.ba_plan_truth(wr, [17, 1, 1, 1], [1000, 100, 100, 100], 1, 7)
+    assert tr["grid"] == [1, 4, 1] and tr["kv_len_limit_per_task"] == {"prefill": 256, "decode": 1024}
+    assert tr["items_per_cta"] == [2, 2, 2, 1] and tr["kv_tokens_per_cta"] == [612, 200, 588, 100]
+    assert tr["tasks"]["prefill"]["split_requests"] == [0] and tr["tasks"]["decode"]["items_per_cta"] == [1, 2, 1, 1]
+    assert tr["tasks"]["decode"]["work_list"]["request"] == [1, 2, 3, 1, 2]
+    assert tr["planned_cost_per_cta"] == [2 * 128 + 512 + 32 + 100, 2 * (32 + 100), 256 + 488 + 132, 132]
+    assert tr["heaviest_cta"] == 0 and tr["reduction_has_work"] and tr["idle_ctas"] == []
+    json.dumps(tr)  # goes into the sidecar as is
+
+
+def test_mla_plan_is_read_per_cluster_and_block():
+    """MLAPlanInfo's 18 words: 3 clusters of 2 CTAs; cluster 1 gets nothing; request 1 split in two."""
+    cf = _script()
+    pin = _Pinned()
+    v = dict(q=[0, 1, 1], kv=[0, 0, 0], part=[-1, 0, 64], ql=[1, 1, 1], kl=[100, 3000, 3000], qs=[0, 0, 0],
+             ks=[0, 0, 2048], ke=[100, 2048, 3000])
+    info = [2, 3, pin.put(v["q"]), pin.put(v["kv"]), pin.put(v["part"]), pin.put([0, 5, 0, 0, 0, 0]),
+            pin.put([0, 9, 0, 0, 0, 0]), pin.put([0] * 6), pin.put([0] * 6), pin.put([0] * 6), pin.put(v["ql"]),
+            pin.put(v["kl"]), pin.put(v["qs"]), pin.put(v["ks"]), pin.put(v["ke"]), pin.put([0, 2, 2, 3]), 0, 0]
+    backend = type("B", (), {"_plan_info": info, "_pin_memory_int_workspace_buffer": pin})()
+    wr = type("W", (), {"_planned_backend": backend})()
+    tr = cf.mla_plan_truth(wr, [1, 1, 1], [100, 3000, 3000], 128)
+    assert tr["grid"] == [2, 3, 1] and tr["work_items"] == 3 and tr["split_requests"] == [1]
+    assert tr["items_per_cluster"] == [2, 0, 1] and tr["items_per_block"] == [2, 2, 0, 0, 1, 1]
+    assert tr["kv_tokens_per_block"] == [2148, 2148, 0, 0, 952, 952]
+    assert tr["idle_blocks"] == [2, 3] and tr["merge_ctas"] == 1 and tr["heaviest_cluster"] == 0
+    assert cf.statements("mla", {"kv_lens": [1024] * 4}, tr)[-1].startswith("the plan leaves 2 CTA(s) without work")
+    json.dumps(tr)

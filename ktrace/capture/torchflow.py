@@ -82,7 +82,8 @@ class TorchBackend:
             return
         if self._cycles_per_us is None:
             rate = getattr(self.torch.cuda.get_device_properties(self.device), "clock_rate", 0)  # kHz, if torch has it
-            self._cycles_per_us = (rate / 1000.0) if rate else 2000.0
+            mhz = rate / 1000.0 if rate else 0.0
+            self._cycles_per_us = mhz if 300.0 <= mhz <= 5000.0 else 2000.0  # an unlikely figure: assume 2 GHz
         self.torch.cuda._sleep(int(us * self._cycles_per_us))
 
     @staticmethod
