@@ -8,7 +8,12 @@
     ktrace.query / diff / check / merge / analyze_gpus   # the other commands' work (ktrace.api)
 """
 
-from .analysis import Analysis, Thresholds
+from ._interrupt import is_command as _is_command, quiet_interrupts as _quiet_interrupts
+
+if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not a traceback
+    _quiet_interrupts()
+
+from .analysis import Analysis, Thresholds  # noqa: E402
 from .api import (AnnotatedTrace, ConvertResult, MergedTrace, analyze, analyze_gpus, annotate, check, convert, diff,
                   inspect, merge, query, rule_book)
 from .decoding import decode, load_buffer

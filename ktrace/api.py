@@ -396,6 +396,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
     if engine == "numpy" and _is_trace_source(source):
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
                          "processor (--engine wasm or native)")
+    check_output(path, [source, *_sidecar_given(decode_options)], "annotated trace", "--trace")
     with ExitStack() as stack:
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder

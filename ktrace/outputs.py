@@ -11,7 +11,10 @@ from pathlib import Path
 from .errors import InputError
 from .filetypes import sibling
 
-__all__ = ["check_output", "cannot_write", "write_atomically"]
+__all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "PLOT_SUFFIXES"]
+
+# What --plot can write (matplotlib's raster and vector formats a person opens).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -21,9 +24,20 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output(out, inputs=(), what: str = "output") -> Path:
+def planted_link(path) -> bool:
+    """A symbolic link to a file (or to nothing yet): writing through it would write wherever it points. A link
+    to a terminal, a pipe or /dev/null (``/dev/stdout``, the system's own links) is not one."""
+    if not os.path.islink(path) or os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return False
+    real = os.path.realpath(path)
+    return not os.path.exists(real) or os.path.isfile(real) or os.path.isdir(real)
+
+
+def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffixes=None) -> Path:
     """Returns ``out`` as a Path, or raises InputError when it is an input (or an input's ``.json`` sidecar,
-    through any link), a folder, in a folder that does not exist, or in one this user cannot write."""
+    through any link), a symbolic link to a file (never written through), a folder, in a folder that does not
+    exist, or in one this user cannot write; with ``suffixes``, when its name ends with none of them.
+    ``option`` names the option in the fix (``-o``, ``--plot``)."""
     out = Path(out)
     for src in inputs:
         if not isinstance(src, (str, os.PathLike)):
@@ -33,18 +47,38 @@ def check_output(out, inputs=(), what: str = "output") -> Path:
             if protected.exists() and _same_file(out, protected):
                 kind = "input" if protected == src else f"sidecar of the input {src}"
                 raise InputError(f"{out}: that is the {kind}; writing the {what} there would destroy it: "
-                                 "choose another -o")
+                                 f"choose another {option}")
+    if planted_link(out):
+        raise InputError(f"{out}: is a symbolic link; ktrace never writes through one (it could point anywhere): "
+                         f"remove it or choose another {option}")
     if out.is_dir():
-        raise InputError(f"{out}: is a folder; give a file name for the {what}, e.g. -o {out / 'out.perfetto-trace'}")
+        example = out / ("out" + (suffixes[0] if suffixes else ".perfetto-trace"))
+        raise InputError(f"{out}: cannot write the {what} there: it is a folder; give a file name, e.g. {option} "
+                         f"{example}")
+    if suffixes and not out.name.lower().endswith(tuple(suffixes)):
+        raise InputError(f"{out}: {option} writes one of {', '.join(suffixes)} (by the name's ending); give the "
+                         f"{what} such a name, e.g. {option} {out.with_name(out.stem + suffixes[0])}")
     parent = out.parent
     if not parent.is_dir():
         raise InputError(f"{out}: the folder {parent} does not exist; create it (mkdir -p {parent}) or choose "
-                         "another -o")
+                         f"another {option}")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{out}: cannot write in the folder {parent} (permission denied); choose another -o")
+        raise InputError(f"{out}: cannot write in the folder {parent} (permission denied); choose another {option}")
     if out.exists() and not os.access(out, os.W_OK) and not os.access(parent, os.W_OK):
-        raise InputError(f"{out}: cannot replace it (permission denied); choose another -o")
+        raise InputError(f"{out}: cannot replace it (permission denied); choose another {option}")
     return out
+
+
+def check_outputs(outputs, inputs) -> None:
+    """Every output of a command checked before any work (``check_output``): outputs is ``[(path, what,
+    option, suffixes)]``, inputs every file the command reads. Two outputs on one file are refused too."""
+    seen: dict = {}
+    for path, what, option, suffixes in outputs:
+        out = check_output(path, inputs, what, option, suffixes)
+        for other, opt in seen.items():
+            if other.exists() and out.exists() and _same_file(out, other) or os.path.abspath(out) == os.path.abspath(other):
+                raise InputError(f"{out}: {opt} and {option} would both write it; give each its own file")
+        seen[out] = option
 
 
 def cannot_write(out, e: OSError, what: str = "output") -> InputError:

@@ -9,11 +9,12 @@ knows (device, calibration, the read-back buffer) and writes it through ``write_
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["SCHEMA", "sidecar_path", "read_sidecar", "write_sidecar", "launch_fields", "read_names_file"]
+__all__ = ["SCHEMA", "text_problem", "sidecar_path", "read_sidecar", "write_sidecar", "launch_fields", "read_names_file"]
 
 SCHEMA = "ktrace.launch/1"
 # Bounds on what a sidecar may say (a name is shown on every slice: one 10 MB name multiplies by the slices).
@@ -21,16 +22,35 @@ MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 4096
 MAX_NAMES = 4096
 _INT64 = 2**63
+# A time anchor places each lane's first record within 2^31 ns of it: a smaller one would put records before
+# time 0. A real one (a %globaltimer read, the host clock) is Unix ns, about 1.7e18.
+MIN_ANCHOR_NS = 2**31
+_ANCHORS = (("timer", "anchor_ns"), ("timer_anchor_ns",), ("anchor_ns",), ("globaltimer_anchor_ns",),
+            ("launch_globaltimer_ns",), ("host_launch_unix_ns",))
 # Numbers the decoder uses, by path: (smallest, largest).
 _RANGES = {
     ("timer", "tick_ns"): (1, 10**9), ("timer_tick_ns",): (1, 10**9),
-    ("timer", "anchor_ns"): (-_INT64, _INT64 - 1), ("timer_anchor_ns",): (-_INT64, _INT64 - 1),
-    ("host_launch_unix_ns",): (0, _INT64 - 1),
+    **{keys: (0, _INT64 - 1) for keys in _ANCHORS},
     ("device", "multiprocessors"): (1, 1 << 20),
     ("buffer", "records_per_lane_capacity"): (0, 1 << 40),
     ("timer", "probe_cost_ns"): (0, 10**9),
     ("timer", "offset_to_reference_ns"): (-_INT64, _INT64 - 1),
 }
+
+
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def text_problem(text: str) -> str:
+    """What makes a string unusable as a name ("" if nothing): a lone surrogate (not text: it cannot be
+    written as UTF-8, e.g. a byte that was not UTF-8 on the command line) or a NUL (numpy's strings drop a
+    trailing one, merging two names)."""
+    m = _NOT_TEXT.search(text)
+    if m is None:
+        return ""
+    c = ord(m.group())
+    what = "a NUL character" if c == 0 else f"a lone surrogate (\\u{c:04x}: not UTF-8 text)"
+    return f"holds {what} at position {m.start()}"
 
 
 def sidecar_path(buffer_path: str | Path) -> Path:
@@ -84,17 +104,29 @@ def _bounds_problem(meta: dict) -> str:
             if len(name) > MAX_NAME_CHARS:
                 return (f"'{key}'[{i}] is {len(name):,} characters long; a name may have at most "
                         f"{MAX_NAME_CHARS}")
+        for i, name in enumerate(names):
+            if text_problem(name):
+                return f"'{key}'[{i}] {text_problem(name)}"
     for key in ("kernel", "producer"):
         v = meta.get(key)
+        if isinstance(v, str) and text_problem(v):
+            return f"'{key}' {text_problem(v)}"
         if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
             return f"'{key}' is {len(v):,} characters long; at most {MAX_TEXT_CHARS:,}"
     dev = meta.get("device")
+    if isinstance(dev, dict) and isinstance(dev.get("name"), str) and text_problem(dev["name"]):
+        return f"'device.name' {text_problem(dev['name'])}"
     if isinstance(dev, dict) and isinstance(dev.get("name"), str) and len(dev["name"]) > MAX_TEXT_CHARS:
         return f"'device.name' is {len(dev['name']):,} characters long; at most {MAX_TEXT_CHARS:,}"
     for keys, (lo, hi) in _RANGES.items():
         v = _get(meta, *keys)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not lo <= v <= hi:
             return f"'{'.'.join(keys)}' is {v!r}; it must be between {lo:,} and {hi:,}"
+    for keys in _ANCHORS:
+        v = _get(meta, *keys)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < MIN_ANCHOR_NS:
+            return (f"'{'.'.join(keys)}' is {v!r}; a time anchor is Unix ns (about 1.7e18 today: a %globaltimer or "
+                    f"host clock read at launch), at least {MIN_ANCHOR_NS:,}, or 0 for none")
     for key in ("grid", "block"):
         v = meta.get(key)
         if isinstance(v, list) and any(isinstance(x, int) and not 0 <= x < 2**32 for x in v):

@@ -114,7 +114,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         if name is None:
             self.send_error(403, f"ktrace view answers only http://{HOST}:{self.server.server_address[1]}")
             return None
-        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path, errors="surrogatepass")
+        if any(ord(c) < 0x20 or ord(c) == 0x7f for c in path) or any("\ud800" <= c <= "\udfff" for c in path):
+            self.send_error(400, "a path with control characters is no file of the UI")  # a NUL: no open()
+            return None
         if path == "/open":
             # The trace URL must be absolute: built from our own name for the host the browser used (never
             # from the request's text) and our port.
@@ -167,9 +170,13 @@ class _Server(http.server.ThreadingHTTPServer):
 
     def handle_error(self, request, client_address):
         # A browser that closes a tab or cancels a fetch, or a connection that timed out, is routine.
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
             return
-        super().handle_error(request, client_address)
+        # Anything else is one line on the terminal, escaped (the request's text is anyone's), not a traceback.
+        from .report.safe_text import printable
+
+        print(printable(f"ktrace view: a request failed ({type(exc).__name__}: {exc})"), file=sys.stderr, flush=True)
 
 
 class TraceServer:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from . import settings
 from .build import HEADERS, BuildSpec, CudaKernel, HeaderChoice, find_flashinfer_include, ktrace_include, resolve_header
 from .recording import BUFFER, LaunchCapture, buffer_words, profile, saved_captures
+from .torchflow import Recorded, TorchBackend, record_runs
 
 __all__ = [
     "BUFFER",
@@ -36,6 +37,9 @@ __all__ = [
     "find_flashinfer_include",
     "ktrace_include",
     "resolve_header",
+    "record_runs",
+    "Recorded",
+    "TorchBackend",
 ]
 
 

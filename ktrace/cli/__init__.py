@@ -14,7 +14,7 @@ from .._version import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
-from ._common import Terminated, apply_timeout, quiet_stdout, report_error, stop_on_signals
+from ._common import Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
     try:
         with apply_timeout(a), stop_on_signals():
+            guard_outputs(a)
             return handlers[a.command](a)
     except KtraceError as e:
         return report_error(e)

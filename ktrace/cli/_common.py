@@ -13,7 +13,7 @@ from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, Ktrac
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
            "process_count",
            "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
-           "console", "append", "report_error", "PROGRESS_MIN_RECORDS"]
+           "console", "append", "report_error", "guard_outputs", "command_files", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
 
@@ -239,12 +239,59 @@ def quiet_stdout() -> None:
 
 
 def append(path: str, text: str) -> None:
-    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY."""
+    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY; never through a symbolic
+    link to a file (one to a terminal or a pipe, /dev/stdout, is fine)."""
+    from ..outputs import planted_link
+
+    if planted_link(path):
+        raise InputError(f"{path}: is a symbolic link to a file; ktrace never writes through one: remove it or "
+                         "choose another file")
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(text if text.endswith("\n") else text + "\n")
     except OSError as e:
         raise InputError(f"{path}: cannot write it ({e.strerror or e})") from None
+
+
+_INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "after", "baseline", "sidecar", "clocks",
+               "rules", "file", "driver")
+# (argument, what it writes, the option, the name endings it takes)
+_OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
+                ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
+                ("markdown", "Markdown summary", "--markdown", None))
+
+
+def command_files(a) -> tuple[list[str], list[tuple]]:
+    """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them)."""
+    from ..outputs import PLOT_SUFFIXES
+
+    inputs: list[str] = []
+    for name in _INPUT_ARGS:
+        v = getattr(a, name, None)
+        for x in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(x, str) and x and x != "-":
+                inputs.append(x)
+    for name in ("events", "groups"):
+        v = getattr(a, name, None)
+        if isinstance(v, str) and v.startswith("@"):
+            inputs.append(v[1:])
+    outputs = []
+    for name, what, option, suffixes in _OUTPUT_ARGS:
+        v = getattr(a, name, None)
+        if isinstance(v, str) and v and v != "-":
+            outputs.append((v, what, option, PLOT_SUFFIXES if suffixes == "plots" else None))
+    return inputs, outputs
+
+
+def guard_outputs(a) -> None:
+    """Every file the command will write checked against every file it reads, before any work: never an
+    input or its sidecar, never through a symbolic link, never a folder or a plot of a format it cannot
+    write (ktrace.outputs.check_output)."""
+    from ..outputs import check_outputs
+
+    inputs, outputs = command_files(a)
+    if outputs:
+        check_outputs(outputs, inputs)
 
 
 def report_error(e: KtraceError) -> int:

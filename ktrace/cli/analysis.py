@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_OK, InputError
+from ..report.safe_text import printable
 from ._common import (align_option, console, decode_kwargs, decode_options, engine_option, progress_bar)
 
 __all__ = ["register", "HANDLERS", "print_analysis"]
@@ -170,15 +171,16 @@ def _print_several(a, m) -> int:
     if a.markdown:
         from ..report.analysis_report import analysis_markdown
         from ..report.multigpu_report import cross_gpu_markdown
+        from ..report.safe_text import md_code, md_text
 
         for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
-            print(f"## {lab}: `{s}`\n")
+            print(f"## {md_text(lab)}: {md_code(s)}\n")
             print(analysis_markdown(r, show_all=a.show_all))
         print(cross_gpu_markdown(m.cross_gpu))
         return EXIT_OK
     con = console()
     for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
-        con.rule(f"{lab}: {s}")
+        con.rule(printable(f"{lab}: {s}"))
         print_analysis(r, con, show_all=a.show_all)
     con.rule("across GPUs")
     print_cross_gpu(m.cross_gpu)

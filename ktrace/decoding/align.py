@@ -163,12 +163,25 @@ def align(decoders, mode: str = "offset", given: dict | None = None) -> Alignmen
             if len({f["sync_id"] for f in measured}) > 1:
                 notes.append("the clock offsets come from different measurements (different runs): their clocks have "
                              "drifted in between, so the alignment is only as good as that drift")
+    _refuse_out_of_range(decoders, facts, shifts)
     labels = _unique_labels(facts)
     clocks = tuple(GpuClock(f["position"], f["source"], lab, f["index"], f["name"], f["bus"], f["time_origin"],
                             f["offset"], f["spread"], f["sync_id"], f["reference"], int(sh),
                             _offset_source(f, mode))
                    for f, lab, sh in zip(facts, labels, shifts))
     return Alignment(mode, clocks, tuple(notes))
+
+
+def _refuse_out_of_range(decoders, facts, shifts) -> None:
+    """InputError when a shift moves a buffer's times (within 2^32 ns of its anchor) before time 0 or out of a
+    trace's 64-bit range: an offset larger than any two clocks' difference."""
+    for d, f, sh in zip(decoders, facts, shifts):
+        launch = d.launch
+        anchor = launch.timer_anchor_ns if launch.timer_anchor_ns is not None else launch.host_launch_unix_ns
+        if anchor is not None and sh and not 2**32 <= anchor + sh <= 2**62:
+            raise InputError(f"{f['source']}: its clock offset {-sh:+,} ns would move its times (about {anchor:,} "
+                             "ns) out of a trace's range: no two clocks differ by that much; check the offset "
+                             f"({f.get('given_source') or 'the sidecar timer.offset_to_reference_ns'})")
 
 
 def _offset_source(f: dict, mode: str) -> str:

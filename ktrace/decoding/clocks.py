@@ -27,7 +27,11 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets"]
+__all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets", "MAX_OFFSET_NS"]
+
+# Two GPUs' clocks of one host differ by far less (a clock set at boot); beyond this an offset would move
+# times out of the trace's 64-bit range.
+MAX_OFFSET_NS = 2**62
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,12 @@ def parse_offsets(values) -> dict[str, GivenOffset]:
         key, sep, ns = str(v).partition("=")
         key = key.strip()
         try:
-            off = int(ns.strip().replace("_", ""))
+            off = int(ns.strip().replace("_", "")) if len(ns) < 40 else None
         except ValueError:
             off = None
+        if off is not None and not -MAX_OFFSET_NS < off < MAX_OFFSET_NS:
+            raise InputError(f"--offset {v!r}: {off:,} ns is beyond any two clocks' difference (at most "
+                             f"{MAX_OFFSET_NS:,} ns either way); give the offset in ns")
         if not sep or not key or off is None:
             raise InputError(f"--offset {v!r}: write GPU=NS, the GPU's clock minus the reference's in integer ns "
                              "(e.g. --offset 1=16400)")
@@ -63,11 +70,14 @@ def read_clocks_file(path) -> dict[str, GivenOffset]:
     """The offsets in a clocks file (see the module's docstring) as {GPU: GivenOffset}."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except OSError as e:
         raise InputError(f"{p}: cannot read the clocks file ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: the clocks file is not valid JSON ({e})") from None
+        raise InputError(f"{p}: the clocks file is not valid JSON ({e}); fix it") from None
+    except (ValueError, RecursionError) as e:  # a number of 5,000 digits, NaN, or nesting too deep
+        why = "it is nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
+        raise InputError(f"{p}: the clocks file cannot be read ({why}); fix it") from None
     src = f"--clocks {p}"
     if isinstance(data, dict) and isinstance(data.get("before"), dict):
         return _from_clock_sync(data, p, src)
@@ -80,6 +90,9 @@ def read_clocks_file(path) -> dict[str, GivenOffset]:
         u = unc.get(key) if isinstance(unc, dict) else unc
         if not _is_int(ns) or (u is not None and not _is_int(u)):
             raise InputError(f"{p}: offsets_ns[{key!r}] and uncertainty_ns must be integer ns (got {ns!r}, {u!r})")
+        if not -MAX_OFFSET_NS < ns < MAX_OFFSET_NS or (u is not None and not 0 <= u < MAX_OFFSET_NS):
+            raise InputError(f"{p}: offsets_ns[{key!r}] is {ns:,} ns and its uncertainty {u!r}: an offset is at "
+                             f"most {MAX_OFFSET_NS:,} ns either way, an uncertainty 0 or more; fix the file")
         out[str(key)] = GivenOffset(int(ns), None if u is None else int(u), src)
     return out
 
@@ -89,12 +102,17 @@ def _from_clock_sync(data: dict, p: Path, src: str) -> dict[str, GivenOffset]:
     per: dict[str, list[tuple[int, int]]] = {}
     bus: dict[str, str] = {}
     for m in meas:
-        for o in m.get("offsets") or ():
+        entries = m.get("offsets") or ()
+        if not isinstance(entries, list):
+            raise InputError(f"{p}: 'offsets' must be a list of {{device_index, offset_to_reference_ns, spread_ns}} "
+                             "(as ktrace run --device writes it); fix the file")
+        for o in entries:
             try:
-                idx, off, spread = str(int(o["device_index"])), int(o["offset_to_reference_ns"]), int(o["spread_ns"])
-            except (KeyError, TypeError, ValueError):
+                idx, off, spread = (str(_bounded(o["device_index"], 1 << 20)), _bounded(o["offset_to_reference_ns"]),
+                                    _bounded(o["spread_ns"]))
+            except (KeyError, TypeError, ValueError, OverflowError):
                 raise InputError(f"{p}: an entry of 'offsets' lacks device_index, offset_to_reference_ns or "
-                                 "spread_ns") from None
+                                 f"spread_ns, or one is not an integer below {MAX_OFFSET_NS:,}; fix the file") from None
             per.setdefault(idx, []).append((off, spread))
             if isinstance(o.get("pci_bus_id"), str):
                 bus[idx] = o["pci_bus_id"]
@@ -116,6 +134,17 @@ def given_offsets(offsets=None, clocks=None) -> dict[str, GivenOffset]:
     out = read_clocks_file(clocks) if clocks else {}
     out.update(parse_offsets(offsets))
     return out
+
+
+def _bounded(v, limit: int = MAX_OFFSET_NS) -> int:
+    """``v`` as an int when it is one (or a whole float) of magnitude below ``limit``; ValueError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not -limit < v < limit:
+        raise ValueError(v)
+    return int(v)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _is_int(v) -> bool:

@@ -90,8 +90,13 @@ class BufferDecoder:
                 f"for {self.lanes} lanes and a trailer ({end + self.lanes + 1} words), but the buffer has "
                 f"{len(words)} words (truncated copy, or the wrong sidecar?)"
             )
-        if L.timer_anchor_ns is None and timer_anchor(words):
-            self.launch = replace(L, timer_anchor_ns=timer_anchor(words))
+        anchor = timer_anchor(words)
+        if L.timer_anchor_ns is None and anchor:
+            if not 2**31 <= anchor < 2**63:  # see sidecar.MIN_ANCHOR_NS
+                raise InputError(f"{self.buf.name}: the trailer's timer anchor (the last word) is {anchor:,}, not a "
+                                 "%globaltimer read in Unix ns (a damaged buffer, or the wrong sidecar?); pass "
+                                 "--no-sidecar to decode it without the trailer")
+            self.launch = replace(L, timer_anchor_ns=anchor)
         return words[HEADER_WORDS:end], words[end:end + self.lanes]
 
     def _sample(self):

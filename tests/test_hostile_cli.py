@@ -1,0 +1,244 @@
+"""Hostile values and user mistakes from the issue "Nothing silent, nothing broken": each exits 2 (3 for a
+missing engine) naming the file, the problem and the fix, never a traceback; outputs never land on an input,
+its sidecar or a planted link, and the inputs stay byte for byte as they were."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import interruptible, run_ktrace, sample, sample_meta
+
+
+def _refused(rc, err, *needles, code=2):
+    assert rc == code, err
+    assert "Traceback" not in err and "ktrace: error: " in err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.fixture
+def capture(tmp_path):
+    buf = tmp_path / "x.bin"
+    shutil.copy(sample("warpgroups_ktrace"), buf)
+    (tmp_path / "x.json").write_text(json.dumps(sample_meta("warpgroups_ktrace")))
+    return buf
+
+
+def _sidecar(capture, change):
+    meta = sample_meta("warpgroups_ktrace")
+    change(meta)
+    capture.with_suffix(".json").write_text(json.dumps(meta))
+    return capture
+
+
+# -- the merged trace of the README's multi-GPU flow ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    out = tmp_path_factory.mktemp("merged") / "m.perfetto-trace"
+    rc, _, err = run_ktrace("merge", sample("multigpu_gpu0"), sample("multigpu_gpu1"), "-o", out)
+    assert rc == 0, err
+    return out
+
+
+@pytest.mark.parametrize("fmt", [[], ["--markdown"]])
+def test_a_merged_trace_is_analyzed_in_text_and_markdown(merged, fmt):
+    rc, out, err = run_ktrace("analyze", merged, *fmt)
+    assert rc == 0 and "Traceback" not in err, err
+    assert "aligned as ktrace merge placed them on one axis" in out and "GPU 1" in out
+
+
+# -- sidecar values ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value", [("timer.anchor_ns", 1), ("timer.anchor_ns", 1e9), ("timer_anchor_ns", 1),
+                                        ("timer_anchor_ns", 1e9), ("host_launch_unix_ns", 1000)])
+def test_a_time_anchor_too_small_to_be_unix_ns_exits_2(tmp_path, key, value):
+    buf = tmp_path / "f.bin"
+    shutil.copy(sample("imbalance_flashinfer"), buf)
+    meta = sample_meta("imbalance_flashinfer")
+    *head, last = key.split(".")
+    (meta.setdefault(head[0], {}) if head else meta)[last] = value
+    (tmp_path / "f.json").write_text(json.dumps(meta))
+    _refused(*run_ktrace("analyze", buf)[::2], "f.json", f"'{key}'", "a time anchor is Unix ns", "--no-sidecar")
+
+
+@pytest.mark.parametrize("key", ["timer_anchor_ns", "anchor_ns", "globaltimer_anchor_ns", "launch_globaltimer_ns"])
+def test_alias_anchor_keys_are_range_checked(capture, key):
+    def change(m):
+        del m["timer"]["anchor_ns"]
+        m[key] = 2**64 - 1
+    _sidecar(capture, change)
+    _refused(*run_ktrace("analyze", capture)[::2], "x.json", f"'{key}' is 18446744073709551615", "--no-sidecar")
+
+
+@pytest.mark.parametrize("where", ["kernel", "event_names"])
+def test_a_lone_surrogate_in_a_name_exits_2(capture, where):
+    _sidecar(capture, lambda m: m.update({where: "k\ud800" if where == "kernel" else ["lo\ud800ad", "mma"]}))
+    for fmt in ([], ["--json"], ["--markdown"]):
+        _refused(*run_ktrace("analyze", capture, *fmt)[::2], "x.json", "lone surrogate", "--no-sidecar")
+
+
+def test_a_byte_that_is_not_utf8_in_events_exits_2(capture):
+    p = subprocess.run([shutil.which("ktrace") or "ktrace", "analyze", str(capture), "--events", b"lo\xffad,mma"],
+                       capture_output=True, text=True, timeout=120)
+    _refused(p.returncode, p.stderr, "--events", "not UTF-8", "give names as UTF-8 text")
+
+
+@pytest.mark.parametrize("engine", ["numpy", "wasm"])
+def test_a_nul_event_name_exits_2(capture, engine):
+    _sidecar(capture, lambda m: m.update(event_names=["\u0000", "mma"]))
+    _refused(*run_ktrace("analyze", capture, "--engine", engine)[::2], "x.json", "NUL character")
+
+
+# -- clock offsets ------------------------------------------------------------------------------------------
+
+
+_GPUS = (sample("multigpu_gpu0"), sample("multigpu_gpu1"))
+
+
+@pytest.mark.parametrize("offset", ["1=1e23", "1=" + "9" * 30, "1=4000000000000000000", "1=-4000000000000000000"])
+def test_an_offset_beyond_any_clock_difference_exits_2(tmp_path, offset):
+    rc, _, err = run_ktrace("merge", *_GPUS, "--offset", offset, "-o", tmp_path / "m.perfetto-trace")
+    _refused(rc, err, "--offset" if "e" in offset or len(offset) > 30 else "check the offset")
+    assert not (tmp_path / "m.perfetto-trace").exists()
+
+
+@pytest.mark.parametrize("body, needle", ids=["deep", "digits", "2^70", "1e400", "nan", "offsets_ns 5", "offsets 5",
+                                              "entry 1e30"], argvalues=[
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"offsets_ns": {"1": ' + "1" * 5000 + "}}", "cannot be read"),
+    ('{"offsets_ns": {"1": %d}}' % 2**70, "an offset is at most"),
+    ('{"offsets_ns": {"1": 1e400}}', "must be integer ns"),
+    ('{"offsets_ns": {"1": NaN}}', "NaN is not a number JSON allows"),
+    ('{"offsets_ns": 5}', "a clocks file holds"),
+    ('{"before": {"offsets": 5}}', "'offsets' must be a list"),
+    ('{"before": {"offsets": [{"device_index": 1, "offset_to_reference_ns": 1e30, "spread_ns": 1}]}}',
+     "not an integer below"),
+])
+def test_hostile_clocks_files_exit_2(tmp_path, body, needle):
+    clocks = tmp_path / "clocks.json"
+    clocks.write_text(body)
+    for cmd in (["merge", *_GPUS, "-o", tmp_path / "m.perfetto-trace"], ["analyze", *_GPUS]):
+        _refused(*run_ktrace(*cmd, "--clocks", clocks)[::2], "clocks.json", needle)
+
+
+# -- plots ----------------------------------------------------------------------------------------------------
+
+
+def test_a_plot_of_a_format_that_does_not_exist_exits_2_before_any_work(capture):
+    _refused(*run_ktrace("analyze", capture, "--plot", capture.parent / "x.txt")[::2], "x.txt", "--plot writes one of",
+             "--plot " + str(capture.parent / "x.png"))
+
+
+@pytest.mark.parametrize("where", ["kernel", "event_names"])
+def test_mathtext_in_a_name_is_drawn_as_text(capture, where):
+    pytest.importorskip("matplotlib")
+    name = "$\\frac{$"
+    _sidecar(capture, lambda m: m.update({where: name if where == "kernel" else [name, "mma"]}))
+    rc, _, err = run_ktrace("analyze", capture, "--plot", capture.parent / "p.png")
+    assert rc == 0 and "Traceback" not in err, err
+    assert (capture.parent / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- the environment --------------------------------------------------------------------------------------
+
+
+def test_ktrace_tp_wasm_naming_a_file_that_is_not_wasm_exits_3(capture, tmp_path):
+    fake = tmp_path / "tp.wasm"
+    fake.write_text("not wasm")
+    rc, _, err = run_ktrace("analyze", capture, "--engine", "wasm", env={"KTRACE_TP_WASM": str(fake)})
+    _refused(rc, err, "KTRACE_TP_WASM=", "not a WebAssembly module", "unset it", code=3)
+    fake.write_bytes(b"\0asm" + b"\xff" * 64)  # the magic, then garbage: wasmtime refuses it
+    rc, _, err = run_ktrace("analyze", capture, "--engine", "wasm", "--no-sidecar",
+                            env={"KTRACE_TP_WASM": str(fake), "KTRACE_CACHE_DIR": str(tmp_path / "cache")})
+    _refused(rc, err, "tp.wasm", "wasmtime cannot compile it", code=3)
+
+
+def test_no_home_and_no_passwd_entry_caches_in_a_private_temp_folder(monkeypatch):
+    from pathlib import Path
+
+    from ktrace.engine import wasm_cache
+
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+
+    for var in ("KTRACE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(nowhere))
+    assert wasm_cache.cache_dir().name == f"ktrace-cache-{os.getuid()}"
+
+
+def test_a_nul_or_escape_in_a_request_to_view_is_a_400_not_a_traceback(tmp_path, capfd):
+    from ktrace.view import TraceServer
+
+    trace = tmp_path / "t.perfetto-trace"
+    assert run_ktrace("convert", sample("warpgroups"), "-o", trace)[0] == 0
+    with TraceServer(trace) as s:
+        for path in ("/index.html%00.js", "/%1b]0;pwned%07", "/%ed%a0%80.js"):
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+            c.request("GET", path)
+            assert c.getresponse().status == 400
+            c.close()
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err and "\x1b" not in captured.err
+
+
+def test_ctrl_c_during_the_start_up_imports_exits_130_without_a_traceback():
+    for delay in (0.05, 0.15, 0.3):
+        p = subprocess.Popen([shutil.which("ktrace") or "ktrace", "inspect", str(sample("warpgroups"))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        if p.returncode == 0:  # it finished first
+            continue
+        assert p.returncode == 130 and "Traceback" not in err, err
+
+
+def test_the_start_up_hook_is_only_the_command_s():
+    code = "import ktrace, sys; print(sys.excepthook is sys.__excepthook__)"
+    assert subprocess.run(["python", "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
+# -- every output guarded as -o is ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", "{buf}", "--trace", "{buf}"], ["analyze", "{buf}", "--trace", "{side}"],
+    ["analyze", "{buf}", "--plot", "{dir}/link.png"], ["convert", "{buf}", "-o", "{dir}/link.perfetto-trace"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{side}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{dir}/link.xml"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{buf}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{dir}/link.md"],
+    ["diff", "{buf}", "{buf}", "--markdown", "{side}"],
+])
+def test_no_output_lands_on_an_input_its_sidecar_or_a_planted_link(capture, args):
+    d = capture.parent
+    victim = d / "victim.txt"
+    victim.write_text("precious")
+    for name in ("link.png", "link.perfetto-trace", "link.xml", "link.md"):
+        (d / name).symlink_to(victim)
+    before = {p.name: p.read_bytes() for p in d.glob("x.*")}
+    args = [a.format(buf=capture, side=capture.with_suffix(".json"), dir=d) for a in args]
+    rc, _, err = run_ktrace(*args)
+    _refused(rc, err, "choose another")
+    assert "would destroy it" in err or "symbolic link" in err
+    assert {p.name: p.read_bytes() for p in d.glob("x.*")} == before and victim.read_text() == "precious"
+
+
+def test_two_outputs_on_one_file_are_refused(capture):
+    out = capture.parent / "both.png"
+    _refused(*run_ktrace("analyze", capture, "--trace", out, "--plot", out)[::2], "would both write it")
+
+
+def test_markdown_may_still_go_to_dev_stdout(capture):
+    rc, out, err = run_ktrace("check", capture, "--rule", "kernel.wall_us <= 1e9", "--markdown", "/dev/stdout")
+    assert rc == 0, err
