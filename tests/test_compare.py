@@ -147,7 +147,7 @@ def test_untouched_phases_are_the_same_and_shares_follow_the_wall(d):
 def test_kernel_wall_findings_and_notes(d):
     w = d.kernel_change("wall_us")
     assert w.before == pytest.approx(602.208) and w.after == pytest.approx(267.008) and w.verdict == "better"
-    assert "load_imbalance: compute" in d.findings_resolved and "stable_straggler: compute" in d.findings_resolved
+    assert "stable_straggler: compute" in d.findings_resolved  # its load imbalance is listed in that finding
     assert any("only the before capture" in n for n in d.notes)  # the synthetic after has no timings
     assert all(c.figure not in ("control_us", "profiled_us") for c in d.kernel)
 

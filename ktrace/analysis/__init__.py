@@ -108,6 +108,24 @@ class Analysis:
         return self.figures.critical_shares
 
     @property
+    def accounted(self) -> dict:
+        """How much of the wall the warnings account for (their impacts are disjoint parts of it, ns) and what
+        remains unexplained."""
+        wall = float(self.figures.kernel.wall_ns or 0)
+        warned = float(sum(f.impact_ns for f in self.findings if f.severity == "warning"))
+        return {"wall_ns": wall, "warnings_ns": warned, "unexplained_ns": max(wall - warned, 0.0),
+                "warnings_share": warned / wall if wall else None}
+
+    @property
+    def slots(self) -> dict:
+        """Occupancy by slots (analysis/slots.py): resident blocks per SM measured from the timeline, slots,
+        waves in slots, slot time busy; {} without blocks of a known SM."""
+        from .slots import slot_figures
+
+        k = self.figures.kernel
+        return slot_figures(self.figures.blocks, k.begin_ns, k.end_ns)
+
+    @property
     def data_quality(self) -> DataQuality:
         """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
         return data_quality(self.figures.launch)
@@ -130,6 +148,9 @@ class Analysis:
             "thresholds": self.thresholds.to_dict(),
             "tick_ns": self.tick_ns,
             "data_quality": self.data_quality.to_dict(),
+            "slots": self.slots or None,
+            "accounted": self.accounted,
+            "wait_causes": f.wait_causes.rows(),
             "findings": [x.to_dict() for x in self.findings],
             "phases": f.phases.rows(),
             "instances": f.instances.rows(),

@@ -26,6 +26,8 @@ def _rank(v: Verdict) -> tuple:
     kind = LEAD_ORDER.index(v.kind) if v.kind in LEAD_ORDER else len(LEAD_ORDER)
     if v.kind == "load_imbalance" and basis == "lane_totals":
         kind = 0.5  # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
+    if v.kind == "stable_straggler" and v.figures.get("cause") == "lag":
+        kind = LEAD_ORDER.index("late_start") + 0.5  # behind by lag it carries: a late start leads, if there is one
     if v.kind == "tail" and v.cause == "heavy blocks":
         kind = -1  # heavy blocks at the end of a multi-wave launch: the tail is what they cost
     return (kind, -float(v.impact_ns))
@@ -39,6 +41,8 @@ def _short(v: Verdict) -> str:
         return f"{v.phase} -> {g['next_phase']}: the others wait {_fmt(g['mean_ns'])} on average"
     if v.kind == "tail":
         return f"tail {_fmt(g['tail_ns'])} with {g['busy_sms_in_tail']:.1f} SMs busy"
+    if v.kind in ("stable_straggler", "late_start") and g.get("basis") == "lane":
+        return f"its first slice begins {_fmt(g['late_ns'])} after the median lane's"
     if v.kind in ("stable_straggler", "late_start"):
         return f"{v.phase}: last in {g.get('top_last_count')} of {g.get('instances')} instances"
     text = v.message.split(": ", 1)[-1]

@@ -8,14 +8,15 @@ for"):
 - ``group``: another warp group of the same block (a producer/consumer hand-off): the gap ends within
   ``HANDOFF_TICKS`` ticks after a slice end in another group of its block, in at least a quarter of the gaps
   and at least ``HANDOFF_LIFT`` times as often as the other group's ends would line up by chance (their
-  count in the block x the window / the block's span).
+  count in the block x the window / the block's span), by at least 5 standard deviations of that count.
 - ``grid``: every lane (a grid-wide barrier): in at least ``SYNC_FRACTION`` of the instances (with 2 lanes or
   more) no lane begins ``Q`` before the last lane ended ``P``'s instance, and the begins follow that common end,
   not each lane's own end: the pooled within-instance slope of begin on own end (``follow_slope``) is at most
   0.8 (0 to 0.6 for a barrier on an H200, about 1 for lanes that go on by themselves after work of their own).
-- ``cluster``: a subset of consecutive blocks (a thread-block cluster of ``cluster_size``, 2 to 16): where a
-  lane's own end was not its subset's last, it began after that last end in ``SYNC_FRACTION`` of the gaps,
-  and the begins follow the subset's end (slope within the subsets at most 0.8).
+- ``cluster``: a subset of consecutive blocks (a thread-block cluster of ``cluster_size``, 2 to 16, the largest
+  that passes): of the gaps where the subset's last end came long after the lane's own end (by 4 ticks and
+  twice the boundary's median gap; at least 3 such gaps), nine in ten began after that end and within
+  4 ticks + twice the median gap of it. A lane that goes on by itself would have begun long before.
 - ``own``: nothing released it: the gaps are at least 2 ticks and as regular as work (their spread within a
   lane is at most half their median): untimed work of the lane itself.
 - ``unexplained``: gaps of 2 ticks or more that none of the above evidences.
@@ -37,10 +38,11 @@ __all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAU
 
 CAUSES = ("group", "grid", "cluster", "own", "unexplained", "none")
 HANDOFF_TICKS = 4  # a gap ending this many ticks (or less) after another group's slice end was released by it
-HANDOFF_LIFT = 3.0  # ... this many times more often than chance
+HANDOFF_LIFT = 1.5  # ... this many times more often than chance, and by 5 standard deviations of a Poisson count
 SYNC_FRACTION = 0.75  # instances in which no lane began before the last one ended, for a barrier
 CLUSTER_SIZES = (16, 8, 4, 2)  # the largest subset that passes is reported
 MIN_GAP_TICKS = 2
+SPREAD_TICKS = 2  # the ends must spread over this many ticks (std) for the slope to be evidence
 FOLLOW_SLOPE = 0.8  # begins follow a common release (0) rather than their own end (1) below this slope
 
 
@@ -119,7 +121,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     n = len(s.lane)
     if n < 2:
         return WaitCauses.empty()
-    tick = float(tick) or 1.0
+    tick = _resolution(s, float(tick))
     order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
     lane, block, group = s.lane[order], s.block[order], s.group[order]
     ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
@@ -185,6 +187,14 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     return WaitCauses.from_columns(cols)
 
 
+def _resolution(s: TopSlices, tick: float) -> float:
+    """The timer resolution the evidence uses: the figures' tick, or the smallest step between distinct slice
+    ends when that is finer (a tick estimated from one lane's steps can be coarser than the ends across lanes)."""
+    ends = np.unique(s.end)
+    step = float(np.diff(ends).min()) if len(ends) > 1 else tick
+    return max(min(tick, step), 1.0) if tick > 0 else max(step, 1.0)
+
+
 def _block_span(block, begin, end, nb):
     lo = np.full(nb + 1, np.iinfo(np.int64).max)
     hi = np.full(nb + 1, np.iinfo(np.int64).min)
@@ -193,10 +203,10 @@ def _block_span(block, begin, end, nb):
     return lo, hi
 
 
-def _slope(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+def _slope(key: np.ndarray, x: np.ndarray, y: np.ndarray, tick: float) -> float:
     """The pooled within-group slope of y on x (sum of covariances / sum of variances over the groups of
     ``key``): about 1 when each lane's begin follows its own end, about 0 when it follows a common release.
-    NaN when x does not vary within any group."""
+    NaN when x varies within the groups by less than ``SPREAD_TICKS`` ticks (standard deviation)."""
     order, starts = _groups(key)
     if not len(order):
         return float("nan")
@@ -206,7 +216,10 @@ def _slope(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     my = np.repeat(np.add.reduceat(ys, starts) / n, n)
     sxx = float(((xs - mx) ** 2).sum())
     sxy = float(((xs - mx) * (ys - my)).sum())
-    return sxy / sxx if sxx > 0 else float("nan")
+    # Too little spread of the ends (a few ticks) and the timer's steps decide the slope: no evidence.
+    if sxx <= 0 or sxx / len(xs) < (SPREAD_TICKS * tick) ** 2:
+        return float("nan")
+    return sxy / sxx
 
 
 def _median(x) -> float:
@@ -233,7 +246,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
         return row
     # A hand-off from another group of the block.
     hits, exp = row["handoff_gaps"], row["handoff_expected"]
-    if hits * 4 >= len(idx) and hits >= HANDOFF_LIFT * max(exp, 0.5):
+    if hits * 4 >= len(idx) and hits >= HANDOFF_LIFT * exp and hits - exp >= 5 * np.sqrt(max(exp, 1.0)):
         src = handoff_from[idx][handoff[idx]]
         row["handoff_group"] = int(np.bincount(src).argmax())
         row["cause"] = "group"
@@ -252,29 +265,34 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
     row["synced_instances"] = int((inst_ok & multi).sum())
     row["release_spread_ns"] = _median(rel_spread[multi])
     row["gap_spread_ns"] = _median(gap_spread[multi])
-    slope = _slope(ks, own_end[idx], t_next[idx])
+    slope = _slope(ks, own_end[idx], t_next[idx], tick)
     row["follow_slope"] = slope
     if (row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"]
-            and not slope > FOLLOW_SLOPE):
+            and slope <= FOLLOW_SLOPE):
         waiting = grid_end[idx] - own_end[idx] >= eps
         row.update(cause="grid", waiting_gaps=int(waiting.sum()), waited_gaps=int((ok & waiting).sum()))
         _waited(row, grid_who[idx][waiting])
         return row
     # A subset of consecutive blocks (a cluster): where a lane's own end was not its subset's last.
+    # A subset of consecutive blocks (a cluster): the gaps where the subset's last end came long after the lane's
+    # own end (by twice the boundary's median gap and 4 ticks) began only after it, and soon after it.
+    median_gap = _median(gp_)
+    long_wait = max(4 * tick, 2 * median_gap)
     for c, (cend, cwho) in cluster_end.items():
         ce = cend[idx]
-        waiting = ce - own_end[idx] >= eps
-        if waiting.sum() < 2:
+        waiting = ce - own_end[idx] >= long_wait
+        if waiting.sum() < 3:
             continue
-        r = t_next[idx] - ce
-        okc = r[waiting] >= -tick
-        sub = (ks * (int(gb.max()) // c + 2) + gb[idx] // c)
-        cslope = _slope(sub, own_end[idx], t_next[idx])
-        if okc.mean() >= SYNC_FRACTION and cslope <= FOLLOW_SLOPE:
-            row.update(cause="cluster", cluster_size=c, waiting_gaps=int(waiting.sum()), waited_gaps=int(okc.sum()))
+        r = (t_next[idx] - ce)[waiting]
+        released = (r >= -tick) & (r <= 4 * tick + 2 * median_gap)
+        if released.mean() >= 0.9:
+            row.update(cause="cluster", cluster_size=c, waiting_gaps=int(waiting.sum()),
+                       waited_gaps=int(released.sum()))
             _waited(row, cwho[idx][waiting])
             return row
-    median_gap = _median(gp_)
+    if row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"] and np.isnan(slope):
+        row["cause"] = "unexplained"  # no lane began before the last ended, but the ends are too close to tell why
+        return row
     row["cause"] = "own" if row["own_spread_ns"] * 2 <= median_gap else "unexplained"
     return row
 

@@ -79,6 +79,13 @@ def _waits(ctx) -> list[Verdict]:
                   f"({r['synced_instances']} of {r['instances']} instances)")
             figs["cluster_size"] = c
             cause_key = f"block {block}" if stable else None
+        elif r["instances"] and r["synced_instances"] >= 0.75 * r["instances"]:
+            kind = "large_wait"
+            msg = (f"{where}: lanes wait ({sizes}); no lane began {r['next_phase']} before the last lane ended "
+                   f"{r['phase']} ({r['synced_instances']} of {r['instances']} instances), as after a grid-wide barrier, "
+                   "but the begins follow each lane's own end as closely (the ends lie too few ticks apart, or every "
+                   "gap is equal): a barrier or untimed work of the lanes, the trace cannot tell which")
+            ev = "synchronized in most instances; the release cannot be told from each lane's own end"
         else:
             kind = "large_wait"
             msg = (f"{where}: lanes wait ({sizes}) and nothing in the trace shows what released them: not a "

@@ -86,11 +86,20 @@ def _occupancy_line(a: Analysis) -> str | None:
     if o["tail_ns"] and k.wall_ns:
         tail = (f"; tail {format_ns(o['tail_ns'])} ({o['tail_ns'] / k.wall_ns:.0%} of wall) from "
                 f"+{format_ns(o['tail_begin_ns'] - k.begin_ns)}")
-    return (f"launch shape: {o['sms']} SMs, {o['blocks']} blocks, up to {o['blocks_per_sm_max']} per SM "
-            f"({o['max_resident']} resident at most), {o['waves']:.2f} waves, SMs busy "
+    s = a.slots
+    slots = (f"{s['resident_per_sm']} resident per SM ({s['slots']} slots), {s['waves']:.2f} waves in slots, slots busy "
+             f"{s['slot_busy_fraction']:.0%} of the wall" if s else f"{o['waves']:.2f} waves")
+    return (f"launch shape: {o['sms']} SMs, {o['blocks']} blocks, {slots}, SMs busy "
             f"{o['sm_busy_fraction']:.0%} of the wall{tail}; block {o['last_block']} ends the kernel "
             f"(began +{format_ns(o['last_block_begin_ns'] - k.begin_ns)}, ran {format_ns(o['last_block_dur_ns'])}, "
             f"median block {format_ns(o['median_block_dur_ns'])})")
+
+
+def _accounted_line(a: Analysis) -> str:
+    c = a.accounted
+    return (f"the warnings account for {format_ns(c['warnings_ns'])} ({c['warnings_share']:.0%} of the wall; their "
+            f"impacts are disjoint parts of the critical path); {format_ns(c['unexplained_ns'])} is not explained "
+            "by a warning")
 
 
 def _shown_findings(a: Analysis, show_all: bool):
@@ -206,6 +215,8 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
         out.append(Text("          " + printable(_impact_text(f)), style="dim"))
     if hidden:
         out.append(Text(f"  ({hidden} info finding(s) below the impact floor: --all shows them)", style="dim"))
+    if shown and a.accounted["wall_ns"]:
+        out.append(Text("  " + _accounted_line(a), style="dim"))
     out.append(Text(_thresholds_line(a), style="dim"))
     if not len(a.phases):
         out.append(Text("no phase slices in this trace", style="yellow"))
@@ -250,6 +261,8 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
                      f"<sub>{md_text(_impact_text(f))}</sub>")
     if hidden:
         parts.append(f"- <sub>{hidden} info finding(s) below the impact floor (`--all` shows them)</sub>")
+    if shown and a.accounted["wall_ns"]:
+        parts.append(f"- <sub>{md_text(_accounted_line(a))}</sub>")
     parts += ["", f"<sub>{md_text(_thresholds_line(a))}</sub>", ""]
     if not len(a.phases):
         return printable("\n".join(parts + ["No phase slices in this trace.", ""]), keep_newlines=True)
