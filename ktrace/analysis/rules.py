@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES
+from .input_problems import parse_allowed
 
 __all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", "Check", "parse_rule",
            "load_rules_file", "rule_book"]
@@ -80,10 +81,12 @@ class SqlRule:
 
 @dataclass(frozen=True)
 class Section:
-    """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel)."""
+    """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel), and the kinds of
+    broken input (input_problems.PROBLEM_KINDS) it accepts (``allow_anomalies``)."""
 
     pattern: str | None
     rules: tuple
+    allow: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ class RuleBook:
     def for_kernel(self, kernel: str) -> tuple:
         return tuple(r for s in self.sections if s.pattern is None or fnmatch.fnmatchcase(kernel, s.pattern)
                      for r in s.rules)
+
+    def allowed_for(self, kernel: str) -> frozenset:
+        """The kinds of broken input the sections matching ``kernel`` accept."""
+        return frozenset().union(*(s.allow for s in self.sections
+                                   if s.pattern is None or fnmatch.fnmatchcase(kernel, s.pattern)))
 
     @property
     def uses_baseline(self) -> bool:
@@ -139,6 +147,7 @@ class Check:
     kernel: str
     baseline: str | None
     results: tuple[RuleResult, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def failures(self) -> tuple[RuleResult, ...]:
@@ -150,7 +159,7 @@ class Check:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "kernel": self.kernel, "baseline": self.baseline, "passed": self.passed,
-                "results": [r.to_dict() for r in self.results]}
+                "notes": list(self.notes), "results": [r.to_dict() for r in self.results]}
 
 
 # -------------------------------------------------------------------------------------------- parsing
@@ -234,7 +243,7 @@ def load_rules_file(path) -> tuple[list[Section], list[str]]:
     path = Path(path)
     doc = _load_toml(path)
     errors: list[str] = []
-    sections = [_section(path, None, "", doc, {"rules", "sql", "kernels"}, errors)]
+    sections = [_section(path, None, "", doc, {"rules", "sql", "kernels", "allow_anomalies"}, errors)]
     kernels = doc.get("kernels", {})
     if not isinstance(kernels, dict):
         errors.append(f"{path}: 'kernels' must be a table of [kernels.NAME] sections")
@@ -244,8 +253,8 @@ def load_rules_file(path) -> tuple[list[Section], list[str]]:
         if not isinstance(body, dict):
             errors.append(f"{path} {where}: must be a table with 'rules' and/or 'sql'")
             continue
-        sections.append(_section(path, name, where, body, {"rules", "sql"}, errors))
-    return [s for s in sections if s.rules], errors
+        sections.append(_section(path, name, where, body, {"rules", "sql", "allow_anomalies"}, errors))
+    return [s for s in sections if s.rules or s.allow], errors
 
 
 def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: list) -> Section:
@@ -276,7 +285,13 @@ def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: lis
         if extra:
             errors.append(f"{origin}: unknown key(s) {', '.join(sorted(extra))} (allowed: name, query)")
         rules.append(SqlRule(str(s.get("name") or f"sql[{i}]"), s["query"], origin))
-    return Section(pattern, tuple(rules))
+    allow = frozenset()
+    if "allow_anomalies" in body:
+        try:
+            allow = parse_allowed(body["allow_anomalies"], f"{here}: allow_anomalies")
+        except ValueError as e:
+            errors.append(str(e))
+    return Section(pattern, tuple(rules), allow)
 
 
 def rule_book(rules=(), sql=(), files=()) -> RuleBook:
@@ -299,6 +314,6 @@ def rule_book(rules=(), sql=(), files=()) -> RuleBook:
         errors += e
     if errors:
         raise InputError("bad rules:\n  " + "\n  ".join(errors))
-    if not sections:
+    if not any(s.rules for s in sections):
         raise InputError("no rules: give --rule 'METRIC OP LIMIT', --sql QUERY or --rules FILE")
     return RuleBook(tuple(sections))
