@@ -150,7 +150,7 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
     from rich.text import Text
 
     def table(title: str, rows: list[list[str]]) -> Table:
-        t = Table(title=Text(title), title_justify="left")
+        t = Table(title=Text(printable(title)), title_justify="left")
         for i, h in enumerate(_HEAD):
             t.add_column(h, justify="left" if i in (0, 5) else "right")
         for r in rows:
@@ -288,7 +288,7 @@ def check_text(checks) -> list:
 
     out: list = []
     for c in checks:
-        t = Table(title=Text(_title(c)), title_justify="left")
+        t = Table(title=Text(printable(_title(c))), title_justify="left")
         for h in ("", "rule", "measured", "limit", "where"):
             t.add_column(h, justify="right" if h in ("measured", "limit") else "left")
         for row in _check_rows(c):
