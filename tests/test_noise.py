@@ -197,3 +197,30 @@ def test_cli_diff_with_runs_per_side_and_globs(tmp_path):
     rc, _, err = run_ktrace("diff", SAMPLES / "imbalance_ktrace.bin", SAMPLES / "balanced_ktrace.bin",
                             "--assume-noise", "0")
     assert rc == 2 and "percentage" in err
+
+
+def _shown_diffs():
+    """Each `$ ktrace diff ...` line in README.md and docs/ci.md with the line shown after it."""
+    import re
+    import shlex
+
+    from conftest import ROOT
+
+    out = []
+    for doc in (ROOT / "README.md", ROOT / "docs" / "ci.md"):
+        lines = doc.read_text().splitlines()
+        for i, line in enumerate(lines[:-1]):
+            m = re.match(r"^\$ ktrace diff (.+?)(?:\s+#.*)?$", line)
+            if m:
+                out.append((doc.name, shlex.split(m.group(1)), lines[i + 1]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc,args,shown", _shown_diffs(), ids=lambda x: x if isinstance(x, str) else None)
+def test_the_diff_headlines_the_docs_show_are_what_ktrace_prints(doc, args, shown):
+    from conftest import ROOT
+
+    rc, out, err = run_ktrace("diff", *args, cwd=ROOT)
+    assert rc == 0, err
+    assert out.splitlines()[0] == shown
