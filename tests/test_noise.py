@@ -224,3 +224,16 @@ def test_the_diff_headlines_the_docs_show_are_what_ktrace_prints(doc, args, show
     rc, out, err = run_ktrace("diff", *args, cwd=ROOT)
     assert rc == 0, err
     assert out.splitlines()[0] == shown
+
+
+def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
+    # record_runs times the kernel once and saves N buffers: their sidecars carry the same timing
+    base = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
+    shared = diff([_timed(c, 20.0, 19.0) for c in base], [_timed(c, 20.2, 19.2) for c in base])
+    c = shared.kernel_change("control_us")
+    # not two runs of zero spread (any change "significant"): one session per side, judged by its reps
+    assert c.test == "reps" and c.verdict == "same"  # +1.1%: within the 2% sessions may differ by
+    assert shared.phase("compute").change("wall_us").test == "runs"  # the timelines are runs all the same
+    own = diff([_timed(base[0], 20.0, 19.0), _timed(base[1], 20.1, 19.1)],
+               [_timed(base[0], 20.2, 21.0), _timed(base[1], 20.3, 21.1)])
+    assert own.kernel_change("control_us").test == "runs" and own.verdict == "worse"

@@ -99,8 +99,12 @@ def _pool(runs: list[dict[str, Value]]) -> dict[str, Value]:
             value = max(set(defined), key=defined.count)
         else:
             value = sum(defined) / len(defined)
+        samples = tuple(defined)
         one = runs[0][name] if len(runs) == 1 else Value(None)
-        out[name] = Value(value, max(r[name].noise for r in runs if name in r), tuple(defined), one.sd, one.reps)
+        if name in _TIMING and len({(r[name].value, r[name].sd, r[name].reps) for r in runs if name in r}) == 1:
+            # runs that carry one timing session (record_runs times once, then saves N buffers): one sample
+            samples, one = samples[:1], runs[0][name]
+        out[name] = Value(value, max(r[name].noise for r in runs if name in r), samples, one.sd, one.reps)
     return out
 
 
@@ -126,11 +130,12 @@ def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict) -> Change:
     if fig.unit in ("count", "ns", "block"):
         return replace(base, noise=0.0, decided=b != a, test="exact")
     floors = _floors(name, fig, b, a, ctx)
-    if ctx["runs"]:
+    nb, na = len(vb.samples) or 1, len(va.samples) or 1
+    if ctx["runs"] and (min(nb, na) >= 2 or max(nb, na) >= 3):
         j = runs_test(vb.samples or (b,), va.samples or (a,), floors)
     elif ctx["assume"] is not None:
         j = assumed(b, a, ctx["assume"], floors)
-    elif name in _MEDIANS and vb.reps and va.reps and ctx["one_each"]:
+    elif name in _MEDIANS and vb.reps and va.reps and nb == na == 1:  # one timing session per side
         j = reps_test(b, vb.sd, vb.reps, a, va.sd, va.reps, SESSION_NOISE)
     else:
         j = not_judged(a - b, floors)
@@ -175,7 +180,7 @@ def _side(x) -> _Side:
     return _Side(tuple(as_capture(c) for c in xs))
 
 
-def _notes(sb: _Side, sa: _Side, assume) -> list[str]:
+def _notes(sb: _Side, sa: _Side, assume, runs: bool) -> list[str]:
     notes = []
     kernels = {c.kernel_name for c in sb.captures + sa.captures}
     if len({c.kernel_name for c in sb.captures}) > 1 or len({c.kernel_name for c in sa.captures}) > 1:
@@ -191,7 +196,9 @@ def _notes(sb: _Side, sa: _Side, assume) -> list[str]:
                                                                  sa.first.timing.control_reps):
         notes.append("control timings without their repetitions (sidecar timing.without_profiler.reps, p10_us, "
                      "p90_us): nothing to judge the control's change by")
-    if assume is not None:
+    if assume is not None and runs:
+        notes.append("--assume-noise not used: the runs give the run-to-run noise")
+    elif assume is not None:
         notes.append(f"assumed run-to-run noise {assume:.2%} (--assume-noise): not measured")
     for where, s in (("before", sb), ("after", sa)):
         for c in s.captures:
@@ -213,19 +220,19 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
         raise InputError(f"assumed noise {assume_noise_pct!r}: give a percentage between 0 and 100 (e.g. 1.5)")
     assume = None if assume_noise_pct is None else assume_noise_pct / 100
     kb, ka = sb.kernel(), sa.kernel()
-    notes = _notes(sb, sa, assume)
+    # a t-test across runs needs a variance with 2 degrees of freedom or more: 2 runs on each side, or 3 on
+    # one (whose variance then stands for both)
+    runs = min(sb.n, sa.n) >= 2 or max(sb.n, sa.n) >= 3
+    notes = _notes(sb, sa, assume, runs)
     if not (all(c.timing for c in sb.captures) and all(c.timing for c in sa.captures)):
         for key in _TIMING:
             kb.pop(key, None)
             ka.pop(key, None)
-    # a t-test across runs needs a variance with 2 degrees of freedom or more: 2 runs on each side, or 3 on
-    # one (whose variance then stands for both)
-    runs = min(sb.n, sa.n) >= 2 or max(sb.n, sa.n) >= 3
     if not runs and sb.n + sa.n > 2:
         notes.append(f"{sb.n} run(s) before, {sa.n} after: too few for a test across runs (2 on each side, or 3 "
                      "on one); not judged")
     ctx = {"tick_us": max(sb.tick_ns, sa.tick_ns) / 1e3, "wall_us": max(sb.wall_us, sa.wall_us),
-           "runs": runs, "assume": None if runs else assume, "n": 1, "one_each": sb.n == sa.n == 1,
+           "runs": runs, "assume": None if runs else assume, "n": 1,
            "why": "one run per side" if sb.n == sa.n == 1 else "too few runs"}
     kernel = tuple(_judged(name, fig, kb.get(name, Value(None)), ka.get(name, Value(None)), ctx)
                    for name, fig in KERNEL_FIGURES.items() if name in kb or name in ka)
@@ -244,7 +251,7 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
     return Diff(str(b.analysis.source), str(a.analysis.source), b.kernel_name, a.kernel_name,
                 float(max(sb.tick_ns, sa.tick_ns)), kernel, tuple(phases), shift,
                 resolved, new, tuple(notes), tuple(str(c.analysis.source) for c in sb.captures),
-                tuple(str(c.analysis.source) for c in sa.captures), assume, needed, cost_line)
+                tuple(str(c.analysis.source) for c in sa.captures), ctx["assume"], needed, cost_line)
 
 
 # The figure each finding kind rests on: a finding is new (resolved) only when it got significantly worse
