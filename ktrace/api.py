@@ -223,9 +223,11 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
     return _analyze(source, None, engine, None, None, decode_options, capture=True)
 
 
-def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_done=None, **decode_options) -> Diff:
+def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_done=None,
+         assume_noise_pct: float | None = None, **decode_options) -> Diff:
     """Compare two captures (paths, Captures or Analyses) phase by phase (schema ktrace.diff/1); a list on
-    either side is several runs of it, whose run-to-run spread becomes the noise. decode_options apply to
+    either side is several runs of it, tested across runs. assume_noise_pct: the run-to-run noise (% of
+    each figure) to judge by where there is no estimate of it (one run per side). decode_options apply to
     the buffers among them; refused when every one is a trace. jobs: worker processes analyzing the paths
     among them (default: the cores available, capped by their number; in this process when the files are
     small; 1: one after the other, in this process); the result is the same either way. on_done(done, total) as each capture is analyzed."""
@@ -239,11 +241,12 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
     caps = dict(zip(paths, run_in_workers(load, [sources[i] for i in paths], jobs, on_done)))
     caps = [caps[i] if i in caps else load(s) for i, s in enumerate(sources)]
     b, a = caps[:len(runs(before))], caps[len(runs(before)):]
-    return _diff(b if isinstance(before, (list, tuple)) else b[0], a if isinstance(after, (list, tuple)) else a[0])
+    return _diff(b if isinstance(before, (list, tuple)) else b[0], a if isinstance(after, (list, tuple)) else a[0],
+                 assume_noise_pct=assume_noise_pct)
 
 
 def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
-          **decode_options) -> Check:
+          allow_anomalies=frozenset(), **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
@@ -253,7 +256,7 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
         _refuse_unreadable(cap.analysis, source, decode_options)
         return check_capture(cap, book, baselines=baselines, session=inp.session, source=inp.name,
-                             verify_sections=verify_sections)
+                             verify_sections=verify_sections, allow_anomalies=allow_anomalies)
 
 
 def merge_output(sources) -> Path:

@@ -248,7 +248,9 @@ class TraceServer:
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)  # flushed: a script or test reading our stdout through a pipe needs the URL now
+    from .report.safe_text import printable
+
+    print(printable(line), flush=True)  # flushed: a script or test reading our stdout through a pipe needs the URL now
 
 
 def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm", plain: bool = False,

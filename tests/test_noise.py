@@ -1,98 +1,239 @@
-"""The noise model of ``ktrace diff`` (ktrace/analysis/noise.py): same-input runs change nothing, the real
-fix still reads as the fix, near-tied last finishers do not move, several runs per side, the outputs say
-what did not happen."""
+"""The noise model of ``ktrace diff`` (ktrace/analysis/noise.py): no verdict without an estimate of run-to-run
+noise, the unprofiled control decides the kernel verdict, same-input runs change nothing, the real fix still
+reads as the fix, the last finisher is information, several runs per side are tested across runs, the
+outputs say what was not judged."""
 
 import json
 
 import numpy as np
 import pytest
 
+from ktrace.analysis.catalog import Capture, Timing
 from ktrace.analysis.compare import diff
-from ktrace.analysis.noise import ALPHA, judge, rank_test
+from ktrace.analysis.noise import ALPHA, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 
 from conftest import SAMPLES, run_ktrace
 from test_compare import EV, oracle
 
-SAME_INPUT = [("waves_ktrace", "waves_run2_ktrace"), ("imbalance_ktrace", "imbalance_run2_ktrace"),
-              ("imbalance_ktrace", "imbalance_run3_ktrace"), ("imbalance_run2_ktrace", "imbalance_run3_ktrace"),
-              ("worklist_run2_ktrace", "worklist_run3_ktrace"), ("nested_run2_ktrace", "nested_run3_ktrace")]
+FAMILIES = ("imbalance", "waves", "worklist", "nested")
+# Every same-input pair in samples/: a kernel's first, second and third runs (ktrace's header, H200s).
+SAME_INPUT = [pair for f in FAMILIES for pair in ((f"{f}_ktrace", f"{f}_run2_ktrace"), (f"{f}_ktrace", f"{f}_run3_ktrace"),
+                                                  (f"{f}_run2_ktrace", f"{f}_run3_ktrace"))]
 
 
-def test_the_rank_test():
-    assert rank_test([1.0] * 8, [1.0] * 8) == 1.0
-    assert rank_test(range(8), range(100, 108)) < 0.001  # every after above every before
+def test_the_t_test():
+    assert t_test(10.0, 1.0, 2, 10.0, 1.0, 2) == pytest.approx(1.0)
+    # Student's t with 4 degrees of freedom: t = 2.776 is the two-sided 5% point
+    assert t_test(0.0, 1.0, 3, 2.776 * (2 / 3) ** 0.5, 1.0, 3) == pytest.approx(0.05, abs=1e-3)
+    assert t_test(1.0, 0.0, 1, 2.0, 0.0, 1) is None  # one value per side: no variance to test with
     rng = np.random.default_rng(1)
-    p = [rank_test(rng.normal(size=8), rng.normal(size=8)) for _ in range(400)]
-    assert np.mean(np.array(p) < ALPHA) < 0.03  # same distribution: about ALPHA of the time, not more
+    p = [runs_test(rng.normal(size=3), rng.normal(size=3), []).p_value for _ in range(600)]
+    assert np.mean(np.array(p) < ALPHA) < 0.03  # the same distribution: about ALPHA of the time, not more
 
 
-def test_judge_needs_every_floor_and_the_spread():
-    assert not judge(10.0, 10.05, floors=[0.064], noise=[]).significant  # under 2 ticks
-    assert judge(10.0, 11.0, floors=[0.064], noise=[0.5]).significant
-    assert not judge(10.0, 11.0, floors=[0.064], noise=[2.0]).significant  # within the spread
-    assert not judge(10.0, 11.0, floors=[5.0], noise=[]).significant  # under the impact floor
-    j = judge(10.0, 20.0, floors=[0.1], noise=[], samples=((10.0,) * 6, (20.0,) * 6))
-    assert j.significant and j.test == "rank" and j.p_value < ALPHA
+def test_the_tests_need_their_floors():
+    assert not runs_test([10.0, 10.1, 9.9], [10.05, 10.1], [0.064]).significant  # within the runs' spread
+    assert runs_test([10.0, 10.1, 9.9], [20.0, 20.1], [0.064]).significant
+    assert not runs_test([10.0, 10.001], [10.01, 10.011], [0.064]).significant  # under 2 ticks
+    # the control: beyond its reps, but within what another session of the same inputs moves it
+    within = reps_test(205.0, 0.5, 50, 207.8, 0.5, 30)
+    assert within.p_value < ALPHA and not within.significant and within.noise == pytest.approx(SESSION_NOISE * 207.8)
+    assert reps_test(542.6, 0.4, 50, 253.3, 0.3, 50).significant
+    assert assumed(10.0, 10.5, 0.02, []).significant and not assumed(10.0, 10.1, 0.02, []).significant
+    assert runs_needed(10.0, 1.0) == 2 and runs_needed(0.1, 1.0) is None and runs_needed(1.0, None) is None
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", SAME_INPUT, ids=lambda p: f"{p[0]}-{p[1]}")
-def test_two_runs_of_the_same_input_show_no_significant_change(pair):
+def test_two_runs_of_the_same_input_read_no_change(pair):
     d = diff(*(load_capture(SAMPLES / f"{n}.bin") for n in pair))
-    assert d.significant == () and d.headline == "no significant change"
+    assert d.significant == () and d.verdict == "no change"
+    assert d.verdict_change.figure == "control_us" and d.verdict_change.test == "reps"
+    assert d.headline.startswith("no change: unprofiled control")
     assert not d.findings_new and not d.findings_resolved and d.cost_shift is None
-    assert "no cost moved to other phases" in d.cost_message
+    assert "no cost moved" in d.cost_message
     doc = json.loads(d.to_json())
-    assert doc["headline"] == "no significant change" and doc["cost"]["moved"] is False
-    assert "no cost moved to other phases" in diff_markdown(d)
-    assert "no significant change" in str(diff_text(d)[0])
+    assert doc["headline"] == d.headline and doc["verdict"]["verdict"] == "no change" and doc["cost"]["moved"] is False
+    assert all(not c["significant"] for p in doc["phases"] for c in p["figures"])
+    assert "no change: unprofiled control" in diff_markdown(d) and "no change" in str(diff_text(d)[0])
 
 
 @pytest.mark.slow
-def test_several_runs_per_side_use_the_run_to_run_spread():
-    runs = [load_capture(SAMPLES / f"{n}.bin") for n in SAME_INPUT[1]]
-    after = load_capture(SAMPLES / "balanced_ktrace.bin")
-    same = diff(runs, list(reversed(runs)))
-    assert same.headline == "no significant change"
-    d = diff(runs, [after])
-    doc = d.to_dict()
-    assert doc["before"]["sources"] == [str(r.analysis.source) for r in runs]
+def test_the_real_fix_is_judged_by_the_control():
+    d = diff(load_capture(SAMPLES / "imbalance_ktrace.bin"), load_capture(SAMPLES / "balanced_ktrace.bin"))
+    c = d.verdict_change
+    assert c.figure == "control_us" and c.verdict == "better" and c.test == "reps" and c.p_value < ALPHA
+    assert d.verdict == "better" and d.headline.startswith("better: unprofiled control -53.")
+    assert "beside it: profiled wall -53." in d.headline and "probes' cost" in d.headline
+    # one run per side: the timeline's figures are shown, not judged
     imb = d.phase("compute").change("imbalance")
-    assert imb.verdict == "better" and imb.test == "spread"  # two runs: too few to rank
-    assert d.phase("load").change("wall_us").verdict == "same"
+    assert imb.verdict == "not judged" and imb.after < 1.2 and not imb.significant
+    assert "not judged: one run per side" in d.headline and "runs per side would settle" in d.headline
 
 
-def test_a_last_finisher_moving_between_near_tied_lanes_is_not_a_change():
+def _timed(cap: Capture, profiled: float, control: float, reps: int = 30, spread: float = 1.0) -> Capture:
+    return Capture(cap.analysis, Timing(profiled, spread, control, spread, "test", reps, reps))
+
+
+def test_the_control_decides_and_the_profiled_wall_is_beside_it():
+    before = oracle([960, 1920, 320] * 4, EV)
+    after = oracle([960, 2880, 320] * 4, EV)  # the profiled timeline: compute 1 µs longer per instance
+    d = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 19.1))  # the control: +0.5%, within the noise
+    assert d.verdict == "no change" and d.headline.startswith("no change: unprofiled control +0.5%")
+    assert "beside it: profiled wall +" in d.headline and "probes' cost +4.5%" in d.headline
+    assert d.kernel_change("wall_us").verdict == "not judged"
+    worse = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 20.5))
+    assert worse.verdict == "worse" and worse.headline.startswith("WORSE: unprofiled control +7.9%")
+    untested = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 20.5, reps=0))  # no reps in the sidecar
+    assert untested.verdict == "not judged" and untested.headline.startswith("not judged: one run per side")
+    assert any("without their repetitions" in n for n in untested.notes)
+
+
+def test_one_run_per_side_is_not_judged_whatever_its_instances_say():
+    before = oracle([960, 1920, 320] * 4, EV)
+    after = oracle([960, 2880, 320] * 4, EV)
+    d = diff(before, after)
+    c = d.phase("compute").change("wall_us")
+    assert c.delta == pytest.approx(0.96) and c.verdict == "not judged" and not c.significant and c.test == "none"
+    assert d.significant == () and d.verdict == "not judged"
+    assert d.headline.startswith("not judged: one run per side: kernel wall +")
+    assert "ktrace run --repeat 3" in d.headline or "--assume-noise" in d.headline
+    md = diff_markdown(d)
+    assert "not judged" in md and "**WORSE**" not in md and "**better**" not in md
+    # the user's assumption judges it
+    a = diff(before, after, assume_noise_pct=5)
+    assert a.phase("compute").change("wall_us").verdict == "worse" and a.verdict == "worse"
+    assert a.headline.startswith("WORSE: kernel wall") and "assumed noise 5.0%" in a.headline
+    assert diff(before, after, assume_noise_pct=90).phase("compute").change("wall_us").verdict == "same"
+
+
+def test_a_change_under_the_floors_is_no_change_even_unjudged():
+    base = [960, 1920, 320] * 4
+    d = diff(oracle(base, EV), oracle(base, EV))
+    assert d.verdict == "no change" and d.significant == ()
+    assert {c.verdict for p in d.phases for c in p.changes} == {"same"}
+
+
+def test_the_last_finisher_is_information_never_a_change():
     def kernel(slow_lane, extra):
         durs = np.tile(np.array([960, 1920, 320] * 4), (4, 1))
         durs[slow_lane, 1::3] += extra  # one lane's compute longer by `extra` in every instance
         return oracle(durs, EV)
 
-    tied = diff(kernel(0, 32), kernel(1, 32))  # one tick ahead: a tie within the noise
-    c = tied.phase("compute").change("last_block")
-    assert (c.before, c.after) == (0, 1) and c.verdict == "same"
-    clear = diff(kernel(0, 960), kernel(1, 960))  # a straggler that moved to another block
-    assert clear.phase("compute").change("last_block").verdict == "changed"
+    for runs in ((kernel(0, 960),), (kernel(0, 960), kernel(0, 960))):
+        d = diff(list(runs), [kernel(1, 960), kernel(1, 960)])  # a clear straggler that moved to another block
+        c = d.phase("compute").change("last_block")
+        assert (c.before, c.after) == (0, 1) and c.verdict == "moved" and not c.significant
+        assert not any(s.startswith("compute.last_block") or "distinct_last" in s for s in d.significant)
 
 
 def test_a_figure_and_its_total_share_a_verdict():
-    d = diff(oracle([960, 1920, 320] * 4, EV), oracle([960, 2880, 320] * 4, EV))
+    runs = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
+    slower = [oracle([960, 2880, 320] * 4, EV), oracle([960, 2912, 320] * 4, EV)]
+    d = diff(runs, slower)
     c = d.phase("compute")
+    assert c.change("wall_us").test == "runs"
     assert c.change("wall_us").verdict == c.change("total_wall_us").verdict == "worse"
     assert c.change("total_wall_us").test == "tied"
     assert c.change("critical_share").significant == c.change("critical_us").significant
+    one = diff(runs[0], slower[0])
+    assert one.phase("compute").change("total_wall_us").verdict == "not judged"
+
+
+def test_cost_rising_on_the_critical_path_is_named():
+    runs = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
+    slower = [oracle([960, 2880, 320] * 4, EV), oracle([960, 2912, 320] * 4, EV)]
+    d = diff(runs, slower)
+    assert d.phase("compute").change("critical_us").verdict == "worse"
+    assert d.cost_shift is None
+    assert d.cost_message.startswith("no cost moved from other phases: compute rose on the critical path")
+    assert "changed beyond the noise" not in d.cost_message
+    fell = diff(slower, runs)
+    assert fell.cost_message.startswith("no cost moved to other phases: compute fell on the critical path")
 
 
 @pytest.mark.slow
-def test_cli_diff_with_runs_per_side_and_globs():
+def test_several_runs_per_side_are_tested_across_runs():
+    runs = [load_capture(SAMPLES / f"imbalance{n}_ktrace.bin") for n in ("", "_run2", "_run3")]
+    after = load_capture(SAMPLES / "balanced_ktrace.bin")
+    same = diff(runs, list(reversed(runs)))
+    assert same.verdict == "no change" and same.significant == ()
+    d = diff(runs, [after])  # three runs before: their variance judges the one after
+    doc = d.to_dict()
+    assert doc["before"]["sources"] == [str(r.analysis.source) for r in runs] and doc["verdict"]["runs"] == [3, 1]
+    assert d.verdict == "better" and d.verdict_change.test == "runs"
+    imb = d.phase("compute").change("imbalance")
+    assert imb.verdict == "better" and imb.test == "runs" and imb.p_value < ALPHA
+    assert d.phase("load").change("wall_us").verdict == "same"
+    two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs
+    assert two.verdict == "not judged" and any("too few for a test across runs" in n for n in two.notes)
+
+
+@pytest.mark.slow
+def test_cli_diff_with_runs_per_side_and_globs(tmp_path):
     rc, out, err = run_ktrace("diff", "--before", str(SAMPLES / "imbalance*_ktrace.bin"), "--after",
                               SAMPLES / "imbalance_run2_ktrace.bin", SAMPLES / "imbalance_ktrace.bin", "--json")
     assert rc == 0, err
     doc = json.loads(out)
     runs = sorted(SAMPLES.glob("imbalance*_ktrace.bin"))  # every run of the imbalance kernel, ktrace's header
-    assert len(runs) >= 2
-    assert doc["headline"] == "no significant change" and len(doc["before"]["sources"]) == len(runs)
+    assert doc["verdict"]["verdict"] == "no change" and doc["before"]["sources"] == [str(r) for r in runs]
+    rc, out, err = run_ktrace("diff", str(SAMPLES / "imbalance*_ktrace.bin"), SAMPLES / "balanced_ktrace.bin",
+                              "--json")  # the positional form takes quoted globs too
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert len(doc["before"]["sources"]) == len(runs) and doc["verdict"]["verdict"] == "better"
+    rc, _, err = run_ktrace("diff", str(tmp_path / "nothing*.bin"), SAMPLES / "balanced_ktrace.bin")
+    assert rc == 2 and "nothing*.bin: no file matches this pattern" in err and "Traceback" not in err
     rc, _, err = run_ktrace("diff", SAMPLES / "imbalance_ktrace.bin")
     assert rc == 2 and "BEFORE and AFTER" in err
+    rc, out, err = run_ktrace("diff", SAMPLES / "imbalance_ktrace.bin", SAMPLES / "balanced_ktrace.bin",
+                              "--assume-noise", "3", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    comp = {f["figure"]: f for f in doc["phases"][1]["figures"]}
+    assert comp["imbalance"]["verdict"] == "better" and comp["imbalance"]["test"] == "assumed"
+    rc, _, err = run_ktrace("diff", SAMPLES / "imbalance_ktrace.bin", SAMPLES / "balanced_ktrace.bin",
+                            "--assume-noise", "0")
+    assert rc == 2 and "percentage" in err
+
+
+def _shown_diffs():
+    """Each `$ ktrace diff ...` line in README.md and docs/ci.md with the line shown after it."""
+    import re
+    import shlex
+
+    from conftest import ROOT
+
+    out = []
+    for doc in (ROOT / "README.md", ROOT / "docs" / "ci.md"):
+        lines = doc.read_text().splitlines()
+        for i, line in enumerate(lines[:-1]):
+            m = re.match(r"^\$ ktrace diff (.+?)(?:\s+#.*)?$", line)
+            if m:
+                out.append((doc.name, shlex.split(m.group(1)), lines[i + 1]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc,args,shown", _shown_diffs(), ids=lambda x: x if isinstance(x, str) else None)
+def test_the_diff_headlines_the_docs_show_are_what_ktrace_prints(doc, args, shown):
+    from conftest import ROOT
+
+    rc, out, err = run_ktrace("diff", *args, cwd=ROOT)
+    assert rc == 0, err
+    assert out.splitlines()[0] == shown
+
+
+def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
+    # record_runs times the kernel once and saves N buffers: their sidecars carry the same timing
+    base = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
+    shared = diff([_timed(c, 20.0, 19.0) for c in base], [_timed(c, 20.2, 19.2) for c in base])
+    c = shared.kernel_change("control_us")
+    # not two runs of zero spread (any change "significant"): one session per side, judged by its reps
+    assert c.test == "reps" and c.verdict == "same"  # +1.1%: within the 2% sessions may differ by
+    assert shared.phase("compute").change("wall_us").test == "runs"  # the timelines are runs all the same
+    own = diff([_timed(base[0], 20.0, 19.0), _timed(base[1], 20.1, 19.1)],
+               [_timed(base[0], 20.2, 21.0), _timed(base[1], 20.3, 21.1)])
+    assert own.kernel_change("control_us").test == "runs" and own.verdict == "worse"

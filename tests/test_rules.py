@@ -233,11 +233,13 @@ def test_baseline_errors(before, after):
 
 def test_baseline_pairing(before, after):
     other = Capture(_oracle_capture([[640]], [0], "load").analysis)
-    assert baseline_for("persistent_phases", [after]) is after
-    assert baseline_for("persistent_phases", [other, after]) is after
-    assert other.kernel_name == "kernel" and baseline_for("attn", [other, after]) is None
-    with pytest.raises(InputError, match="2 baselines"):
-        baseline_for("persistent_phases", [before, after])
+    assert baseline_for("persistent_phases", [after]) == (after,)
+    assert baseline_for("persistent_phases", [other, after]) == (after,)
+    assert other.kernel_name == "kernel" and baseline_for("attn", [other, after]) == ()
+    # several baselines of one kernel are runs of it: the baseline figure is their mean
+    assert baseline_for("persistent_phases", [before, after]) == (before, after)
+    r = one("compute.wall_us <= baseline", after, (before, after))
+    assert r.baseline == pytest.approx((64.38 + 22.48) / 2, abs=0.01) and "mean of 2 runs" in r.message
 
 
 # -- the rules file --------------------------------------------------------------------------------------
@@ -432,3 +434,74 @@ def test_cli_baseline_json_and_sql(tmp_path):
 def test_cli_bad_rules_exit_2(args, why):
     rc, out, err = run_ktrace("check", AFTER, *args)
     assert rc == 2 and why in err, err
+
+
+# -- broken input ----------------------------------------------------------------------------------------
+
+def _cut(tmp_path, src=sample("imbalance_ktrace"), name="cut"):
+    """The buffer cut to half its records (whole 8-byte records), no sidecar: what a truncated copy is."""
+    words = np.fromfile(src, "<u8")
+    p = tmp_path / f"{name}.bin"
+    words[: len(words) // 2].tofile(p)
+    return p
+
+
+@pytest.mark.slow
+def test_cli_a_cut_buffer_fails_its_gate_with_exit_2(tmp_path):
+    cut = _cut(tmp_path)
+    rc, out, err = run_ktrace("check", cut, "--rule", "*.imbalance <= 5")
+    assert rc == 2, out + err
+    assert f"{cut}: the buffer looks broken or incomplete" in err and "Traceback" not in err
+    assert "unpaired records (begin_without_end" in err and "full lanes" in err  # the counts
+    assert "capture again with more records per lane" in err  # the fix
+    assert "--allow-anomalies unpaired_records,full_lanes" in err  # and how to accept them
+    rc, out, err = run_ktrace("check", cut, "--rule", "*.imbalance <= 5", "--allow-anomalies")
+    assert rc == 0, out + err
+    assert "accepted: 66 unpaired records" in out
+    rc, _, err = run_ktrace("check", cut, "--rule", "*.imbalance <= 5", "--allow-anomalies", "full_lanes")
+    assert rc == 2 and "unpaired records" in err and "full lanes" not in err.split("Fix:")[0]
+    rules = tmp_path / "rules.toml"
+    rules.write_text('allow_anomalies = ["unpaired_records", "full_lanes"]\nrules = ["*.imbalance <= 5"]\n')
+    assert run_ktrace("check", cut, "--rules", rules)[0] == 0
+    # the figure stays a rule's to use
+    rc, out, err = run_ktrace("check", cut, "--rule", "kernel.anomalous_records == 0", "--allow-anomalies")
+    assert rc == 1 and "kernel.anomalous_records = 66" in out, out + err
+    rc, _, err = run_ktrace("check", cut, "--rule", "kernel.wall_us > 0", "--allow-anomalies", "unpaired")
+    assert rc == 2 and "unknown kind(s) 'unpaired'" in err
+
+
+@pytest.mark.slow
+def test_cli_a_baseline_with_records_lost_is_refused_too(tmp_path):
+    lost = sample("overflow_ktrace")
+    rc, _, err = run_ktrace("check", lost, "--rule", "kernel.wall_us < 1e9")
+    assert rc == 2 and "records lost (capacity guard)" in err and "--allow-anomalies records_lost" in err
+    ok = sample("instants_ktrace")  # full lanes under ktrace's guard that dropped nothing: not a problem
+    rc, out, err = run_ktrace("check", ok, "--rule", "kernel.wall_us <= baseline * 100", "--baseline", lost)
+    assert rc == 2 and "baseline: the buffer looks broken" in err
+
+
+def test_a_rules_file_accepting_anomalies(tmp_path):
+    f = tmp_path / "r.toml"
+    f.write_text('allow_anomalies = true\n[kernels.k]\nallow_anomalies = ["records_lost"]\nrules = ["kernel.wall_us < 1"]\n')
+    book = rule_book(files=[f])
+    assert book.allowed_for("k") >= {"unpaired_records", "records_lost", "layout_match"}
+    f.write_text('allow_anomalies = ["lost"]\nrules = ["kernel.wall_us < 1"]\n')
+    with pytest.raises(InputError, match="unknown kind"):
+        rule_book(files=[f])
+
+
+@pytest.mark.slow
+def test_cli_globs_for_captures_and_baselines(tmp_path):
+    rc, out, err = run_ktrace("check", str(sample("imbalance_ktrace").parent / "imbalance_run*_ktrace.bin"),
+                              "--rule", "compute.wall_us <= baseline * 1.05", "--baseline",
+                              str(sample("imbalance_ktrace").parent / "imbalance*_ktrace.bin"), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert [c["source"].rsplit("/", 1)[-1] for c in doc["checks"]] == ["imbalance_run2_ktrace.bin",
+                                                                       "imbalance_run3_ktrace.bin"]
+    assert doc["checks"][0]["baseline"].count(".bin") == 3 and "mean of 3 runs" in doc["checks"][0]["results"][0]["message"]
+    rc, _, err = run_ktrace("check", str(tmp_path / "none*.bin"), "--rule", "kernel.wall_us < 1")
+    assert rc == 2 and "none*.bin: no file matches this pattern" in err
+    rc, _, err = run_ktrace("check", AFTER, "--rule", "kernel.wall_us < baseline", "--baseline",
+                            str(tmp_path / "none*.bin"))
+    assert rc == 2 and "--baseline " in err and "no file matches" in err

@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..filetypes import is_trace
 from ..sidecar import read_sidecar
 from . import Analysis
+from .noise import SD_PER_P10_P90
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "as_capture", "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES",
            "read_timing", "kernel_values", "phase_values", "group_values"]
@@ -92,23 +93,29 @@ class Value:
     """A figure's value (None when undefined) and its noise, both in the figure's unit. ``noise``: the
     capture's own evidence of spread (the timer tick, p10-p90 across instances or timed repetitions);
     ``samples``: the values it summarizes (one per instance, or per run when several runs are pooled), which
-    compare.py ranks; empty where there are none."""
+    compare.py ranks; empty where there are none. ``sd``, ``reps``: for a kernel median, the standard
+    deviation of its timed repetitions (from p10-p90) and how many there were (0: the sidecar has none)."""
 
     value: float | None
     noise: float = 0.0
     samples: tuple = ()
+    sd: float = 0.0
+    reps: int = 0
 
 
 @dataclass(frozen=True)
 class Timing:
     """Median kernel times (µs) of the instrumented build and its unprofiled control, with p10/p90 over the
-    timed repetitions, from a capture's sidecar ``timing``; None where the sidecar lacks one."""
+    timed repetitions and their count (0: not given), from a capture's sidecar ``timing``; None where the
+    sidecar lacks one."""
 
     profiled_median_us: float | None
     profiled_spread_us: float
     control_median_us: float | None
     control_spread_us: float
     source: str
+    profiled_reps: int = 0
+    control_reps: int = 0
 
 
 def _timing_of(meta: dict, source: str) -> Timing | None:
@@ -116,16 +123,18 @@ def _timing_of(meta: dict, source: str) -> Timing | None:
     if not isinstance(t, dict):
         return None
 
-    def build(key) -> tuple[float | None, float]:
+    def build(key) -> tuple[float | None, float, int]:
         s = t.get(key) if isinstance(t.get(key), dict) else {}
-        med, p10, p90 = (s.get(k) for k in ("median_us", "p10_us", "p90_us"))
+        med, p10, p90, reps = (s.get(k) for k in ("median_us", "p10_us", "p90_us", "reps"))
         if not isinstance(med, (int, float)) or isinstance(med, bool) or not math.isfinite(med):
-            return None, 0.0
-        ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (p10, p90))
-        return float(med), float(p90 - p10) if ok else 0.0
+            return None, 0.0, 0
+        ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (p10, p90))
+        # without a spread the repetitions cannot be tested: as if there were none
+        n = int(reps) if ok and isinstance(reps, int) and not isinstance(reps, bool) and reps > 1 else 0
+        return float(med), float(p90 - p10) if ok else 0.0, n
 
-    (pm, ps), (cm, cs) = build("with_profiler"), build("without_profiler")
-    return None if pm is None and cm is None else Timing(pm, ps, cm, cs, source)
+    (pm, ps, pn), (cm, cs, cn) = build("with_profiler"), build("without_profiler")
+    return None if pm is None and cm is None else Timing(pm, ps, cm, cs, source, pn, cn)
 
 
 def read_timing(source, sidecar=None) -> Timing | None:
@@ -213,8 +222,10 @@ def kernel_values(cap) -> dict[str, Value]:
            "phases": Value(k.phases), "tick_ns": Value(a.tick_ns),
            "anomalous_records": Value(a.launch.get("anomalous_records"))}
     if t is not None:
-        out["profiled_us"] = Value(t.profiled_median_us, t.profiled_spread_us)
-        out["control_us"] = Value(t.control_median_us, t.control_spread_us)
+        out["profiled_us"] = Value(t.profiled_median_us, t.profiled_spread_us,
+                                   sd=t.profiled_spread_us * SD_PER_P10_P90, reps=t.profiled_reps)
+        out["control_us"] = Value(t.control_median_us, t.control_spread_us,
+                                  sd=t.control_spread_us * SD_PER_P10_P90, reps=t.control_reps)
         if t.profiled_median_us and t.control_median_us:
             out["overhead_ratio"] = Value(t.profiled_median_us / t.control_median_us,
                                           (t.profiled_spread_us + t.control_spread_us) / t.control_median_us)

@@ -8,12 +8,14 @@
 The figures are named as ``ktrace check`` rules name them (``compute.imbalance``, ``kernel.wall_us``): the
 catalog is ``KERNEL_FIGURES`` and ``PHASE_FIGURES`` (catalog.py), each derived from the Analysis JSON (docs/ci.md).
 
-Significance (noise.py; docs/ci.md): a timing change counts only when it exceeds 2 timer ticks, the
-kernel's launch-to-launch jitter (the sidecar's timed repetitions, p10-p90), 1% of the kernel wall in the
-kernel time it stands for, and the spread across instances (a rank test with 5 or more per side) or across
-runs (several captures per side: ``diff([a1, a2], [b1, b2])``). A figure and its total share a verdict; a
-new last finisher counts only when a side has a clear straggler; a finding is new or resolved only when its
-impact moved by 1% of the wall.
+Significance (noise.py; docs/ci.md): a timing change is judged only with an estimate of how much a second
+run moves it: several runs per side (``diff([a1, a2], [b1, b2])``: a t-test across runs), the timed
+repetitions of the sidecar for the kernel's own medians (a t-test on the reps and a between-session floor),
+or a noise the user assumes (``assume_noise_pct``); else it is 'not judged'. A judged change must also
+exceed 2 timer ticks and 1% of the kernel wall in the kernel time it stands for. The headline's verdict is
+the unprofiled control's when both sides carry it; the profiled wall and the probes' cost are beside it. A
+figure and its total share a verdict; the last finisher is information, never a change; a finding is new
+or resolved only when its impact moved by 1% of the wall.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from ..errors import InputError
 from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Figure, Timing, Value, as_capture,
                       group_values, kernel_values, phase_values, read_timing)
 from .diff_result import DIFF_SCHEMA, Change, CostShift, Diff, PhaseChange
-from .noise import MIN_IMPACT, MIN_TICKS, judge
+from .input_problems import input_problems
+from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, not_judged, reps_test, runs_needed,
+                    runs_test)
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "CostShift", "Diff",
            "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing",
@@ -38,14 +42,10 @@ __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "Cos
 _PER_INSTANCE = {"wall_us", "max_dur_us", "mean_dur_us", "excess_us", "max_excess_us", "start_skew_us",
                  "max_start_skew_us", "end_skew_us", "max_end_skew_us", "last_lead_us", "wait_after_us",
                  "wait_before_us"}
-_RATIO = {"imbalance", "max_imbalance"}
-_TOTAL = {"total_wall_us", "critical_us", "max_wait_us"}
-_NO_RANK = {"max_imbalance", "max_excess_us", "max_start_skew_us", "max_end_skew_us", "total_wall_us"}
 _TIED = {"total_wall_us": "wall_us", "critical_share": "critical_us"}
 _LAST = ("last_block", "last_block_stability", "distinct_last_blocks")
 _TIMING = ("profiled_us", "control_us", "overhead_ratio")
-# A side's last finisher is a clear straggler when it is the same block in this share of the instances.
-_STABLE = 0.75
+_MEDIANS = ("profiled_us", "control_us")
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class _Side:
         return self.captures[0]
 
     @property
-    def runs(self) -> bool:
-        return len(self.captures) > 1
+    def n(self) -> int:
+        return len(self.captures)
 
     @property
     def wall_us(self) -> float:
@@ -71,10 +71,11 @@ class _Side:
         return max(float(c.analysis.tick_ns) for c in self.captures)
 
     @property
-    def jitter(self) -> float:
-        """Relative launch-to-launch spread of the profiled build: p10-p90 / median of the timed reps."""
-        return max([c.timing.profiled_spread_us / c.timing.profiled_median_us for c in self.captures
-                    if c.timing is not None and c.timing.profiled_median_us] or [0.0])
+    def rep_sd(self) -> float | None:
+        """Relative launch-to-launch standard deviation of the profiled build (its timed reps), if known."""
+        sds = [c.timing.profiled_spread_us * SD_PER_P10_P90 / c.timing.profiled_median_us for c in self.captures
+               if c.timing is not None and c.timing.profiled_median_us and c.timing.profiled_reps]
+        return max(sds) if sds else None
 
     def kernel(self) -> dict[str, Value]:
         return _pool([dict(c.kernel_values) for c in self.captures])
@@ -85,9 +86,8 @@ class _Side:
 
 
 def _pool(runs: list[dict[str, Value]]) -> dict[str, Value]:
-    """One run's values as they are; several runs': the mean, their widest own noise, one sample per run."""
-    if len(runs) == 1:
-        return runs[0]
+    """The runs' mean of each figure (a block index: the most common), one sample per run; one run keeps
+    its timed repetitions (sd, reps) for the kernel's medians."""
     out = {}
     for name in dict.fromkeys(k for r in runs for k in r):
         vals = [_finite(r[name].value) for r in runs if name in r]
@@ -99,8 +99,27 @@ def _pool(runs: list[dict[str, Value]]) -> dict[str, Value]:
             value = max(set(defined), key=defined.count)
         else:
             value = sum(defined) / len(defined)
-        out[name] = Value(value, max(r[name].noise for r in runs if name in r), tuple(defined))
+        samples = tuple(defined)
+        one = runs[0][name] if len(runs) == 1 else Value(None)
+        if name in _TIMING and len({(r[name].value, r[name].sd, r[name].reps) for r in runs if name in r}) == 1:
+            # runs that carry one timing session (record_runs times once, then saves N buffers): one sample
+            samples, one = samples[:1], runs[0][name]
+        out[name] = Value(value, max(r[name].noise for r in runs if name in r), samples, one.sd, one.reps)
     return out
+
+
+def _floors(name: str, fig: Figure, b: float, a: float, ctx: dict) -> list[float]:
+    """The timer and impact floors a change must clear, in the figure's unit (none for the kernel's medians)."""
+    tick_us, impact_us = ctx["tick_us"], MIN_IMPACT * ctx["wall_us"]
+    if name in _TIMING:  # the kernel's own medians and their ratio: 1% of themselves
+        return [MIN_IMPACT * max(abs(b), abs(a))]
+    if fig.unit == "µs":
+        scale = ctx["n"] if name in _PER_INSTANCE else 1.0
+        return [MIN_TICKS * tick_us, impact_us / scale]
+    if fig.unit == "x":
+        mean = ctx["mean_dur_us"]
+        return [MIN_TICKS * tick_us / mean if mean else 0.0, impact_us / (mean * ctx["n"]) if mean else math.inf]
+    return []
 
 
 def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict) -> Change:
@@ -110,33 +129,18 @@ def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict) -> Change:
         return base
     if fig.unit in ("count", "ns", "block"):
         return replace(base, noise=0.0, decided=b != a, test="exact")
-    floors, scale = [], 1.0
-    tick_us, impact_us = ctx["tick_us"], MIN_IMPACT * ctx["wall_us"]
-    if fig.unit == "µs":
-        scale = ctx["n"] if name in _PER_INSTANCE else 1.0
-        floors = [MIN_TICKS * tick_us, ctx["jitter"] * max(abs(b), abs(a)), impact_us / scale]
-        if ctx.get("timing"):  # the kernel's own medians: their floor is 1% of themselves
-            floors = [MIN_IMPACT * max(abs(b), abs(a))]
-    elif fig.unit == "x":
-        if name == "overhead_ratio":
-            floors = [MIN_IMPACT * max(abs(b), abs(a))]
-        else:
-            mean = ctx["mean_dur_us"]
-            floors = [MIN_TICKS * tick_us / mean if mean else 0.0,
-                      impact_us / (mean * ctx["n"]) if mean else math.inf]
-    j = judge(b, a, floors=floors, noise=[vb.noise, va.noise], samples=(vb.samples, va.samples),
-              runs=ctx["runs"], rank=name not in _NO_RANK)
-    return replace(base, noise=j.noise, decided=j.significant, test=j.test, p_value=j.p_value)
-
-
-def _clear(v: dict[str, Value], ctx: dict) -> bool:
-    """A clear straggler: the same block last in most instances, ahead of the next lane by 2 ticks and by
-    enough, over the instances, to be 1% of the wall; else the last finisher is a near-tie."""
-    stab, lead = _finite(v["last_block_stability"].value), _finite(v["last_lead_us"].value)
-    if stab is None or lead is None or (v["last_block_stability"].samples and v["last_block"].samples and
-                                        len(set(v["last_block"].samples)) > 1):
-        return False
-    return stab >= _STABLE and lead >= MIN_TICKS * ctx["tick_us"] and lead * ctx["n"] >= MIN_IMPACT * ctx["wall_us"]
+    floors = _floors(name, fig, b, a, ctx)
+    nb, na = len(vb.samples) or 1, len(va.samples) or 1
+    if ctx["runs"] and (min(nb, na) >= 2 or max(nb, na) >= 3):
+        j = runs_test(vb.samples or (b,), va.samples or (a,), floors)
+    elif ctx["assume"] is not None:
+        j = assumed(b, a, ctx["assume"], floors)
+    elif name in _MEDIANS and vb.reps and va.reps and nb == na == 1:  # one timing session per side
+        j = reps_test(b, vb.sd, vb.reps, a, va.sd, va.reps, SESSION_NOISE)
+    else:
+        j = not_judged(a - b, floors)
+    return replace(base, noise=j.noise, decided=j.significant, test=j.test, p_value=j.p_value,
+                   reps=(vb.reps, va.reps) if j.test == "reps" else None)
 
 
 def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tuple[Change, ...]:
@@ -150,13 +154,12 @@ def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tup
     for name, to in _TIED.items():
         if name in out and to in out and not (name == "total_wall_us" and nb != na):
             t = out[to]
-            out[name] = replace(out[name], decided=t.significant if None not in (out[name].before, out[name].after)
-                                else None, test="tied", p_value=t.p_value)
-    moved = any(out[f].before != out[f].after for f in _LAST if f in out)
-    clear = _clear(pb, ctx) or _clear(pa, ctx)
-    for f in _LAST:
+            defined = None not in (out[name].before, out[name].after)
+            out[name] = replace(out[name], decided=t.decided if defined else None,
+                                test="none" if t.test == "none" else "tied", p_value=t.p_value)
+    for f in _LAST:  # which block is last is information: reported, never a significant change
         if f in out:
-            out[f] = replace(out[f], noise=0.0, decided=moved and clear, test="tied")
+            out[f] = replace(out[f], noise=0.0, decided=False, test="info", p_value=None)
     return tuple(out.values())
 
 
@@ -177,31 +180,61 @@ def _side(x) -> _Side:
     return _Side(tuple(as_capture(c) for c in xs))
 
 
-def diff(before, after) -> Diff:
-    """Compares two captures (Capture, or Analysis without timings), or two lists of runs of each (the
-    run-to-run spread is then the noise): every phase present in either, by name."""
-    sb, sa = _side(before), _side(after)
-    b, a = sb.first, sa.first
-    kb, ka = sb.kernel(), sa.kernel()
+def _notes(sb: _Side, sa: _Side, assume, runs: bool) -> list[str]:
     notes = []
     kernels = {c.kernel_name for c in sb.captures + sa.captures}
     if len({c.kernel_name for c in sb.captures}) > 1 or len({c.kernel_name for c in sa.captures}) > 1:
         notes.append(f"runs of different kernels pooled on one side: {', '.join(sorted(kernels))}")
-    if b.kernel_name != a.kernel_name:
-        notes.append(f"different kernels: {b.kernel_name} before, {a.kernel_name} after")
+    if sb.first.kernel_name != sa.first.kernel_name:
+        notes.append(f"different kernels: {sb.first.kernel_name} before, {sa.first.kernel_name} after")
     timed_b = all(c.timing for c in sb.captures)
     timed_a = all(c.timing for c in sa.captures)
     if timed_b != timed_a:
         side = "before" if timed_b else "after"
         notes.append(f"control timings: only the {side} capture carries them (sidecar 'timing'); not compared")
-    if not (timed_b and timed_a):
+    elif timed_b and sb.n == sa.n == 1 and assume is None and not (sb.first.timing.control_reps and
+                                                                 sa.first.timing.control_reps):
+        notes.append("control timings without their repetitions (sidecar timing.without_profiler.reps, p10_us, "
+                     "p90_us): nothing to judge the control's change by")
+    if assume is not None and runs:
+        notes.append("--assume-noise not used: the runs give the run-to-run noise")
+    elif assume is not None:
+        notes.append(f"assumed run-to-run noise {assume:.2%} (--assume-noise): not measured")
+    for where, s in (("before", sb), ("after", sa)):
+        for c in s.captures:
+            probs = input_problems(c.analysis.launch)
+            if probs:
+                listing = ", ".join(p.text for p in probs)
+                notes.append(f"{where}: {c.analysis.source}: {listing} (`ktrace inspect` says which)")
+    return notes
+
+
+def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
+    """Compares two captures (Capture, or Analysis without timings), or two lists of runs of each (a
+    t-test across the runs is then the noise). assume_noise_pct: the run-to-run noise (% of each figure)
+    to judge by where there is no estimate of it. Every phase present in either, by name."""
+    sb, sa = _side(before), _side(after)
+    b, a = sb.first, sa.first
+    if assume_noise_pct is not None and not (isinstance(assume_noise_pct, (int, float)) and
+                                             0 < assume_noise_pct < 100):
+        raise InputError(f"assumed noise {assume_noise_pct!r}: give a percentage between 0 and 100 (e.g. 1.5)")
+    assume = None if assume_noise_pct is None else assume_noise_pct / 100
+    kb, ka = sb.kernel(), sa.kernel()
+    # a t-test across runs needs a variance with 2 degrees of freedom or more: 2 runs on each side, or 3 on
+    # one (whose variance then stands for both)
+    runs = min(sb.n, sa.n) >= 2 or max(sb.n, sa.n) >= 3
+    notes = _notes(sb, sa, assume, runs)
+    if not (all(c.timing for c in sb.captures) and all(c.timing for c in sa.captures)):
         for key in _TIMING:
             kb.pop(key, None)
             ka.pop(key, None)
+    if not runs and sb.n + sa.n > 2:
+        notes.append(f"{sb.n} run(s) before, {sa.n} after: too few for a test across runs (2 on each side, or 3 "
+                     "on one); not judged")
     ctx = {"tick_us": max(sb.tick_ns, sa.tick_ns) / 1e3, "wall_us": max(sb.wall_us, sa.wall_us),
-           "jitter": max(sb.jitter, sa.jitter), "runs": sb.runs or sa.runs, "n": 1}
-    kernel = tuple(_judged(name, fig, kb.get(name, Value(None)), ka.get(name, Value(None)),
-                           {**ctx, "timing": name in _TIMING})
+           "runs": runs, "assume": None if runs else assume, "n": 1,
+           "why": "one run per side" if sb.n == sa.n == 1 else "too few runs"}
+    kernel = tuple(_judged(name, fig, kb.get(name, Value(None)), ka.get(name, Value(None)), ctx)
                    for name, fig in KERNEL_FIGURES.items() if name in kb or name in ka)
     pb, pa = sb.phases(), sa.phases()
     phases = []
@@ -210,10 +243,15 @@ def diff(before, after) -> Diff:
         phases.append(PhaseChange(name, present, _phase_changes(pb.get(name, {}), pa.get(name, {}), ctx)))
     resolved, new = _findings(sb, sa, ctx, phases)
     wall = next(c for c in kernel if c.figure == "wall_us")
+    shift, cost_line = _cost(phases, wall, ctx)
+    rep_sd = [s for s in (sb.rep_sd, sa.rep_sd) if s is not None]
+    needed = None
+    if wall.test == "none" and wall.delta:
+        needed = runs_needed(wall.delta, max(rep_sd) * max(wall.before, wall.after) if rep_sd else None)
     return Diff(str(b.analysis.source), str(a.analysis.source), b.kernel_name, a.kernel_name,
-                float(max(sb.tick_ns, sa.tick_ns)), kernel, tuple(phases), _cost_shift(phases, wall),
+                float(max(sb.tick_ns, sa.tick_ns)), kernel, tuple(phases), shift,
                 resolved, new, tuple(notes), tuple(str(c.analysis.source) for c in sb.captures),
-                tuple(str(c.analysis.source) for c in sa.captures))
+                tuple(str(c.analysis.source) for c in sa.captures), ctx["assume"], needed, cost_line)
 
 
 # The figure each finding kind rests on: a finding is new (resolved) only when it got significantly worse
@@ -243,7 +281,12 @@ def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...],
         kind, phase = key.split(": ", 1)
         figure = _EVIDENCE.get(kind)
         p = next((p for p in phases if p.phase == phase and p.present == "both"), None)
-        return figure is None or p is None or p.change(figure).verdict == verdict
+        if figure is None or p is None:
+            return True
+        c = p.change(figure)
+        if c.test == "none":  # not judged (one run per side): the direction, beyond the floors, is what there is
+            return bool(c.delta) and ((c.delta < 0) == bool(c.lower_is_better)) == (verdict == "better")
+        return c.verdict == verdict
 
     (wb, ib), (wa, ia) = side(sb), side(sa)
     resolved = {k for k in wb - wa if ib.get(k, 0.0) - ia.get(k, 0.0) >= floor_ns and evidence(k, "better")}
@@ -251,24 +294,36 @@ def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...],
     return tuple(sorted(resolved)), tuple(sorted(new))
 
 
-def _cost_shift(phases: list[PhaseChange], wall: Change) -> CostShift | None:
+def _cost(phases: list[PhaseChange], wall: Change, ctx: dict) -> tuple[CostShift | None, str]:
+    """Each phase's time on the critical path that fell and rose (judged: beyond the noise; not judged: by
+    2 ticks and 1% of the kernel wall): a CostShift when some fell and others rose, and the cost line."""
+    floor = max(MIN_IMPACT * ctx["wall_us"], MIN_TICKS * ctx["tick_us"])
     fell, rose = {}, {}
+    judged = ctx["runs"] or ctx["assume"] is not None
     for p in phases:
         c = p.change("critical_us")
-        if p.present == "both":
-            d = c.delta if c.significant else None
+        if p.present == "both":  # not judged: a move beyond the floors ('none', not 'floor') is named
+            d = c.delta if c.significant or c.test == "none" else None
         else:
             d = (c.after or 0.0) - (c.before or 0.0)
-            d = d if abs(d) >= MIN_IMPACT * max(wall.before or 0, wall.after or 0) else None
-        if not d:
-            continue
-        (fell if d < 0 else rose)[p.phase] = d
-    if not fell or not rose:
-        return None
+            d = d if abs(d) >= floor else None
+        if d:
+            (fell if d < 0 else rose)[p.phase] = d
+    beyond = "beyond the noise" if judged else f"by 1% of the kernel wall (not judged: {ctx['why']})"
 
     def listing(d: dict) -> str:
         return ", ".join(f"{k} {v:+,.2f} µs" for k, v in sorted(d.items(), key=lambda kv: -abs(kv[1])))
 
+    if not fell or not rose:
+        if fell:
+            line = (f"no cost moved to other phases: {', '.join(fell)} fell on the critical path ({listing(fell)}) "
+                    f"and no phase's time on it rose {beyond}")
+        elif rose:
+            line = (f"no cost moved from other phases: {', '.join(rose)} rose on the critical path ({listing(rose)}) "
+                    f"and no phase's time on it fell {beyond}")
+        else:
+            line = f"no cost moved to other phases: no phase's time on the critical path changed {beyond}"
+        return None, line
     gained = sum(rose.values())
     saved = -sum(fell.values())
     msg = (f"cost moved between phases on the critical path: {listing(fell)} fell; {listing(rose)} rose, "
@@ -277,4 +332,6 @@ def _cost_shift(phases: list[PhaseChange], wall: Change) -> CostShift | None:
            "than was saved")
     if wall.delta is not None:
         msg += f" (kernel wall {wall.delta:+,.2f} µs)"
-    return CostShift(fell, rose, wall.delta, msg)
+    if not judged:
+        msg += f"; not judged: {ctx['why']}"
+    return CostShift(fell, rose, wall.delta, msg), msg

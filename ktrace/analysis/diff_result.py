@@ -14,9 +14,11 @@ DIFF_SCHEMA = "ktrace.diff/1"
 
 @dataclass(frozen=True)
 class Change:
-    """One figure before and after, in ``unit``. ``noise``: the larger side's; a change within it is not
-    significant. ``verdict``: 'better', 'worse', 'changed' (no better direction), 'same' (within noise),
-    'undefined' (a side lacks the figure)."""
+    """One figure before and after, in ``unit``. ``noise``: the threshold the change had to exceed.
+    ``test``: how it was judged ('runs', 'reps', 'assumed', 'exact', 'tied'; 'none': not judged, no estimate
+    of run-to-run noise; 'info': reported, never significant). ``verdict``: 'better', 'worse', 'changed'
+    (no better direction), 'same' (within noise), 'not judged', 'moved' (information: the last finisher),
+    'undefined' (a side lacks the figure). ``reps``: the timed repetitions a 'reps' test used per side."""
 
     figure: str
     unit: str
@@ -27,6 +29,7 @@ class Change:
     decided: bool | None = None
     test: str = "spread"
     p_value: float | None = None
+    reps: tuple | None = None
 
     @property
     def delta(self) -> float | None:
@@ -42,7 +45,7 @@ class Change:
 
     @property
     def significant(self) -> bool:
-        if None in (self.before, self.after):
+        if None in (self.before, self.after) or self.test in ("none", "info"):
             return False
         if self.decided is not None:
             return self.decided
@@ -55,6 +58,10 @@ class Change:
     def verdict(self) -> str:
         if self.before is None or self.after is None:
             return "undefined"
+        if self.test == "info":
+            return "moved" if self.before != self.after else "same"
+        if self.test == "none":
+            return "same" if self.before == self.after else "not judged"
         if not self.significant:
             return "same"
         if self.lower_is_better is None:
@@ -116,6 +123,9 @@ class Diff:
     notes: tuple[str, ...] = field(default=())
     before_sources: tuple[str, ...] = ()
     after_sources: tuple[str, ...] = ()
+    assumed_noise: float | None = None
+    runs_needed: int | None = None
+    cost_line: str = ""
 
     @property
     def significant(self) -> tuple[str, ...]:
@@ -129,31 +139,111 @@ class Diff:
         return tuple(out)
 
     @property
+    def runs(self) -> tuple[int, int]:
+        """Captures per side (before, after)."""
+        return len(self.before_sources or (self.before_source,)), len(self.after_sources or (self.after_source,))
+
+    @property
+    def judged(self) -> bool:
+        """Whether the timeline's figures had an estimate of run-to-run noise: runs, or an assumed noise."""
+        nb, na = self.runs
+        return min(nb, na) >= 2 or max(nb, na) >= 3 or self.assumed_noise is not None
+
+    @property
+    def why_unjudged(self) -> str:
+        return "one run per side" if self.runs == (1, 1) else "too few runs"
+
+    @property
+    def verdict_change(self) -> Change:
+        """The figure the kernel verdict rests on: the unprofiled control when both sides carry it, else the
+        profiled timeline's wall."""
+        c = next((c for c in self.kernel if c.figure == "control_us"), None)
+        return c if c is not None and None not in (c.before, c.after) else self.kernel_change("wall_us")
+
+    @property
+    def verdict(self) -> str:
+        """The kernel's: 'better', 'worse', 'no change', 'not judged' (no noise estimate) or 'undefined'."""
+        v = self.verdict_change.verdict
+        return {"same": "no change", "changed": "no change"}.get(v, v)
+
+    def how_judged(self, c: Change) -> str:
+        """How a change was judged, in words: its test, p-value and floor."""
+        p = "" if c.p_value is None else "p<0.001" if c.p_value < 0.001 else f"p={c.p_value:.3f}"
+        nb, na = self.runs
+        if c.test == "reps":
+            rb, ra = c.reps or (0, 0)
+            floor = c.noise / max(abs(c.before), abs(c.after)) if c.before or c.after else 0.0
+            return f"t-test on {rb}+{ra} timed reps, {p}; session floor {floor:.0%} = {c.noise:,.2f} µs"
+        if c.test == "runs":
+            return f"t-test across {nb}+{na} runs, {p}"
+        if c.test == "assumed":
+            return f"assumed noise {self.assumed_noise:.1%}"
+        return f"not judged: {self.why_unjudged}"
+
+    def settle(self) -> str:
+        """How many runs per side would judge the kernel's change."""
+        n = self.runs_needed
+        if n:
+            return f"{n} runs per side would settle it: ktrace run --repeat {n}"
+        return "several runs per side would settle it (ktrace run --repeat 3 or more), or give --assume-noise PCT"
+
+    @property
+    def unjudged(self) -> tuple[str, ...]:
+        """Every change that moved beyond the floors and could not be judged, as ``PHASE.FIGURE``."""
+        out = [f"kernel.{c.figure}" for c in self.kernel if c.verdict == "not judged"]
+        for p in self.phases:
+            out += [f"{p.phase}.{c.figure}" for c in p.changes if p.present == "both" and c.verdict == "not judged"]
+        return tuple(out)
+
+    @property
     def headline(self) -> str:
-        """'no significant change', or the kernel wall's verdict and how many figures changed where."""
-        sig = self.significant
-        if not sig and not self.findings_new and not self.findings_resolved:
-            return "no significant change"
-        w = self.kernel_change("wall_us")
-        wall = (f"kernel wall {w.relative:+.1%} ({'WORSE' if w.verdict == 'worse' else w.verdict})"
-                if w.relative is not None and w.significant else "kernel wall within the noise")
-        where: dict[str, int] = {}
-        for name in sig:
-            scope = name.split(" (only", 1)[0] if "(only" in name else name.rsplit(".", 1)[0]
-            where[scope] = where.get(scope, 0) + 1
-        listing = ", ".join(f"{k} ({v})" for k, v in where.items())
-        return f"{wall}; significant changes: {listing or 'none'}"
+        """The kernel verdict (the unprofiled control's when both sides carry it), what is beside it (the
+        profiled wall, the probes' cost) and where the significant changes are."""
+        k = self.verdict_change
+        control = k.figure == "control_us"
+        what = "unprofiled control" if control else "kernel wall"
+        rel = "" if k.relative is None else f" {k.relative:+.1%}"
+        v = self.verdict
+        if v in ("better", "worse"):
+            head = f"{'better' if v == 'better' else 'WORSE'}: {what}{rel} ({self.how_judged(k)})"
+        elif v == "no change" and k.test == "none":
+            head = f"no change: {what} identical"
+        elif v == "no change" and k.test == "floor":
+            head = f"no change: {what}{rel}, under 2 timer ticks and 1% of the kernel wall"
+        elif v == "no change":
+            head = f"no change: {what}{rel}, within the noise ({self.how_judged(k)})"
+        elif v == "undefined":
+            head = f"not judged: {what} undefined on a side"
+        else:
+            head = f"{self.how_judged(k)}: {what}{rel}; {self.settle()}"
+        if control:
+            w = self.kernel_change("wall_us")
+            o = next((c for c in self.kernel if c.figure == "overhead_ratio"), None)
+            beside = [f"profiled wall {w.relative:+.1%}" if w.relative is not None else "profiled wall undefined"]
+            if o is not None and o.relative is not None:
+                beside.append(f"probes' cost {o.relative:+.1%} (overhead {o.before:.3f}x -> {o.after:.3f}x)")
+            head += "; beside it: " + ", ".join(beside)
+        others = [s for s in self.significant if s != f"kernel.{k.figure}"]
+        if others:
+            where: dict[str, int] = {}
+            for name in others:
+                scope = name.split(" (only", 1)[0] if "(only" in name else name.rsplit(".", 1)[0]
+                where[scope] = where.get(scope, 0) + 1
+            head += "; significant changes: " + ", ".join(f"{k} ({v})" for k, v in where.items())
+        phases = [n for n in self.unjudged if not n.startswith("kernel.")]
+        if phases:
+            head += f"; {len(phases)} phase figure{'s' if len(phases) != 1 else ''} not judged: {self.why_unjudged}"
+            if v != "not judged":
+                head += f" ({self.settle().replace('settle it', 'settle them')})"
+        return head
 
     @property
     def cost_message(self) -> str:
-        """The cost shift's message, or the explicit statement that no cost moved to other phases."""
+        """The cost shift's message, or the statement of what fell or rose on the critical path, or that
+        nothing did."""
         if self.cost_shift is not None:
             return self.cost_shift.message
-        fell = [p.phase for p in self.phases if p.present == "both" and p.change("critical_us").verdict == "better"]
-        if fell:
-            return (f"no cost moved to other phases: {', '.join(fell)} fell on the critical path and no phase's "
-                    "time on it rose beyond the noise")
-        return "no cost moved to other phases: no phase's time on the critical path changed beyond the noise"
+        return self.cost_line or "no cost moved to other phases: no phase's time on the critical path changed"
 
     def phase(self, name: str) -> PhaseChange:
         return _find(self.phases, "phase", name,
@@ -163,7 +253,11 @@ class Diff:
         return _find(self.kernel, "figure", figure, f"no kernel figure {figure!r}")
 
     def to_dict(self) -> dict:
+        k = self.verdict_change
         return {"schema": DIFF_SCHEMA, "headline": self.headline,
+                "verdict": {"verdict": self.verdict, "figure": f"kernel.{k.figure}", "test": k.test,
+                            "p_value": k.p_value, "judged": self.judged, "runs": list(self.runs),
+                            "assumed_noise": self.assumed_noise, "runs_needed": self.runs_needed},
                 "before": {"source": self.before_source,
                            "sources": list(self.before_sources or (self.before_source,)), "kernel": self.before_kernel},
                 "after": {"source": self.after_source,

@@ -2,7 +2,9 @@
 
 A capture's figure values are computed once (``Capture.kernel_values`` / ``phase_values`` /
 ``group_values``), however many rules read them. Rules that cannot be evaluated raise InputError naming
-every such rule and why.
+every such rule and why; so does a capture (or baseline) whose buffer looks broken (input_problems.py),
+unless the rule book or the caller accepts those problems: a gate does not pass on part of the slices.
+Several baselines of one kernel are runs of it: a baseline figure is their mean.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import re
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
+from .input_problems import input_problems
 from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
 
-__all__ = ["resolve", "evaluate", "baseline_for", "check_capture", "edit_distance", "unmatched_sections"]
+__all__ = ["resolve", "evaluate", "baseline_for", "check_capture", "edit_distance", "unmatched_sections",
+           "refuse_broken"]
 
 _SHOWN_ROWS = 5
 
@@ -68,22 +72,30 @@ def _fmt(v, unit: str) -> str:
     return f"{v:,.4g} {unit}"
 
 
-def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: str | None) -> RuleResult:
+def _runs(baseline) -> tuple[Capture, ...]:
+    if baseline is None:
+        return ()
+    return tuple(baseline) if isinstance(baseline, (list, tuple)) else (baseline,)
+
+
+def _figure_result(rule: Rule, cap: Capture, baseline, phase: str | None) -> RuleResult:
     subject = rule.metric(phase)
     unit = _unit(rule)
     v = resolve(rule, cap, phase)
     base = None
+    runs = _runs(baseline)
     if rule.uses_baseline:
-        if baseline is None:
+        if not runs:
             raise InputError(f"{rule.origin} {rule.text!r}: compares with a baseline; give --baseline BEFORE")
         try:
-            base = resolve(rule, baseline, phase).value
+            values = [resolve(rule, b, phase).value for b in runs]
         except InputError as e:
             if phase is not None:
                 return RuleResult(rule.text, rule.origin, subject, "skip", f"not in the baseline: {e}", unit=unit)
             raise InputError(f"{rule.origin} {rule.text!r}: baseline: {e}") from None
-        if base is None or (isinstance(base, float) and math.isnan(base)):
+        if any(b is None or (isinstance(b, float) and math.isnan(b)) for b in values):
             raise InputError(f"{rule.origin} {rule.text!r}: {subject} is undefined in the baseline")
+        base = sum(values) / len(values)  # several runs of the baseline: their mean
         k = rule.baseline_k
         limit = base * k if rule.baseline_op == "*" else base + k if rule.baseline_op == "+" else base - k
     else:
@@ -92,7 +104,7 @@ def _figure_result(rule: Rule, cap: Capture, baseline: Capture | None, phase: st
     ok = measured is not None and OPERATORS[rule.op](measured, limit)
     msg = f"{subject} = {_fmt(measured, unit)}, limit {rule.op} {_fmt(limit, unit)}"
     if base is not None:
-        msg += f" (baseline {_fmt(base, unit)})"
+        msg += f" (baseline {_fmt(base, unit)}{f', mean of {len(runs)} runs' if len(runs) > 1 else ''})"
     if not ok and measured is not None and v.noise and abs(measured - limit) <= v.noise:
         msg += f"; within the measurement noise ±{_fmt(v.noise, unit)}"
     return RuleResult(rule.text, rule.origin, subject, "pass" if ok else "fail", msg, measured, rule.op, limit,
@@ -135,9 +147,10 @@ def _sql_result(rule: SqlRule, session, phases=()) -> RuleResult:
                       op="==", limit=0.0, unit="rows", row_count=n, rows=rows)
 
 
-def evaluate(rules, cap: Capture, baseline: Capture | None = None, session=None) -> tuple[RuleResult, ...]:
-    """Every rule on ``cap`` (SQL rules on ``session``, the open trace of ``cap``); InputError naming every
-    rule that cannot be evaluated and why."""
+def evaluate(rules, cap: Capture, baseline=None, session=None) -> tuple[RuleResult, ...]:
+    """Every rule on ``cap`` (SQL rules on ``session``, the open trace of ``cap``); baseline: a Capture, or
+    several runs of one (their mean is the baseline); InputError naming every rule that cannot be evaluated
+    and why."""
     out, errors = [], []
     phases = list(cap.phase_values)
     for rule in rules:
@@ -173,15 +186,29 @@ def _ran_on(cap: Capture, phase: str, group: int) -> bool:
     return bool(((lanes.phase == phase) & (lanes.group == group)).any())
 
 
-def baseline_for(kernel: str, baselines) -> Capture | None:
-    """The baseline Capture for a kernel: the only one given, else the one of the same kernel name."""
+def baseline_for(kernel: str, baselines) -> tuple[Capture, ...]:
+    """The baseline runs for a kernel: the only one given, else those of the same kernel name (several:
+    runs of it, whose mean is the baseline)."""
     baselines = list(baselines)
     if len(baselines) <= 1:
-        return baselines[0] if baselines else None
-    same = [b for b in baselines if b.kernel_name == kernel]
-    if len(same) > 1:
-        raise InputError(f"{len(same)} baselines are captures of kernel {kernel!r}; give one per kernel")
-    return same[0] if same else None
+        return tuple(baselines)
+    return tuple(b for b in baselines if b.kernel_name == kernel)
+
+
+def refuse_broken(cap: Capture, source, allowed=frozenset(), what: str = "") -> tuple[str, ...]:
+    """InputError naming the file, the problems (input_problems.py), how to fix them and how to accept them,
+    when its launch facts show problems that ``allowed`` (kinds) does not accept; else notes on those
+    accepted."""
+    problems = input_problems(cap.analysis.launch)
+    refused = [p for p in problems if p.kind not in allowed]
+    if refused:
+        kinds = ",".join(p.kind for p in refused)
+        fixes = "; ".join(dict.fromkeys(p.fix for p in refused))
+        raise InputError(f"{source}: {what}the buffer looks broken or incomplete, so no gate is checked on it: "
+                         f"{'; '.join(p.text for p in refused)}. Fix: {fixes} (`ktrace inspect {source}` lists "
+                         f"them). To check it anyway: --allow-anomalies {kinds}, or allow_anomalies = "
+                         f"[{', '.join(repr(p.kind).replace(chr(39), chr(34)) for p in refused)}] in the rules file")
+    return tuple(f"{what}accepted: {p.text}" for p in problems)
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -215,24 +242,32 @@ def unmatched_sections(book: RuleBook, kernels) -> list[str]:
 
 
 def check_capture(cap: Capture, book: RuleBook, *, baselines=(), session=None, source: str | None = None,
-                  verify_sections: bool = True) -> Check:
+                  verify_sections: bool = True, allow_anomalies=frozenset()) -> Check:
     """``book``'s rules for ``cap``'s kernel, evaluated on it (SQL rules on ``session``, its open trace).
     baselines: Captures for ``baseline`` rules (see baseline_for). InputError when no rule applies, a rule
-    cannot be evaluated, or (verify_sections) a kernel section misses the kernel by a typo; the Check says
-    which passed. Checking several captures, pass verify_sections=False and call ``unmatched_sections``
-    with every kernel: a section may be meant for another capture."""
+    cannot be evaluated, the capture or its baseline looks broken (``refuse_broken``; accepted kinds: the
+    book's ``allow_anomalies`` for the kernel and ``allow_anomalies``), or (verify_sections) a kernel
+    section misses the kernel by a typo; the Check says which passed. Checking several captures, pass
+    verify_sections=False and call ``unmatched_sections`` with every kernel: a section may be meant for
+    another capture."""
     source = source if source is not None else cap.analysis.source
     typos = unmatched_sections(book, [cap.kernel_name]) if verify_sections else []
     if typos:
         raise InputError(f"{source}: kernel {cap.kernel_name!r}: " + "; ".join(typos))
+    allowed = frozenset(allow_anomalies) | book.allowed_for(cap.kernel_name)
+    notes = refuse_broken(cap, source, allowed)
     rules = book.for_kernel(cap.kernel_name)
     if not rules:
         have = ", ".join(book.patterns) or "none"
         raise InputError(f"{source}: no rule applies to kernel {cap.kernel_name!r} (kernel sections: "
                          f"{have}); add a [kernels.{cap.kernel_name}] section or rules for every kernel")
     base = baseline_for(cap.kernel_name, baselines)
-    if base is None and any(r.uses_baseline for r in rules) and baselines:
+    if not base and any(r.uses_baseline for r in rules) and baselines:
         raise InputError(f"{source}: no baseline of kernel {cap.kernel_name!r} among "
                          f"{', '.join(b.kernel_name for b in baselines)}")
+    if any(r.uses_baseline for r in rules):
+        for b in base:
+            notes += refuse_broken(b, b.analysis.source, allowed, "baseline: ")
     results = evaluate(rules, cap, base, session)
-    return Check(str(source), cap.kernel_name, base.analysis.source if base else None, results)
+    return Check(str(source), cap.kernel_name, ", ".join(str(b.analysis.source) for b in base) or None, results,
+                 notes)

@@ -32,13 +32,13 @@ from pathlib import Path
 
 from ..errors import InputError
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES
+from .input_problems import parse_allowed
 
 __all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", "Check", "parse_rule",
            "load_rules_file", "rule_book"]
 
 OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
              "!=": operator.ne}
-_RULE = re.compile(r"^(?P<metric>[^<>=!]*?)\s*(?P<op>[<>=!]+)\s*(?P<rhs>.*)$", re.S)
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _BASELINE = re.compile(rf"^baseline(?:\s*(?P<op>[*+-])\s*(?P<k>{_NUM}))?$|^(?P<k2>{_NUM})\s*\*\s*baseline$")
 
@@ -80,10 +80,12 @@ class SqlRule:
 
 @dataclass(frozen=True)
 class Section:
-    """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel)."""
+    """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel), and the kinds of
+    broken input (input_problems.PROBLEM_KINDS) it accepts (``allow_anomalies``)."""
 
     pattern: str | None
     rules: tuple
+    allow: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,11 @@ class RuleBook:
     def for_kernel(self, kernel: str) -> tuple:
         return tuple(r for s in self.sections if s.pattern is None or fnmatch.fnmatchcase(kernel, s.pattern)
                      for r in s.rules)
+
+    def allowed_for(self, kernel: str) -> frozenset:
+        """The kinds of broken input the sections matching ``kernel`` accept."""
+        return frozenset().union(*(s.allow for s in self.sections
+                                   if s.pattern is None or fnmatch.fnmatchcase(kernel, s.pattern)))
 
     @property
     def uses_baseline(self) -> bool:
@@ -139,6 +146,7 @@ class Check:
     kernel: str
     baseline: str | None
     results: tuple[RuleResult, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def failures(self) -> tuple[RuleResult, ...]:
@@ -150,18 +158,19 @@ class Check:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "kernel": self.kernel, "baseline": self.baseline, "passed": self.passed,
-                "results": [r.to_dict() for r in self.results]}
+                "notes": list(self.notes), "results": [r.to_dict() for r in self.results]}
 
 
 # -------------------------------------------------------------------------------------------- parsing
 def parse_rule(text: str, origin: str = "rule") -> Rule:
     """A Rule from its text; InputError saying what is wrong with it."""
     def bad(why: str) -> InputError:
-        return InputError(f"{origin} {text!r}: {why}")
+        shown = text if not isinstance(text, str) or len(text) <= 200 else f"{text[:120]}... ({len(text):,} characters)"
+        return InputError(f"{origin} {shown!r}: {why}")
 
     if not isinstance(text, str):
         raise InputError(f"{origin}: a rule is a string such as 'compute.imbalance <= 1.2', not {text!r}")
-    m = _RULE.match(text.strip())
+    m = _split_rule(text.strip())
     if not m or not m["metric"]:
         raise bad("write METRIC OP LIMIT, e.g. 'compute.imbalance <= 1.2' or 'kernel.wall_us <= baseline * 1.05'")
     op, rhs = m["op"], m["rhs"].strip()
@@ -183,6 +192,18 @@ def parse_rule(text: str, origin: str = "rule") -> Rule:
     if not math.isfinite(float(rhs)):
         raise bad(f"limit {rhs!r} is too large to be a number")
     return Rule(text.strip(), origin, scope, group, figure, op, value=float(rhs))
+
+
+_OP_CHARS = re.compile(r"[<>=!]+")
+
+
+def _split_rule(text: str) -> dict | None:
+    """{metric, op, rhs} of METRIC OP RHS, split at the first operator character: one pass over the text
+    (a backtracking pattern took minutes on a rule of 100,000 spaces)."""
+    m = _OP_CHARS.search(text)
+    if m is None:
+        return None
+    return {"metric": text[:m.start()].rstrip(), "op": m.group(), "rhs": text[m.end():]}
 
 
 def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
@@ -234,7 +255,7 @@ def load_rules_file(path) -> tuple[list[Section], list[str]]:
     path = Path(path)
     doc = _load_toml(path)
     errors: list[str] = []
-    sections = [_section(path, None, "", doc, {"rules", "sql", "kernels"}, errors)]
+    sections = [_section(path, None, "", doc, {"rules", "sql", "kernels", "allow_anomalies"}, errors)]
     kernels = doc.get("kernels", {})
     if not isinstance(kernels, dict):
         errors.append(f"{path}: 'kernels' must be a table of [kernels.NAME] sections")
@@ -244,8 +265,8 @@ def load_rules_file(path) -> tuple[list[Section], list[str]]:
         if not isinstance(body, dict):
             errors.append(f"{path} {where}: must be a table with 'rules' and/or 'sql'")
             continue
-        sections.append(_section(path, name, where, body, {"rules", "sql"}, errors))
-    return [s for s in sections if s.rules], errors
+        sections.append(_section(path, name, where, body, {"rules", "sql", "allow_anomalies"}, errors))
+    return [s for s in sections if s.rules or s.allow], errors
 
 
 def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: list) -> Section:
@@ -276,7 +297,13 @@ def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: lis
         if extra:
             errors.append(f"{origin}: unknown key(s) {', '.join(sorted(extra))} (allowed: name, query)")
         rules.append(SqlRule(str(s.get("name") or f"sql[{i}]"), s["query"], origin))
-    return Section(pattern, tuple(rules))
+    allow = frozenset()
+    if "allow_anomalies" in body:
+        try:
+            allow = parse_allowed(body["allow_anomalies"], f"{here}: allow_anomalies")
+        except ValueError as e:
+            errors.append(str(e))
+    return Section(pattern, tuple(rules), allow)
 
 
 def rule_book(rules=(), sql=(), files=()) -> RuleBook:
@@ -299,6 +326,6 @@ def rule_book(rules=(), sql=(), files=()) -> RuleBook:
         errors += e
     if errors:
         raise InputError("bad rules:\n  " + "\n  ".join(errors))
-    if not sections:
+    if not any(s.rules for s in sections):
         raise InputError("no rules: give --rule 'METRIC OP LIMIT', --sql QUERY or --rules FILE")
     return RuleBook(tuple(sections))

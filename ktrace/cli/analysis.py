@@ -98,11 +98,11 @@ def _cmd_analyze(a) -> int:
             result = analyze(source, thresholds, engine=a.engine, progress=cb, on_engine=_sayer(cb),
                              **decode_kwargs(a))
     if a.trace:
-        print(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})", file=sys.stderr)
+        print(printable(f"trace: {a.trace} (the analysis drawn on it: ktrace view {a.trace})"), file=sys.stderr)
     if a.plot:
         from ..report.analysis_report import plot_analysis
 
-        print(f"plot: {plot_analysis(result, a.plot)}", file=sys.stderr)
+        print(printable(f"plot: {plot_analysis(result, a.plot)}"), file=sys.stderr)
     if a.json:
         print(result.to_json())
     elif a.markdown:
@@ -218,23 +218,25 @@ def _query_text(a) -> str:
 
 
 def _print_result(result, a) -> None:
+    from ..report.safe_text import csv_cell, json_text
+
     if a.json:
-        print(json.dumps(result.to_dicts(), indent=2, ensure_ascii=False, default=_json_value))
+        print(json_text(json.dumps(result.to_dicts(), indent=2, ensure_ascii=False, default=_json_value)))
         return
-    if a.csv:
+    if a.csv:  # a cell's escape sequences never reach the terminal; its line breaks are quoted
         import csv
 
         w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(result.columns)
-        w.writerows(["" if v is None else v for v in row] for row in result.rows)
+        w.writerow(map(csv_cell, result.columns))
+        w.writerows(["" if v is None else csv_cell(v) for v in row] for row in result.rows)
         return
     from rich.table import Table
 
     t = Table(caption=f"{len(result):,} rows", caption_justify="left")
     for c in result.columns:
-        t.add_column(c)
-    for row in result.rows:
-        t.add_row(*("NULL" if v is None else str(v) for v in row))
+        t.add_column(printable(c))
+    for row in result.rows:  # a line break in a value never fakes a row
+        t.add_row(*("NULL" if v is None else printable(v) for v in row))
     console().print(t)
 
 

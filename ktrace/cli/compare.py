@@ -1,17 +1,21 @@
 """``ktrace diff`` (before/after) and ``ktrace check`` (CI gates).
 
-    ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all]
+    ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all] [--assume-noise PCT]
+    ktrace diff 'a_run*.bin' 'b_run*.bin'                                 (quoted globs: several runs per side)
     ktrace diff --before a1.bin a2.bin ... --after b1.bin b2.bin ...      (or globs: --before 'a*.bin')
     ktrace check TRACE|BUF ... [--rule 'compute.imbalance <= 1.2' ...] [--rules rules.toml] [--sql QUERY ...]
-                 [--baseline BEFORE ...] [--junit FILE] [--markdown [FILE]] [--json]
+                 [--baseline BEFORE ...] [--allow-anomalies [KINDS]] [--junit FILE] [--markdown [FILE]] [--json]
 
 Buffers are converted to temporary traces first, with the same decoding options as ``ktrace convert``.
+Every capture argument may be a quoted glob, expanded here (sorted); one that matches nothing is an error.
 Exit codes: 0 ok (check: every rule passed), 1 a rule failed, 2 bad input or a bad rule, 3 engine missing.
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
+import math
 import sys
 from pathlib import Path
 
@@ -27,13 +31,16 @@ def register(sub) -> None:
         "diff", help="before/after: every phase's figures side by side, what changed beyond the noise",
         description="Compare two captures (traces or buffers) phase by phase: wall, slowest/mean, imbalance, "
         "start and end skew, waits, last-finisher stability, share of the critical path, with absolute and "
-        "relative changes; kernel wall and, when both sidecars carry them, the unprofiled control timings. "
-        "A change within the noise (the larger of a timer tick and the spread across instances) is marked '~'; "
-        "cost that moved between phases on the critical path is called out.",
+        "relative changes; kernel wall and, when both sidecars carry them, the unprofiled control timings, "
+        "whose change is the kernel verdict. A change is judged only with an estimate of run-to-run noise: "
+        "several runs per side (a t-test across runs), the timed repetitions for the kernel's medians, or "
+        "--assume-noise; else it reads 'not judged'. Cost that moved between phases on the critical path is "
+        "called out.",
         epilog="Figures are named as `ktrace check` rules name them (docs/ci.md). JSON schema: ktrace.diff/1.")
-    d.add_argument("pair", metavar="BEFORE AFTER", nargs="*", help="trace or buffer before and after the change")
+    d.add_argument("pair", metavar="BEFORE AFTER", nargs="*",
+                   help="trace or buffer before and after the change (a quoted glob: several runs of it)")
     d.add_argument("--before", metavar="RUN", nargs="+", default=[],
-                   help="several runs before the change (paths or globs): their run-to-run spread is the noise")
+                   help="several runs before the change (paths or quoted globs): a t-test across runs judges")
     d.add_argument("--after", metavar="RUN", nargs="+", default=[], help="several runs after the change")
     fmt = d.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the comparison as JSON (schema ktrace.diff/1)")
@@ -42,6 +49,9 @@ def register(sub) -> None:
                      "$GITHUB_STEP_SUMMARY) and still print the table")
     d.add_argument("--plot", metavar="PNG", help="also write a plot: each phase's wall and imbalance before/after")
     d.add_argument("--all", action="store_true", help="show every figure, not only the main ones")
+    d.add_argument("--assume-noise", metavar="PCT", type=_percent,
+                   help="judge by this run-to-run noise (%% of each figure) where there is no estimate of it "
+                   "(one run per side): your assumption, not a measurement")
     d.add_argument("--jobs", "-j", type=process_count, metavar="N",
                    help="analyze up to N captures at once, each in a worker process (default: the cores available, "
                    "capped by the number of captures; small files are analyzed in this process); 1: one after "
@@ -65,7 +75,12 @@ def register(sub) -> None:
     c.add_argument("--sql", metavar="QUERY", action="append", default=[],
                    help="a SQL rule: a query on the ktrace tables that must return no rows (repeatable)")
     c.add_argument("--baseline", metavar="BEFORE", action="append", default=[],
-                   help="capture for 'baseline' rules (repeatable: matched to captures by kernel name)")
+                   help="capture for 'baseline' rules (repeatable, or a quoted glob: matched to captures by "
+                   "kernel name; several of one kernel are runs, their mean is the baseline)")
+    c.add_argument("--allow-anomalies", metavar="KINDS", nargs="?", const="all", default="",
+                   help="check captures whose buffer looks broken anyway: every kind, or those named "
+                   "(comma-separated: unpaired_records, unreadable_records, full_lanes, records_lost, "
+                   "layout_match); without it such a capture is refused (exit 2)")
     c.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
     c.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
                    help="Markdown summary: to stdout instead of the table; with FILE, appended to FILE (e.g. "
@@ -82,7 +97,8 @@ def _cmd_diff(a) -> int:
     before, after = _sides(a)
     n = sum(len(x) if isinstance(x, list) else 1 for x in (before, after))
     with progress_bar("analyzing the captures", n > 1, unit="captures") as cb:
-        result = diff(before, after, engine=a.engine, jobs=a.jobs, on_done=cb, **decode_kwargs(a))
+        result = diff(before, after, engine=a.engine, jobs=a.jobs, on_done=cb, assume_noise_pct=a.assume_noise,
+                      **decode_kwargs(a))
     if a.plot:
         print(f"plot: {rep.plot_diff(result, a.plot)}", file=sys.stderr)
     if a.json:
@@ -99,18 +115,34 @@ def _cmd_diff(a) -> int:
     return EXIT_OK
 
 
-def _expand(paths: list[str]) -> list[str]:
-    """Globs expanded (sorted), for shells that did not; a pattern matching nothing is an error."""
+def _percent(text: str) -> float:
+    try:
+        v = float(text.rstrip("%"))
+    except ValueError:
+        v = math.nan
+    if not 0 < v < 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage between 0 and 100, e.g. 1.5")
+    return v
+
+
+def _expand(paths: list[str], what: str = "") -> list[str]:
+    """Globs expanded here (sorted), as the shell does not expand quoted ones; a pattern matching nothing is
+    an error naming it."""
     out = []
     for p in paths:
         if any(ch in p for ch in "*?[") and not Path(p).exists():
             hits = sorted(glob.glob(p))
             if not hits:
-                raise InputError(f"{p}: no file matches this pattern")
+                raise InputError(f"{what}{p}: no file matches this pattern (check the path; quote it so that "
+                                 "ktrace expands it)")
             out += hits
         else:
             out.append(p)
     return out
+
+
+def _runs(paths: list[str]):
+    return paths if len(paths) > 1 else paths[0]
 
 
 def _sides(a) -> tuple:
@@ -119,22 +151,27 @@ def _sides(a) -> tuple:
     if not a.pair:
         if not a.before or not a.after:
             raise InputError("diff: give BEFORE AFTER, or several runs with --before RUN ... --after RUN ...")
-        b, af = _expand(a.before), _expand(a.after)
-        return (b if len(b) > 1 else b[0]), (af if len(af) > 1 else af[0])
+        return _runs(_expand(a.before, "--before ")), _runs(_expand(a.after, "--after "))
     if len(a.pair) != 2:
         raise InputError(f"diff: give two captures, BEFORE and AFTER (got {len(a.pair)}); several runs per side "
-                         "go with --before RUN ... --after RUN ...")
-    return a.pair[0], a.pair[1]
+                         "go with quoted globs ('a_run*.bin' 'b_run*.bin') or --before RUN ... --after RUN ...")
+    return _runs(_expand([a.pair[0]], "BEFORE ")), _runs(_expand([a.pair[1]], "AFTER "))
 
 
 def _cmd_check(a) -> int:
     from ..analysis.gates import unmatched_sections
+    from ..analysis.input_problems import parse_allowed
     from ..api import check, load_capture, rule_book
     from ..inputs import buffer_options
     from ..report import compare_report as rep
 
     if a.json and a.markdown == "-":
         raise InputError("check: --json and --markdown both print to stdout; give --markdown a FILE")
+    try:
+        allowed = parse_allowed(a.allow_anomalies, "--allow-anomalies")
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    a.sources, a.baseline = _expand(a.sources), _expand(a.baseline, "--baseline ")
     book = rule_book(a.rule, a.sql, a.rules)
     if a.baseline and not book.uses_baseline:
         print("ktrace: note: --baseline given but no rule uses 'baseline'", file=sys.stderr)
@@ -142,8 +179,8 @@ def _cmd_check(a) -> int:
         raise InputError("rules compare with 'baseline' but no --baseline BEFORE was given")
     options = buffer_options(a.sources + a.baseline, decode_kwargs(a))
     baselines = [load_capture(b, engine=a.engine, **options) for b in a.baseline] if book.uses_baseline else []
-    checks = [check(s, book, baselines=baselines, engine=a.engine, verify_sections=False, **options)
-              for s in a.sources]
+    checks = [check(s, book, baselines=baselines, engine=a.engine, verify_sections=False, allow_anomalies=allowed,
+                    **options) for s in a.sources]
     typos = unmatched_sections(book, [c.kernel for c in checks])
     if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
         raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))

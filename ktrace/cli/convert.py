@@ -37,20 +37,20 @@ def _cmd_convert(a) -> int:
     from rich.text import Text
 
     from ..api import convert
-    from ..report.safe_text import safe_console
+    from ..report.safe_text import printable, safe_console
 
     with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
         res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, jobs=a.jobs, **decode_kwargs(a))
     sm, match = res.summary, res.decoder.match
     anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
-    print(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
-          f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
-          f"layout {match.name} ({match.score:.1%} match)")
+    print(printable(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
+                    f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
+                    f"layout {match.name} ({match.score:.1%} match)"))
     if sm.notes:
         notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
-        line = Text.assemble(("notes", "yellow"), f": {notes} (ktrace inspect {a.buffer} explains them)")
+        line = Text.assemble(("notes", "yellow"), printable(f": {notes} (ktrace inspect {a.buffer} explains them)"))
         safe_console(stderr=True).print(line)
-    print(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}")
+    print(printable(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}"))
     return EXIT_OK
 
 

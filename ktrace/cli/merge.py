@@ -39,16 +39,17 @@ def register(sub) -> None:
 def _cmd_merge(a) -> int:
     from ..api import merge
     from ..report.multigpu_report import alignment_lines
+    from ..report.safe_text import printable
 
     res = merge(a.buffers, a.output, align_mode=a.align, tracks=a.tracks, report=a.report, offsets=a.offset,
                 clocks=a.clocks, **decode_kwargs(a))
     for line in alignment_lines(res.alignment):
         print(line, file=sys.stderr if line.startswith("note:") else sys.stdout)
     slices = ", ".join(f"{c.label.split(' (')[0]} {s.slices:,}" for c, s in zip(res.alignment.clocks, res.summaries))
-    print(f"{res.path}: {res.bytes:,} bytes; slices: {slices}")
+    print(printable(f"{res.path}: {res.bytes:,} bytes; slices: {slices}"))
     if res.cross_gpu is not None:
         print_cross_gpu(res.cross_gpu, header=False)
-    print(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}")
+    print(printable(f"open it at https://ui.perfetto.dev (Open trace file), or: ktrace view {res.path}"))
     return EXIT_OK
 
 

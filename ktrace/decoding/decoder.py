@@ -106,10 +106,20 @@ class BufferDecoder:
         ng = self.launch.num_groups
         return record_tag(words), lane // ng, lane % ng
 
+    # Lanes whose first records are looked for at a time: a header claiming 268M lanes over a sparse file
+    # costs memory for this many, not for all of them.
+    FIRSTS_LANES = 1 << 22
+
     def _lane_firsts(self) -> np.ndarray:
-        """Low 32 timer bits of each lane's first valid record, for the lanes that have one, in lane order."""
+        """Low 32 timer bits of each lane's first valid record, for the lanes that have one, in lane order
+        (FIRSTS_LANES lanes at a time: memory bounded whatever the header claims)."""
+        parts = [self._lane_firsts_in(lo, min(lo + self.FIRSTS_LANES, self.lanes))
+                 for lo in range(0, self.lanes, self.FIRSTS_LANES)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def _lane_firsts_in(self, lo: int, hi: int) -> np.ndarray:
         ng = self.launch.num_groups
-        todo = np.arange(self.lanes, dtype=np.int64)
+        todo = np.arange(lo, hi, dtype=np.int64)
         found = []
         for r in range(self.capacity_per_lane):  # usually the first row settles every lane
             todo = todo[todo < (self.lanes if r < self.rows else self.rem)]
@@ -118,8 +128,11 @@ class BufferDecoder:
             if r == 8:  # lanes still open after a few rows are mostly empty: scan them column-wise
                 found.append(self._scan_columns(todo, r))
                 break
-            w = self.reader.row(r)[todo]
-            ok = _valid(self.layout, w, todo, ng, self._known_events)
+            width = min(hi, self.lanes if r < self.rows else self.rem) - lo
+            w = self.reader.read(r * self.lanes + lo, width)[todo - lo]
+            nz = np.flatnonzero(w)  # empty slots (most of a sparse buffer) are never valid: skip them cheaply
+            ok = np.zeros(len(w), bool)
+            ok[nz[_valid(self.layout, w[nz], todo[nz], ng, self._known_events)]] = True
             found.append(np.stack([todo[ok], record_ts_lo(w[ok])]))
             todo = todo[~ok]
         if not found:

@@ -32,6 +32,7 @@ class LaneReader:
     capacity_per_lane: slots of the longest lanes.
     """
 
+    SAMPLE_WINDOW = 1 << 16  # slots per sample window: 64 of them, whatever the header claims of its lanes
     BAND_BYTES = 4 << 20  # lanes copied lane-major at a time from a row-major record area (and a worker's batch)
 
     def __init__(self, buf: Buffer, body: np.ndarray, lanes: int):
@@ -62,7 +63,7 @@ class LaneReader:
         """(position, word) of the non-empty slots in 64 windows spread over the record area (for layout
         detection): contiguous reads, so a mapped file is touched in 64 places only."""
         n = len(self.body)
-        width = max(self.lanes, 16384)
+        width = min(max(self.lanes, 16384), self.SAMPLE_WINDOW)
         if n <= 64 * width:
             pos = np.arange(n, dtype=np.int64)
             words = np.asarray(self.body)

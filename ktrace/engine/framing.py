@@ -7,6 +7,9 @@ follows the fields over the bytes as they stream to the engine (decompressing gz
 raises InputError when the last field is cut or a length runs past the end.
 
 The walk is one step per packet (a field header), not per byte: a few microseconds per thousand packets.
+Bounded by what a trace can hold, before the engine sees the bytes: gzip is inflated a megabyte at a time, a
+stream that expands more than MAX_RATIO times is refused (a gzip bomb), and so are a packet larger than
+MAX_PACKET_BYTES and a run of packets too small to hold a slice.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ import zlib
 
 from ..errors import InputError
 
-__all__ = ["Framing"]
+__all__ = ["Framing", "MAX_PACKET_BYTES", "MAX_RATIO"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+# A trace packet holds one event or a batch of interned names: far below this. A larger one is damage.
+MAX_PACKET_BYTES = 256 << 20
+# A ktrace trace compresses 5-30 times; a stream inflating more than this is not one.
+MAX_RATIO = 200
+_RATIO_AFTER = 4 << 20  # ... once this much is inflated (a tiny trace's ratio means nothing)
+_PIECE = 1 << 20        # inflated at a time: memory stays bounded whatever a chunk expands to
+# Packets of a trace of slices average tens of bytes; a million of fewer than this is not one.
+_MIN_MEAN_PACKET = 6
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int] | None:
@@ -46,21 +57,36 @@ class Framing:
         self._field_at = 0      # where the current field began
         self._packets = 0
         self._bad = ""          # why the bytes are not a trace, once seen (reported by finish)
+        self._compressed = 0    # gzip bytes inflated so far
 
     def feed(self, chunk: bytes) -> None:
+        """Walk ``chunk`` (the next bytes of the file); InputError at once for a bomb (a stream that inflates
+        too far, a packet too large, packets too small), before the chunk goes on to the engine."""
         if self._bad:
             return
         if not self._started:
             self._started = True
             if chunk.startswith(_GZIP_MAGIC):
                 self._gzip = zlib.decompressobj(wbits=31)
-        if self._gzip is not None:
+        if self._gzip is None:
+            self._walk(chunk)
+            return
+        data = chunk
+        while data and not self._gzip.eof:
             try:
-                chunk = self._gzip.decompress(chunk)
+                piece = self._gzip.decompress(data, _PIECE)
             except zlib.error:
                 self._bad = f"{self.name}: a damaged gzip stream, not a readable trace"
                 return
-        self._walk(chunk)
+            self._compressed += len(data) - len(self._gzip.unconsumed_tail)
+            data = self._gzip.unconsumed_tail
+            if self._offset + len(piece) > max(_RATIO_AFTER, MAX_RATIO * self._compressed):
+                raise InputError(f"{self.name}: the gzip stream inflates more than {MAX_RATIO} times "
+                                 f"({(self._offset + len(piece)) >> 20:,} MiB from {self._compressed:,} bytes so "
+                                 "far): not a trace ktrace wrote (a gzip bomb?); refused before loading it")
+            self._walk(piece)
+            if self._bad:
+                return
 
     def _walk(self, data: bytes) -> None:
         start = self._offset
@@ -101,7 +127,14 @@ class Framing:
                              f"{wire}): damaged or not a trace")
                 return
             self._field_at = start + at
+            if size > MAX_PACKET_BYTES:
+                raise InputError(f"{self.name}: a field of {size:,} bytes at byte {start + at:,}: larger than any "
+                                 f"trace packet (at most {MAX_PACKET_BYTES >> 20} MiB); damaged, or not a trace")
             self._packets += wire == 2
+            if not self._packets & 0xFFFFF and self._packets and start + i < _MIN_MEAN_PACKET * self._packets:
+                raise InputError(f"{self.name}: {self._packets:,} packets in {start + i:,} bytes: too small to "
+                                 "hold slices (a trace ktrace wrote has tens of bytes per packet); damaged, or "
+                                 "not a trace")
             if i + size > n:
                 self._skip = i + size - n
                 return

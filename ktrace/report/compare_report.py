@@ -25,8 +25,9 @@ DIFF_FIGURES = ("wall_us", "max_dur_us", "mean_dur_us", "imbalance", "excess_us"
                 "wait_before_us", "wait_after_us", "last finisher", "critical_us", "critical_share")
 _LAST = ("last_block", "last_block_stability", "distinct_last_blocks")
 _STYLE = {"better": "green", "worse": "bold red", "changed": "yellow", "same": "dim", "undefined": "dim",
-          "pass": "green", "fail": "bold red", "skip": "dim"}
-_MARK = {"better": "better", "worse": "WORSE", "changed": "changed", "same": "~", "undefined": ""}
+          "not judged": "yellow", "moved": "cyan", "pass": "green", "fail": "bold red", "skip": "dim"}
+_MARK = {"better": "better", "worse": "WORSE", "changed": "changed", "same": "~", "undefined": "",
+         "not judged": "not judged", "moved": "moved (info)"}
 _STATUS = {"pass": "✅ pass", "fail": "❌ FAIL", "skip": "➖ skip"}
 
 
@@ -75,8 +76,8 @@ def _last_cells(p: PhaseChange) -> list[str]:
 
     before = side(blk.before, stab.before, dist.before, n.before or 0)
     after = side(blk.after, stab.after, dist.after, n.after or 0)
-    moved = any(c.significant for c in (blk, stab, dist))
-    verdict = "undefined" if "—" in (before, after) else "changed" if moved else "same"
+    moved = any(c.before != c.after for c in (blk, stab, dist))  # information, never a significant change
+    verdict = "undefined" if "—" in (before, after) else "moved" if moved else "same"
     return ["last finisher", before, after, "", "", verdict]
 
 
@@ -108,27 +109,35 @@ def _kernel_rows(d: Diff) -> list[list[str]]:
     return rows
 
 
+def _one(label: str, c: Change) -> str:
+    rel = "" if c.relative is None else f", {c.relative:+.1%}"
+    ch = "" if c.delta is None else f" ({c.delta:+,.2f} µs{rel}: {_MARK[c.verdict]})"
+    return f"{label} {_val(c.before, 'µs')} µs -> {_val(c.after, 'µs')} µs{ch}"
+
+
 def _headline(d: Diff) -> str:
-    w = d.kernel_change("wall_us")
     kernel = d.after_kernel if d.before_kernel == d.after_kernel else f"{d.before_kernel} -> {d.after_kernel}"
-    rel = "" if w.relative is None else f", {w.relative:+.1%}"
-    ch = "" if w.delta is None else f" ({w.delta:+,.2f} µs{rel}: {_MARK[w.verdict]})"
-    return f"{kernel}: kernel wall {_val(w.before, 'µs')} µs -> {_val(w.after, 'µs')} µs{ch}"
+    k, w = d.verdict_change, d.kernel_change("wall_us")
+    if k.figure == "control_us":
+        return f"{kernel}: {_one('unprofiled control', k)}; {_one('profiled wall', w)}"
+    return f"{kernel}: {_one('kernel wall', w)}"
 
 
 def _story(d: Diff) -> list[str]:
     before = ", ".join(d.before_sources or (d.before_source,))
     after = ", ".join(d.after_sources or (d.after_source,))
     out = [f"before: {before}   after: {after}",
-           f"timer tick {d.tick_ns:.0f} ns; '~': within the noise (2 ticks, the launch-to-launch jitter, 1% of "
-           "the kernel wall, and the spread across instances or runs: docs/ci.md), not significant; figures "
-           "are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
+           f"timer tick {d.tick_ns:.0f} ns; runs per side {d.runs[0]} / {d.runs[1]}; '~': within the noise "
+           "(a t-test across runs, or on the timed reps for the kernel's medians, 2 ticks, 1% of the kernel "
+           "wall: docs/ci.md); 'not judged': no estimate of run-to-run noise (the instances of one run are not "
+           "runs); figures are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
     out += [f"note: {n}" for n in d.notes]
     out.append(d.cost_message)
+    unjudged = "" if d.judged else f" (not judged: {d.why_unjudged})"
     if d.findings_resolved:
-        out.append("resolved: " + "; ".join(d.findings_resolved))
+        out.append("resolved: " + "; ".join(d.findings_resolved) + unjudged)
     if d.findings_new:
-        out.append("new: " + "; ".join(d.findings_new))
+        out.append("new: " + "; ".join(d.findings_new) + unjudged)
     return out
 
 
@@ -141,7 +150,7 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
     from rich.text import Text
 
     def table(title: str, rows: list[list[str]]) -> Table:
-        t = Table(title=Text(title), title_justify="left")
+        t = Table(title=Text(printable(title)), title_justify="left")
         for i, h in enumerate(_HEAD):
             t.add_column(h, justify="left" if i in (0, 5) else "right")
         for r in rows:
@@ -279,12 +288,13 @@ def check_text(checks) -> list:
 
     out: list = []
     for c in checks:
-        t = Table(title=Text(_title(c)), title_justify="left")
+        t = Table(title=Text(printable(_title(c))), title_justify="left")
         for h in ("", "rule", "measured", "limit", "where"):
             t.add_column(h, justify="right" if h in ("measured", "limit") else "left")
         for row in _check_rows(c):
             t.add_row(Text(_STATUS[row[0]], style=_STYLE[row[0]]), *map(Text, row[1:]))
         out.append(t)
+        out += [Text(printable(f"  note: {n}"), style="yellow") for n in c.notes]
         for r in c.failures:
             out.append(Text(printable(f"  FAIL {r.origin}: {r.message}"), style="red"))
             out += [Text(f"       {json.dumps(row, default=str)}", style="dim") for row in r.rows]
@@ -301,6 +311,7 @@ def check_markdown(checks) -> str:
         parts += [f"**{md_text(_title(c))}**", ""]
         rows = [[_STATUS[r[0]]] + r[1:] for r in _check_rows(c)]
         parts += [_md_table(["", "rule", "measured", "limit", "where"], rows), ""]
+        parts += [f"- note: {md_cell(n)}" for n in c.notes] + ([""] if c.notes else [])
         for r in c.failures:
             if r.rows:
                 body = "\n".join(json.dumps(x, default=str) for x in r.rows)

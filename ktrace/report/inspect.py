@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
+from .safe_text import printable
 
 __all__ = ["inspect_dict", "inspect_text", "INSPECT_SCHEMA"]
 
@@ -69,35 +70,40 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
     }
 
 
+def _row(table, *cells) -> None:
+    """A row of single-line cells: a line break in a name is shown escaped, never as a new row."""
+    table.add_row(*(printable(c) for c in cells))
+
+
 def inspect_text(info: dict) -> list:
     """Renderables (rich) for the terminal: a summary table, then anomalies and notes."""
     from rich.table import Table
     from rich.text import Text
 
     out = []
-    t = Table(title=f"ktrace inspect: {info['source']}", show_header=False, title_justify="left")
+    t = Table(title=printable(f"ktrace inspect: {info['source']}"), show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
     L, lay = info["launch"], info["layout"]
-    t.add_row("kernel", f"{L['kernel']}  ({L['num_blocks']} blocks x {L['num_groups']} groups)")
+    _row(t, "kernel", f"{L['kernel']}  ({L['num_blocks']} blocks x {L['num_groups']} groups)")
     if L["device"]:
-        t.add_row("device", L["device"])
-    t.add_row("layout", f"{lay['name']} ({lay['chosen_by']}, {lay['match']:.1%} of records agree with their position)")
-    t.add_row("lanes", f"{info['lanes']['with_records']} of {info['lanes']['total']} have records; "
+        _row(t, "device", L["device"])
+    _row(t, "layout", f"{lay['name']} ({lay['chosen_by']}, {lay['match']:.1%} of records agree with their position)")
+    _row(t, "lanes", f"{info['lanes']['with_records']} of {info['lanes']['total']} have records; "
               f"capacity {info['lanes']['capacity_per_lane']} records per lane")
     names = ", ".join(L["event_names"]) or "none: events are named event_<i>"
-    t.add_row("event names", f"{names}  (from {L['names_source']})")
-    t.add_row("records", str(info["records"]))
-    t.add_row("slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
-    t.add_row("instants", str(info["instants"]))
-    t.add_row("anomalous records", str(info["anomalous_records"]))
+    _row(t, "event names", f"{names}  (from {L['names_source']})")
+    _row(t, "records", str(info["records"]))
+    _row(t, "slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
+    _row(t, "instants", str(info["instants"]))
+    _row(t, "anomalous records", str(info["anomalous_records"]))
     if info["records_lost"]:
-        t.add_row("records lost", f"{info['records_lost']} (the capacity guard dropped them: give lanes more room)")
+        _row(t, "records lost", f"{info['records_lost']} (the capacity guard dropped them: give lanes more room)")
     ok = "yes" if info["accounted"] else "NO"
-    t.add_row("accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
+    _row(t, "accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
               f"{2 * info['slices'] + info['instants'] + info['anomalous_records']} of {info['records']} records")
     tm = info["time"]
-    t.add_row("time", f"span {_ns(tm['span_ns'])}, origin: {tm['origin']}, smallest step seen "
+    _row(t, "time", f"span {_ns(tm['span_ns'])}, origin: {tm['origin']}, smallest step seen "
               f"{_ns(tm['min_step_ns']) if tm['min_step_ns'] is not None else 'n/a'}"
               + (f", timer tick {L['timer_tick_ns']} ns" if L["timer_tick_ns"] else ""))
     out.append(t)
@@ -107,22 +113,22 @@ def inspect_text(info: dict) -> list:
             a.add_column(col)
         for kind, v in info["anomalies"].items():
             ex = "; ".join(f"{e['block']}/{e['group']} #{e['seq']}: {e['raw']}" for e in v["examples"])
-            a.add_row(kind, str(v["count"]), v["meaning"], ex)
+            _row(a, kind, str(v["count"]), v["meaning"], ex)
         out.append(a)
     if info["notes"] or info["unused_event_names"] or info["aliasing"]:
         n = Table(title="notes", title_justify="left")
         for col in ("note", "lanes", "meaning", "example lanes"):
             n.add_column(col)
         for k, v in info["notes"].items():
-            n.add_row(k, str(v["count"]), v["meaning"], ", ".join(map(str, v["example_lanes"])))
+            _row(n, k, str(v["count"]), v["meaning"], ", ".join(map(str, v["example_lanes"])))
         if info["unused_event_names"]:
             msg = "named in the metadata but never seen in the buffer"
             if "trailing_instant" in info["notes"]:
                 msg += ": with this producer, instants followed by another record are overwritten"
-            n.add_row("unseen events", str(len(info["unused_event_names"])), msg, ", ".join(info["unused_event_names"]))
+            _row(n, "unseen events", str(len(info["unused_event_names"])), msg, ", ".join(info["unused_event_names"]))
         if info["aliasing"]:
             al = info["aliasing"]
-            n.add_row(
+            _row(n, 
                 "blocks >= 4096",
                 str(al["blocks_over_4095"]),
                 "the tag's 12-bit block field aliases and bit 12+ of the block is OR-ed into the SM byte: "
