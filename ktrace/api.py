@@ -134,6 +134,22 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine)
 
 
+def analyze_runs(sources, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
+                 **decode_options):
+    """Several runs of one kernel on the same inputs (paths): each analyzed as ``analyze`` does, then which
+    warnings hold in every run and the figures' run-to-run spread (``ktrace.analysis.runs.RunsAnalysis``).
+    progress(done_runs, runs) after each."""
+    from .analysis.runs import runs_analysis
+
+    sources = list(sources)
+    out = []
+    for i, s in enumerate(sources):
+        out.append(analyze(s, thresholds, engine=engine, **decode_options))
+        if progress is not None:
+            progress(i + 1, len(sources))
+    return runs_analysis(sources, out)
+
+
 # engine='auto' analyzes a buffer of this many record slots or more with numpy (equal figures, tested, at a
 # fraction of the time and memory); smaller ones go through the SQL package, the product users query.
 NUMPY_MIN_RECORDS = 250_000

@@ -48,7 +48,8 @@ def _waits(ctx) -> list[Verdict]:
                 "synced_instances": r["synced_instances"], "tested_instances": r["instances"],
                 "follow_slope": r["follow_slope"], "lane_time_fraction": frac, "tick_ns": ctx.tick}
         cause_key, block = None, r["waited_block"]
-        stable = block is not None and r["waiting_gaps"] and r["waited_block_count"] >= th.stable_fraction * r["waiting_gaps"]
+        stable = (block is not None and r["waiting_gaps"] and r["waited_block_count"] >= th.stable_fraction * r["waiting_gaps"]
+                  and _systematic(ctx, before, block))
         if r["cause"] == "own":
             kind = "untimed_work"
             msg = (f"{where}: {_fmt(r['mean_ns'])} of untimed work inside each lane between the two phases "
@@ -99,6 +100,15 @@ def _waits(ctx) -> list[Verdict]:
         if len(out) >= th.top_waits:
             break
     return out
+
+
+def _systematic(ctx, p: dict | None, block: int) -> bool:
+    """The phase's last finisher is this block in most of at least 2 instances, ahead of the next lane by 2
+    timer steps on average: a block the waits are on, not the one that happened to end last."""
+    if p is None or p["top_last_block"] != block or p["instances"] < 2:
+        return False
+    return (p["top_last_count"] >= ctx.th.stable_fraction * p["instances"]
+            and _num(p["mean_last_lead_ns"]) >= ctx.eps)
 
 
 def _pipeline(ctx) -> list[Verdict]:

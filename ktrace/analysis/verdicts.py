@@ -315,7 +315,7 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
         msg = f"{head}: the lanes' first phase begins spread over {_fmt(skew)}: blocks start at different times"
         ev = "no lane ran anything before this phase"
     else:
-        cause = "unexplained"
+        cause, warn = "unexplained", False  # no cause evidenced: information, not a verdict to act on
         what = ", ".join(sorted(incoming)) or "none"
         msg = (f"{head}: begins spread over {_fmt(skew)} with no barrier evidenced and uneven gaps before the phase "
                f"(the gaps before it: {what}; see the wait findings)")

@@ -39,6 +39,9 @@ def register(sub) -> None:
     a.add_argument("--trace", metavar="OUT", help="also write the trace with the analysis drawn on it (a findings "
                    "track first, the critical path as a track and flow arrows, busy SMs and lanes running per phase as "
                    "counters; docs/trace-format.md, Annotations): open it with ktrace view or ui.perfetto.dev")
+    a.add_argument("--runs", action="store_true",
+                   help="the sources are runs of one kernel on the same inputs (a quoted glob works: 'run*.bin'): "
+                   "the figures with their run-to-run spread, and which warnings hold in every run")
     a.add_argument("--all", dest="show_all", action="store_true",
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
@@ -79,6 +82,8 @@ def _cmd_analyze(a) -> int:
     from ..analysis import Thresholds
 
     thresholds = Thresholds.parse(a.threshold)
+    if a.runs:
+        return _analyze_runs(a, thresholds)
     if len(a.source) > 1:
         return _analyze_several(a, thresholds)
     source = a.source[0]
@@ -147,6 +152,30 @@ def _analyze_several(a, thresholds) -> int:
     m = analyze_gpus(a.source, thresholds, align_mode=a.align, engine=a.engine, offsets=a.offset, clocks=a.clocks,
                      **decode_kwargs(a))
     return _print_several(a, m)
+
+
+def _analyze_runs(a, thresholds) -> int:
+    """``ktrace analyze --runs A.bin B.bin ...``: several runs of one kernel, what holds in every run."""
+    from ..api import analyze_runs
+    from .compare import _expand
+
+    if a.plot or a.trace:
+        raise InputError(f"{'--plot' if a.plot else '--trace'} takes one capture: analyze the runs one at a time")
+    sources = _expand(a.source)
+    with progress_bar("analyzing the runs", True, unit="runs") as cb:
+        r = analyze_runs(sources, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
+    if a.json:
+        print(r.to_json())
+        return EXIT_OK
+    from ..report.runs_report import runs_markdown, runs_text
+
+    if a.markdown:
+        print(runs_markdown(r))
+        return EXIT_OK
+    con = console()
+    for x in runs_text(r):
+        con.print(x)
+    return EXIT_OK
 
 
 def _analyze_merged(a, source, thresholds) -> int:
