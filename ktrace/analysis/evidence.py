@@ -11,7 +11,8 @@ for"):
   count in the block x the window / the block's span), by at least 5 standard deviations of that count.
 - ``grid``: every lane (a grid-wide barrier): in at least ``SYNC_FRACTION`` of the instances (with 2 lanes or
   more) no lane begins ``Q`` before the last lane ended ``P``'s instance, and the begins follow that common end,
-  not each lane's own end: the pooled within-instance slope of begin on own end (``follow_slope``) is at most
+  not each lane's own end (most gaps must fall in instances that 2 lanes or more reached at this boundary, at
+  least 4 gaps, and 2 instances or more): the pooled within-instance slope of begin on own end (``follow_slope``) is at most
   0.8 (0 to 0.6 for a barrier on an H200, about 1 for lanes that go on by themselves after work of their own).
 - ``cluster``: a subset of consecutive blocks (a thread-block cluster of ``cluster_size``, 2 to 16, the largest
   that passes): of the gaps where the subset's last end came long after the lane's own end (by 4 ticks and
@@ -79,7 +80,7 @@ class WaitCauses(Table):
         sum_ns=_INT, mean_ns=_REAL, p50_ns=_INT, max_ns=_INT, cause=_TEXT, cluster_size=_INT, instances=_INT,
         synced_instances=_INT, release_spread_ns=_REAL, gap_spread_ns=_REAL, handoff_gaps=_INT,
         handoff_expected=_REAL, handoff_group=_INTN, waiting_gaps=_INT, waited_gaps=_INT, waited_block=_INTN,
-        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL)
+        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL)
 
 
 def _groups(keys: np.ndarray):
@@ -237,7 +238,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
            "release_spread_ns": 0.0, "gap_spread_ns": 0.0, "handoff_gaps": int(handoff[idx].sum()),
            "handoff_expected": float(expected[idx].sum()), "handoff_group": None, "waiting_gaps": 0,
            "waited_gaps": 0, "waited_block": None, "waited_block_count": 0, "own_spread_ns": 0.0,
-           "follow_slope": float("nan")}
+           "follow_slope": float("nan"), "release_p50_ns": float("nan")}
     # Regularity of the gaps within each lane (untimed work repeats; waits follow other lanes).
     lane_spread, lane_n = _spread_by(glane[idx], gp_)
     row["own_spread_ns"] = _median(lane_spread[lane_n >= 2]) if (lane_n >= 2).any() else 0.0
@@ -267,9 +268,14 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
     row["gap_spread_ns"] = _median(gap_spread[multi])
     slope = _slope(ks, own_end[idx], t_next[idx], tick)
     row["follow_slope"] = slope
-    if (row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"]
+    # Enough to tell: most gaps fall in instances that several lanes reached at this boundary.
+    covered = int(cnt[multi].sum())
+    enough = covered * 2 >= len(idx) and covered >= 4 and row["instances"] >= 2
+    if (enough and row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"]
             and slope <= FOLLOW_SLOPE):
         waiting = grid_end[idx] - own_end[idx] >= eps
+        rs = np.sort(np.maximum(resid, 0))
+        row["release_p50_ns"] = float(rs[(len(rs) - 1) // 2])
         row.update(cause="grid", waiting_gaps=int(waiting.sum()), waited_gaps=int((ok & waiting).sum()))
         _waited(row, grid_who[idx][waiting])
         return row
@@ -290,7 +296,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
                        waited_gaps=int(released.sum()))
             _waited(row, cwho[idx][waiting])
             return row
-    if row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"] and np.isnan(slope):
+    if enough and row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"] and np.isnan(slope):
         row["cause"] = "unexplained"  # no lane began before the last ended, but the ends are too close to tell why
         return row
     row["cause"] = "own" if row["own_spread_ns"] * 2 <= median_gap else "unexplained"

@@ -61,6 +61,9 @@ def _waits(ctx) -> list[Verdict]:
                   f"{_num(r['follow_slope'], float('nan')):.2f}); not another warp group; gaps regular per lane")
         elif r["cause"] == "grid":
             kind = "large_wait"
+            # The barrier's own cost is its release (the last end to the next begins: its median over the lanes);
+            # a longer gap on the path is something else the lane did before it began.
+            claims = np.minimum(claims, _num(r["release_p50_ns"], 0.0) + 2 * ctx.tick)
             who = (f"{r['phase']}'s last finisher, block {block} in {r['waited_block_count']} of {r['waiting_gaps']} "
                    "waiting gaps" if stable else f"{r['phase']}'s last finisher, a different block from instance to instance")
             msg = (f"{where}: lanes wait at a grid-wide barrier ({sizes}); they wait for {who}; the barrier's own "

@@ -248,7 +248,30 @@ def _imbalance(ctx, p, inst) -> Verdict | None:
     figs.update(mean_p50_dur_ns=p50, mean_p90_dur_ns=p90, outlier=bool(outlier))
     if not outlier:
         ev += f"; the slowest slice is within the lanes' own spread (p50 {_fmt(p50)}, p90 {_fmt(p90)}): noise"
-    return Verdict("load_imbalance", p["phase"], msg, ev, float(claims.sum()), bool(outlier), figs, claims, cause)
+    evened = _totals_even(ctx, p)
+    if evened:
+        ev += ("; but the lanes' totals over all phases even out (busiest lane " + f"{evened:.2f}x the mean) and no "
+               "barrier follows the phase: the other phases make up for it")
+        figs["lane_totals_even"] = True
+    return Verdict("load_imbalance", p["phase"], msg, ev, float(claims.sum()), bool(outlier) and not evened, figs,
+                   claims, cause)
+
+
+def _totals_even(ctx, p) -> float | None:
+    """The busiest lane's total / the mean, when every group's lanes' totals are within the imbalance threshold
+    and no barrier (grid or cluster) follows the phase; else None."""
+    wc = ctx.wc
+    after = set(wc.cause[wc.phase == p["phase"]].tolist())
+    if after & {"grid", "cluster"}:
+        return None
+    lt = ctx.fig.lane_totals
+    worst = 0.0
+    for g in np.unique(lt.group).tolist():
+        tot = lt.busy_ns[lt.group == g].astype(np.float64)
+        if len(tot) < 2 or not tot.mean():
+            continue
+        worst = max(worst, float(tot.max() / tot.mean()))
+    return worst if 0 < worst <= ctx.th.imbalance else None
 
 
 def incoming_causes(ctx, phase: str) -> set[str]:
@@ -342,5 +365,7 @@ def _idle(ctx, p) -> Verdict | None:
     msg = (f"{ctx.label(p)}: {p['idle_lanes']} of {total} lanes never ran this phase ({names}{more}): capacity "
            "left idle while the others work; give them a share")
     ev = "lanes of the phase's warp groups with slices of other phases and none of this one"
+    blocks = sorted({b for b, _ in idle})
     return Verdict("idle_lanes", p["phase"], msg, ev, float(claims.sum()), True,
-                   {"idle_lanes": p["idle_lanes"], "lanes": p["lanes"], "idle": [list(x) for x in idle[:64]]}, claims)
+                   {"idle_lanes": p["idle_lanes"], "lanes": p["lanes"], "idle": [list(x) for x in idle[:64]]}, claims,
+                   "idle blocks " + ",".join(map(str, blocks[:64])))  # the same idle blocks in every phase: one cause
