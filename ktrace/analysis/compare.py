@@ -109,7 +109,8 @@ def _pool(runs: list[dict[str, Value]]) -> dict[str, Value]:
 
 
 def _floors(name: str, fig: Figure, b: float, a: float, ctx: dict) -> list[float]:
-    """The timer and impact floors a change must clear, in the figure's unit (none for the kernel's medians)."""
+    """The timer and impact floors a change must clear, in the figure's unit (the kernel's medians and their
+    ratio: 1% of themselves)."""
     tick_us, impact_us = ctx["tick_us"], MIN_IMPACT * ctx["wall_us"]
     if name in _TIMING:  # the kernel's own medians and their ratio: 1% of themselves
         return [MIN_IMPACT * max(abs(b), abs(a))]
