@@ -157,7 +157,7 @@ def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tup
             t = out[to]
             defined = None not in (out[name].before, out[name].after)
             out[name] = replace(out[name], decided=t.decided if defined else None,
-                                test="none" if t.test == "none" else "tied", p_value=t.p_value)
+                                test=t.test if t.test in ("none", "floor") else "tied", p_value=t.p_value)
     for f in _LAST:  # which block is last is information: reported, never a significant change
         if f in out:
             out[f] = replace(out[f], noise=0.0, decided=False, test="info", p_value=None)
