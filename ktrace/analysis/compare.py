@@ -109,7 +109,8 @@ def _pool(runs: list[dict[str, Value]]) -> dict[str, Value]:
 
 
 def _floors(name: str, fig: Figure, b: float, a: float, ctx: dict) -> list[float]:
-    """The timer and impact floors a change must clear, in the figure's unit (none for the kernel's medians)."""
+    """The timer and impact floors a change must clear, in the figure's unit (the kernel's medians and their
+    ratio: 1% of themselves)."""
     tick_us, impact_us = ctx["tick_us"], MIN_IMPACT * ctx["wall_us"]
     if name in _TIMING:  # the kernel's own medians and their ratio: 1% of themselves
         return [MIN_IMPACT * max(abs(b), abs(a))]
@@ -156,7 +157,7 @@ def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tup
             t = out[to]
             defined = None not in (out[name].before, out[name].after)
             out[name] = replace(out[name], decided=t.decided if defined else None,
-                                test="none" if t.test == "none" else "tied", p_value=t.p_value)
+                                test=t.test if t.test in ("none", "floor") else "tied", p_value=t.p_value)
     for f in _LAST:  # which block is last is information: reported, never a significant change
         if f in out:
             out[f] = replace(out[f], noise=0.0, decided=False, test="info", p_value=None)

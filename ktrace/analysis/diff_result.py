@@ -229,7 +229,7 @@ class Diff:
             for name in others:
                 scope = name.split(" (only", 1)[0] if "(only" in name else name.rsplit(".", 1)[0]
                 where[scope] = where.get(scope, 0) + 1
-            head += "; significant changes: " + ", ".join(f"{k} ({v})" for k, v in where.items())
+            head += "; significant changes: " + ", ".join(f"{scope} ({n})" for scope, n in where.items())
         phases = [n for n in self.unjudged if not n.startswith("kernel.")]
         if phases:
             head += f"; {len(phases)} phase figure{'s' if len(phases) != 1 else ''} not judged: {self.why_unjudged}"

@@ -106,7 +106,8 @@ def _figure_result(rule: Rule, cap: Capture, baseline, phase: str | None) -> Rul
     if base is not None:
         msg += f" (baseline {_fmt(base, unit)}{f', mean of {len(runs)} runs' if len(runs) > 1 else ''})"
     if not ok and measured is not None and v.noise and abs(measured - limit) <= v.noise:
-        msg += f"; within the measurement noise ±{_fmt(v.noise, unit)}"
+        # this capture's own spread (a tick, its instances or timed reps): a second run may move it more
+        msg += f"; within this capture's spread ±{_fmt(v.noise, unit)}, which a second run may exceed"
     return RuleResult(rule.text, rule.origin, subject, "pass" if ok else "fail", msg, measured, rule.op, limit,
                       base, unit, v.noise)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -29,6 +30,7 @@ _STYLE = {"better": "green", "worse": "bold red", "changed": "yellow", "same": "
 _MARK = {"better": "better", "worse": "WORSE", "changed": "changed", "same": "~", "undefined": "",
          "not judged": "not judged", "moved": "moved (info)"}
 _STATUS = {"pass": "✅ pass", "fail": "❌ FAIL", "skip": "➖ skip"}
+_JUDGED = ("runs", "reps", "assumed", "tied")
 
 
 def _nan(v) -> bool:
@@ -206,17 +208,18 @@ def plot_diff(d: Diff, out) -> Path:
     x = np.arange(len(names))
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 1.4 * len(names) + 3), 7.5),
                                   gridspec_kw={"height_ratios": [3, 2]})
-    fig.suptitle(_headline(d), fontsize=10)
+    fig.suptitle(textwrap.fill(_headline(d), 110), fontsize=9)
     for axis, figure, label in ((ax, "total_wall_us", "phase wall, summed over instances (µs)"),
                                 (ax2, "imbalance", "imbalance (slowest / mean)")):
         cs = [p.change(figure) for p in d.phases]
         b = [0 if _nan(c.before) else c.before for c in cs]
         a = [0 if _nan(c.after) else c.after for c in cs]
-        err = [c.noise for c in cs]
+        err = [c.noise if c.test in _JUDGED else 0.0 for c in cs]  # a floor is not a noise: no bar
         axis.bar(x - 0.2, b, 0.4, yerr=err, label="before", color="#999999", capsize=3)
         bars = axis.bar(x + 0.2, a, 0.4, yerr=err, label="after", color="#1f77b4", capsize=3)
         for bar, c in zip(bars, cs):
-            text = "" if c.relative is None else f"{c.relative:+.0%}" + ("" if c.significant else " ~")
+            mark = "" if c.significant else " ?" if c.verdict == "not judged" else " ~"
+            text = "" if c.relative is None else f"{c.relative:+.0%}{mark}"
             color = {"better": "green", "worse": "red"}.get(c.verdict, "gray")
             axis.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                           va="bottom", fontsize=8, color=color, xytext=(0, 3), textcoords="offset points")
@@ -225,7 +228,9 @@ def plot_diff(d: Diff, out) -> Path:
         axis.grid(axis="y", alpha=0.3)
         axis.legend(fontsize=8)
     ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    ax.set_title(f"{d.headline}. '~': within the noise (error bars: the threshold each change had to exceed)",
+    verdict = d.headline.split(" (", 1)[0]  # the kernel verdict; how it was judged is in the text report
+    ax.set_title(textwrap.fill(f"{verdict}. '~': within the noise; '?': not judged (no estimate of run-to-run "
+                               "noise); error bars: the threshold each judged change had to exceed", 100),
                  fontsize=8, loc="left")
     fig.tight_layout()
     return save_figure(fig, out)
