@@ -106,7 +106,9 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
         merged.append((v, raw, lead.claims is None and all(m.claims is None for m in members)))
     # Disjoint impacts: the largest claims first, each taking what is left of the steps.
     left = np.asarray(step_ns, np.float64).copy()
-    order = sorted(range(len(merged)), key=lambda i: (-merged[i][1], merged[i][0].kind, str(merged[i][0].phase)))
+    # Findings that may warn take their claims before information does; then by the time they claim.
+    order = sorted(range(len(merged)), key=lambda i: (not merged[i][0].warn, -merged[i][1], _rank(merged[i][0])[0],
+                                                      merged[i][0].kind, str(merged[i][0].phase)))
     out = [None] * len(merged)
     for i in order:
         v, raw, unclaimed = merged[i]

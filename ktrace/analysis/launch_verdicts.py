@@ -217,7 +217,7 @@ def _lane_totals(ctx) -> Verdict | None:
         ends = ("and it ends the kernel" if ender["lane"] == busiest["lane"] else
                 f"(the kernel's last lane is {ctx.who(ender['block'], ender['group'])}, busy "
                 f"{_fmt(float(ender['busy_ns']))})")
-        msg = (f"work list: the lanes{label} take unequal work: {who} is busy {_fmt(top)} over all phases against "
+        msg = (f"lane totals: the lanes{label} take unequal work: {who} is busy {_fmt(top)} over all phases against "
                f"a mean of {_fmt(mean)} ({top / mean:.2f}x) {ends}; its time: {share}; hand out work so the lanes' "
                "totals even out (heavy items first, or split them)")
         cause = f"block {busiest['block']}"
@@ -226,11 +226,16 @@ def _lane_totals(ctx) -> Verdict | None:
         order = np.argsort(-tot, kind="stable")[:4]
         names = ", ".join(f"{ctx.who(int(lt.block[rows[t]]), int(lt.group[rows[t]]))} {_fmt(float(tot[t]))}"
                           for t in order.tolist())
-        msg = (f"work list: the lanes{label} take unequal work: the busiest lanes ({names}) against a mean of "
+        msg = (f"lane totals: the lanes{label} take unequal work: the busiest lanes ({names}) against a mean of "
                f"{_fmt(mean)} ({top / mean:.2f}x); no single lane stands out; hand out work so the lanes' totals even "
                "out (heavy items first, or split them)")
     ev = (f"per-lane busy time (top-level slices, all phases) of {len(tot)} lanes; the phases' instances do not line "
           f"up across lanes (counts or times), so per-instance figures compare unrelated items")
+    if j is not None:
+        for w in _cluster_waits_on(ctx, busiest["block"]):
+            msg += (f"; the other blocks of its cluster of {w['cluster_size']} wait for it after {w['phase']} "
+                    f"({w['waited_block_count']} gaps)")
+            ev += f"; cluster waits evidenced at {w['phase']} -> {w['next_phase']}"
     return Verdict("load_imbalance", None, msg, ev, float(claims.sum()), True, {
         "basis": "lane_totals", "group": g, "imbalance": top / mean, "max_lane_total_ns": top,
         "mean_lane_total_ns": mean, "busiest_block": busiest["block"] if j is not None else None,
@@ -269,6 +274,24 @@ def _late_lane(ctx) -> Verdict | None:
     return Verdict("late_start", phase, msg, ev, float(claims.sum()), True, {
         "block": b, "group": int(g), "late_ns": late, "behind_ns": behind, "busy_ns": int(lt.busy_ns[row]),
         "cause": "late_start", "basis": "lane", "tick_ns": ctx.tick}, claims, f"block {b}")
+
+
+def _cluster_waits_on(ctx, block: int) -> list[dict]:
+    """The boundaries at which other blocks of ``block``'s cluster wait for it (WaitCauses rows)."""
+    wc = ctx.wc
+    rows = np.flatnonzero((wc.cause == "cluster") & (np.nan_to_num(wc.waited_block.astype(np.float64), nan=-1) == block))
+    return [wc.row(i) for i in rows.tolist()]
+
+
+def _cluster_of(ctx, block: int) -> int | None:
+    """The block that ``block``'s cluster waits for, when a cluster boundary evidences one."""
+    wc = ctx.wc
+    for i in np.flatnonzero(wc.cause == "cluster").tolist():
+        r = wc.row(i)
+        if r["waited_block"] is not None and r["cluster_size"] and \
+                r["waited_block"] // r["cluster_size"] == block // r["cluster_size"]:
+            return int(r["waited_block"])
+    return None
 
 
 def _quantization(ctx) -> Verdict | None:
@@ -314,6 +337,10 @@ def _tail(ctx) -> Verdict | None:
         advice, cause = "a partial last wave of equal blocks: see the waves finding", "waves"
     else:
         advice, cause = "the blocks that finish last hold it: the phase findings say why", f"block {o['last_block']}"
+        partner = _cluster_of(ctx, int(o["last_block"]))
+        if partner is not None and partner != o["last_block"]:
+            advice = f"it waits for block {partner} of its cluster: that block's finding says why"
+            cause = f"block {partner}"
     msg = (f"tail: the last {_fmt(tail)} ({tail / wall:.0%} of the wall) run with fewer than half the SMs busy "
            f"({in_tail:.1f} of {sms} on average); {waves:.2f} waves in slots ({o['blocks']} blocks, "
            f"{s.get('slots', o['max_resident']) if s else o['max_resident']} slots, {s.get('resident_per_sm', o['blocks_per_sm_max']) if s else o['blocks_per_sm_max']} per SM); "
