@@ -123,7 +123,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     if n < 2:
         return WaitCauses.empty()
     tick = _resolution(s, float(tick))
-    order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+    order = _lane_order(s)
     lane, block, group = s.lane[order], s.block[order], s.group[order]
     ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     same = lane[1:] == lane[:-1]
@@ -143,14 +143,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     grid_end = _lookup(ik, imax, gkey)
     grid_who = _lookup(ik, iwho, gkey)
     nb = int(num_blocks or (int(block.max()) + 1))
-    cluster_end = {}
-    for c in CLUSTER_SIZES:
-        if nb < 2 * c:
-            continue
-        ck = inst_key * (nb // c + 1) + block // c
-        keys, mx, who = _max_by(ck, end, block)
-        qk = gkey * (nb // c + 1) + gb // c
-        cluster_end[c] = (_lookup(keys, mx, qk), _lookup(keys, who, qk))
+    cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
     groups = np.unique(group)
     handoff = np.zeros(len(g), bool)
@@ -188,10 +181,47 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     return WaitCauses.from_columns(cols)
 
 
+class _LazyClusters(dict):
+    """Per cluster size: (the subset's last end, its block) for each gap; computed on first use (most
+    boundaries are decided before the cluster test)."""
+
+    def __init__(self, nb, inst_key, block, end, gkey, gb):
+        super().__init__()
+        self._args = (nb, inst_key, block, end, gkey, gb)
+
+    def items(self):
+        nb = self._args[0]
+        for c in CLUSTER_SIZES:
+            if nb >= 2 * c:
+                yield c, self[c]
+
+    def __missing__(self, c):
+        nb, inst_key, block, end, gkey, gb = self._args
+        ck = inst_key * (nb // c + 1) + block // c
+        keys, mx, who = _max_by(ck, end, block)
+        qk = gkey * (nb // c + 1) + gb // c
+        self[c] = value = (_lookup(keys, mx, qk), _lookup(keys, who, qk))
+        return value
+
+
+def _lane_order(s: TopSlices) -> np.ndarray:
+    """The slices in (lane, begin, end, phase, k) order: the engines' own order when they give it (a check in
+    one pass), else a sort."""
+    n = len(s.lane)
+    if n > 1:
+        dl = np.diff(s.lane)
+        same = dl == 0
+        if (dl >= 0).all() and (np.diff(s.begin)[same] >= 0).all():
+            db, de = np.diff(s.begin)[same], np.diff(s.end)[same]
+            if not ((db == 0) & (de < 0)).any() and not ((db == 0) & (de == 0)).any():
+                return np.arange(n)
+    return np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+
+
 def _resolution(s: TopSlices, tick: float) -> float:
     """The timer resolution the evidence uses: the figures' tick, or the smallest step between distinct slice
     ends when that is finer (a tick estimated from one lane's steps can be coarser than the ends across lanes)."""
-    ends = np.unique(s.end)
+    ends = np.unique(s.end[: 1 << 18])  # a bounded sample: the finest step shows within it
     step = float(np.diff(ends).min()) if len(ends) > 1 else tick
     return max(min(tick, step), 1.0) if tick > 0 else max(step, 1.0)
 
@@ -329,35 +359,34 @@ def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np
     med = np.full(m, np.nan)
     with_prev = np.zeros(m, np.int64)
     if len(s.lane) and m:
-        order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+        order = _lane_order(s)
         lane, ph, kk = s.lane[order], s.phase_index[order], s.k[order]
         begin, end = s.begin[order], s.end[order]
         has = np.r_[False, lane[1:] == lane[:-1]]
         gap = np.where(has, begin - np.r_[0, end[:-1]], -1)
         kmax = int(max(kk.max(), np.max(k))) + 1
-        lanes = int(max(lane.max(), np.max(last_lane))) + 1
-        key = (ph * kmax + kk) * lanes + lane
-        o = np.argsort(key, kind="stable")
-        skey, sgap = key[o], gap[o]
-        q = (np.asarray(phase_index, np.int64) * kmax + np.asarray(k, np.int64)) * lanes + np.asarray(last_lane, np.int64)
-        i = np.minimum(np.searchsorted(skey, q), len(skey) - 1)
-        found = (skey[i] == q) & (sgap[i] >= 0)
-        last[found] = sgap[i][found]
-        # The median gap before the instance's slices (lanes with a previous slice only).
-        hp = gap >= 0
-        ik = (ph * kmax + kk)[hp]
-        o2 = np.lexsort((gap[hp], ik))
-        ik, g2 = ik[o2], gap[hp][o2]
-        if len(ik):
-            starts = np.flatnonzero(np.r_[True, ik[1:] != ik[:-1]])
-            n = np.diff(np.r_[starts, len(ik)])
-            lo = g2[starts + (n - 1) // 2]
-            hi = g2[starts + n // 2]
-            keys = ik[starts]
-            qi = np.asarray(phase_index, np.int64) * kmax + np.asarray(k, np.int64)
-            j = np.minimum(np.searchsorted(keys, qi), len(keys) - 1)
-            ok = keys[j] == qi
-            med[ok] = (lo[j][ok] + hi[j][ok]) / 2.0
-            with_prev[ok] = n[j][ok]
+        qi = np.asarray(phase_index, np.int64) * kmax + np.asarray(k, np.int64)
+        qo = np.argsort(qi, kind="stable")
+        sq = qi[qo]
+        # Each slice's instance row (the instance table holds every (phase, k) of the top-level slices).
+        ik = ph * kmax + kk
+        j = np.minimum(np.searchsorted(sq, ik), m - 1)
+        found = sq[j] == ik
+        row = qo[j]
+        mine = found & (lane == np.asarray(last_lane, np.int64)[row]) & (gap >= 0)
+        last[row[mine]] = gap[mine]
+        # The median gap before the instance's slices (lanes with a previous slice only): one sort of
+        # (instance, gap) packed in one integer.
+        hp = found & (gap >= 0)
+        r, g2 = row[hp], np.minimum(gap[hp], (1 << 40) - 1)
+        packed = np.sort((r.astype(np.int64) << 40) | g2)
+        if len(packed):
+            rs = packed >> 40
+            gs = packed & ((1 << 40) - 1)
+            starts = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
+            n = np.diff(np.r_[starts, len(rs)])
+            rows = rs[starts]
+            med[rows] = (gs[starts + (n - 1) // 2] + gs[starts + n // 2]) / 2.0
+            with_prev[rows] = n
     return LeadIns.from_columns({"phase_index": phase_index, "k": k, "last_lead_in_ns": last,
                                  "median_lead_in_ns": med, "lanes_with_prev": with_prev})
