@@ -19,9 +19,12 @@ for"):
   twice the boundary's median gap; at least 3 such gaps), nine in ten began after that end and within
   4 ticks + twice the median gap of it. A lane that goes on by itself would have begun long before.
 - ``own``: nothing released it: the gaps are at least 2 ticks and as regular as work (their spread within a
-  lane is at most half their median): untimed work of the lane itself.
-- ``unexplained``: gaps of 2 ticks or more that none of the above evidences.
-- ``none``: the gaps are under 2 ticks: nothing to explain.
+  lane is at most half their median; where no lane crosses the boundary twice, the begins follow the lanes'
+  own ends: slope at least 0.5): untimed work of the lane itself.
+- ``unexplained``: gaps of 2 ticks or more that none of the above evidences (``ambiguous`` = 1: no lane
+  began before the last one ended, as after a barrier, but the ends lie too close together to tell a barrier
+  from the lanes' own work).
+- ``none``: the p90 gap is under 2 ticks: nothing to explain.
 
 Computed with numpy from the top-level slices, in the same way for every engine (the slices are equal), so the
 table is equal whichever engine produced the other figures.
@@ -80,7 +83,7 @@ class WaitCauses(Table):
         sum_ns=_INT, mean_ns=_REAL, p50_ns=_INT, max_ns=_INT, cause=_TEXT, cluster_size=_INT, instances=_INT,
         synced_instances=_INT, release_spread_ns=_REAL, gap_spread_ns=_REAL, handoff_gaps=_INT,
         handoff_expected=_REAL, handoff_group=_INTN, waiting_gaps=_INT, waited_gaps=_INT, waited_block=_INTN,
-        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL)
+        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL, ambiguous=_INT)
 
 
 def _groups(keys: np.ndarray):
@@ -268,11 +271,11 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
            "release_spread_ns": 0.0, "gap_spread_ns": 0.0, "handoff_gaps": int(handoff[idx].sum()),
            "handoff_expected": float(expected[idx].sum()), "handoff_group": None, "waiting_gaps": 0,
            "waited_gaps": 0, "waited_block": None, "waited_block_count": 0, "own_spread_ns": 0.0,
-           "follow_slope": float("nan"), "release_p50_ns": float("nan")}
+           "follow_slope": float("nan"), "release_p50_ns": float("nan"), "ambiguous": 0}
     # Regularity of the gaps within each lane (untimed work repeats; waits follow other lanes).
     lane_spread, lane_n = _spread_by(glane[idx], gp_)
     row["own_spread_ns"] = _median(lane_spread[lane_n >= 2]) if (lane_n >= 2).any() else 0.0
-    if int(np.sort(gp_)[(len(idx) * 9) // 10]) < eps:  # nine in ten gaps under 2 ticks: nothing to explain
+    if int(np.sort(gp_)[int(0.9 * (len(idx) - 1))]) < eps:  # the p90 gap under 2 ticks: nothing to explain
         row["cause"] = "none"
         return row
     # A hand-off from another group of the block.
@@ -327,9 +330,13 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
             _waited(row, cwho[idx][waiting])
             return row
     if enough and row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"] and np.isnan(slope):
-        row["cause"] = "unexplained"  # no lane began before the last ended, but the ends are too close to tell why
+        row["cause"], row["ambiguous"] = "unexplained", 1  # synchronized, but the ends lie too close to tell why
         return row
-    row["cause"] = "own" if row["own_spread_ns"] * 2 <= median_gap else "unexplained"
+    if (lane_n >= 2).any():
+        regular = row["own_spread_ns"] * 2 <= median_gap
+    else:  # no lane crosses the boundary twice: the begins must follow the lanes' own ends instead
+        regular = slope >= 0.5
+    row["cause"] = "own" if regular else "unexplained"
     return row
 
 

@@ -93,7 +93,8 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
             advice = ("it is behind by its own earlier slices, not a late start: fix its share of the work "
                       "(its slices of the other phases too)")
         else:
-            cause = "work" if long_[m].mean() > 0.5 else ("both" if lt >= eps and w >= eps else "small")
+            cause = ("work" if long_[m].mean() > 0.5 else "both" if lt >= eps and w >= eps else
+                     "work" if w >= eps else "small")
             advice = ("fix its share of the work" if cause == "work" else
                       "it both starts late and works longer" if cause == "both" else
                       "neither its work nor its start stands out; the margin is small")

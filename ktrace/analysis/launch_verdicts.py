@@ -83,7 +83,7 @@ def _waits(ctx) -> list[Verdict]:
                   f"({r['synced_instances']} of {r['instances']} instances)")
             figs["cluster_size"] = c
             cause_key = f"block {block}" if stable else None
-        elif r["instances"] and r["synced_instances"] >= 0.75 * r["instances"]:
+        elif r["ambiguous"]:
             kind = "large_wait"
             msg = (f"{where}: lanes wait ({sizes}); no lane began {r['next_phase']} before the last lane ended "
                    f"{r['phase']} ({r['synced_instances']} of {r['instances']} instances), as after a grid-wide barrier, "

@@ -6,7 +6,8 @@ hold in every run (a verdict that changes between two runs of the same inputs is
     r.unstable     # the warnings some runs give and others do not
     r.figure("compute", "max_dur_ns")   # (mean, min, max) over the runs
 
-A warning is identified by its kind and phase; the block it names is compared apart: a warning that every run
+A warning is identified by its kind, phase, and (where it has them) next phase and warp group; the block it
+names is compared apart: a warning that every run
 gives but that names different blocks holds, its block does not (``blocks`` lists them).
 """
 
@@ -144,16 +145,17 @@ def runs_analysis(sources, analyses) -> RunsAnalysis:
         for f in a.findings:
             if f.severity != "warning":
                 continue
-            key = (f.kind, f.phase)
+            key = (f.kind, f.phase, f.figures.get("next_phase"), f.figures.get("group"))
             e = seen.setdefault(key, {"runs": 0, "blocks": {}, "impacts": [], "message": f.message})
-            if key not in mine:
-                e["runs"] += 1
-                mine.add(key)
+            if key in mine:
+                continue
+            e["runs"] += 1
+            mine.add(key)
             b = named_block(f)
             if b is not None:
                 e["blocks"][b] = e["blocks"].get(b, 0) + 1
             e["impacts"].append(float(f.impact_ns))
     out = [RunFinding(k, p, e["runs"], n, dict(sorted(e["blocks"].items())), min(e["impacts"]), max(e["impacts"]),
-                      e["message"]) for (k, p), e in seen.items()]
+                      e["message"]) for (k, p, _, _), e in seen.items()]
     out.sort(key=lambda f: (-f.runs, -f.max_impact_ns, f.kind, str(f.phase)))
     return RunsAnalysis(tuple(map(str, sources)), tuple(analyses), tuple(out))

@@ -315,9 +315,9 @@ def _skew(ctx, p, inst, on_path) -> Verdict | None:
         msg = (f"{head}: its lanes ran in waves (blocks of later waves began after another block on their SM had "
                f"finished), so begins spread over {_fmt(skew)}; not a synchronization: see the tail finding")
         ev = f"{p['wave_instances']} of {n} instances hold blocks of a later wave"
-    elif with_prev.any() and incoming & {"grid", "cluster"}:
-        cause = "sync_release"
-        what = "grid-wide barrier" if "grid" in incoming else "cluster barrier"
+    elif with_prev.any() and "grid" in incoming:
+        cause = "sync_release"  # a release only where a grid-wide barrier is evidenced
+        what = "grid-wide barrier"
         msg = (f"{head}: a slow release after the {what} before it: every lane waits for the previous phase's "
                f"last finisher, then begins up to {_fmt(skew)} apart")
         ev = (f"the waits into this phase are a {what} (docs: what a wait waited for); in {p['sync_instances']} of "
