@@ -210,3 +210,21 @@ def test_the_sql_package_gives_the_same_figures_and_evidence(tmp_path, name):
         sql = sql_figures(session)
     assert oracle_figures(d).differences(sql) == []
     assert len(sql.wait_causes) > 0
+
+
+@pytest.mark.parametrize("name", ["cluster_ktrace", "imbalance_ktrace", "pipeline_ktrace"])
+def test_evidence_of_a_sample_of_blocks_keeps_the_exact_figures_and_the_verdicts(monkeypatch, name):
+    # Large buffers read the wait evidence from a sample of whole subsets of blocks (evidence_stream.py); the
+    # counts, sums, longest gaps and the last finishers' lead-ins stay exact, and the verdicts do not change.
+    import ktrace.analysis.evidence_stream as es
+
+    full = ktrace.analyze(SAMPLES / f"{name}.bin", engine="numpy")
+    monkeypatch.setattr(es, "EVIDENCE_MAX_SLICES", 600)
+    part = ktrace.analyze(SAMPLES / f"{name}.bin", engine="numpy")
+    a, b = full.figures.wait_causes, part.figures.wait_causes
+    assert (b.tested_gaps < b.count).any()  # it did read a sample
+    for col in ("phase", "next_phase", "group", "count", "sum_ns", "max_ns", "cause"):
+        assert getattr(a, col).tolist() == getattr(b, col).tolist(), col
+    assert np.array_equal(np.nan_to_num(full.figures.lead_ins.last_lead_in_ns, nan=-1),
+                          np.nan_to_num(part.figures.lead_ins.last_lead_in_ns, nan=-1))
+    assert warnings(full) == warnings(part)

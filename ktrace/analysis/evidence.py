@@ -83,7 +83,7 @@ class WaitCauses(Table):
         sum_ns=_INT, mean_ns=_REAL, p50_ns=_INT, max_ns=_INT, cause=_TEXT, cluster_size=_INT, instances=_INT,
         synced_instances=_INT, release_spread_ns=_REAL, gap_spread_ns=_REAL, handoff_gaps=_INT,
         handoff_expected=_REAL, handoff_group=_INTN, waiting_gaps=_INT, waited_gaps=_INT, waited_block=_INTN,
-        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL, ambiguous=_INT)
+        waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL, ambiguous=_INT, tested_gaps=_INT)
 
 
 def _groups(keys: np.ndarray):
@@ -119,16 +119,23 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return values[i]
 
 
-def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None) -> WaitCauses:
+def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None, *,
+                grid=None, totals=None) -> WaitCauses:
     """The WaitCauses table of the top-level slices ``s``; tick: the timer resolution (ns); phase_names:
-    phase_index -> name."""
+    phase_index -> name. For a sample of whole blocks of a larger buffer (evidence_stream.py): grid, the
+    instances' latest ends over every slice ((keys, ends, blocks) by phase_index * kmax + k, kmax = grid[3]);
+    totals, every gap's count, sum and max per boundary ({(phase_index, next_phase_index, group): (n, sum,
+    max)}), which replace the sample's."""
     n = len(s.lane)
     if n < 2:
         return WaitCauses.empty()
     tick = _resolution(s, float(tick))
     order = _lane_order(s)
-    lane, block, group = s.lane[order], s.block[order], s.group[order]
-    ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
+    if order is None:  # already in lane order: no copies
+        lane, block, group, ph, k, begin, end = s.lane, s.block, s.group, s.phase_index, s.k, s.begin, s.end
+    else:
+        lane, block, group = s.lane[order], s.block[order], s.group[order]
+        ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     same = lane[1:] == lane[:-1]
     g = np.flatnonzero(same)  # gap i: between slice g[i] and g[i] + 1
     if not len(g):
@@ -137,11 +144,11 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     gap = begin[nxt] - end[g]
     gp, gq, gg, gk, gb = ph[g], ph[nxt], group[g], k[g], block[g]
     t_next, own_end = begin[nxt], end[g]
-    kmax = int(k.max()) + 1
+    kmax = int(k.max()) + 1 if grid is None else int(grid[3])
     nph = int(ph.max()) + 1
     # The latest end of each phase instance over all lanes, and per subset of consecutive blocks.
     inst_key = ph * kmax + k
-    ik, imax, iwho = _max_by(inst_key, end, block)
+    ik, imax, iwho = _max_by(inst_key, end, block) if grid is None else grid[:3]
     gkey = gp * kmax + gk
     grid_end = _lookup(ik, imax, gkey)
     grid_who = _lookup(ik, iwho, gkey)
@@ -177,9 +184,15 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     bends = np.r_[bstarts[1:], len(border)]
     for a, z in zip(bstarts.tolist(), bends.tolist()):
         idx = border[a:z]
-        rows.append(_boundary(idx, gap, gk, lane[g], t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
-                              handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]),
-                              int(gg[idx[0]]), phase_names))
+        row = _boundary(idx, gap, gk, lane[g], t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
+                        handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]), int(gg[idx[0]]),
+                        phase_names)
+        row["tested_gaps"] = row["count"]
+        if totals is not None:
+            n_all, sum_all, max_all = totals.get((row["phase_index"], row["next_phase_index"], row["group"]),
+                                                 (row["count"], row["sum_ns"], row["max_ns"]))
+            row.update(count=int(n_all), sum_ns=int(sum_all), max_ns=int(max_all), mean_ns=float(sum_all) / n_all)
+        rows.append(row)
     cols = {c: [r[c] for r in rows] for c in WaitCauses.columns()}
     return WaitCauses.from_columns(cols)
 
@@ -208,16 +221,16 @@ class _LazyClusters(dict):
 
 
 def _lane_order(s: TopSlices) -> np.ndarray:
-    """The slices in (lane, begin, end, phase, k) order: the engines' own order when they give it (a check in
-    one pass), else a sort."""
+    """The order that puts the slices in (lane, begin, end, phase, k) order; None when they are in it already
+    (the engines' own order, checked in one pass)."""
     n = len(s.lane)
     if n > 1:
         dl = np.diff(s.lane)
         same = dl == 0
         if (dl >= 0).all() and (np.diff(s.begin)[same] >= 0).all():
             db, de = np.diff(s.begin)[same], np.diff(s.end)[same]
-            if not ((db == 0) & (de < 0)).any() and not ((db == 0) & (de == 0)).any():
-                return np.arange(n)
+            if not ((db == 0) & (de <= 0)).any():
+                return None
     return np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
 
 
@@ -359,16 +372,21 @@ class LeadIns(Table):
     KINDS = _kinds(phase_index=_INT, k=_INT, last_lead_in_ns=_INTN, median_lead_in_ns=_REAL, lanes_with_prev=_INT)
 
 
-def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np.ndarray) -> LeadIns:
-    """LeadIns for the instances (phase_index, k, last_lane: the instance table's columns, row for row)."""
+def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np.ndarray, *,
+             last_gaps=None) -> LeadIns:
+    """LeadIns for the instances (phase_index, k, last_lane: the instance table's columns, row for row).
+    last_gaps: the last finishers' gaps computed over every slice (evidence_stream.py) when ``s`` is a sample."""
     m = len(phase_index)
     last = np.full(m, np.nan)
     med = np.full(m, np.nan)
     with_prev = np.zeros(m, np.int64)
     if len(s.lane) and m:
         order = _lane_order(s)
-        lane, ph, kk = s.lane[order], s.phase_index[order], s.k[order]
-        begin, end = s.begin[order], s.end[order]
+        if order is None:
+            lane, ph, kk, begin, end = s.lane, s.phase_index, s.k, s.begin, s.end
+        else:
+            lane, ph, kk = s.lane[order], s.phase_index[order], s.k[order]
+            begin, end = s.begin[order], s.end[order]
         has = np.r_[False, lane[1:] == lane[:-1]]
         gap = np.where(has, begin - np.r_[0, end[:-1]], -1)
         kmax = int(max(kk.max(), np.max(k))) + 1
@@ -395,5 +413,7 @@ def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np
             rows = rs[starts]
             med[rows] = (gs[starts + (n - 1) // 2] + gs[starts + n // 2]) / 2.0
             with_prev[rows] = n
+    if last_gaps is not None:
+        last = np.asarray(last_gaps, np.float64)
     return LeadIns.from_columns({"phase_index": phase_index, "k": k, "last_lead_in_ns": last,
                                  "median_lead_in_ns": med, "lanes_with_prev": with_prev})

@@ -42,11 +42,14 @@ def oracle_figures(d: Decoded, summary: Summary | None = None) -> Figures:
 
 
 def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals,
-               top: TopSlices) -> Figures:
+               top: TopSlices | None, evidence=None) -> Figures:
     """The Figures of these tables, with the ones that follow from them: the critical path's shares per
     phase, busy SMs over time, the launch's occupancy, and what each wait waited for (from ``top``, the
-    top-level slices)."""
+    top-level slices; or evidence, the (WaitCauses, LeadIns) computed already)."""
     busy = st.busy_sms(blocks)
+    if evidence is None:
+        evidence = (causes_of(top, kernel, phases, launch),
+                    lead_ins(top, instances.phase_index, instances.k, instances.last_lane))
     return Figures(
         kernel=kernel,
         launch=dict(launch),
@@ -60,8 +63,8 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
         lane_totals=lane_totals,
         busy_sms=busy,
         occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if kernel.slices else st.Occupancy.empty(),
-        wait_causes=causes_of(top, kernel, phases, launch),
-        lead_ins=lead_ins(top, instances.phase_index, instances.k, instances.last_lane),
+        wait_causes=evidence[0],
+        lead_ins=evidence[1],
     )
 
 

@@ -22,11 +22,11 @@ from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
 from . import oracle_structure as st
-from .evidence import TopSlices
+from .evidence_stream import stream_evidence
 from .oracle import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits
-from .stream_instances import critical_path, instance_sweeps, lanes_table, waits_table
+from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
 __all__ = ["stream_figures", "CHUNK_ROWS"]
 
@@ -198,9 +198,9 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
     waits = waits_table(cols, chunk_rows)
     stage(progress, "critical path")
     cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
-    rows = np.flatnonzero(cols.depth == 0)
-    top = TopSlices(cols.lane[rows].astype(np.int64), cols.block_of(rows), cols.group_of(rows),
-                    cols.phase_index[cols.code[rows]], cols.k[rows].astype(np.int64),
-                    cols.begin[rows].astype(np.int64), cols.end[rows].astype(np.int64))
+    stage(progress, "wait evidence")
+    names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
+    nb = first.launch.num_blocks
+    evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table)
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
-                      top)
+                      None, evidence)

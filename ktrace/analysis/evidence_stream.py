@@ -1,0 +1,96 @@
+"""The wait evidence (evidence.py) of a buffer analyzed in parts, in bounded memory.
+
+Up to ``EVIDENCE_MAX_SLICES`` top-level slices, the evidence reads every slice. Beyond, it reads a sample of
+whole subsets of 16 consecutive blocks (every ``stride``-th subset, so that clusters, warp groups and blocks
+stay whole; the subsets of the (at most 8) blocks that end 5% of the instances or more are always read), and takes from every
+slice, a range of lanes at a time, what must be exact: the latest end of
+each phase instance (the grid test's reference), each boundary's gap count, sum and longest gap, and the gap
+before each instance's last finisher. The tests' rates, spreads and slopes are the sample's
+(``WaitCauses.tested_gaps`` says how many gaps they read).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
+
+__all__ = ["stream_evidence", "EVIDENCE_MAX_SLICES"]
+
+EVIDENCE_MAX_SLICES = 1 << 19
+_SUBSET = 16  # blocks sampled together (the largest cluster size tested)
+
+
+def _top(cols, a: int, b: int, sample=None, forced=None):
+    """TopSlices of rows [a, b) of the stream's columns (top-level only; only the sampled subsets of blocks
+    if ``sample`` (a stride) is given, and the ``forced`` subsets)."""
+    rows = np.arange(a, b)[cols.depth[a:b] == 0]
+    block = cols.block_of(rows)
+    if sample is not None:
+        sub = block // _SUBSET
+        keep = (sub % sample == 0) | np.isin(sub, forced)
+        rows, block = rows[keep], block[keep]
+    return TopSlices(cols.lane[rows].astype(np.int64), block, cols.group_of(rows),
+                     cols.phase_index[cols.code[rows]], cols.k[rows].astype(np.int64),
+                     cols.begin[rows].astype(np.int64), cols.end[rows].astype(np.int64))
+
+
+def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances) -> tuple[WaitCauses, LeadIns]:
+    """(WaitCauses, LeadIns) of the stream's columns ``cols`` (stream.Columns), read a range of lanes at a
+    time (``cuts``: row ranges that begin at a lane's first row); instances: the instance table."""
+    n_top = int((cols.depth == 0).sum())
+    if n_top <= EVIDENCE_MAX_SLICES:
+        top = _top(cols, 0, cols.n)
+        return (wait_causes(top, tick, names, num_blocks),
+                lead_ins(top, instances.phase_index, instances.k, instances.last_lane))
+    stride = int(np.ceil(n_top / EVIDENCE_MAX_SLICES))
+    kmax = int(cols.k.max()) + 1
+    nph = len(names)
+    size = nph * kmax
+    latest = np.full(size, np.iinfo(np.int64).min)
+    who = np.full(size, np.iinfo(np.int64).max)
+    ng = int(max(instances.last_group.max(), 0)) + 1 if len(instances) else 1
+    tot_n = np.zeros(nph * nph * ng, np.int64)
+    tot_s = np.zeros(nph * nph * ng, np.int64)
+    tot_m = np.zeros(nph * nph * ng, np.int64)
+    inst_key = instances.phase_index.astype(np.int64) * kmax + instances.k.astype(np.int64)
+    row_of = np.full(size, -1, np.int64)
+    row_of[inst_key] = np.arange(len(inst_key))
+    last_lane = instances.last_lane.astype(np.int64)
+    last_gap = np.full(len(inst_key), np.nan)
+    parts = []
+    # The subsets holding the blocks that end instances most often are always read: the evidence is about them.
+    blocks, counts = np.unique(instances.last_block.astype(np.int64), return_counts=True)
+    often = np.argsort(-counts, kind="stable")[:8]
+    often = often[counts[often] * 20 >= max(len(instances), 1)]  # last in 5% of the instances or more
+    forced = np.unique(blocks[often] // _SUBSET)
+    for a, b in cuts:  # pass 1: every slice, a range of whole lanes at a time
+        t = _top(cols, a, b)
+        key = t.phase_index * kmax + t.k
+        np.maximum.at(latest, key, t.end)
+        parts.append(_top(cols, a, b, stride, forced))
+        same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
+        gap = t.begin[same + 1] - t.end[same]
+        bk = (t.phase_index[same] * nph + t.phase_index[same + 1]) * ng + t.group[same]
+        tot_n += np.bincount(bk, minlength=len(tot_n))
+        tot_s += np.bincount(bk, weights=gap, minlength=len(tot_s)).astype(np.int64)
+        np.maximum.at(tot_m, bk, gap)
+        r = row_of[key[same + 1]]
+        mine = (r >= 0) & (t.lane[same + 1] == last_lane[np.maximum(r, 0)])
+        last_gap[r[mine]] = gap[mine]
+    for a, b in cuts:  # pass 2: the lowest block among those ending each instance last
+        t = _top(cols, a, b)
+        key = t.phase_index * kmax + t.k
+        at_max = t.end == latest[key]
+        np.minimum.at(who, key[at_max], t.block[at_max])
+    present = np.flatnonzero(latest > np.iinfo(np.int64).min)
+    grid = (present, latest[present], who[present], kmax)
+    totals = {}
+    for i in np.flatnonzero(tot_n).tolist():
+        p, rest = divmod(i, nph * ng)
+        q, g = divmod(rest, ng)
+        totals[(p, q, g)] = (int(tot_n[i]), int(tot_s[i]), int(tot_m[i]))
+    sample = TopSlices(*(np.concatenate([getattr(x, f) for x in parts]) for f in TopSlices.__dataclass_fields__))
+    wc = wait_causes(sample, tick, names, num_blocks, grid=grid, totals=totals)
+    li = lead_ins(sample, instances.phase_index, instances.k, instances.last_lane, last_gaps=last_gap)
+    return wc, li
