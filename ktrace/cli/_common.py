@@ -290,6 +290,12 @@ def guard_outputs(a) -> None:
     from ..outputs import check_outputs
 
     inputs, outputs = command_files(a)
+    for path in [*inputs, *(o[0] for o in outputs)]:
+        if "\x00" in path or any("\ud800" <= c <= "\udfff" for c in path):
+            from ..report.safe_text import printable
+
+            raise InputError(f"{printable(path.encode('utf-8', 'backslashreplace').decode())}: a file name cannot "
+                             "hold a NUL or bytes that are not UTF-8; rename the file or give another path")
     if outputs:
         check_outputs(outputs, inputs)
 

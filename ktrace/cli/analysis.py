@@ -212,8 +212,12 @@ def _query_text(a) -> str:
             return sys.stdin.read() if a.file == "-" else open(a.file, encoding="utf-8").read()
         except OSError as e:
             raise InputError(f"{a.file}: cannot read it: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"{a.file}: the SQL is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     if not a.sql:
         raise InputError("query: no SQL given (an argument, or -f FILE)")
+    if any("\ud800" <= c <= "\udfff" for c in a.sql):
+        raise InputError("query: the SQL holds bytes that are not UTF-8 (a lone surrogate); give it as UTF-8 text")
     return a.sql
 
 
