@@ -203,10 +203,12 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_opt
         try:
             return inp.session.query(sql)
         except InputError as e:
-            if "no such table: ktrace_" in str(e) and "INCLUDE PERFETTO MODULE" not in sql.upper():
-                raise InputError(f"{e}\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; "
-                                 "(brings in every ktrace table)") from None
-            raise
+            msg = str(e)
+            if inp.name and inp.session.trace_name != inp.name:  # a buffer's temporary trace: name the buffer
+                msg = msg.replace(inp.session.trace_name, str(inp.name), 1)
+            if "no such table: ktrace_" in msg and "INCLUDE PERFETTO MODULE" not in sql.upper():
+                msg += "\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (brings in every ktrace table)"
+            raise InputError(msg) from None
 
 
 def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
@@ -396,10 +398,10 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
 
     buffer_options([source], decode_options)
     path = Path(out) if out is not None else annotated_output(source)
+    check_output(path, [source, *_sidecar_given(decode_options)], "annotated trace", "--trace")
     if engine == "numpy" and _is_trace_source(source):
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
                          "processor (--engine wasm or native)")
-    check_output(path, [source, *_sidecar_given(decode_options)], "annotated trace", "--trace")
     with ExitStack() as stack:
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder

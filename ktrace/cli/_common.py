@@ -62,10 +62,10 @@ def engine_option(p, numpy: bool = False) -> None:
                        help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
                        "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
                        "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
-        return
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
-                   "is set, else wasm)")
+    else:
+        p.add_argument("--engine", choices=ENGINES, default="auto",
+                       help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
+                       "is set, else wasm)")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
