@@ -260,3 +260,38 @@ def test_two_outputs_on_one_file_are_refused(capture):
 def test_markdown_may_still_go_to_dev_stdout(capture):
     rc, out, err = run_ktrace("check", capture, "--rule", "kernel.wall_us <= 1e9", "--markdown", "/dev/stdout")
     assert rc == 0, err
+
+
+# -- the compiled-module cache's lock ---------------------------------------------------------------------------
+
+
+def test_the_cache_lock_is_a_private_file_and_a_held_lock_is_waited_for_with_a_message(tmp_path):
+    import fcntl
+
+    from ktrace.engine.cache_files import LOCK_NAME, cache_lock
+
+    lines = []
+    with cache_lock(tmp_path, say=lines.append):
+        lock = tmp_path / LOCK_NAME
+        assert oct(lock.stat().st_mode & 0o777) == oct(0o600)  # only this user can open it, so hold it
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it
+    try:
+        t = time.time()
+        with cache_lock(tmp_path, wait_s=1.5, say=lines.append):
+            pass
+        assert time.time() - t < 10
+    finally:
+        os.close(fd)
+    assert any("waiting for another ktrace" in x for x in lines)
+    assert any("stayed locked" in x and "compiling without waiting longer" in x for x in lines)
+
+
+def test_a_lock_file_that_is_a_link_or_open_to_others_is_not_used(tmp_path):
+    from ktrace.engine.cache_files import LOCK_NAME, cache_lock
+
+    lines = []
+    (tmp_path / LOCK_NAME).symlink_to(tmp_path / "elsewhere")
+    with cache_lock(tmp_path, say=lines.append):
+        pass
+    assert lines and "not locking the cache" in lines[0] and not (tmp_path / "elsewhere").exists()
