@@ -218,7 +218,9 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_without_a_traceback():
         time.sleep(delay)
         q.send_signal(signal.SIGINT)
         _, err = q.communicate(timeout=60)
-        assert q.returncode in (0, 130) and "Traceback" not in err, err
+        # -2 with nothing printed: the signal came before Python ran a line (a loaded machine), nothing to catch
+        assert q.returncode in (0, 130) or (q.returncode == -signal.SIGINT and not err), err
+        assert "Traceback" not in err, err
 
 
 def test_the_start_up_hook_is_only_the_command_s():
