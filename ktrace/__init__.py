@@ -14,8 +14,8 @@ if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not 
     _quiet_interrupts()
 
 from .analysis import Analysis, Thresholds  # noqa: E402
-from .api import (AnnotatedTrace, ConvertResult, MergedTrace, analyze, analyze_gpus, analyze_runs, annotate, check,
-                  convert, diff, inspect, merge, query, rule_book)
+from .api import (AnnotatedTrace, ConvertResult, MergedTrace, analyze, analyze_gpus, analyze_merged, analyze_runs,
+                  annotate, check, convert, diff, inspect, load_capture, merge, query, rule_book)
 from .decoding import decode, load_buffer
 from .inputs import is_trace
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
@@ -35,6 +35,8 @@ __all__ = [
     "rule_book",
     "merge",
     "analyze_gpus",
+    "analyze_merged",
+    "load_capture",
     "analyze_runs",
     "annotate",
     "is_trace",

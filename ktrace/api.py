@@ -30,20 +30,19 @@ from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
 from .analysis.gates import check_capture
-from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu, cross_gpu_from_analyses
 from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode
 from .decoding.options import decode_options as _check_options
-from .export.merge import MAX_GPUS, MergeResult, merge_chunks
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
 from .filetypes import sibling
-from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
+from .inputs import buffer_options, is_session, is_trace, open_input
 from .model import Decoded, Summary
 from .outputs import check_output
 from .progress import stage
 from .report.inspect import inspect_dict
 from .workers import run_in_workers
+from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
@@ -219,10 +218,12 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_opt
         try:
             return inp.session.query(sql)
         except InputError as e:
-            if "no such table: ktrace_" in str(e) and "INCLUDE PERFETTO MODULE" not in sql.upper():
-                raise InputError(f"{e}\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; "
-                                 "(brings in every ktrace table)") from None
-            raise
+            msg = str(e)
+            if inp.name and inp.session.trace_name != inp.name:  # a buffer's temporary trace: name the buffer
+                msg = msg.replace(inp.session.trace_name, str(inp.name), 1)
+            if "no such table: ktrace_" in msg and "INCLUDE PERFETTO MODULE" not in sql.upper():
+                msg += "\nhint: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (brings in every ktrace table)"
+            raise InputError(msg) from None
 
 
 def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
@@ -275,99 +276,6 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_
                              verify_sections=verify_sections, allow_anomalies=allow_anomalies)
 
 
-def merge_output(sources) -> Path:
-    """``dir/name_merged.perfetto-trace`` for the first buffer ``dir/name.bin``."""
-    first = Path(str(list(sources)[0]))
-    return first.with_name(first.stem + "_merged.perfetto-trace")
-
-
-@dataclass(frozen=True)
-class MergedTrace:
-    """What ``merge`` wrote (``trace``: path, bytes, alignment, each buffer's Summary) and, when asked for,
-    the cross-GPU figures of the same decoders."""
-
-    trace: MergeResult
-    cross_gpu: CrossGpu | None = None
-
-    @property
-    def path(self) -> Path:
-        return self.trace.path
-
-    @property
-    def bytes(self) -> int:
-        return self.trace.bytes
-
-    @property
-    def alignment(self):
-        return self.trace.alignment
-
-    @property
-    def summaries(self) -> tuple[Summary, ...]:
-        return self.trace.summaries
-
-
-def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", report: bool = False,
-          offsets=None, clocks=None, **decode_options) -> MergedTrace:
-    """Write one trace holding several GPUs' buffers, a process per GPU on one time axis (default path:
-    ``merge_output``); with ``report``, the cross-GPU figures too, from the same decoders.
-
-    align_mode: "offset" (clock offsets measured at capture) or "start" (first records); offsets
-    (``["GPU=NS", ...]``) and clocks (a clocks file path) supply the offsets instead of the sidecars (see
-    ``ktrace.decoding.clocks``). Raises InputError for traces among the sources or buffers that cannot be
-    aligned."""
-    path = Path(out) if out is not None else merge_output(sources)
-    check_output(path, [*sources, *_sidecar_given(decode_options)], "merged trace")
-    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
-    if len(gpus.decoders) > MAX_GPUS:
-        raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
-    summaries: list = []
-    size = write_chunks(path, merge_chunks(gpus.decoders, gpus.alignment, tracks, summaries))
-    res = MergeResult(path, size, gpus.alignment, tuple(summaries))
-    return MergedTrace(res, cross_gpu(gpus.decoders, alignment=gpus.alignment) if report else None)
-
-
-def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: str = "offset",
-                 engine: str = "auto", offsets=None, clocks=None, **decode_options) -> MultiGpuAnalysis:
-    """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
-    opened once (schema ktrace.analysis.multi/1); offsets and clocks as for ``merge``. Raises InputError for
-    traces or unalignable buffers (before any analysis runs)."""
-    gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
-    per = tuple(_analyze(dec, thresholds, engine, None, name, {}) for dec, name in zip(gpus.decoders, gpus.sources))
-    return MultiGpuAnalysis(gpus.sources, per, cross_gpu(gpus.decoders, alignment=gpus.alignment))
-
-
-def merged_gpus(trace, *, engine: str = "auto") -> int:
-    """How many GPUs a trace holds: more than 1 for a trace written by ``ktrace merge``, else 0 or 1."""
-    from .analysis.figures import gpu_processes
-    from .engine import open_trace
-
-    with open_trace(trace, engine=engine) as session:
-        return len(gpu_processes(session))
-
-
-def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str = "auto") -> MultiGpuAnalysis:
-    """A trace written by ``ktrace merge``: each GPU analyzed on its own (its process's slices only), then the
-    cross-GPU figures, as ``analyze_gpus`` gives for the buffers (schema ktrace.analysis.multi/1; times on the
-    merged trace's common axis). Raises InputError for a trace of fewer than two GPUs."""
-    from .analysis.figures import gpu_processes
-    from .engine import open_trace
-
-    name = str(trace)
-    with open_trace(trace, engine=engine) as session:
-        gpus = gpu_processes(session)
-    if len(gpus) < 2:
-        raise InputError(f"{name}: not a trace of several GPUs (ktrace merge writes those); use analyze")
-    per, labels, launches = [], [], []
-    for upid, label in gpus:  # a session per GPU: the package reads only that GPU's process
-        with open_trace(trace, engine=engine) as session:
-            a = analyze_opened(session, thresholds, name=f"{name} [{label}]", upid=upid)
-        per.append(a)
-        labels.append(label)
-        launches.append(dict(a.launch))
-    return MultiGpuAnalysis(tuple(f"{name} [{lab}]" for lab in labels), tuple(per),
-                            cross_gpu_from_analyses(per, labels, launches))
-
-
 def annotated_output(source) -> Path:
     """``dir/name.analyzed.perfetto-trace`` for ``dir/name.bin`` or ``dir/name.perfetto-trace``."""
     if isinstance(source, (str, Path)):
@@ -412,10 +320,10 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
 
     buffer_options([source], decode_options)
     path = Path(out) if out is not None else annotated_output(source)
+    check_output(path, [source, *_sidecar_given(decode_options)], "annotated trace", "--trace")
     if engine == "numpy" and _is_trace_source(source):
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
                          "processor (--engine wasm or native)")
-    check_output(path, [source, *_sidecar_given(decode_options)], "annotated trace", "--trace")
     with ExitStack() as stack:
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder

@@ -265,6 +265,8 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
     """
     say = say or _say
     src = Path(source)
+    if src.is_dir():
+        raise InputError(f"{src}: is a folder; give one trace (from 'ktrace convert') or one profiler buffer in it")
     if not src.is_file():
         raise InputError(f"{src}: no such file (a trace from 'ktrace convert', or a profiler buffer)")
     ui = web_dist()

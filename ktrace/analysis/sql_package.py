@@ -11,7 +11,7 @@ import re
 from functools import lru_cache
 from importlib import resources
 
-__all__ = ["PACKAGE", "MODULES", "sql_modules", "register", "bundle_sql", "include_all"]
+__all__ = ["PACKAGE", "MODULES", "sql_modules", "register", "bundle_sql", "include_all", "public_tables"]
 
 PACKAGE = "ktrace"
 # Each module INCLUDEs the one before it; the last one brings in every table.
@@ -32,6 +32,17 @@ def _read() -> tuple[tuple[str, str], ...]:
 def sql_modules() -> dict[str, str]:
     """The package's modules: ``{"ktrace.phases": sql_text, ...}``."""
     return dict(_read())
+
+
+_PUBLIC = re.compile(r"^CREATE\s+PERFETTO\s+(?:TABLE|VIEW)\s+(ktrace_[a-z0-9_]+)", re.IGNORECASE | re.MULTILINE)
+
+
+def public_tables() -> dict[str, tuple[str, ...]]:
+    """{module: the tables and views it creates for users (not ``_ktrace_``)}, modules in INCLUDE order (the
+    others after them): what ``ktrace query --help`` lists and docs/analysis-schema.md documents."""
+    modules = sql_modules()
+    order = [m for m in MODULES if m in modules] + sorted(set(modules) - set(MODULES))
+    return {m: tuple(_PUBLIC.findall(modules[m])) for m in order if _PUBLIC.search(modules[m])}
 
 
 _SOURCE = "CREATE PERFETTO VIEW _ktrace_source_slice AS\nSELECT * FROM slice;"

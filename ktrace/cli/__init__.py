@@ -42,7 +42,7 @@ def main(argv=None) -> int:
             if getattr(a, name) is None and extra and not extra[0].startswith("-"):
                 setattr(a, name, extra.pop(0))
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _unrecognized(parser, a, extra)
     if not a.command:
         parser.print_help()
         return EXIT_INPUT
@@ -67,6 +67,25 @@ def main(argv=None) -> int:
         print(f"ktrace: error: {printable(where)}{e.strerror or e} (check the path, its permissions and the free "
               "space)", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _unrecognized(parser: argparse.ArgumentParser, a, extra: list[str]) -> None:
+    """The usage error of the command given (its own usage, not the top level's), with the option meant when
+    one is close to what was typed (``--jsn``: did you mean --json?). Exits 2."""
+    import difflib
+
+    sub = parser
+    if getattr(a, "command", None):
+        for action in parser._subparsers._group_actions:  # the command's own parser
+            sub = action.choices.get(a.command, parser)
+    options = [o for act in sub._actions for o in act.option_strings if o.startswith("--")]
+    hints = []
+    for word in extra:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{word}: did you mean {close[0]}?")
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + ("; " + "; ".join(hints) if hints else ""))
 
 
 if __name__ == "__main__":

@@ -62,10 +62,10 @@ def engine_option(p, numpy: bool = False) -> None:
                        help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
                        "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
                        "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
-        return
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
-                   "is set, else wasm)")
+    else:
+        p.add_argument("--engine", choices=ENGINES, default="auto",
+                       help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
+                       "is set, else wasm)")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
@@ -198,25 +198,40 @@ def _amount(done: int, total: int, unit: str) -> str:
 PIPE_MIN_WIDTH = 100  # columns of text and rules into a pipe or file; a wider table gets its own width
 
 
+def _columns() -> int | None:
+    """$COLUMNS when it is a width a report can use (40 or more), else None."""
+    try:
+        n = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return n if 40 <= n <= 10_000 else None
+
+
 def console():
-    """The stdout console: in a terminal, its width; into a pipe or a log file, each table as wide as its
-    content (never cut or wrapped: a log has no right margin) and no colour codes. Names in the reports come
+    """The stdout console: in a terminal, its width; into a pipe or a log file, $COLUMNS when set, else text
+    wrapped at PIPE_MIN_WIDTH and each table as wide as its content (never cut), and no colour codes. Names in the reports come
     from captures: the console shows them as text, never as markup or escapes."""
     from ..report.safe_text import safe_console
 
     if sys.stdout.isatty():
         return safe_console()
-    con = safe_console(width=PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
+    from rich.text import Text
+
+    cols = _columns()
+    con = safe_console(width=cols or PIPE_MIN_WIDTH, no_color=True, color_system=None, highlight=False)
     plain_print, plain_rule = con.print, con.rule
 
     def fitted_print(*objects, **kw):
-        wide = con.options.update_width(1 << 16)
-        need = [con.measure(o, options=wide).maximum for o in objects]
-        con.width = max([PIPE_MIN_WIDTH, *need])
+        if cols:  # $COLUMNS: everything at that width (tables fold their cells, text wraps)
+            con.width = cols
+        else:  # text wraps at PIPE_MIN_WIDTH; a table keeps the width its content needs
+            wide = con.options.update_width(1 << 16)
+            need = [con.measure(o, options=wide).maximum for o in objects if not isinstance(o, (str, Text))]
+            con.width = max([PIPE_MIN_WIDTH, *need])
         plain_print(*objects, **kw)
 
     def fitted_rule(*args, **kw):
-        con.width = PIPE_MIN_WIDTH
+        con.width = cols or PIPE_MIN_WIDTH
         plain_rule(*args, **kw)
 
     def broken_pipe() -> None:  # rich exits 1 on a closed pipe; 1 means a gate failed: let main decide
@@ -290,6 +305,12 @@ def guard_outputs(a) -> None:
     from ..outputs import check_outputs
 
     inputs, outputs = command_files(a)
+    for path in [*inputs, *(o[0] for o in outputs)]:
+        if "\x00" in path or any("\ud800" <= c <= "\udfff" for c in path):
+            from ..report.safe_text import printable
+
+            raise InputError(f"{printable(path.encode('utf-8', 'backslashreplace').decode())}: a file name cannot "
+                             "hold a NUL or bytes that are not UTF-8; rename the file or give another path")
     if outputs:
         check_outputs(outputs, inputs)
 

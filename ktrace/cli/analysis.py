@@ -27,8 +27,9 @@ def register(sub) -> None:
         description="Per-phase figures over all blocks (max/mean, start skew, last-finisher stability, waits, "
         "critical path), computed by the ktrace SQL package in Perfetto's trace processor, and the findings "
         "they support. Findings come first, then a table per phase.",
-        epilog="Thresholds (NAME=VALUE): imbalance, excess_fraction, stable_fraction, wait_fraction, "
-        "top_waits, dominant_share, tick_ns. The JSON schema is ktrace.analysis/2 (docs/analysis-schema.md).")
+        epilog=f"Thresholds (NAME=VALUE, default in parentheses): {_threshold_names()}. The JSON schema is "
+        "ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) are "
+        "warned of first, as data_quality in the JSON.")
     a.add_argument("source", metavar="TRACE|BUF", nargs="+",
                    help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first); several "
                    "buffers (one per GPU): each analyzed, then a table across GPUs")
@@ -52,10 +53,9 @@ def register(sub) -> None:
 
     q = sub.add_parser(
         "query", help="run PerfettoSQL on a trace, with the ktrace SQL package registered",
-        description="Run PerfettoSQL on a trace. The ktrace package is registered: start with "
-        "INCLUDE PERFETTO MODULE ktrace.phases; (or ktrace.critical_path for every table). Tables: "
-        "ktrace_phase_slice, ktrace_phase_instance, ktrace_phase, ktrace_phase_lane, ktrace_lane_wait, "
-        "ktrace_wait, ktrace_critical_path, ktrace_critical_path_share, ktrace_kernel, ktrace_launch_arg.")
+        description="Run PerfettoSQL on a trace. The ktrace package is registered, its tables are not loaded: "
+        "start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (every table but the multi-GPU "
+        f"ones) or the module named below. Tables by module: {_table_names()} (docs/analysis-schema.md).")
     q.add_argument("source", metavar="TRACE|BUF", nargs="?",
                    help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first)")
     q.add_argument("sql", metavar="SQL", nargs="?", help="the query (or use -f)")
@@ -68,6 +68,21 @@ def register(sub) -> None:
                       "and exit")
     engine_option(q)
     decode_options(q)
+
+
+def _threshold_names() -> str:
+    from dataclasses import fields
+
+    from ..analysis import Thresholds
+
+    return ", ".join(f"{f.name} ({'auto' if f.name == 'tick_ns' and not f.default else f'{f.default:g}'})"
+                     for f in fields(Thresholds))
+
+
+def _table_names() -> str:
+    from ..analysis.sql_package import public_tables
+
+    return "; ".join(f"{m}: {', '.join(t)}" for m, t in public_tables().items())
 
 
 _PROGRESS_MIN_BYTES = 4 << 20  # a trace or buffer this large takes a few seconds: show where it stands
@@ -241,8 +256,12 @@ def _query_text(a) -> str:
             return sys.stdin.read() if a.file == "-" else open(a.file, encoding="utf-8").read()
         except OSError as e:
             raise InputError(f"{a.file}: cannot read it: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"{a.file}: the SQL is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     if not a.sql:
         raise InputError("query: no SQL given (an argument, or -f FILE)")
+    if any("\ud800" <= c <= "\udfff" for c in a.sql):
+        raise InputError("query: the SQL holds bytes that are not UTF-8 (a lone surrogate); give it as UTF-8 text")
     return a.sql
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..filetypes import is_gzip_buffer
+from ..filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_trace
 from .layouts import split_header
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
@@ -124,6 +124,9 @@ def _load_path(path: Path) -> Buffer:
     if is_gzip_buffer(path):
         return _load_gzip(path)
     size = path.stat().st_size
+    if path.name.lower().endswith(TRACE_SUFFIXES) or (size % 8 and is_trace(path)):
+        raise InputError(f"{path}: a Perfetto trace, not a profiler buffer; analyze, query or view it (ktrace "
+                         f"analyze {path}), or convert the buffer it came from")
     if size % 8:
         raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
     if size >= _MAP_MIN_BYTES:

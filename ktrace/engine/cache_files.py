@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -107,22 +108,58 @@ def write_entry(entry: Path, data: bytes | bytearray) -> str:
     return ""
 
 
+LOCK_NAME = ".lock"
+LOCK_WAIT_S = 120.0  # then compile without the lock (entries are written atomically: only time is lost)
+
+
 @contextlib.contextmanager
-def cache_lock(folder: Path) -> Iterator[None]:
-    """Holds an exclusive lock on the folder while a module is compiled and written (nothing if the
-    platform or the folder cannot lock)."""
+def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[None]:
+    """Holds an exclusive lock while a module is compiled and written: on ``folder/.lock``, a file only this
+    user can open (mode 600, never through a symlink), so another user who can read the folder cannot hold
+    it. Waits at most ``wait_s`` (default LOCK_WAIT_S), saying so once after a second; then goes on without
+    it. Nothing if the platform cannot lock."""
+    import time
+
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         import fcntl
-
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except (ImportError, OSError):
+    except ImportError:
+        yield
+        return
+    path = folder / LOCK_NAME
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        say(f"ktrace: not locking the cache ({path}: {exc.strerror or exc}); compiling without the lock")
         yield
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or _owner_problem(st, str(path)) or st.st_mode & 0o077:
+            say(f"ktrace: not locking the cache: {_owner_problem(st, str(path)) or f'{path} is not private'}; "
+                "compiling without the lock")
+            yield
+            return
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited >= wait_s:
+                    say(f"ktrace: {path} stayed locked for {wait_s:.0f} s (another ktrace compiling the trace "
+                        "processor?); compiling without waiting longer")
+                    break
+                if waited >= 1 and not told:
+                    say(f"ktrace: waiting for another ktrace to finish compiling the trace processor ({path}; at "
+                        f"most {wait_s:.0f} s)")
+                    told = True
+                time.sleep(0.1)
+            except OSError:
+                break
         yield
     finally:
         os.close(fd)

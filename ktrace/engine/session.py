@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import zlib
 from pathlib import Path
@@ -61,7 +62,7 @@ class Session:
             self._check_open()
             raw = self._backend.query(sql)
         if raw.error:
-            raise InputError(f"{self._trace_name}: query failed: {raw.error.strip()}")
+            raise InputError(f"{self._trace_name}: query failed: {engine_error(raw.error)}")
         return decode(raw)
 
     def add_sql_package(self, name: str, modules: dict[str, str]) -> None:
@@ -112,6 +113,17 @@ class Session:
             if raw.error:
                 raise InputError(f"SQL module {module!r}: {raw.error.strip()}")
         self._inlined_packages.add(name)
+
+
+def engine_error(text: str) -> str:
+    """The engine's SQL error as a person reads it: the problem first, then where (the engine words it as a
+    Python traceback: 'Traceback (most recent call last): File "stdin" line 1 col 10 ...')."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() != "Traceback (most recent call last):"]
+    if not lines:
+        return text.strip()
+    lines = [re.sub(r'^(\s*)File "stdin" line (\d+) col (\d+)', r"\1at line \2, column \3:", ln) for ln in lines]
+    problem, where = lines[-1].strip(), lines[:-1]
+    return problem + ("\n" + "\n".join(where) if where else "")
 
 
 def open_trace(trace: TraceInput, *, engine: str = "auto",

@@ -189,8 +189,8 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
 
     def table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
         t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left")
-        for i, h in enumerate(head):
-            t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right")
+        for i, h in enumerate(head):  # a narrow terminal folds a cell or a header, never cuts it ("imbala…")
+            t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right", overflow="fold")
         for r in rows:
             t.add_row(*map(printable, r))  # a name's line break never fakes a row
         return t
