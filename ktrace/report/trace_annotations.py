@@ -140,7 +140,8 @@ def _roles(a) -> dict:
             for s in g.get("segments") or ():
                 mark(mine & (inst.last_block == s["block"]) & (inst.k >= s["first_k"]) & (inst.k <= s["last_k"]),
                      "straggler")
-        elif f.kind == "load_imbalance" and g.get("basis") == "instances" and mine.any():
+        elif f.kind == "load_imbalance" and g.get("basis") == "instances" and mine.any() \
+                and g.get("slowest_block") is not None:
             at = np.flatnonzero(mine)[int(np.argmax(inst.max_dur_ns[mine]))]
             out.setdefault((inst.phase[at], int(g["slowest_block"]), int(g["slowest_group"]), int(inst.k[at])),
                            set()).add("slowest")
