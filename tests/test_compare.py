@@ -352,4 +352,4 @@ def test_the_real_before_after_pair(after):
     assert c.change("last_block").after != 17 or c.change("last_block_stability").after < 1.0
     assert d.cost_shift is None and d.cost_message.startswith("no cost moved to other phases: compute fell")
     assert "large_wait: load" not in d.findings_new  # the same wait, a larger share of a shorter kernel
-    assert not d.findings_new and "load_imbalance: compute" in d.findings_resolved
+    assert not d.findings_new and "stable_straggler: compute" in d.findings_resolved  # its imbalance is in it
