@@ -266,7 +266,7 @@ def test_a_buffer_is_shown_annotated_and_opened_on_the_top_finding(tmp_path):
     try:
         u = urllib.parse.urlsplit(url)
         text = "".join(lines)
-        assert "7 findings (3 warnings) drawn on the timeline" in text and "--plain" in text
+        assert "5 findings (1 warnings) drawn on the timeline" in text and "--plain" in text
         path = trace_path(u.port)
         assert path.endswith("/waves_ktrace.analyzed.perfetto-trace")
         status, _, body = get(u.port, path)
