@@ -73,6 +73,8 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     facts["layout_match"] = round(d.layout.score, 6)
     facts["num_blocks"] = L.num_blocks
     facts["num_groups"] = L.num_groups
+    if L.group_names and not any("," in g for g in L.group_names):
+        facts["group_names"] = ",".join(L.group_names)  # the findings name a warp group by it
     if L.timer_tick_ns is not None:
         facts["timer_tick_ns"] = L.timer_tick_ns
     for key in ("probe_cost_ns", "profiled_median_us", "control_median_us"):
