@@ -187,6 +187,8 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
         return t
 
     out: list = [Text(printable(_headline(a)), style="bold")]
+    if a.launch.get("producer") == "proton":
+        out.append(Text(printable(f"clock: {a.launch.get('time_origin', '')}")))
     quality = quality_lines(a)
     if quality:
         out.append(Text("data quality: not every record is in the figures below", style="bold red"))
@@ -233,6 +235,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
     parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(_headline(a)), ""]
+    if a.launch.get("producer") == "proton":
+        parts += [md_text(f"clock: {a.launch.get('time_origin', '')}"), ""]
     quality = quality_lines(a)
     if quality:
         parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures below", ">"]
@@ -275,8 +279,9 @@ def plot_analysis(a: Analysis, out) -> Path:
         phases = a.phases.phase.tolist()
         n = max(len(phases), 1)
         rows = 0.45 * max(len(phases), 1) + 0.5
-        fig, axes = plt.subplots(n + 2, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6),
-                                 gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows]})
+        busy = len(a.figures.busy_sms) > 1
+        fig, axes = plt.subplots(n + 2 + busy, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6 + 2 * busy),
+                                 gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows] + [2] * busy})
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         color_of = {p: colors[i % len(colors)] for i, p in enumerate(phases)}
         kernel = a.launch.get("kernel", "kernel")
@@ -288,6 +293,8 @@ def plot_analysis(a: Analysis, out) -> Path:
             axes[0].text(0.5, 0.5, "no phase slices", ha="center", va="center", transform=axes[0].transAxes)
         _plot_timeline(a, axes[n], color_of)
         _plot_shares(a, axes[n + 1], color_of)
+        if busy:
+            _plot_busy_sms(a, axes[n + 2])
         fig.tight_layout()
         return save_figure(fig, out)
 
@@ -298,25 +305,36 @@ def _plot_phase(a: Analysis, ax, phase: str, color) -> None:
     p = a.phases.row(a.phases.phase.tolist().index(phase))
     groups = np.unique(lanes.group[m])
     markers = "os^D"
+    # Lanes that ran different numbers of instances (a work list): what differs is each lane's total.
+    totals = p.get("min_lane_instances") != p.get("max_lane_instances")
+    shown = lanes.sum_dur_ns if totals else lanes.mean_dur_ns
     for gi, g in enumerate(groups.tolist()):
         mg = m & (lanes.group == g)
         x = lanes.block[mg]
         us = 1e-3
-        label = f"group {g}" if len(groups) > 1 else "mean"
-        ax.fill_between(x, lanes.min_dur_ns[mg] * us, lanes.max_dur_ns[mg] * us, color=color, alpha=0.15,
-                        step="mid", linewidth=0)
-        ax.plot(x, lanes.mean_dur_ns[mg] * us, marker=markers[gi % len(markers)], markersize=2.5,
+        label = f"group {g}" if len(groups) > 1 else ("total per lane" if totals else "mean")
+        if not totals:
+            ax.fill_between(x, lanes.min_dur_ns[mg] * us, lanes.max_dur_ns[mg] * us, color=color, alpha=0.15,
+                            step="mid", linewidth=0)
+        ax.plot(x, shown[mg] * us, marker=markers[gi % len(markers)], markersize=2.5,
                 linewidth=0.8, color=color if gi == 0 else None, label=label)
     top = p["top_last_block"]
     tm = m & (lanes.block == top)
     if tm.any():
-        ax.plot(lanes.block[tm], lanes.mean_dur_ns[tm] * 1e-3, "o", markersize=8, markerfacecolor="none",
+        ax.plot(lanes.block[tm], shown[tm] * 1e-3, "o", markersize=8, markerfacecolor="none",
                 markeredgecolor="red", label=f"block {top}: among the last in {p['top_last_count']}/{p['instances']}")
-    ax.axhline(p["mean_dur_ns"] * 1e-3, color="gray", linewidth=0.8, linestyle="--", label="phase mean")
+    if totals:
+        ax.axhline(float(np.mean(shown[m])) * 1e-3, color="gray", linewidth=0.8, linestyle="--",
+                   label="mean total per lane")
+    else:
+        ax.axhline(p["mean_dur_ns"] * 1e-3, color="gray", linewidth=0.8, linestyle="--", label="phase mean")
+    ax.set_ylim(bottom=0)  # from zero: a few percent of spread never looks like a cliff
     word = "groups" if "," in (p["groups"] or "") else "group"
+    what = ("each lane's total over its instances (lanes ran different numbers of them)" if totals else
+            "band = min..max over instances")
     ax.set_title(f"{phase} ({word} {p['groups']}): imbalance {_ratio(p['imbalance'])}, "
-                 f"{p['instances']} instances; band = min..max over instances", fontsize=9, loc="left")
-    ax.set_ylabel("duration (µs)")
+                 f"{p['instances']} instances; {what}", fontsize=9, loc="left")
+    ax.set_ylabel("time per lane (µs)" if totals else "duration (µs)")
     ax.set_xlabel("block index")
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
@@ -346,6 +364,29 @@ def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
     ax.set_xlim(0, (a.kernel.wall_ns or 1) * 1e-3)
     ax.set_xlabel("time since the first phase begin (µs)")
     ax.grid(axis="x", alpha=0.3)
+
+
+def _plot_busy_sms(a: Analysis, ax) -> None:
+    """Busy SMs over the kernel's wall, the tail (fewer than half the SMs busy at the end) shaded."""
+    b, t0 = a.figures.busy_sms, a.kernel.begin_ns or 0
+    ax.step((b.ts - t0) * 1e-3, b.busy_sms, where="post", linewidth=0.9, color="black")
+    o = a.occupancy
+    sms = (o or {}).get("sms") or 0
+    if sms:
+        ax.axhline(sms, color="gray", linewidth=0.6, linestyle=":", label=f"{sms} SMs")
+    if o and o.get("tail_ns") and o.get("tail_begin_ns") is not None:
+        start = (o["tail_begin_ns"] - t0) * 1e-3
+        ax.axvspan(start, start + o["tail_ns"] * 1e-3, color="red", alpha=0.12,
+                   label=f"tail: {format_ns(o['tail_ns'])} with fewer than half the SMs busy")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(0, (a.kernel.wall_ns or 1) * 1e-3)
+    ax.set_title(f"busy SMs over time ({o['waves']:.2f} waves)" if o and o.get("waves") is not None else
+                 "busy SMs over time", fontsize=9, loc="left")
+    ax.set_xlabel("time since the first phase begin (µs)")
+    ax.set_ylabel("SMs running a block")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
 
 
 def _plot_shares(a: Analysis, ax, color_of: dict) -> None:
