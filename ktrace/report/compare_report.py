@@ -135,11 +135,14 @@ def _story(d: Diff) -> list[str]:
            "runs); figures are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
     out += [f"note: {n}" for n in d.notes]
     out.append(d.cost_message)
-    unjudged = "" if d.judged else f" (not judged: {d.why_unjudged})"
     if d.findings_resolved:
-        out.append("resolved: " + "; ".join(d.findings_resolved) + unjudged)
+        out.append("resolved: " + "; ".join(d.findings_resolved))
     if d.findings_new:
-        out.append("new: " + "; ".join(d.findings_new) + unjudged)
+        out.append("new: " + "; ".join(d.findings_new))
+    if d.findings_gone:
+        out.append(f"warnings before only, not judged ({d.why_unjudged}): " + "; ".join(d.findings_gone))
+    if d.findings_appeared:
+        out.append(f"warnings after only, not judged ({d.why_unjudged}): " + "; ".join(d.findings_appeared))
     return out
 
 
