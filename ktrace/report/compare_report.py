@@ -15,7 +15,7 @@ from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
 from .figure_file import save_figure
-from .safe_text import md_cell, md_text, plot_text, printable, xml_safe
+from .safe_text import json_text, md_cell, md_text, plot_text, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
            "check_json", "junit_xml", "CHECK_SCHEMA"]
@@ -331,8 +331,8 @@ def check_markdown(checks) -> str:
 
 def check_json(checks) -> str:
     """Schema ktrace.check/1: {"schema", "passed", "checks": [Check.to_dict()]}."""
-    return json.dumps({"schema": CHECK_SCHEMA, "passed": all(c.passed for c in checks),
-                       "checks": [c.to_dict() for c in checks]}, indent=2, ensure_ascii=False, default=str)
+    return json_text(json.dumps({"schema": CHECK_SCHEMA, "passed": all(c.passed for c in checks),
+                                 "checks": [c.to_dict() for c in checks]}, indent=2, ensure_ascii=False, default=str))
 
 
 def junit_xml(checks) -> str:
