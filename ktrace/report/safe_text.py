@@ -7,7 +7,7 @@ console never parses markup in what it prints, Markdown cells escape ``|`` and H
 characters XML 1.0 allows. In Markdown outside tables (headings, bullets, story lines), a name can neither
 start a line (its line breaks are shown escaped) nor open an HTML tag, an image or a code span. JSON output
 keeps every value exact (``jsonfmt.escape_raw`` writes the raw characters a terminal would act on as
-``\\uXXXX``). CSV cells keep their line breaks (the csv module quotes them) and lose the rest.
+``\\uXXXX``). CSV cells keep their line breaks (the csv module quotes them); other controls are shown escaped.
 """
 
 from __future__ import annotations
