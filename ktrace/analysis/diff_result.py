@@ -270,6 +270,12 @@ class Diff:
     def kernel_change(self, figure: str) -> Change:
         return _find(self.kernel, "figure", figure, f"no kernel figure {figure!r}")
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the headline, the cost line and every figure's change and verdict."""
+        from .notebook import diff_html
+
+        return diff_html(self)
+
     def to_dict(self) -> dict:
         k = self.verdict_change
         return {"schema": DIFF_SCHEMA, "headline": self.headline,
