@@ -31,7 +31,7 @@ from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
 from .analysis.gates import check_capture
 from .analysis.rules import Check, RuleBook, rule_book
-from .decoding import BufferDecoder, decode
+from .decoding import BufferDecoder, decode, open_source
 from .decoding.options import decode_options as _check_options
 from .export.writer import write_chunks, write_trace
 from .errors import InputError
@@ -70,7 +70,7 @@ def _open(source, options, where: str) -> BufferDecoder | Decoded:
     options = _check_options(options, where=where)
     if isinstance(source, (Decoded, BufferDecoder)):
         return source
-    return BufferDecoder(source, **options)
+    return open_source(source, **options)
 
 
 def _sidecar_given(decode_options: dict) -> list:

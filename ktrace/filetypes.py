@@ -1,6 +1,7 @@
 """What a path holds, a Perfetto trace or a profiler buffer: one answer for every command.
 
-By its name first (``.bin``/``.bin.gz``/``.npy`` are buffers; ``.perfetto-trace``, ``.pftrace``, ``.pb``, ``.trace``,
+By its name first (``.bin``/``.bin.gz``/``.npy`` are buffers, ``.chrome_trace`` (``.gz``) and a ``.json`` holding
+Proton's CTA processes are Triton Proton traces, decoded like buffers; ``.perfetto-trace``, ``.pftrace``, ``.pb``, ``.trace``,
 ``.json`` and anything gzip-compressed are traces), else by its first byte: a protobuf trace starts with
 field 1 (``Trace.packet``), length-delimited (0x0a). A file that cannot be read is taken for a buffer, so that
 the buffer reader says what is wrong with it.
@@ -8,19 +9,28 @@ the buffer reader says what is wrong with it.
 
 from __future__ import annotations
 
+import gzip
+import re
 from pathlib import Path
 
-__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling"]
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling"]
 
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
 _OTHER_TRACE_SUFFIXES = (".pb", ".trace", ".json", ".gz")
 BUFFER_SUFFIXES = (".bin", ".npy", ".bin.gz")
 
 
+PROTON_SUFFIXES = (".chrome_trace", ".chrome_trace.gz")
+_SNIFF = re.compile(rb'"traceEvents"|\bCore\d+ CTA\d+"')
+
+
 def is_trace(path) -> bool:
-    """True for a Perfetto trace (loaded as it is), False for a profiler buffer (decoded first)."""
+    """True for a Perfetto trace (loaded as it is), False for a profiler buffer or a Triton Proton trace
+    (decoded first: ``ktrace.decoding.proton``)."""
     name = Path(str(path)).name.lower()
-    if name.endswith(BUFFER_SUFFIXES):
+    if name.endswith(BUFFER_SUFFIXES + PROTON_SUFFIXES):
+        return False
+    if name.endswith((".json", ".gz")) and is_proton(path):
         return False
     if name.endswith(TRACE_SUFFIXES + _OTHER_TRACE_SUFFIXES):
         return True
@@ -29,6 +39,30 @@ def is_trace(path) -> bool:
             return f.read(1) == b"\x0a"
     except OSError:
         return False
+
+
+def open_maybe_gzip(path):
+    """The file for reading, inflated when it is gzip-compressed (by its first two bytes)."""
+    p = str(path)
+    with open(p, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(p, "rb") if gz else open(p, "rb")
+
+
+def is_proton(path) -> bool:
+    """True for Proton's Chrome trace: ``.chrome_trace`` (or ``.chrome_trace.gz``) by name, or a ``.json``
+    / ``.gz`` whose first 64 KiB hold ``traceEvents`` and a ``... CoreN CTAm`` process."""
+    name = Path(str(path)).name.lower()
+    if name.endswith((".chrome_trace", ".chrome_trace.gz")):
+        return True
+    if not name.endswith((".json", ".gz")) or name.endswith((".bin.gz", ".perfetto-trace.gz")):
+        return False
+    try:
+        with open_maybe_gzip(path) as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
+    return len(set(m.group(0)[:3] for m in _SNIFF.finditer(head))) == 2
 
 
 def is_gzip_buffer(path) -> bool:
@@ -41,6 +75,9 @@ def buffer_stem(path) -> str:
     name = Path(str(path)).name
     if name.lower().endswith(".bin.gz"):
         return name[:-7]
+    for suffix in PROTON_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[:-len(suffix)]
     return Path(name).stem
 
 

@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .decoding import BufferDecoder
+from .decoding import BufferDecoder, is_proton_source, open_source
 from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
@@ -28,7 +28,7 @@ from .model import Decoded, Summary
 from .progress import stage
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
-           "is_trace", "temporary_trace", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
+           "is_trace", "is_proton_source", "temporary_trace", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
 
 NEEDS = ("decoder", "trace", "session")
 
@@ -103,8 +103,10 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
     'session' (that trace open in ``engine``; ``progress(done_bytes, total_bytes)`` while it loads). Temporary
     files and the session are released on exit.
 
-    source: a buffer path, a trace path, bytes or a numpy array (a buffer), a BufferDecoder, a Decoded or an
-    open Session. decode_options (events, groups, layout, sidecar, num_blocks, num_groups) apply to a buffer;
+    source: a buffer path, a trace path, a Triton Proton trace (``.chrome_trace``: read into a Decoded, kind
+    'decoded'), bytes or a numpy array (a buffer), a BufferDecoder, a Decoded or an open Session.
+    decode_options (events, groups, layout, sidecar, num_blocks, num_groups; lanes, sm_clock_mhz, proton_log
+    for a Proton trace) apply to a buffer;
     the caller checks them once for all its inputs (``buffer_options``), so a trace here ignores them.
     Raises InputError for unreadable input.
     """
@@ -119,8 +121,11 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
     if kind == "decoded":
         inp.decoded = source
     elif kind == "buffer":
-        inp.decoder = source if isinstance(source, (BufferDecoder, Shifted)) else BufferDecoder(source,
-                                                                                                 **decode_options)
+        opened = source if isinstance(source, (BufferDecoder, Shifted)) else open_source(source, **decode_options)
+        if isinstance(opened, Decoded):  # a Triton Proton trace: read whole, then as a Decoded
+            inp.kind, inp.decoded = "decoded", opened
+        else:
+            inp.decoder = opened
     else:
         inp.trace = Path(source)
     with ExitStack() as stack:

@@ -43,6 +43,9 @@ LANE_NOTES = {
     "record and cannot be recovered or counted",
     "partial_overlap": "slices that partially overlap another slice of the lane (drawn on their own child "
     "track)",
+    "proton_dropped": "Proton's circular buffer was full: the lane's first records were overwritten (Proton's "
+    "'first N events are dropped' warning counts them), and Proton placed the CTA's earliest kept scope at the "
+    "CTA's start, so the lane's times are shifted",
     "overflow": "the lane was full and ktrace's capacity guard dropped records instead of writing past the "
     "buffer (see 'records lost'); give the capture more records per lane",
 }

@@ -70,7 +70,9 @@ def test_query_table_and_csv_never_pass_escapes_to_the_terminal(evil):
 
 
 def test_json_keeps_the_value_and_escapes_bidi_controls(evil):
-    for cmd in (["analyze", "--json"], ["query", "select distinct name from slice", "--json"]):
+    for cmd in (["analyze", "--json"], ["query", "select distinct name from slice", "--json"],
+                ["check", "--rule", "kernel.wall_us <= 1e9", "--json"], ["diff", "{evil}", "--json"]):
+        cmd = [str(evil) if c == "{evil}" else c for c in cmd]
         rc, out, err = run_ktrace(cmd[0], evil, *cmd[1:])
         assert rc == 0, err
         assert "\u202e" not in out and "\\u202e" in out

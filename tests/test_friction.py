@@ -52,3 +52,12 @@ def test_a_narrow_table_folds_headers_instead_of_cutting_them():
 def test_columns_that_make_no_sense_are_ignored():
     rc, out, _ = run_ktrace("analyze", sample("warpgroups"), env={"COLUMNS": "3"})
     assert rc == 0 and max(map(len, _before_tables(out))) <= 100
+
+
+def test_gpu_end_skews_below_the_clock_uncertainty_are_not_called_a_last_finisher():
+    rc, out, err = run_ktrace("analyze", sample("multigpu_gpu0"), sample("multigpu_gpu1"), env={"COLUMNS": "250"})
+    assert rc == 0, err
+    assert "(within clock uncertainty)" in out
+    assert "within the clocks' uncertainty (±2.24 µs): which GPU finishes last is not known" in out
+    rc, md, _ = run_ktrace("analyze", sample("multigpu_gpu0"), sample("multigpu_gpu1"), "--markdown")
+    assert rc == 0 and "which GPU finishes last is not known" in md

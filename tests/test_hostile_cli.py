@@ -297,3 +297,11 @@ def test_a_lock_file_that_is_a_link_or_open_to_others_is_not_used(tmp_path):
     with cache_lock(tmp_path, say=lines.append):
         pass
     assert lines and "not locking the cache" in lines[0] and not (tmp_path / "elsewhere").exists()
+
+
+def test_mathtext_in_a_name_is_drawn_as_text_in_the_diff_plot(capture):
+    pytest.importorskip("matplotlib")
+    _sidecar(capture, lambda m: m.update(kernel="$\\frac{$", event_names=["$\\frac{$", "mma"]))
+    rc, _, err = run_ktrace("diff", capture, capture, "--plot", capture.parent / "d.png")
+    assert rc == 0 and "Traceback" not in err, err
+    assert (capture.parent / "d.png").read_bytes()[:4] == b"\x89PNG"

@@ -168,6 +168,12 @@ class Analysis:
         """``to_dict()`` as JSON text (NaN never appears: undefined figures are null)."""
         return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the headline, findings with evidence and impact, the phase table."""
+        from .notebook import analysis_html
+
+        return analysis_html(self)
+
 
 def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,
                    upid: int | None = None, summary=None, progress=None) -> Analysis:

@@ -229,6 +229,13 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
         for key in _TIMING:
             kb.pop(key, None)
             ka.pop(key, None)
+    # one timing session on both sides (record_runs times once, then saves N buffers): the same measurement
+    # of the control cannot tell the sides apart; the verdict is then the profiled timeline's
+    sessions = {replace(c.timing, source="") for c in sb.captures + sa.captures if c.timing is not None}
+    same_timing = "control_us" in kb and len(sessions) == 1
+    if same_timing:
+        notes.append("both sides carry one timing session (the same measurement of the control): it cannot "
+                     "tell them apart; the verdict is the profiled wall's")
     if not runs and sb.n + sa.n > 2:
         notes.append(f"{sb.n} run(s) before, {sa.n} after: too few for a test across runs (2 on each side, or 3 "
                      "on one); not judged")
@@ -243,6 +250,9 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
         present = "both" if name in pb and name in pa else "before" if name in pb else "after"
         phases.append(PhaseChange(name, present, _phase_changes(pb.get(name, {}), pa.get(name, {}), ctx)))
     resolved, new = _findings(sb, sa, ctx, phases)
+    judged = ctx["runs"] or ctx["assume"] is not None  # else a warning gone or new is not a verdict either
+    gone, appeared = ((), ()) if judged else (resolved, new)
+    resolved, new = (resolved, new) if judged else ((), ())
     wall = next(c for c in kernel if c.figure == "wall_us")
     shift, cost_line = _cost(phases, wall, ctx)
     rep_sd = [s for s in (sb.rep_sd, sa.rep_sd) if s is not None]
@@ -252,7 +262,8 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
     return Diff(str(b.analysis.source), str(a.analysis.source), b.kernel_name, a.kernel_name,
                 float(max(sb.tick_ns, sa.tick_ns)), kernel, tuple(phases), shift,
                 resolved, new, tuple(notes), tuple(str(c.analysis.source) for c in sb.captures),
-                tuple(str(c.analysis.source) for c in sa.captures), ctx["assume"], needed, cost_line)
+                tuple(str(c.analysis.source) for c in sa.captures), ctx["assume"], needed, cost_line, gone, appeared,
+                same_timing)
 
 
 # The figure each finding kind rests on: a finding is new (resolved) only when it got significantly worse
@@ -296,25 +307,30 @@ def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...],
 
 
 def _cost(phases: list[PhaseChange], wall: Change, ctx: dict) -> tuple[CostShift | None, str]:
-    """Each phase's time on the critical path that fell and rose (judged: beyond the noise; not judged: by
-    2 ticks and 1% of the kernel wall): a CostShift when some fell and others rose, and the cost line."""
+    """Each phase's time on the critical path that fell and rose beyond the noise: a CostShift when some fell
+    and others rose, and the cost line. Not judged (no run-to-run noise estimate), the line lists the moves
+    that clear the floors (2 ticks, 1% of the kernel wall) as not judged, and there is no CostShift."""
     floor = max(MIN_IMPACT * ctx["wall_us"], MIN_TICKS * ctx["tick_us"])
     fell, rose = {}, {}
     judged = ctx["runs"] or ctx["assume"] is not None
     for p in phases:
         c = p.change("critical_us")
-        if p.present == "both":  # not judged: a move beyond the floors ('none', not 'floor') is named
+        if p.present == "both":  # not judged: a move beyond the floors ('none', not 'floor')
             d = c.delta if c.significant or c.test == "none" else None
         else:
             d = (c.after or 0.0) - (c.before or 0.0)
             d = d if abs(d) >= floor else None
         if d:
             (fell if d < 0 else rose)[p.phase] = d
-    beyond = "beyond the noise" if judged else f"by 1% of the kernel wall (not judged: {ctx['why']})"
 
     def listing(d: dict) -> str:
         return ", ".join(f"{k} {v:+,.2f} µs" for k, v in sorted(d.items(), key=lambda kv: -abs(kv[1])))
 
+    if not judged and (fell or rose):
+        moved = [f"{listing(fell)} fell" if fell else "no phase's time on it fell by 1% of the kernel wall",
+                 f"{listing(rose)} rose" if rose else "no phase's time on it rose by 1% of the kernel wall"]
+        return None, f"cost on the critical path not judged ({ctx['why']}): " + "; ".join(moved)
+    beyond = "beyond the noise" if judged else "by 1% of the kernel wall"
     if not fell or not rose:
         if fell:
             line = (f"no cost moved to other phases: {', '.join(fell)} fell on the critical path ({listing(fell)}) "
@@ -333,6 +349,4 @@ def _cost(phases: list[PhaseChange], wall: Change, ctx: dict) -> tuple[CostShift
            "than was saved")
     if wall.delta is not None:
         msg += f" (kernel wall {wall.delta:+,.2f} µs)"
-    if not judged:
-        msg += f"; not judged: {ctx['why']}"
     return CostShift(fell, rose, wall.delta, msg), msg

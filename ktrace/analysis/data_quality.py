@@ -71,6 +71,8 @@ def data_quality(launch: dict) -> DataQuality:
     unpaired = sum(anomalies.get(k, 0) for k in UNPAIRED_KINDS)
     unreadable = sum(anomalies.get(k, 0) for k in UNREADABLE_KINDS)
     overflow_lanes = _int(launch.get("note_overflow"))
+    proton = launch.get("producer") == "proton"
+    proton_lanes = _int(launch.get("note_proton_dropped"))
     full = 0 if lost is not None or overflow_lanes else _int(launch.get("note_lane_full"))
     overwritten = _int(launch.get("note_trailing_instant"))
     layout = launch.get("layout") if isinstance(launch.get("layout"), str) else None
@@ -79,7 +81,16 @@ def data_quality(launch: dict) -> DataQuality:
         w.append(f"only {_pct(match)} of the records agree with their position under the {layout} layout: the "
                  "header's block and group counts or the layout may be wrong (ktrace inspect shows each layout's "
                  "match; --layout, --num-blocks, --num-groups)")
-    if lost:
+    if proton and "assumed 1 GHz" in str(launch.get("time_origin", "")):
+        w.append("Proton's trace holds SM cycles printed as ns at an assumed 1 GHz and no SM clock was given: every "
+                 "duration is cycles / 1000 ns; give --sm-clock MHZ (or sm_clock_mhz in the sidecar, or run ktrace "
+                 "calibrate on the GPU) for true times")
+    if lost and proton:
+        w.append(f"{lost:,} records lost: Proton's circular buffer was full on {proton_lanes:,} lane(s) and dropped "
+                 "their first records (Proton's 'first N events are dropped' warnings), and Proton placed each such "
+                 "CTA's earliest kept scope at the CTA's start, so those lanes' times are shifted; capture with a "
+                 "larger buffer (proton.mode.Default(buffer_size=...)) or fewer scopes")
+    elif lost:
         w.append(f"{lost:,} records lost: {overflow_lanes:,} lane(s) were full and ktrace's capacity guard "
                  "dropped the records after their last slot; capture with more records per lane")
     if full:

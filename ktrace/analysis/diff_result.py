@@ -108,7 +108,8 @@ class CostShift:
 
 @dataclass(frozen=True)
 class Diff:
-    """``before`` against ``after``: kernel figures, every phase's figures, cost moved, findings resolved/new."""
+    """``before`` against ``after``: kernel figures, every phase's figures, cost moved, findings resolved/new
+    (judged; not judged: ``findings_gone`` / ``findings_appeared``)."""
 
     before_source: str
     after_source: str
@@ -126,6 +127,14 @@ class Diff:
     assumed_noise: float | None = None
     runs_needed: int | None = None
     cost_line: str = ""
+    # not judged (no run-to-run noise estimate): warnings on one side only whose evidence moved that way
+    findings_gone: tuple[str, ...] = ()
+    findings_appeared: tuple[str, ...] = ()
+    same_timing: bool = False  # both sides carry one timing session: the control cannot tell them apart
+    # an A/B session's record (ktrace run --ab, analysis/ab_diff.py): its paired test (ktrace.paired.PairedTest)
+    # of the unprofiled builds timed against each other, which the kernel verdict then rests on, and its path
+    paired: object = None
+    paired_record: str = ""
 
     @property
     def significant(self) -> tuple[str, ...]:
@@ -156,13 +165,18 @@ class Diff:
     @property
     def verdict_change(self) -> Change:
         """The figure the kernel verdict rests on: the unprofiled control when both sides carry it, else the
-        profiled timeline's wall."""
+        profiled timeline's wall (also when both sides carry the same timing session)."""
         c = next((c for c in self.kernel if c.figure == "control_us"), None)
-        return c if c is not None and None not in (c.before, c.after) else self.kernel_change("wall_us")
+        if c is None or None in (c.before, c.after) or self.same_timing:
+            return self.kernel_change("wall_us")
+        return c
 
     @property
     def verdict(self) -> str:
         """The kernel's: 'better', 'worse', 'no change', 'not judged' (no noise estimate) or 'undefined'."""
+        if self.paired is not None:  # the A/B session's paired test; 'inconclusive' is not judged
+            return {"slower": "worse", "faster": "better", "no change": "no change"}.get(self.paired.change,
+                                                                                        "not judged")
         v = self.verdict_change.verdict
         return {"same": "no change", "changed": "no change"}.get(v, v)
 
@@ -170,6 +184,8 @@ class Diff:
         """How a change was judged, in words: its test, p-value and floor."""
         p = "" if c.p_value is None else "p<0.001" if c.p_value < 0.001 else f"p={c.p_value:.3f}"
         nb, na = self.runs
+        if c.test == "paired" and self.paired is not None:
+            return self.paired.how
         if c.test == "reps":
             rb, ra = c.reps or (0, 0)
             floor = c.noise / max(abs(c.before), abs(c.after)) if c.before or c.after else 0.0
@@ -185,7 +201,7 @@ class Diff:
         n = self.runs_needed
         if n:
             return f"{n} runs per side would settle it: ktrace run --repeat {n}"
-        return "several runs per side would settle it (ktrace run --repeat 3 or more), or give --assume-noise PCT"
+        return "several runs per side would settle it: ktrace run --repeat 3 or more, or --assume-noise PCT"
 
     @property
     def unjudged(self) -> tuple[str, ...]:
@@ -204,7 +220,9 @@ class Diff:
         what = "unprofiled control" if control else "kernel wall"
         rel = "" if k.relative is None else f" {k.relative:+.1%}"
         v = self.verdict
-        if v in ("better", "worse"):
+        if self.paired is not None and control:
+            head = f"{self.paired.text}; ktrace run --ab"
+        elif v in ("better", "worse"):
             head = f"{'better' if v == 'better' else 'WORSE'}: {what}{rel} ({self.how_judged(k)})"
         elif v == "no change" and k.test == "none":
             head = f"no change: {what} identical"
@@ -252,6 +270,12 @@ class Diff:
     def kernel_change(self, figure: str) -> Change:
         return _find(self.kernel, "figure", figure, f"no kernel figure {figure!r}")
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the headline, the cost line and every figure's change and verdict."""
+        from .notebook import diff_html
+
+        return diff_html(self)
+
     def to_dict(self) -> dict:
         k = self.verdict_change
         return {"schema": DIFF_SCHEMA, "headline": self.headline,
@@ -266,8 +290,11 @@ class Diff:
                 "phases": [p.to_dict() for p in self.phases],
                 "cost_shift": self.cost_shift.to_dict() if self.cost_shift else None,
                 "cost": {"moved": self.cost_shift is not None, "message": self.cost_message},
-                "findings": {"resolved": list(self.findings_resolved), "new": list(self.findings_new)},
-                "notes": list(self.notes)}
+                "findings": {"resolved": list(self.findings_resolved), "new": list(self.findings_new),
+                             "gone_not_judged": list(self.findings_gone),
+                             "appeared_not_judged": list(self.findings_appeared)},
+                "notes": list(self.notes),
+                "paired": None if self.paired is None else {"record": self.paired_record, **self.paired.to_dict()}}
 
     def to_json(self, indent: int | None = 2) -> str:
         return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)

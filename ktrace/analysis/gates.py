@@ -14,6 +14,7 @@ import math
 import re
 
 from ..errors import InputError
+from ..filetypes import is_trace
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
 from .input_problems import input_problems
 from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
@@ -204,9 +205,10 @@ def refuse_broken(cap: Capture, source, allowed=frozenset(), what: str = "") -> 
     refused = [p for p in problems if p.kind not in allowed]
     if refused:
         kinds = ",".join(p.kind for p in refused)
+        where = "`ktrace inspect` on its buffer" if is_trace(str(source)) else f"`ktrace inspect {source}`"
         fixes = "; ".join(dict.fromkeys(p.fix for p in refused))
         raise InputError(f"{source}: {what}the buffer looks broken or incomplete, so no gate is checked on it: "
-                         f"{'; '.join(p.text for p in refused)}. Fix: {fixes} (`ktrace inspect {source}` lists "
+                         f"{'; '.join(p.text for p in refused)}. Fix: {fixes} ({where} lists "
                          f"them). To check it anyway: --allow-anomalies {kinds}, or allow_anomalies = "
                          f"[{', '.join(repr(p.kind).replace(chr(39), chr(34)) for p in refused)}] in the rules file")
     return tuple(f"{what}accepted: {p.text}" for p in problems)

@@ -156,6 +156,12 @@ class Check:
     def passed(self) -> bool:
         return not self.failures
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: passed or failed, and each rule's measured value and limit."""
+        from .notebook import check_html
+
+        return check_html(self)
+
     def to_dict(self) -> dict:
         return {"source": self.source, "kernel": self.kernel, "baseline": self.baseline, "passed": self.passed,
                 "notes": list(self.notes), "results": [r.to_dict() for r in self.results]}

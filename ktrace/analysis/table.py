@@ -52,6 +52,17 @@ class Table:
     def row(self, i: int) -> dict[str, Any]:
         return {name: _python_value(getattr(self, name)[i], self.KINDS[name]) for name in self.columns()}
 
+    def to_pandas(self):
+        """The table as a pandas DataFrame (pandas is optional: ``pip install 'ktrace[notebook]'``)."""
+        from .notebook import to_pandas
+
+        return to_pandas(self)
+
+    def _repr_html_(self) -> str:
+        from .notebook import table_html
+
+        return table_html(self)
+
     def where(self, mask) -> "Table":
         """The rows where ``mask`` (bool array) is true."""
         return type(self)(**{name: getattr(self, name)[mask] for name in self.columns()})

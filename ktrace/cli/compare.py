@@ -170,7 +170,9 @@ def _cmd_check(a) -> int:
     try:
         allowed = parse_allowed(a.allow_anomalies, "--allow-anomalies")
     except ValueError as e:
-        raise InputError(str(e)) from None
+        hint = ("; it took the capture as its list of kinds: put --allow-anomalies after the captures"
+                if Path(a.allow_anomalies).exists() else "")
+        raise InputError(f"{e}{hint}") from None
     a.sources, a.baseline = _expand(a.sources), _expand(a.baseline, "--baseline ")
     book = rule_book(a.rule, a.sql, a.rules)
     if a.baseline and not book.uses_baseline:

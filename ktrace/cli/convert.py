@@ -41,11 +41,13 @@ def _cmd_convert(a) -> int:
 
     with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
         res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, jobs=a.jobs, **decode_kwargs(a))
-    sm, match = res.summary, res.decoder.match
+    sm = res.summary
+    layout = (f"layout {res.decoder.match.name} ({res.decoder.match.score:.1%} match)" if res.decoder is not None
+              else "a Triton Proton trace")
     anomalies = ", ".join(f"{k}: {n:,}" for k, n in sorted(sm.anomalies.items())) or "none"
     print(printable(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
                     f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
-                    f"layout {match.name} ({match.score:.1%} match)"))
+                    f"{layout}"))
     if sm.notes:
         notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
         line = Text.assemble(("notes", "yellow"), printable(f": {notes} (ktrace inspect {a.buffer} explains them)"))

@@ -110,7 +110,9 @@ def open_decoders(sources, **decode_options) -> list:
     if len(sources) > 1 and side not in (None, False, True):
         raise InputError("--sidecar names one buffer's sidecar: with several buffers, keep each NAME.json "
                          "beside its NAME.bin")
-    return [s if isinstance(s, (Decoded, BufferDecoder, Shifted)) else BufferDecoder(s, **decode_options)
+    from .opening import open_source
+
+    return [s if isinstance(s, (Decoded, BufferDecoder, Shifted)) else open_source(s, **decode_options)
             for s in sources]
 
 

@@ -10,7 +10,8 @@ from ..errors import InputError
 
 __all__ = ["DECODE_OPTIONS", "ALIASES", "decode_options"]
 
-DECODE_OPTIONS = ("sidecar", "events", "groups", "layout", "num_blocks", "num_groups", "name")
+DECODE_OPTIONS = ("sidecar", "events", "groups", "layout", "num_blocks", "num_groups", "name", "lanes", "sm_clock_mhz",
+                  "proton_log")
 ALIASES = {"event_names": "events", "group_names": "groups"}
 
 

@@ -88,7 +88,7 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     facts["instants"] = summary.instants
     facts["anomalous_records"] = summary.anomalous_records
     if L.trailer or summary.dropped_records:  # ktrace's capacity guard counted what it dropped
-        facts["records_lost"] = summary.dropped_records
+        facts["records_lost"] = min(summary.dropped_records, 2**63 - 1)  # a damaged trailer can claim more
     for k, n in sorted(summary.anomalies.items()):
         facts[f"anomaly_{k}"] = n
     for k, n in sorted(summary.notes.items()):

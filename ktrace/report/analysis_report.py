@@ -1,19 +1,19 @@
 """What ``ktrace analyze`` shows: text (rich renderables), Markdown (for PR comments) and a PNG plot.
 
 Findings come first, then the figures: a summary per phase, a table of instances per phase, the waits at
-each phase boundary and the critical path. Nothing here computes a figure; it only lays them out.
+each phase boundary and the critical path. Nothing here computes a figure; it only lays them out. The plot
+is analysis_plot.py's.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
-from .figure_file import pyplot, save_figure
+from .analysis_plot import plot_analysis  # noqa: F401  (ktrace analyze --plot)
 from .safe_text import md_cell, md_code, md_text, printable
 
 __all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines", "MAX_INSTANCE_ROWS"]
@@ -196,6 +196,8 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
         return t
 
     out: list = [Text(printable(_headline(a)), style="bold")]
+    if a.launch.get("producer") == "proton":
+        out.append(Text(printable(f"clock: {a.launch.get('time_origin', '')}")))
     quality = quality_lines(a)
     if quality:
         out.append(Text("data quality: not every record is in the figures below", style="bold red"))
@@ -244,6 +246,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
     parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(_headline(a)), ""]
+    if a.launch.get("producer") == "proton":
+        parts += [md_text(f"clock: {a.launch.get('time_origin', '')}"), ""]
     quality = quality_lines(a)
     if quality:
         parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures below", ">"]
@@ -278,110 +282,3 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
                   "</details>", ""]
     return printable("\n".join(parts), keep_newlines=True)
 
-
-# ------------------------------------------------------------------------------------------------- plot
-def plot_analysis(a: Analysis, out) -> Path:
-    """A PNG: per phase, each lane's slice duration against its block index (mean, with min-max band);
-    below, the critical path as a timeline and each phase's share of wall time. Returns the path."""
-    with pyplot() as plt:
-        out = Path(out)
-        phases = a.phases.phase.tolist()
-        n = max(len(phases), 1)
-        rows = 0.45 * max(len(phases), 1) + 0.5
-        fig, axes = plt.subplots(n + 2, 1, figsize=(11, 2.4 * n + 2 * rows + 1.6),
-                                 gridspec_kw={"height_ratios": [3] * n + [rows + 0.4, rows]})
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        color_of = {p: colors[i % len(colors)] for i, p in enumerate(phases)}
-        kernel = a.launch.get("kernel", "kernel")
-        fig.suptitle(f"{kernel}: per-block phase durations and critical path "
-                     f"(timer tick {a.tick_ns:.0f} ns)", fontsize=12)
-        for ax, phase in zip(axes[:n], phases):
-            _plot_phase(a, ax, phase, color_of[phase])
-        if not phases:
-            axes[0].text(0.5, 0.5, "no phase slices", ha="center", va="center", transform=axes[0].transAxes)
-        _plot_timeline(a, axes[n], color_of)
-        _plot_shares(a, axes[n + 1], color_of)
-        fig.tight_layout()
-        return save_figure(fig, out)
-
-
-def _plot_phase(a: Analysis, ax, phase: str, color) -> None:
-    lanes = a.lanes
-    m = lanes.phase == phase
-    p = a.phases.row(a.phases.phase.tolist().index(phase))
-    groups = np.unique(lanes.group[m])
-    markers = "os^D"
-    for gi, g in enumerate(groups.tolist()):
-        mg = m & (lanes.group == g)
-        x = lanes.block[mg]
-        us = 1e-3
-        label = f"group {g}" if len(groups) > 1 else "mean"
-        ax.fill_between(x, lanes.min_dur_ns[mg] * us, lanes.max_dur_ns[mg] * us, color=color, alpha=0.15,
-                        step="mid", linewidth=0)
-        ax.plot(x, lanes.mean_dur_ns[mg] * us, marker=markers[gi % len(markers)], markersize=2.5,
-                linewidth=0.8, color=color if gi == 0 else None, label=label)
-    top = p["top_last_block"]
-    tm = m & (lanes.block == top)
-    if tm.any():
-        ax.plot(lanes.block[tm], lanes.mean_dur_ns[tm] * 1e-3, "o", markersize=8, markerfacecolor="none",
-                markeredgecolor="red", label=f"block {top}: among the last in {p['top_last_count']}/{p['instances']}")
-    ax.axhline(p["mean_dur_ns"] * 1e-3, color="gray", linewidth=0.8, linestyle="--", label="phase mean")
-    word = "groups" if "," in (p["groups"] or "") else "group"
-    ax.set_title(f"{phase} ({word} {p['groups']}): imbalance {_ratio(p['imbalance'])}, "
-                 f"{p['instances']} instances; band = min..max over instances", fontsize=9, loc="left")
-    ax.set_ylabel("duration (µs)")
-    ax.set_xlabel("block index")
-    ax.legend(fontsize=7, loc="upper right")
-    ax.grid(alpha=0.3)
-
-
-def _plot_timeline(a: Analysis, ax, color_of: dict) -> None:
-    cp = a.critical_path
-    ax.set_title("critical path: the path's slices (bars) and the waits and gaps after them (hatched), one row "
-                 "per phase", fontsize=9, loc="left")
-    phases = list(color_of)
-    if not len(cp) or not phases:
-        return
-    ax.set_yticks(range(len(phases)), phases, fontsize=8)
-    ax.set_ylim(len(phases) - 0.5, -0.5)
-    t0 = a.kernel.begin_ns or 0
-    for y, phase in enumerate(phases):
-        col = color_of[phase]
-        for solid in (True, False):
-            m = (cp.phase == phase) & ((cp.kind == "slice") == solid)
-            b = (cp.begin_ns[m] - t0) * 1e-3
-            bars = list(zip(b.tolist(), (cp.dur_ns[m] * 1e-3).tolist()))
-            if solid:
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=col)
-            else:
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors="none", edgecolors=col, hatch="///",
-                               linewidth=0.3)
-    ax.set_xlim(0, (a.kernel.wall_ns or 1) * 1e-3)
-    ax.set_xlabel("time since the first phase begin (µs)")
-    ax.grid(axis="x", alpha=0.3)
-
-
-def _plot_shares(a: Analysis, ax, color_of: dict) -> None:
-    c = a.critical_shares
-    ax.set_title("share of kernel wall time on the critical path (slices solid, waits hatched); the parts and "
-                 "the remainders (lead-in, gaps, SM slots) add up to 1", fontsize=9, loc="left")
-    phases = list(color_of)
-    if not phases:
-        return
-    ax.set_yticks(range(len(phases)), phases, fontsize=8)
-    ax.set_ylim(len(phases) - 0.5, -0.5)
-    wall = a.kernel.wall_ns or 0
-    top = 1.0
-    for r in c.rows():
-        if not wall or r["phase"] not in color_of:
-            continue
-        y = phases.index(r["phase"])
-        d, w = r["dur_ns"] / wall, r["wait_ns"] / wall
-        col = color_of[r["phase"]]
-        ax.barh(y, d, color=col, height=0.7)
-        ax.barh(y, w, left=d, color="none", edgecolor=col, hatch="///", height=0.7)
-        ax.text(d + w + 0.01, y, f"{r['share']:.0%}", va="center", fontsize=8)
-        top = max(top, d + w + 0.08)
-    ax.set_xlim(0, top)
-    ax.set_xlabel("fraction of wall time")
-    ax.grid(axis="x", alpha=0.3)

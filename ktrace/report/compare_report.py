@@ -15,7 +15,7 @@ from ..analysis.compare import Change, Diff, PhaseChange
 from ..analysis.rules import Check
 from ..errors import EnvironmentMissing
 from .figure_file import save_figure
-from .safe_text import md_cell, md_text, printable, xml_safe
+from .safe_text import json_text, md_cell, md_text, plot_text, printable, xml_safe
 
 __all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
            "check_json", "junit_xml", "CHECK_SCHEMA"]
@@ -135,11 +135,14 @@ def _story(d: Diff) -> list[str]:
            "runs); figures are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
     out += [f"note: {n}" for n in d.notes]
     out.append(d.cost_message)
-    unjudged = "" if d.judged else f" (not judged: {d.why_unjudged})"
     if d.findings_resolved:
-        out.append("resolved: " + "; ".join(d.findings_resolved) + unjudged)
+        out.append("resolved: " + "; ".join(d.findings_resolved))
     if d.findings_new:
-        out.append("new: " + "; ".join(d.findings_new) + unjudged)
+        out.append("new: " + "; ".join(d.findings_new))
+    if d.findings_gone:
+        out.append(f"warnings before only, not judged ({d.why_unjudged}): " + "; ".join(d.findings_gone))
+    if d.findings_appeared:
+        out.append(f"warnings after only, not judged ({d.why_unjudged}): " + "; ".join(d.findings_appeared))
     return out
 
 
@@ -204,11 +207,11 @@ def plot_diff(d: Diff, out) -> Path:
     except ImportError as e:
         raise EnvironmentMissing(f"--plot needs matplotlib ({e}): pip install matplotlib") from None
     out = Path(out)
-    names = [p.phase for p in d.phases]
+    names = [plot_text(p.phase) for p in d.phases]
     x = np.arange(len(names))
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6.0, 1.4 * len(names) + 3), 7.5),
                                   gridspec_kw={"height_ratios": [3, 2]})
-    fig.suptitle(textwrap.fill(_headline(d), 110), fontsize=9)
+    fig.suptitle(textwrap.fill(plot_text(_headline(d)), 110), fontsize=9)
     for axis, figure, label in ((ax, "total_wall_us", "phase wall, summed over instances (µs)"),
                                 (ax2, "imbalance", "imbalance (slowest / mean)")):
         cs = [p.change(figure) for p in d.phases]
@@ -228,7 +231,7 @@ def plot_diff(d: Diff, out) -> Path:
         axis.grid(axis="y", alpha=0.3)
         axis.legend(fontsize=8)
     ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    verdict = d.headline.split(" (", 1)[0]  # the kernel verdict; how it was judged is in the text report
+    verdict = plot_text(d.headline.split(" (", 1)[0])  # the kernel verdict; how it was judged is in the text report
     ax.set_title(textwrap.fill(f"{verdict}. '~': within the noise; '?': not judged (no estimate of run-to-run "
                                "noise); error bars: the threshold each judged change had to exceed", 100),
                  fontsize=8, loc="left")
@@ -328,8 +331,8 @@ def check_markdown(checks) -> str:
 
 def check_json(checks) -> str:
     """Schema ktrace.check/1: {"schema", "passed", "checks": [Check.to_dict()]}."""
-    return json.dumps({"schema": CHECK_SCHEMA, "passed": all(c.passed for c in checks),
-                       "checks": [c.to_dict() for c in checks]}, indent=2, ensure_ascii=False, default=str)
+    return json_text(json.dumps({"schema": CHECK_SCHEMA, "passed": all(c.passed for c in checks),
+                                 "checks": [c.to_dict() for c in checks]}, indent=2, ensure_ascii=False, default=str))
 
 
 def junit_xml(checks) -> str:

@@ -12,7 +12,7 @@ from ..analysis.multigpu import CrossGpu
 from ..decoding.align import Alignment
 from .safe_text import md_cell, md_text, printable
 
-__all__ = ["alignment_lines", "cross_gpu_text", "cross_gpu_markdown", "MAX_INSTANCE_ROWS"]
+__all__ = ["alignment_lines", "cross_gpu_text", "cross_gpu_markdown", "uncertainty_notes", "MAX_INSTANCE_ROWS"]
 
 MAX_INSTANCE_ROWS = 48  # longer tables show the first and last rows (the JSON has all)
 _HEAD, _TAIL = 40, 8
@@ -50,12 +50,31 @@ def _phase_rows(x: CrossGpu) -> tuple[list[str], list[list[str]]]:
             "start skew mean", "start skew max"]
     rows = []
     for p in x.phases.rows():
+        unsure = _within_uncertainty(x, p["max_end_skew_ns"])
         rows.append([p["phase"], str(p["instances"]),
                      f"{x.label(p['top_last_gpu'])}: {p['top_last_count']}/{p['instances']} "
-                     f"({p['distinct_last_gpus']})",
+                     f"({p['distinct_last_gpus']})" + (" (within clock uncertainty)" if unsure else ""),
                      _ns(p["mean_end_skew_ns"]), _ns(p["max_end_skew_ns"]), _ns(p["mean_start_skew_ns"]),
                      _ns(p["max_start_skew_ns"])])
     return head, rows
+
+
+def _within_uncertainty(x: CrossGpu, skew_ns) -> bool:
+    """A skew between GPUs smaller than how well their clocks' offsets are known: which GPU was last is noise."""
+    spread = x.alignment.spread_ns
+    return spread is not None and skew_ns is not None and not _nan_or_none(skew_ns) and abs(skew_ns) <= spread
+
+
+def _nan_or_none(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def uncertainty_notes(x: CrossGpu) -> list[str]:
+    """One line per phase whose GPUs end closer together than the clocks' offsets are known."""
+    spread = x.alignment.spread_ns
+    return [f"note: {p['phase']}: every end skew between GPUs (at most {_ns(p['max_end_skew_ns'])}) is within the "
+            f"clocks' uncertainty (±{_ns(spread)}): which GPU finishes last is not known, only that they end together"
+            for p in x.phases.rows() if _within_uncertainty(x, p["max_end_skew_ns"])]
 
 
 def _instance_rows(x: CrossGpu) -> tuple[list[str], list[list[str]], int]:
@@ -97,6 +116,7 @@ def cross_gpu_text(x: CrossGpu) -> list:
     for r in rows:
         t.add_row(*map(printable, r))
     out.append(t)
+    out += [printable(n) for n in uncertainty_notes(x)]
     head, rows, hidden = _instance_rows(x)
     t = Table(title="phase instances: each GPU's end after the instance's first begin",
               caption=f"{hidden:,} rows not shown (--json has them)" if hidden else None, title_justify="left",
@@ -118,4 +138,6 @@ def cross_gpu_markdown(x: CrossGpu) -> str:
     for title, (head, rows) in (("phases", _phase_rows(x)), ("instances", _instance_rows(x)[:2])):
         lines += ["", f"**{title}**", "", "| " + " | ".join(map(md_cell, head)) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(map(md_cell, r)) + " |" for r in rows]
+        if title == "phases":
+            lines += [""] + [f"- {md_text(n)}" for n in uncertainty_notes(x)]
     return printable("\n".join(lines) + "\n", keep_newlines=True)

@@ -7,14 +7,14 @@ console never parses markup in what it prints, Markdown cells escape ``|`` and H
 characters XML 1.0 allows. In Markdown outside tables (headings, bullets, story lines), a name can neither
 start a line (its line breaks are shown escaped) nor open an HTML tag, an image or a code span. JSON output
 keeps every value exact (``jsonfmt.escape_raw`` writes the raw characters a terminal would act on as
-``\\uXXXX``). CSV cells keep their line breaks (the csv module quotes them) and lose the rest.
+``\\uXXXX``). CSV cells keep their line breaks (the csv module quotes them); other controls are shown escaped.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "xml_safe", "safe_console"]
+__all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console"]
 
 # C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
 # read differently from how it is stored.
@@ -69,6 +69,12 @@ def json_text(text: str) -> str:
     from ..jsonfmt import escape_raw
 
     return escape_raw(text)
+
+
+def plot_text(text: object) -> str:
+    """A name for a matplotlib title, label or tick: ``$`` escaped, so that a name like ``$\\frac{$`` is drawn
+    as written, never parsed as mathtext (a parse error is a traceback at draw time)."""
+    return str(text).replace("$", r"\$")
 
 
 def xml_safe(text: object) -> str:

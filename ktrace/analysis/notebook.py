@@ -1,0 +1,146 @@
+"""ktrace's results in a notebook: HTML for Jupyter's rich display (``_repr_html_``) and pandas DataFrames.
+
+    a = ktrace.analyze("kernel.chrome_trace")
+    a                         # in Jupyter: the headline, data quality, findings with evidence and impact, phases
+    a.phases.to_pandas()      # any Table as a DataFrame (pip install 'ktrace[notebook]')
+
+Every string is escaped (names in a capture are the user's data, never markup). Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+__all__ = ["analysis_html", "diff_html", "check_html", "table_html", "to_pandas", "PANDAS_HINT"]
+
+PANDAS_HINT = "pip install 'ktrace[notebook]'"
+_MAX_ROWS = 200  # a notebook shows this many rows of a table; .to_pandas() has them all
+
+_STYLE = ("<style>.ktrace td,.ktrace th{padding:2px 8px;text-align:right}.ktrace td:first-child,"
+          ".ktrace th:first-child{text-align:left}.ktrace .warning{color:#b35900}.ktrace .info{color:#555}"
+          ".ktrace .fail{color:#c00}.ktrace .pass{color:#070}</style>")
+
+
+def to_pandas(table):
+    """The Table as a pandas DataFrame, one column per column (NULLs as NaN / None). ImportError naming the
+    pip command when pandas is missing."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(f"Table.to_pandas() needs pandas: {PANDAS_HINT} (or pip install pandas)") from None
+    return pd.DataFrame({name: getattr(table, name) for name in table.columns()}, columns=list(table.columns()))
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if v != v else f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return escape(str(v))
+
+
+def _html_table(head, rows, caption: str | None = None) -> str:
+    out = ["<table>"]
+    if caption:
+        out.append(f"<caption style='text-align:left'>{escape(caption)}</caption>")
+    out.append("<tr>" + "".join(f"<th>{escape(str(h))}</th>" for h in head) + "</tr>")
+    out += ["<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in r) + "</tr>" for r in rows]
+    out.append("</table>")
+    return "".join(out)
+
+
+def table_html(table) -> str:
+    """A Table as an HTML table (its first _MAX_ROWS rows, the count said)."""
+    rows = table.rows()
+    cols = list(table.columns())
+    more = len(rows) - _MAX_ROWS
+    cap = f"{type(table).__name__}: {len(rows):,} rows" + (f" (first {_MAX_ROWS} shown; .to_pandas() has all)"
+                                                          if more > 0 else "")
+    return f"<div class='ktrace'>{_STYLE}" + _html_table(cols, [[r[c] for c in cols] for r in rows[:_MAX_ROWS]],
+                                                        cap) + "</div>"
+
+
+def _ns(v) -> str:
+    from .findings import format_ns
+
+    return format_ns(v) if v is not None else "—"
+
+
+_PHASE_COLUMNS = (("phase", "phase", None), ("groups", "groups", None), ("instances", "inst.", None),
+                  ("mean_max_dur_ns", "slowest", "ns"), ("mean_dur_ns", "mean", "ns"), ("imbalance", "imbalance", "x"),
+                  ("mean_excess_ns", "excess", "ns"), ("mean_start_skew_ns", "start skew", "ns"),
+                  ("mean_end_skew_ns", "end skew", "ns"), ("top_last_block", "last block", None))
+
+
+def _phase_rows(a) -> tuple[list, list]:
+    rows = a.phases.rows()
+    have = [c for c in _PHASE_COLUMNS if rows and c[0] in rows[0]]
+    out = []
+    for r in rows:
+        line = []
+        for key, _, unit in have:
+            v = r[key]
+            line.append(_ns(v) if unit == "ns" else f"{v:.2f}x" if unit == "x" and v is not None else v)
+        out.append(line)
+    return [h for _, h, _ in have], out
+
+
+def analysis_html(a) -> str:
+    """An Analysis as HTML: the headline, the clock (Proton traces), data-quality warnings, the findings
+    (severity, message, evidence, impact) and the per-phase table."""
+    L, k = a.launch, a.kernel
+    head = (f"{L.get('kernel', 'kernel')}: {L.get('num_blocks', '?')} blocks x {L.get('num_groups', '?')} group(s), "
+            f"{k.phases} phase(s), {k.slices:,} phase slices, wall {_ns(k.wall_ns)}")
+    parts = [f"<div class='ktrace'>{_STYLE}<p><b>{escape(head)}</b><br><small>{escape(str(a.source))} "
+             f"({escape(a.engine)})</small></p>"]
+    if L.get("producer") == "proton":
+        parts.append(f"<p>clock: {escape(str(L.get('time_origin', '')))}</p>")
+    for w in a.data_quality.warnings:
+        parts.append(f"<p class='warning'>data quality: {escape(w)}</p>")
+    warn = [f for f in a.findings if f.severity == "warning"]
+    info = [f for f in a.findings if f.severity != "warning"]
+    parts.append("<p><b>findings</b> (by kernel time at stake)</p>")
+    if not warn:
+        parts.append("<p class='pass'>no warnings: nothing costs the kernel enough time to act on</p>")
+    rows = []
+    for f in warn + info:
+        share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
+        rows.append(f"<tr><td class='{escape(f.severity)}'>{escape(f.severity)}</td><td style='text-align:left'>"
+                    f"{escape(f.message)}</td><td style='text-align:left'>{escape(f.evidence)}</td>"
+                    f"<td>{escape(_ns(f.impact_ns))}{escape(share)}</td></tr>")
+    if rows:
+        parts.append("<table><tr><th>severity</th><th>finding</th><th>evidence</th><th>impact</th></tr>"
+                     + "".join(rows) + "</table>")
+    ph_head, ph_rows = _phase_rows(a)
+    if ph_rows:
+        parts.append(_html_table(ph_head, ph_rows, "phases (means over instances)"))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def diff_html(d) -> str:
+    """A Diff as HTML: the headline, the cost line and each figure's before, after, change and verdict."""
+    rows = [["kernel." + c.figure, c.before, c.after, c.delta,
+             "" if c.relative is None else f"{c.relative:+.1%}", c.verdict] for c in d.kernel]
+    for p in d.phases:
+        rows += [[f"{p.phase}.{c.figure}", c.before, c.after, c.delta,
+                  "" if c.relative is None else f"{c.relative:+.1%}", c.verdict] for c in p.changes]
+    return (f"<div class='ktrace'>{_STYLE}<p><b>{escape(d.headline)}</b></p>"
+            f"<p>before: {escape(str(d.before_source))} &nbsp; after: {escape(str(d.after_source))}</p>"
+            f"<p>{escape(d.cost_message)}</p>"
+            + "".join(f"<p class='info'>note: {escape(n)}</p>" for n in d.notes)
+            + _html_table(["figure", "before", "after", "change", "relative", "verdict"], rows) + "</div>")
+
+
+def check_html(c) -> str:
+    """A Check as HTML: passed or failed, and each rule's status, measured value and limit."""
+    status = "passed" if c.passed else f"FAILED: {len(c.failures)} of {len(c.results)} rules"
+    rows = "".join(f"<tr><td class='{escape(r.status)}'>{escape(r.status)}</td><td>{escape(r.rule)}</td>"
+                   f"<td>{_cell(r.measured)}</td><td>{escape(str(r.op or ''))} {_cell(r.limit)}</td>"
+                   f"<td style='text-align:left'>{escape(r.message)}</td></tr>" for r in c.results)
+    return (f"<div class='ktrace'>{_STYLE}<p><b>ktrace check {escape(status)}</b>: {escape(str(c.source))} "
+            f"({escape(str(c.kernel))})</p>" + "".join(f"<p class='info'>note: {escape(n)}</p>" for n in c.notes)
+            + "<table><tr><th>status</th><th>rule</th><th>measured</th><th>limit</th><th>message</th></tr>"
+            + rows + "</table></div>")
