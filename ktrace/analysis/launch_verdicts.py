@@ -145,8 +145,8 @@ def _pipeline(ctx) -> list[Verdict]:
         msg = (f"pipeline: {hname} bounds the blocks: {gname} waits for it after {r['phase']} "
                f"({r['count']} gaps, {_fmt(r['mean_ns'])} on average, {frac:.0%} of all lanes' time; {gname} idles "
                f"{idle_share:.0%} of its span); per block {hname} is busy {_fmt(float(np.median(busy_h)))} and "
-               f"{gname} {_fmt(float(np.median(busy_g)))} (medians): speed up {hname}'s work (or give {gname} more "
-               f"of it); speeding up {gname} alone gains nothing")
+               f"{gname} {_fmt(float(np.median(busy_g)))} (medians): speed up the work of {hname} (or give {gname} "
+               f"more of it); speeding up {gname} alone gains nothing")
         ev = (f"{r['handoff_gaps']} of {r['tested_gaps']} gaps after {r['phase']} end within {4} ticks of a slice end in "
               f"{hname} of the same block ({r['handoff_expected']:.0f} expected by chance); no grid-wide barrier")
         out.append(Verdict("pipeline", r["phase"], msg, ev, float(claims.sum()), idle_share >= 0.1, {
