@@ -203,7 +203,12 @@ def _lane_totals(ctx) -> Verdict | None:
     g, top, mean, rows, tot = best
     end_row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
     ender = lt.row(end_row)
-    j = dominant(tot, ctx.eps)
+    # A block stands out, not a lane: the lanes of one busy block (its warps) are one cause.
+    blocks = lt.block[rows]
+    ub = np.unique(blocks)
+    per_block = np.full(len(ub), -np.inf)
+    np.maximum.at(per_block, np.searchsorted(ub, blocks), tot)
+    j = dominant(per_block, ctx.eps)
     busiest = lt.row(int(rows[int(np.argmax(tot))]))
     lanes = fig.lanes
     mine = lanes.lane == busiest["lane"]

@@ -224,17 +224,22 @@ def _imbalance(ctx, p, inst) -> Verdict | None:
     mean_k = ctx._per_k(m, inst.k, inst.mean_dur_ns)
     claims[m] = np.maximum(cp.dur_ns[m] - mean_k, 0.0)
     lanes = fig.lanes.where(fig.lanes.phase == p["phase"])
-    j = dominant(lanes.mean_dur_ns, ctx.eps)
-    if j is not None:
-        slow = lanes.row(j)
+    # A block stands out, not a lane: the warps or warp groups of one slow block are one cause.
+    blocks, first = np.unique(lanes.block, return_index=True)
+    per_block = np.full(len(blocks), -np.inf)
+    np.maximum.at(per_block, np.searchsorted(blocks, lanes.block), lanes.mean_dur_ns)
+    jb = dominant(per_block, ctx.eps)
+    if jb is not None:
+        mine = np.flatnonzero(lanes.block == blocks[jb])
+        slow = lanes.row(int(mine[np.argmax(lanes.mean_dur_ns[mine])]))
         who = ctx.who(slow["block"], slow["group"])
-        named = f"slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}), well ahead of the next lane"
+        named = f"slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}), well ahead of the next block"
         cause = f"block {slow['block']}"
     else:
         top = np.argsort(-lanes.mean_dur_ns, kind="stable")[:3].tolist()
-        named = ("no lane stands out on average (the slowest: " +
+        named = ("no block stands out on average (the slowest lanes: " +
                  ", ".join(f"{ctx.who(int(lanes.block[t]), int(lanes.group[t]))} {_fmt(float(lanes.mean_dur_ns[t]))}"
-                           for t in top) + "): the long slices fall on different lanes")
+                           for t in top) + "): the long slices fall on different blocks")
         slow, cause = None, None
     msg = (f"{ctx.label(p)}: load imbalance {imb:.2f}x: the slowest lane takes {_fmt(mean_max)} per instance "
            f"against a mean of {_fmt(mean)}; {named}; even out the work per lane")
