@@ -234,3 +234,34 @@ def test_every_command_takes_a_proton_trace(tmp_path):
         assert r.returncode == (1 if args[0] == "check" else 0), (args, r.stderr)
     assert (tmp_path / "c.perfetto-trace").stat().st_size > 0
     assert (tmp_path / "v.analyzed.perfetto-trace").stat().st_size > 0
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_view_serves_a_proton_trace_with_the_analysis_drawn(monkeypatch, plain):
+    from ktrace import view as view_mod
+
+    served = []
+
+    class Server:
+        def __init__(self, trace, **kw):
+            served.append((Path(trace), Path(trace).read_bytes(), kw))
+            self.url, self.port = "http://127.0.0.1:1/open", 1
+
+        def serve_forever(self):
+            raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(view_mod, "TraceServer", Server)
+    said = []
+    assert view_mod.view(SAMPLES / "triton_imbalance.chrome_trace", open_browser=False, plain=plain,
+                         say=said.append) == 0
+    (trace, data, kw), = served
+    text = "\n".join(said)
+    if plain:
+        assert trace.name == "triton_imbalance.perfetto-trace" and kw["focus"] is None
+    else:
+        assert trace.name.endswith(".analyzed.perfetto-trace") and kw["focus"] is not None
+        assert "drawn on the timeline" in text and "block 17" in text
+    assert len(data) > 10_000
