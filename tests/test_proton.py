@@ -265,3 +265,24 @@ def test_view_serves_a_proton_trace_with_the_analysis_drawn(monkeypatch, plain):
         assert trace.name.endswith(".analyzed.perfetto-trace") and kw["focus"] is not None
         assert "drawn on the timeline" in text and "block 17" in text
     assert len(data) > 10_000
+
+
+def test_protons_own_print_is_read_in_one_pass_with_the_same_slices_as_the_json_parser(monkeypatch):
+    from ktrace.decoding import proton
+
+    p = SAMPLES / "triton_matmul.chrome_trace.gz"
+    assert proton._fast_columns(proton._read(p)) is not None
+    fast = read_proton(p, lanes="warpgroup")
+    monkeypatch.setattr(proton, "_fast_columns", lambda raw: None)
+    slow = read_proton(p, lanes="warpgroup")
+    assert fast.launch == slow.launch
+    for k in fast.slices.__dataclass_fields__:
+        assert np.array_equal(getattr(fast.slices, k), getattr(slow.slices, k)), k
+
+
+def test_a_trace_cut_between_two_events_is_refused_not_read_short(tmp_path):
+    raw = (SAMPLES / "triton_imbalance.chrome_trace").read_bytes()
+    cut = tmp_path / "cut.chrome_trace"
+    cut.write_bytes(raw[:raw.index(b"},{", len(raw) // 2) + 2])
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_proton(cut)
