@@ -286,3 +286,18 @@ def test_a_trace_cut_between_two_events_is_refused_not_read_short(tmp_path):
     cut.write_bytes(raw[:raw.index(b"},{", len(raw) // 2) + 2])
     with pytest.raises(InputError, match="not valid JSON"):
         read_proton(cut)
+
+
+PROTON_CAPTURES = sorted(p.name for p in SAMPLES.glob("triton_*.chrome_trace*"))
+
+
+@pytest.mark.parametrize("name", PROTON_CAPTURES)
+def test_each_capture_is_accounted_covered_sorted_and_the_same_in_sql_and_numpy(name):
+    d = read_proton(SAMPLES / name)
+    assert d.accounted and d.lanes_with_records == d.launch.num_blocks * d.launch.num_groups
+    a = ktrace.analyze(d)
+    assert a.to_dict()["critical_path"]["coverage"] == 1.0
+    warn = [f.impact_ns for f in a.findings if f.severity == "warning"]
+    assert warn == sorted(warn, reverse=True) and all(f.evidence for f in a.findings)
+    sql = ktrace.analyze(SAMPLES / name, engine="wasm")
+    assert a.figures.differences(sql.figures) == []
