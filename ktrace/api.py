@@ -25,7 +25,9 @@ from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
+from .abrecord import find_record
 from .analysis import Analysis, Thresholds, analyze_opened, analyze_parts, register
+from .analysis.ab_diff import with_record
 from .analysis.catalog import Capture, read_timing
 from .analysis.compare import Diff
 from .analysis.compare import diff as _diff
@@ -258,8 +260,10 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
     caps = dict(zip(paths, run_in_workers(load, [sources[i] for i in paths], jobs, on_done)))
     caps = [caps[i] if i in caps else load(s) for i, s in enumerate(sources)]
     b, a = caps[:len(runs(before))], caps[len(runs(before)):]
-    return _diff(b if isinstance(before, (list, tuple)) else b[0], a if isinstance(after, (list, tuple)) else a[0],
-                 assume_noise_pct=assume_noise_pct)
+    result = _diff(b if isinstance(before, (list, tuple)) else b[0], a if isinstance(after, (list, tuple)) else a[0],
+                   assume_noise_pct=assume_noise_pct)
+    found = find_record(before, after)  # the two captures of an A/B session: its paired timing is the verdict
+    return with_record(result, found) if found is not None else result
 
 
 def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,

@@ -339,7 +339,7 @@ def _plain(inp, stack, tracks, say) -> Path:
 
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
     trace = tmp / (buffer_stem(inp.name) + ".perfetto-trace")
-    _, sm = write_trace(inp.decoder, trace, tracks=tracks)
+    _, sm = write_trace(inp.decoder if inp.decoder is not None else inp.decoded, trace, tracks=tracks)
     _say_summary(say, inp.name, sm)
     return trace
 

@@ -37,6 +37,8 @@ NOT_HERE = {
     ("README.md", "ktrace query --print-package | xclip"): "needs a clipboard (the package itself: tested below)",
     ("README.md", "import torch, ktrace"): "gpu",
     ("README.md", "from ktrace.capture import record_runs"): "gpu",
+    ("README.md", "from ktrace.capture import record_ab"): "gpu",
+    ("README.md", "ktrace run --header ktrace --ab"): "gpu",
     ("docs/analysis-schema.md", "trace_processor_shell"): "needs Perfetto's trace_processor_shell",
     ("docs/ci.md", "ktrace check TRACE|BUF [TRACE|BUF ...]"): "the synopsis, not a command",
     ("docs/sidecar.md", "from google.protobuf import json_format"): "needs protoc",

@@ -78,3 +78,4 @@ def test_example_notebook_runs_top_to_bottom():
             if "text/html" in o.get("data", {})]
     assert any("imbalance_kernel" in h for h in html)  # the analysis rendered
     assert any("ktrace check passed" in h for h in html)
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))

@@ -234,3 +234,70 @@ def test_every_command_takes_a_proton_trace(tmp_path):
         assert r.returncode == (1 if args[0] == "check" else 0), (args, r.stderr)
     assert (tmp_path / "c.perfetto-trace").stat().st_size > 0
     assert (tmp_path / "v.analyzed.perfetto-trace").stat().st_size > 0
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_view_serves_a_proton_trace_with_the_analysis_drawn(monkeypatch, plain):
+    from ktrace import view as view_mod
+
+    served = []
+
+    class Server:
+        def __init__(self, trace, **kw):
+            served.append((Path(trace), Path(trace).read_bytes(), kw))
+            self.url, self.port = "http://127.0.0.1:1/open", 1
+
+        def serve_forever(self):
+            raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(view_mod, "TraceServer", Server)
+    said = []
+    assert view_mod.view(SAMPLES / "triton_imbalance.chrome_trace", open_browser=False, plain=plain,
+                         say=said.append) == 0
+    (trace, data, kw), = served
+    text = "\n".join(said)
+    if plain:
+        assert trace.name == "triton_imbalance.perfetto-trace" and kw["focus"] is None
+    else:
+        assert trace.name.endswith(".analyzed.perfetto-trace") and kw["focus"] is not None
+        assert "drawn on the timeline" in text and "block 17" in text
+    assert len(data) > 10_000
+
+
+def test_protons_own_print_is_read_in_one_pass_with_the_same_slices_as_the_json_parser(monkeypatch):
+    from ktrace.decoding import proton
+
+    p = SAMPLES / "triton_matmul.chrome_trace.gz"
+    assert proton._fast_columns(proton._read(p)) is not None
+    fast = read_proton(p, lanes="warpgroup")
+    monkeypatch.setattr(proton, "_fast_columns", lambda raw: None)
+    slow = read_proton(p, lanes="warpgroup")
+    assert fast.launch == slow.launch
+    for k in fast.slices.__dataclass_fields__:
+        assert np.array_equal(getattr(fast.slices, k), getattr(slow.slices, k)), k
+
+
+def test_a_trace_cut_between_two_events_is_refused_not_read_short(tmp_path):
+    raw = (SAMPLES / "triton_imbalance.chrome_trace").read_bytes()
+    cut = tmp_path / "cut.chrome_trace"
+    cut.write_bytes(raw[:raw.index(b"},{", len(raw) // 2) + 2])
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_proton(cut)
+
+
+PROTON_CAPTURES = sorted(p.name for p in SAMPLES.glob("triton_*.chrome_trace*"))
+
+
+@pytest.mark.parametrize("name", PROTON_CAPTURES)
+def test_each_capture_is_accounted_covered_sorted_and_the_same_in_sql_and_numpy(name):
+    d = read_proton(SAMPLES / name)
+    assert d.accounted and d.lanes_with_records == d.launch.num_blocks * d.launch.num_groups
+    a = ktrace.analyze(d)
+    assert a.to_dict()["critical_path"]["coverage"] == 1.0
+    warn = [f.impact_ns for f in a.findings if f.severity == "warning"]
+    assert warn == sorted(warn, reverse=True) and all(f.evidence for f in a.findings)
+    sql = ktrace.analyze(SAMPLES / name, engine="wasm")
+    assert a.figures.differences(sql.figures) == []

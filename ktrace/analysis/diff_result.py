@@ -221,7 +221,7 @@ class Diff:
         rel = "" if k.relative is None else f" {k.relative:+.1%}"
         v = self.verdict
         if self.paired is not None and control:
-            head = f"{self.paired.text}; ktrace run --ab"
+            head = self.paired.text
         elif v in ("better", "worse"):
             head = f"{'better' if v == 'better' else 'WORSE'}: {what}{rel} ({self.how_judged(k)})"
         elif v == "no change" and k.test == "none":

@@ -19,6 +19,7 @@ from . import settings
 from .build import HEADERS, BuildSpec, CudaKernel, HeaderChoice, find_flashinfer_include, ktrace_include, resolve_header
 from .recording import BUFFER, LaunchCapture, buffer_words, profile, saved_captures
 from .torchflow import Recorded, TorchBackend, record_runs
+from .torch_ab import RecordedAB, record_ab
 
 __all__ = [
     "BUFFER",
@@ -40,6 +41,8 @@ __all__ = [
     "record_runs",
     "Recorded",
     "TorchBackend",
+    "record_ab",
+    "RecordedAB",
 ]
 
 

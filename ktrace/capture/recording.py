@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -26,7 +29,7 @@ from ..decoding import layouts as _layouts
 from ..errors import InputError, KtraceError
 from . import settings as _settings
 
-__all__ = ["BUFFER", "LaunchCapture", "profile", "saved_captures", "forget_saved"]
+__all__ = ["BUFFER", "LaunchCapture", "profile", "saved_captures", "forget_saved", "KeptLaunch", "keeping_launches"]
 
 
 class _BufferArg:
@@ -47,6 +50,41 @@ def saved_captures() -> list["LaunchCapture"]:
 
 def forget_saved() -> None:
     _SAVED.clear()
+
+
+@dataclass(frozen=True)
+class KeptLaunch:
+    """A launch ``profile`` captured, kept for an A/B session (``ktrace run --ab``): its capture, its arguments
+    (``BUFFER`` where the profiler buffer goes) and ``launch(args, stream)``, which launches the unprofiled build
+    with ``args`` (resolved: ``resolve``); the buffer's place is taken by ``scratch``, an allocation of its
+    size that the control build never writes."""
+
+    capture: "LaunchCapture"
+    args: tuple
+    launch: Callable
+    scratch: object = None
+
+    def resolve(self, args=None) -> list:
+        """``args`` (default its own) with the scratch allocation's address where ``BUFFER`` stands."""
+        return [np.uintp(int(self.scratch)) if a is BUFFER else a for a in (self.args if args is None else args)]
+
+    def control(self, stream=None) -> None:
+        """Launch the unprofiled build on its own arguments."""
+        self.launch(self.resolve(), stream)
+
+
+_KEPT: list | None = None
+
+
+@contextmanager
+def keeping_launches():
+    """Within the block, every ``profile`` call appends its ``KeptLaunch`` to the list this yields."""
+    global _KEPT
+    old, _KEPT = _KEPT, []
+    try:
+        yield _KEPT
+    finally:
+        _KEPT = old
 
 
 def buffer_words(producer: str, lanes: int, capacity: int) -> int:
@@ -261,4 +299,15 @@ def profile(kernel, *, grid, block, args, shared_bytes: int = 0, groups: int = 1
         launch_barrier()  # a multi-GPU run (ktrace run --device 0,1): all GPUs launch together
         cap.mark_launch()
         launcher(kernel.instrumented)()
+    if _KEPT is not None:
+        _KEPT.append(_kept(kernel, cap, args, grid, block, shared_bytes))
     return cap
+
+
+def _kept(kernel, cap: LaunchCapture, args, grid, block, shared_bytes: int) -> KeptLaunch:
+    from ._cuda import driver
+
+    def launch(real, stream=None):
+        kernel.control(*real, grid=grid, block=block, shared=shared_bytes, stream=stream)
+
+    return KeptLaunch(cap, tuple(args), launch, driver().mem_alloc(cap.nwords * 8))

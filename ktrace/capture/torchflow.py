@@ -255,29 +255,38 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
     device = be.device_facts()
     if timer is None:
         timer = cached_timer(device)
+    launch = dict(kernel=kernel, grid=grid, block=block, num_blocks=num_blocks, num_groups=num_groups,
+                  group_of_thread=group_of_thread, timer=timer)
     for k in range(1, runs + 1):
-        be.synchronize()
-        be.zero(buffer)
-        be.synchronize()
-        host_ns = time.time_ns()
-        run_profiled()
-        be.synchronize()
-        words = be.to_host(buffer, keep)
-        past = be.nonzero_after(buffer, keep)
-        stem = f"{name}_run{k}"
-        path = out / (stem + (".bin.gz" if compress else ".bin"))
-        _write_buffer(words, path, compress)
-        meta = _sidecar(words, path.name, stem, name, names, list(group_names), host_ns, device, rec.timing, reps_us,
-                        dict(kernel=kernel, grid=grid, block=block, num_blocks=num_blocks, num_groups=num_groups,
-                             group_of_thread=group_of_thread, timer=timer),
-                        workload, ground_truth, dict(run=k, runs=runs, buffer_words_allocated=total,
-                                                     records_past_kept_words=past))
-        rec.sidecars.append(write_sidecar(out / f"{stem}.json", meta))
-        rec.bins.append(path)
-        rec.headers.append(_header(words[0]))
-        rec.records.append(meta["buffer"]["records_written"])
-        rec.records_past_kept.append(past)
+        save_one(be, run_profiled, buffer, keep, out, f"{name}_run{k}", name, names, list(group_names), device,
+                 rec.timing, reps_us, launch, workload, ground_truth, dict(run=k, runs=runs), compress, rec)
     return rec
+
+
+def save_one(be, run_profiled, buffer, keep: int, out: Path, stem: str, name: str, names, group_names, device,
+             timing, reps_us, launch: dict, workload, ground_truth, checks: dict, compress: bool,
+             rec: Recorded) -> Path:
+    """Zero the buffer, run the profiled callable once, save ``out/STEM.bin`` (``.bin.gz``) and its sidecar;
+    appends both to ``rec``; returns the buffer's path."""
+    be.synchronize()
+    be.zero(buffer)
+    be.synchronize()
+    host_ns = time.time_ns()
+    run_profiled()
+    be.synchronize()
+    words = be.to_host(buffer, keep)
+    past = be.nonzero_after(buffer, keep)
+    path = out / (stem + (".bin.gz" if compress else ".bin"))
+    _write_buffer(words, path, compress)
+    meta = _sidecar(words, path.name, stem, name, names, list(group_names), host_ns, device, timing, reps_us, launch,
+                    workload, ground_truth, dict(checks, buffer_words_allocated=be.length(buffer),
+                                                 records_past_kept_words=past))
+    rec.sidecars.append(write_sidecar(out / f"{stem}.json", meta))
+    rec.bins.append(path)
+    rec.headers.append(_header(words[0]))
+    rec.records.append(meta["buffer"]["records_written"])
+    rec.records_past_kept.append(past)
+    return path
 
 
 def _sidecar(words, file_name, stem, name, event_names, group_names, host_ns, device, timing, reps_us, launch, workload,

@@ -2,6 +2,7 @@
 
     ktrace run [OPTIONS] DRIVER.py [DRIVER ARGS...]   run a driver script, then convert and report its captures
     ktrace run --device 0,1 DRIVER.py                  once per GPU at the same time, clocks measured, merged
+    ktrace run --ab BEFORE.py "AFTER.py ARGS"          two variants timed against each other, then ktrace diff
     ktrace calibrate [--json]                          timer tick and probe cost on this GPU
 
 Both exit 3 when there is no GPU or no PyCUDA. ``ktrace run`` composes the steps: the capture package runs
@@ -16,6 +17,7 @@ import os
 import sys
 
 from ..errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
+from ..paired import DEFAULT_THRESHOLD_PCT
 from ._common import report_error, tracks_option
 
 __all__ = ["register", "HANDLERS"]
@@ -41,7 +43,7 @@ def register(sub) -> None:
                     "times both and captures one profiled launch), then write each capture's trace and print the "
                     "timings and a report. Options after DRIVER.py go to the driver.",
     )
-    r.add_argument("driver", metavar="DRIVER.py")
+    r.add_argument("driver", metavar="DRIVER.py", nargs="?")
     r.add_argument("driver_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the driver")
     r.add_argument("-o", "--out", metavar="DIR", default="ktrace-out", help="folder for buffers, sidecars and "
                    "traces (default: ktrace-out)")
@@ -50,6 +52,21 @@ def register(sub) -> None:
                    help="run the driver N times, each capture saved as NAME_run1 ... NAME_runN: runs of the same "
                    "launch whose run-to-run spread `ktrace diff --before ... --after ...` uses as the noise")
     _capture_options(r)
+    ab = r.add_argument_group("A/B: accept a change (the before and the after variant timed in one session)")
+    ab.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="run two drivers (each a script, or \"SCRIPT ARGS\" in quotes) in this process, time their "
+                    "unprofiled builds against each other (alternating pairs, A B B A ...), capture one profiled "
+                    "launch of each (NAME_before, NAME_after), write BEFORE_vs_AFTER.ab.json and print the paired "
+                    "verdict and `ktrace diff` of the two captures, which reads that record")
+    ab.add_argument("--pairs", type=int, default=200, metavar="N",
+                    help="timed A/B pairs after the warm-up pairs (default 200; 50 or more)")
+    ab.add_argument("--ab-buffers", choices=["shared", "own"], default="shared",
+                    help="shared (default): both variants of each pair run on the same GPU arrays, before's and "
+                    "after's in turn, when their arguments match (where a buffer lies moves a kernel's time); own: "
+                    "each on its own (a variant whose inputs hold something else)")
+    ab.add_argument("--ab-threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                    help="the change that counts, %% of the before time: a significant change under it, or an "
+                    f"interval within +-PCT, is 'no change' (default {DEFAULT_THRESHOLD_PCT})")
     t = r.add_argument_group("timing")
     t.add_argument("--reps", type=int, default=50, metavar="N", help="timed launches per build (default 50)")
     t.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed launch pairs first (default 5)")
@@ -80,6 +97,10 @@ def _cmd_run(a) -> int:
     from ..capture import settings
     from ..capture.runner import run_driver
 
+    if a.ab:
+        return _cmd_run_ab(a)
+    if a.driver is None:
+        raise InputError("run: give DRIVER.py, or two drivers with --ab BEFORE.py AFTER.py")
     if not Path(a.driver).is_file():
         raise InputError(f"{a.driver}: no such driver script")
     if a.reps <= 0 or a.warmup < 0:
@@ -192,7 +213,51 @@ def _ensure_calibration(flashinfer_include) -> None:
     print(f"timer tick {cal.tick_ns} ns; one probe costs {costs}", file=sys.stderr)
 
 
-def _report_capture(cap, a) -> None:
+def _cmd_run_ab(a) -> int:
+    from ..api import diff
+    from ..capture import settings
+    from ..capture.ab import DriverCall, run_ab
+    from ..report.ab_report import ab_lines
+
+    if a.driver is not None:
+        raise InputError(f"run --ab takes its two drivers after --ab; {a.driver!r} is one too many (give a driver "
+                         "its arguments in quotes: --ab \"work.py --extra-work 2\" ...)")
+    if a.reps <= 0 or a.warmup < 0 or a.pairs < 10:
+        raise InputError("--reps must be > 0, --warmup >= 0 and --pairs >= 10 (50 or more advised)")
+    if not 0 <= a.ab_threshold < 100:
+        raise InputError(f"--ab-threshold {a.ab_threshold}: a percentage between 0 and 100, e.g. 0.25")
+    if a.repeat != 1 or a.no_timing:
+        raise InputError("--ab times one run of each variant: drop --repeat and --no-timing")
+    if _select_device(a):
+        raise InputError("--ab compares two variants on one GPU: give one --device")
+    before, after = DriverCall.parse(a.ab[0], "BEFORE"), DriverCall.parse(a.ab[1], "AFTER")
+    if not a.no_calibrate:
+        _ensure_calibration(a.flashinfer_include)
+    settings.configure(header=a.header, flashinfer_include=a.flashinfer_include, out_dir=a.out, suffix=a.suffix,
+                       reps=a.reps, warmup=a.warmup, timing=True)
+    session = run_ab(before, after, pairs=a.pairs, warmup=a.warmup, threshold_pct=a.ab_threshold,
+                     buffers=a.ab_buffers)
+    for cap in (session.before, session.after):
+        _report_capture(cap, a, report=False)
+    print()
+    for line in ab_lines(session.record):
+        print(line)
+    if not a.no_report:
+        from ..report.compare_report import diff_text
+        from ._common import console
+
+        print(f"\n== ktrace diff {session.before.paths['bin']} {session.after.paths['bin']}")
+        sys.stdout.flush()
+        try:
+            con = console()
+            for r in diff_text(diff(str(session.before.paths["bin"]), str(session.after.paths["bin"]))):
+                con.print(r)
+        except KtraceError as e:  # the engine cannot run here: the record and the captures are written
+            report_error(e)
+    return EXIT_OK
+
+
+def _report_capture(cap, a, report: bool = True) -> None:
     print()
     print(f"== {cap.name} ({cap.kernel.spec.name if hasattr(cap.kernel, 'spec') else 'kernel'}, grid {list(cap.grid)}, "
           f"block {list(cap.block or [])}, {cap.producer} header)")
@@ -212,7 +277,7 @@ def _report_capture(cap, a) -> None:
     trace = cap.paths["trace"] = convert(cap.paths["bin"], tracks=a.tracks).path
     print(f"buffer {cap.paths['bin']}  sidecar {cap.paths['json']}  trace {trace}")
     print("open the trace at https://ui.perfetto.dev (Open trace file)")
-    if not a.no_report:
+    if report and not a.no_report:
         _print_report(cap.paths["bin"])
 
 

@@ -46,7 +46,7 @@ _TID = re.compile(r"^warp (?P<warp>\d+) \(line (?P<line>\d+)\)$")
 _DROP = re.compile(r"\(cta(\d+), warp(\d+)\): first (\d+) events are dropped[^(]*\((\d+)/(\d+)\)")
 
 
-def _load(path: Path) -> list:
+def _read(path: Path) -> bytes:
     try:
         with _opened(path) as f:
             raw = f.read(MAX_TRACE_BYTES + 1)
@@ -56,6 +56,40 @@ def _load(path: Path) -> list:
         raise InputError(f"{path}: cannot be read ({e}); copy the trace Proton wrote again") from None
     if len(raw) > MAX_TRACE_BYTES:
         raise InputError(f"{path}: inflates past {MAX_TRACE_BYTES >> 30} GiB: not one kernel's Proton trace")
+    return raw
+
+
+# Proton's writer (nlohmann::json, keys sorted) prints every event's fields in this order; a file that is
+# exactly that is read in one regex pass (about 4x faster than building a dict per event), else by json
+_FAST = re.compile(rb'"dur":([0-9.eE+-]+),"name":"([^"\\]*)","ph":"X","pid":"([^"\\]*)","tid":"([^"\\]*)",'
+                   rb'"ts":([0-9.eE+-]+)')
+
+
+def _fast_columns(raw: bytes):
+    """_columns' answer straight from Proton's bytes, or None when they are not exactly its print."""
+    if not raw.rstrip().endswith(b"]}") or b"\\" in raw:
+        return None
+    found = _FAST.findall(raw)
+    if not found or len(found) != raw.count(b'"ph":'):
+        return None
+    dur, name, pid, tid, ts = (np.array(c) for c in zip(*found))
+    del found
+    try:
+        ts, dur = ts.astype(np.float64), dur.astype(np.float64)
+    except ValueError:
+        return None
+    if not (np.isfinite(ts).all() and np.isfinite(dur).all()) or (dur < 0).any() or (ts < 0).any():
+        return None
+    out = [ts, dur]
+    strings = []
+    for col in (pid, tid, name):
+        uniq, code = np.unique(col, return_inverse=True)
+        out.append(code.astype(np.int64).reshape(-1))
+        strings.append([u.decode("utf-8", "replace") for u in uniq.tolist()])
+    return (*out, *strings, 0)
+
+
+def _load(path: Path, raw: bytes) -> list:
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as e:
@@ -191,9 +225,14 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
                          "Proton traces (their CTAs, warps and scope names are in the trace)")
-    evs = _load(path)
-    ts, dur, pid, tid, ev, pid_names, tid_names, names, other = _columns(path, evs)
-    del evs
+    raw = _read(path)
+    cols = _fast_columns(raw)
+    if cols is None:
+        evs, raw = _load(path, raw), None
+        cols = _columns(path, evs)
+        del evs
+    ts, dur, pid, tid, ev, pid_names, tid_names, names, other = cols
+    del cols, raw
     pids = _parse_names(path, pid_names, _PID, "process")
     tids = _parse_names(path, tid_names, _TID, "thread")
     kernels = sorted({m.group("kernel") for m in pids})

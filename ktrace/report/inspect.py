@@ -50,6 +50,7 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
         "anomalous_records": sm.anomalous_records,
         "accounted": sm.accounted,
         "records_lost": sm.dropped_records,  # counted by ktrace's capacity guard, never stored
+        "records_lost_by": "Proton's circular buffer" if L.producer == "proton" else "ktrace's capacity guard",
         "anomalies": {
             kind: {"count": n, "meaning": ANOMALY_KINDS[kind], "examples": sm.anomaly_examples.get(kind, [])}
             for kind, n in sorted(sm.anomalies.items())
@@ -98,7 +99,11 @@ def inspect_text(info: dict) -> list:
     _row(t, "instants", str(info["instants"]))
     _row(t, "anomalous records", str(info["anomalous_records"]))
     if info["records_lost"]:
-        _row(t, "records lost", f"{info['records_lost']} (the capacity guard dropped them: give lanes more room)")
+        if info.get("records_lost_by") == "Proton's circular buffer":
+            _row(t, "records lost", f"{info['records_lost']} (Proton's circular buffer dropped each lane's first "
+                                    "ones, as its warnings say: a larger buffer_size, or fewer scopes)")
+        else:
+            _row(t, "records lost", f"{info['records_lost']} (the capacity guard dropped them: give lanes more room)")
     ok = "yes" if info["accounted"] else "NO"
     _row(t, "accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
               f"{2 * info['slices'] + info['instants'] + info['anomalous_records']} of {info['records']} records")

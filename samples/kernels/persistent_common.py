@@ -32,25 +32,32 @@ def max_over_mean(d, event: int, iterations: int) -> list[float]:
     return out
 
 
-def _name(default: str) -> str:
+def _args(default: str, extra_work: bool) -> tuple[str, float]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default=default, help=f"the captures' stem (default {default})")
-    return ap.parse_args().name
+    if extra_work:
+        ap.add_argument("--extra-work", type=float, default=0.0, metavar="PCT",
+                        help="PCT percent more compute per block (default 0)")
+    a = ap.parse_args()
+    return a.name, getattr(a, "extra_work", 0.0)
 
 
-def run_persistent(name: str, slow_block: int, slow_step: int, description: str, *, spread: bool = False) -> None:
+def run_persistent(name: str, slow_block: int, slow_step: int, description: str, *, spread: bool = False,
+                   extra_work: bool = False) -> None:
     """Capture the persistent kernel. slow_block, slow_step: block (slow_block + it * slow_step) % blocks gets
     SLOW_MULT times the compute in iteration it; spread: instead, that extra work ((SLOW_MULT - 1) *
     COMPUTE_BASE FMAs per iteration) is shared evenly by all blocks (same total, to within blocks - 1 FMAs
-    per thread), so no block stands out."""
+    per thread), so no block stands out; extra_work: the driver takes --extra-work PCT, every block's compute
+    PCT percent more (more_work.py)."""
     import pycuda.gpuarray as gpuarray
 
-    name = _name(name)
+    name, extra_pct = _args(name, extra_work)
     dev = device()
     nb = dev.multiprocessors
     base, mult = COMPUTE_BASE, SLOW_MULT
     if spread:
         base, mult = COMPUTE_BASE + round((SLOW_MULT - 1) * COMPUTE_BASE / nb), 1
+    base = round(base * (1 + extra_pct / 100))
     # More than half an SM's shared memory: one block per SM, so all blocks are resident for the barrier.
     smem = min(153600, dev.max_shared_per_block_optin)
     load_n4 = LOAD_BYTES // 16
@@ -84,6 +91,7 @@ def run_persistent(name: str, slow_block: int, slow_step: int, description: str,
             "slow_block_per_iter": slow,
             "compute_work_multiplier_slow": mult,
             "compute_iters_base": base,
+            "compute_extra_work_pct": extra_pct,
             "compute_iters_total_per_iter": base * (nb - 1 + mult),
             "load_bytes_per_block": LOAD_BYTES,
             "barrier_wait_inside_probes": False,
