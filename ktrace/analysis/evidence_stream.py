@@ -2,7 +2,8 @@
 
 Up to ``EVIDENCE_MAX_SLICES`` top-level slices, the evidence reads every slice. Beyond, it reads a sample of
 whole subsets of 16 consecutive blocks (every ``stride``-th subset, so that clusters, warp groups and blocks
-stay whole; the subsets of the (at most 8) blocks that end 5% of the instances or more are always read), and takes from every
+stay whole; the (at most 2) blocks that end 5% of the instances or more are always read, each with the other
+block of its pair), and takes from every
 slice, a range of lanes at a time, what must be exact: the latest end of
 each phase instance (the grid test's reference), each boundary's gap count, sum and longest gap, and the gap
 before each instance's last finisher. The tests' rates, spreads and slopes are the sample's
@@ -27,8 +28,7 @@ def _top(cols, a: int, b: int, sample=None, forced=None):
     rows = np.arange(a, b)[cols.depth[a:b] == 0]
     block = cols.block_of(rows)
     if sample is not None:
-        sub = block // _SUBSET
-        keep = (sub % sample == 0) | np.isin(sub, forced)
+        keep = ((block // _SUBSET) % sample == 0) | np.isin(block // 2, forced)
         rows, block = rows[keep], block[keep]
     return TopSlices(cols.lane[rows].astype(np.int64), block, cols.group_of(rows),
                      cols.phase_index[cols.code[rows]], cols.k[rows].astype(np.int64),
@@ -61,9 +61,9 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances)
     parts = []
     # The subsets holding the blocks that end instances most often are always read: the evidence is about them.
     blocks, counts = np.unique(instances.last_block.astype(np.int64), return_counts=True)
-    often = np.argsort(-counts, kind="stable")[:8]
+    often = np.argsort(-counts, kind="stable")[:2]
     often = often[counts[often] * 20 >= max(len(instances), 1)]  # last in 5% of the instances or more
-    forced = np.unique(blocks[often] // _SUBSET)
+    forced = np.unique(blocks[often] // 2)  # with the other block of its pair (a 2-block cluster)
     for a, b in cuts:  # pass 1: every slice, a range of whole lanes at a time
         t = _top(cols, a, b)
         key = t.phase_index * kmax + t.k
