@@ -220,7 +220,7 @@ def test_evidence_of_a_sample_of_blocks_keeps_the_exact_figures_and_the_verdicts
     import ktrace.analysis.evidence_stream as es
 
     full = ktrace.analyze(SAMPLES / f"{name}.bin", engine="numpy")
-    monkeypatch.setattr(es, "EVIDENCE_MAX_SLICES", 600)
+    monkeypatch.setattr(es, "EVIDENCE_MAX_SLICES", 1200)  # a third to a half of the blocks
     part = ktrace.analyze(SAMPLES / f"{name}.bin", engine="numpy")
     a, b = full.figures.wait_causes, part.figures.wait_causes
     assert (b.tested_gaps < b.count).any()  # it did read a sample

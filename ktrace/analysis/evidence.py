@@ -120,12 +120,12 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
 
 
 def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None, *,
-                grid=None, totals=None) -> WaitCauses:
+                grid=None, totals=None, max_cluster: int = CLUSTER_SIZES[0]) -> WaitCauses:
     """The WaitCauses table of the top-level slices ``s``; tick: the timer resolution (ns); phase_names:
     phase_index -> name. For a sample of whole blocks of a larger buffer (evidence_stream.py): grid, the
     instances' latest ends over every slice ((keys, ends, blocks) by phase_index * kmax + k, kmax = grid[3]);
     totals, every gap's count, sum and max per boundary ({(phase_index, next_phase_index, group): (n, sum,
-    max)}), which replace the sample's."""
+    max)}), which replace the sample's; max_cluster: the largest subset of blocks the sample holds whole."""
     n = len(s.lane)
     if n < 2:
         return WaitCauses.empty()
@@ -153,7 +153,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     grid_end = _lookup(ik, imax, gkey)
     grid_who = _lookup(ik, iwho, gkey)
     nb = int(num_blocks or (int(block.max()) + 1))
-    cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb)
+    cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
     groups = np.unique(group)
     handoff = np.zeros(len(g), bool)
@@ -201,14 +201,15 @@ class _LazyClusters(dict):
     """Per cluster size: (the subset's last end, its block) for each gap; computed on first use (most
     boundaries are decided before the cluster test)."""
 
-    def __init__(self, nb, inst_key, block, end, gkey, gb):
+    def __init__(self, nb, inst_key, block, end, gkey, gb, max_cluster):
         super().__init__()
         self._args = (nb, inst_key, block, end, gkey, gb)
+        self._max = max_cluster
 
     def items(self):
         nb = self._args[0]
         for c in CLUSTER_SIZES:
-            if nb >= 2 * c:
+            if nb >= 2 * c and c <= self._max:
                 yield c, self[c]
 
     def __missing__(self, c):

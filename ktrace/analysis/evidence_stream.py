@@ -1,7 +1,7 @@
 """The wait evidence (evidence.py) of a buffer analyzed in parts, in bounded memory.
 
 Up to ``EVIDENCE_MAX_SLICES`` top-level slices, the evidence reads every slice. Beyond, it reads a sample of
-whole subsets of 16 consecutive blocks (every ``stride``-th subset, so that clusters, warp groups and blocks
+whole subsets of 8 consecutive blocks (every ``stride``-th subset, so that clusters, warp groups and blocks
 stay whole; the (at most 2) blocks that end 5% of the instances or more are always read, each with the other
 block of its pair), and takes from every
 slice, a range of lanes at a time, what must be exact: the latest end of
@@ -19,7 +19,7 @@ from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 __all__ = ["stream_evidence", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
-_SUBSET = 16  # blocks sampled together (the largest cluster size tested)
+_SUBSET = 8  # blocks sampled together: the largest portable cluster; larger clusters are not tested on a sample
 
 
 def _top(cols, a: int, b: int, sample=None, forced=None):
@@ -91,6 +91,6 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances)
         q, g = divmod(rest, ng)
         totals[(p, q, g)] = (int(tot_n[i]), int(tot_s[i]), int(tot_m[i]))
     sample = TopSlices(*(np.concatenate([getattr(x, f) for x in parts]) for f in TopSlices.__dataclass_fields__))
-    wc = wait_causes(sample, tick, names, num_blocks, grid=grid, totals=totals)
+    wc = wait_causes(sample, tick, names, num_blocks, grid=grid, totals=totals, max_cluster=_SUBSET)
     li = lead_ins(sample, instances.phase_index, instances.k, instances.last_lane, last_gaps=last_gap)
     return wc, li
