@@ -326,7 +326,6 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
         row.update(cause="grid", waiting_gaps=int(waiting.sum()), waited_gaps=int((ok & waiting).sum()))
         _waited(row, grid_who[idx][waiting])
         return row
-    # A subset of consecutive blocks (a cluster): where a lane's own end was not its subset's last.
     # A subset of consecutive blocks (a cluster): the gaps where the subset's last end came long after the lane's
     # own end (by twice the boundary's median gap and 4 ticks) began only after it, and soon after it.
     median_gap = _median(gp_)
