@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._verdict import Verdict, fmt as _fmt, num as _num
+from .evidence import HANDOFF_TICKS
 
 __all__ = ["launch_verdicts"]
 
@@ -147,7 +148,7 @@ def _pipeline(ctx) -> list[Verdict]:
                f"{idle_share:.0%} of its span); per block {hname} is busy {_fmt(float(np.median(busy_h)))} and "
                f"{gname} {_fmt(float(np.median(busy_g)))} (medians): speed up the work of {hname} (or give {gname} "
                f"more of it); speeding up {gname} alone gains nothing")
-        ev = (f"{r['handoff_gaps']} of {r['tested_gaps']} gaps after {r['phase']} end within {4} ticks of a slice end in "
+        ev = (f"{r['handoff_gaps']} of {r['tested_gaps']} gaps after {r['phase']} end within {HANDOFF_TICKS} ticks of a slice end in "
               f"{hname} of the same block ({r['handoff_expected']:.0f} expected by chance); no grid-wide barrier")
         out.append(Verdict("pipeline", r["phase"], msg, ev, float(claims.sum()), idle_share >= 0.1, {
             "waiting_group": g, "bounding_group": h, "next_phase": r["next_phase"], "count": r["count"],

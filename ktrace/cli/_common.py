@@ -4,9 +4,11 @@ bars, error reporting and the exit codes (0 ok, 1 a CI gate failed, 2 bad input,
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
@@ -330,3 +332,19 @@ def report_error(e: KtraceError) -> int:
 
     print(f"ktrace: error: {printable(e, keep_newlines=True)}", file=sys.stderr)
     return e.exit_code
+
+
+def expand_globs(paths: list[str], what: str = "") -> list[str]:
+    """Globs expanded here (sorted), as the shell does not expand quoted ones; a pattern matching nothing is
+    an error naming it."""
+    out = []
+    for p in paths:
+        if any(ch in p for ch in "*?[") and not Path(p).exists():
+            hits = sorted(glob.glob(p))
+            if not hits:
+                raise InputError(f"{what}{p}: no file matches this pattern (check the path; quote it so that "
+                                 "ktrace expands it)")
+            out += hits
+        else:
+            out.append(p)
+    return out

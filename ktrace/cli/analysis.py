@@ -172,11 +172,11 @@ def _analyze_several(a, thresholds) -> int:
 def _analyze_runs(a, thresholds) -> int:
     """``ktrace analyze --runs A.bin B.bin ...``: several runs of one kernel, what holds in every run."""
     from ..api import analyze_runs
-    from .compare import _expand
+    from ._common import expand_globs
 
     if a.plot or a.trace:
         raise InputError(f"{'--plot' if a.plot else '--trace'} takes one capture: analyze the runs one at a time")
-    sources = _expand(a.source)
+    sources = expand_globs(a.source)
     with progress_bar("analyzing the runs", True, unit="runs") as cb:
         r = analyze_runs(sources, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
     if a.json:

@@ -14,14 +14,13 @@ Exit codes: 0 ok (check: every rule passed), 1 a rule failed, 2 bad input or a b
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import sys
 from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
-from ._common import (append, console, decode_kwargs, decode_options, engine_option, process_count, progress_bar,
-                      quiet_stdout)
+from ._common import (append, console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
+                      progress_bar, quiet_stdout)
 
 __all__ = ["register", "HANDLERS"]
 
@@ -125,22 +124,6 @@ def _percent(text: str) -> float:
     return v
 
 
-def _expand(paths: list[str], what: str = "") -> list[str]:
-    """Globs expanded here (sorted), as the shell does not expand quoted ones; a pattern matching nothing is
-    an error naming it."""
-    out = []
-    for p in paths:
-        if any(ch in p for ch in "*?[") and not Path(p).exists():
-            hits = sorted(glob.glob(p))
-            if not hits:
-                raise InputError(f"{what}{p}: no file matches this pattern (check the path; quote it so that "
-                                 "ktrace expands it)")
-            out += hits
-        else:
-            out.append(p)
-    return out
-
-
 def _runs(paths: list[str]):
     return paths if len(paths) > 1 else paths[0]
 
@@ -151,11 +134,11 @@ def _sides(a) -> tuple:
     if not a.pair:
         if not a.before or not a.after:
             raise InputError("diff: give BEFORE AFTER, or several runs with --before RUN ... --after RUN ...")
-        return _runs(_expand(a.before, "--before ")), _runs(_expand(a.after, "--after "))
+        return _runs(expand_globs(a.before, "--before ")), _runs(expand_globs(a.after, "--after "))
     if len(a.pair) != 2:
         raise InputError(f"diff: give two captures, BEFORE and AFTER (got {len(a.pair)}); several runs per side "
                          "go with quoted globs ('a_run*.bin' 'b_run*.bin') or --before RUN ... --after RUN ...")
-    return _runs(_expand([a.pair[0]], "BEFORE ")), _runs(_expand([a.pair[1]], "AFTER "))
+    return _runs(expand_globs([a.pair[0]], "BEFORE ")), _runs(expand_globs([a.pair[1]], "AFTER "))
 
 
 def _cmd_check(a) -> int:
@@ -173,7 +156,7 @@ def _cmd_check(a) -> int:
         hint = ("; it took the capture as its list of kinds: put --allow-anomalies after the captures"
                 if Path(a.allow_anomalies).exists() else "")
         raise InputError(f"{e}{hint}") from None
-    a.sources, a.baseline = _expand(a.sources), _expand(a.baseline, "--baseline ")
+    a.sources, a.baseline = expand_globs(a.sources), expand_globs(a.baseline, "--baseline ")
     book = rule_book(a.rule, a.sql, a.rules)
     if a.baseline and not book.uses_baseline:
         print("ktrace: note: --baseline given but no rule uses 'baseline'", file=sys.stderr)
