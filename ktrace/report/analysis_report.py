@@ -184,16 +184,9 @@ def _critical_title(a: Analysis) -> str:
 # ------------------------------------------------------------------------------------------------- text
 def analysis_text(a: Analysis, show_all: bool = False) -> list:
     """Rich renderables, findings first (warnings; info too with ``show_all``), then a table per phase."""
-    from rich.table import Table
     from rich.text import Text
 
-    def table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
-        t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left")
-        for i, h in enumerate(head):  # a narrow terminal folds a cell or a header, never cuts it ("imbala…")
-            t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right", overflow="fold")
-        for r in rows:
-            t.add_row(*map(printable, r))  # a name's line break never fakes a row
-        return t
+    table = rich_table
 
     out: list = [Text(printable(_headline(a)), style="bold")]
     if a.launch.get("producer") == "proton":
@@ -235,6 +228,19 @@ def analysis_text(a: Analysis, show_all: bool = False) -> list:
 
 
 # --------------------------------------------------------------------------------------------- markdown
+def rich_table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None):
+    """A rich Table of text cells: the first column (and groups, boundary) left-aligned, the rest right; a narrow
+    terminal folds a cell or a header, never cuts it ("imbala…")."""
+    from rich.table import Table
+
+    t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left")
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right", overflow="fold")
+    for r in rows:
+        t.add_row(*map(printable, r))  # a name's line break never fakes a row
+    return t
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     cell = md_cell
 

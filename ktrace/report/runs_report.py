@@ -7,6 +7,7 @@ from rich.text import Text
 
 from ..analysis.findings import format_ns
 from ..analysis.runs import RunsAnalysis
+from .analysis_report import rich_table
 from .safe_text import md_cell, md_text, printable
 
 __all__ = ["runs_text", "runs_markdown"]
@@ -57,17 +58,6 @@ def _phase_rows(r: RunsAnalysis):
     return head, rows
 
 
-def _table(title: str, head: list[str], rows: list[list[str]]):
-    from rich.table import Table
-
-    t = Table(title=printable(title), title_justify="left")
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        t.add_row(*map(printable, row))
-    return t
-
-
 def runs_text(r: RunsAnalysis) -> list:
     """Rich renderables: the headline, the warnings that hold, those that do not, the phases' spread."""
     out = [Text(printable(_headline(r)), style="bold")]
@@ -81,7 +71,7 @@ def runs_text(r: RunsAnalysis) -> list:
                         style="bold underline"))
         for f in r.unstable:
             out.append(Text("  " + printable(_line(f)), style="dim"))
-    out.append(_table("phases: mean over the runs (min..max)", *_phase_rows(r)))
+    out.append(rich_table("phases: mean over the runs (min..max)", *_phase_rows(r)))
     out.append(Text("runs: " + printable(", ".join(r.sources)), style="dim"))
     return out
 
