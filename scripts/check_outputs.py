@@ -4,7 +4,8 @@
     python scripts/check_outputs.py record /tmp/after
     python scripts/check_outputs.py compare /tmp/before /tmp/after
 
-For each samples/*.bin: convert (the trace's sha256), inspect and analyze (JSON and text); then diff, check,
+For each samples/*.bin: convert (the trace's sha256), inspect and analyze (JSON and text); each samples/*.bin.gz
+and samples/repeats/*.bin analyzed (JSON and text), two kernels' --runs; then diff, check,
 query, merge and the multi-GPU analyze. Each command's stdout, stderr and exit code are kept; traces it writes
 go into the recording folder (a fixed path, so printed paths compare too) and are recorded by sha256.
 """
@@ -33,6 +34,12 @@ def _commands() -> dict[str, list[str]]:
         cmds[f"analyze-md-{b.stem}"] = ["analyze", s, "--markdown"]
         cmds[f"analyze-{b.stem}"] = ["analyze", s]
         cmds[f"check-{b.stem}"] = ["check", s, "--rules", "examples/ktrace-rules.toml"]
+    for b in sorted(Path("samples").glob("*.bin.gz")) + sorted(Path("samples/repeats").glob("*.bin")):
+        stem = b.name.split(".")[0]
+        cmds[f"analyze-json-{b.parent.name}-{stem}"] = ["analyze", str(b), "--json"]
+        cmds[f"analyze-{b.parent.name}-{stem}"] = ["analyze", str(b)]
+    for kernel in ("fi_batch_attention_mixed", "fi_mla_decode"):
+        cmds[f"analyze-runs-{kernel}"] = ["analyze", "--runs", f"samples/{kernel}_run*.bin.gz", "--json"]
     a, b = "samples/imbalance_ktrace.bin", "samples/balanced_ktrace.bin"
     cmds["diff-json"] = ["diff", a, b, "--json"]
     cmds["diff"] = ["diff", a, b]

@@ -1,4 +1,4 @@
-"""The analysis layer: the SQL package and the numpy oracle agree exactly; both match the independent
+"""The analysis layer: the SQL package and the numpy engine agree exactly; both match the independent
 figures in samples/expected/; synthetic buffers with known answers; findings; the analyze/query commands.
 
 One engine Session per trace (module-scoped fixtures), so the suite stays fast.
@@ -13,7 +13,7 @@ import pytest
 
 from ktrace import decode
 from ktrace import analyze
-from ktrace.analysis import Thresholds, bundle_sql, oracle_figures, sql_figures
+from ktrace.analysis import Thresholds, bundle_sql, numpy_figures, sql_figures
 from ktrace.analysis.findings import find
 from ktrace.engine import open_trace
 from ktrace.errors import EXIT_ENV, EXIT_INPUT, InputError
@@ -145,12 +145,12 @@ def traces(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def figures(traces):
-    """name -> (oracle Figures, SQL Figures), each made when first asked for."""
+    """name -> (numpy Figures, SQL Figures), each made when first asked for."""
 
     def make(name):
         d, path = traces[name]
         with open_trace(path) as session:
-            return oracle_figures(d), sql_figures(session)
+            return numpy_figures(d), sql_figures(session)
 
     return _Lazy(make)
 
@@ -161,17 +161,17 @@ _QUICK = {"imbalance", "warpgroups", "instants_ktrace", "overflow_ktrace"}
 ALL = [n if n in _QUICK else pytest.param(n, marks=pytest.mark.slow) for n in SAMPLE_NAMES] + list(CASES)
 
 
-# -- SQL == oracle -------------------------------------------------------------------------------------
+# -- SQL == numpy --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ALL)
-def test_sql_and_oracle_figures_are_equal(figures, name):
-    oracle, sql = figures[name]
-    assert oracle.differences(sql) == []
+def test_sql_and_numpy_figures_are_equal(figures, name):
+    numpy_fig, sql = figures[name]
+    assert numpy_fig.differences(sql) == []
     assert len(sql.instances) > 0
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_sql_and_oracle_agree_on_random_nesting_ties_and_zero_durations(tmp_path, seed):
+def test_sql_and_numpy_agree_on_random_nesting_ties_and_zero_durations(tmp_path, seed):
     from ktrace.decoding.encode import encode_tags, place_records
 
     rng = np.random.default_rng(seed)
@@ -204,13 +204,13 @@ def test_sql_and_oracle_agree_on_random_nesting_ties_and_zero_durations(tmp_path
     path = tmp_path / "random.perfetto-trace"
     write_trace(d, path)
     with open_trace(path) as session:
-        assert oracle_figures(d).differences(sql_figures(session)) == []
+        assert numpy_figures(d).differences(sql_figures(session)) == []
 
 
 # -- against the independent decoder's figures ------------------------------------------------------------
 
 @pytest.mark.parametrize("name", [p.name.split(".")[0] for p in sorted((SAMPLES / "expected").glob("*.figures.json"))])
-def test_oracle_matches_expected_figures(figures, name):
+def test_numpy_engine_matches_expected_figures(figures, name):
     expected = json.loads((SAMPLES / "expected" / f"{name}.figures.json").read_text())
     inst = figures[name][0].instances
     got = {(r["phase"], r["k"]): r for r in inst.rows()}
@@ -402,11 +402,11 @@ def test_analyze_on_trace_buffer_and_decoded_agree(traces):
     d, path = traces["imbalance"]
     by_trace = analyze(path)
     by_buffer = analyze(sample("imbalance"))
-    by_oracle = analyze(d)
-    assert by_oracle.engine == "numpy" and by_trace.engine in ("wasm", "native")
+    by_numpy = analyze(d)
+    assert by_numpy.engine == "numpy" and by_trace.engine in ("wasm", "native")
     assert by_trace.figures.differences(by_buffer.figures) == []
-    assert by_trace.figures.differences(by_oracle.figures) == []
-    assert [f.message for f in by_trace.findings] == [f.message for f in by_oracle.findings]
+    assert by_trace.figures.differences(by_numpy.figures) == []
+    assert [f.message for f in by_trace.findings] == [f.message for f in by_numpy.findings]
     doc = json.loads(by_trace.to_json())
     assert doc["schema"] == "ktrace.analysis/2"
     assert doc["phases"][1]["top_last_block"] == 17
@@ -507,7 +507,7 @@ def test_a_trace_without_phase_slices_has_empty_figures_and_no_findings(tmp_path
     write_trace(d, path)
     with open_trace(path) as session:
         fig = sql_figures(session)
-    assert oracle_figures(d).differences(fig) == []
+    assert numpy_figures(d).differences(fig) == []
     assert len(fig.phases) == len(fig.instances) == len(fig.critical_path) == 0
     assert (fig.kernel.slices, fig.kernel.tick_ns, fig.kernel.tick_source) == (0, 32, "default")
     assert find(fig) == ()

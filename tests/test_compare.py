@@ -79,7 +79,7 @@ def steps_kernel(durs, events, lanes, barrier=320):
     return b, e
 
 
-def oracle(durs, events, lanes=4, names="load,compute,reduce") -> Capture:
+def numpy_capture(durs, events, lanes=4, names="load,compute,reduce") -> Capture:
     b, e = steps_kernel(durs, events, lanes)
     # Whole-tick synthetic durations would make the "smallest step" tick coarse: say it is 32 ns.
     return Capture(analyze(decode(phase_buffer(b, e, events), events=names), Thresholds(tick_ns=TICK)))
@@ -195,7 +195,7 @@ def test_a_change_below_the_timer_tick_is_not_significant():
     base = [960, 1920, 320] * 4
     after = list(base)
     after[1] += TICK  # one instance's compute one tick longer: the mean over 4 instances moves 8 ns
-    d = diff(oracle(base, EV), oracle(after, EV))
+    d = diff(numpy_capture(base, EV), numpy_capture(after, EV))
     c = d.phase("compute").change("max_dur_us")
     assert c.delta == pytest.approx(0.008) and c.noise >= 0.064  # 2 ticks at least
     assert not c.significant and c.verdict == "same"
@@ -204,14 +204,14 @@ def test_a_change_below_the_timer_tick_is_not_significant():
 def test_the_spread_across_instances_is_not_run_to_run_noise():
     spread = [960, 1000, 320, 960, 3000, 320] * 2  # compute alternates 1 and 3 µs: p10-p90 2 µs
     for extra in (320, 3200):  # one run per side: neither is judged, whatever the instances' spread
-        after = oracle([x + extra if i % 3 == 1 else x for i, x in enumerate(spread)], EV)
-        c = diff(oracle(spread, EV), after).phase("compute").change("wall_us")
+        after = numpy_capture([x + extra if i % 3 == 1 else x for i, x in enumerate(spread)], EV)
+        c = diff(numpy_capture(spread, EV), after).phase("compute").change("wall_us")
         assert c.delta == pytest.approx(extra / 1e3) and c.test == "none" and c.verdict == "not judged"
-    assert diff(oracle(spread, EV), after, assume_noise_pct=10).phase("compute").change("wall_us").verdict == "worse"
+    assert diff(numpy_capture(spread, EV), after, assume_noise_pct=10).phase("compute").change("wall_us").verdict == "worse"
 
 
 def test_cost_that_moved_from_one_phase_to_another_is_called_out():
-    before, after = oracle([960, 1920, 320] * 4, EV), oracle([960, 960, 1280] * 4, EV)
+    before, after = numpy_capture([960, 1920, 320] * 4, EV), numpy_capture([960, 960, 1280] * 4, EV)
     d = diff(before, after)  # one run per side: the moves are named, not judged
     assert d.cost_shift is None and d.phase("compute").change("wall_us").verdict == "not judged"
     assert d.cost_message == ("cost on the critical path not judged (one run per side): compute -3.84 µs fell; "
@@ -226,7 +226,7 @@ def test_cost_that_moved_from_one_phase_to_another_is_called_out():
 
 
 def test_phases_present_on_one_side_only():
-    d = diff(oracle([960, 1920, 320] * 4, EV), oracle([960, 1920] * 4, [0, 1] * 4))
+    d = diff(numpy_capture([960, 1920, 320] * 4, EV), numpy_capture([960, 1920] * 4, [0, 1] * 4))
     r = d.phase("reduce")
     assert r.present == "before" and r.change("wall_us").after is None and r.change("wall_us").verdict == "undefined"
     assert d.phase("load").present == "both"

@@ -91,7 +91,7 @@ def test_cli_prints_the_engine_auto_chose(tmp_path):
 
 @pytest.mark.parametrize("name", ["imbalance", "waves_ktrace", "worklist_flashinfer"])
 def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
-    from ktrace.analysis import oracle_figures
+    from ktrace.analysis import numpy_figures
     from ktrace.decoding import BufferDecoder
     from ktrace.model import Summary
 
@@ -103,7 +103,7 @@ def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
     assert len(lean.slices) == len(whole.slices) and len(lean.instants) == len(lean.anomalies) == 0
     for f in ("lane", "event", "k", "begin_seq", "end_seq", "begin_ns", "end_ns", "overlap", "sm"):
         assert np.array_equal(getattr(lean.slices, f), getattr(whole.slices, f)), f
-    assert oracle_figures(lean, summary).differences(oracle_figures(whole)) == []
+    assert numpy_figures(lean, summary).differences(numpy_figures(whole)) == []
 
 
 def test_decoding_options_apply_whichever_engine_analyzes_the_buffer():

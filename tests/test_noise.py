@@ -15,7 +15,7 @@ from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 
 from conftest import SAMPLES, run_ktrace
-from test_compare import EV, oracle
+from test_compare import EV, numpy_capture
 
 FAMILIES = ("imbalance", "waves", "worklist", "nested")
 # Every same-input pair in samples/: a kernel's first, second and third runs (ktrace's header, H200s).
@@ -98,8 +98,8 @@ def _timed(cap: Capture, profiled: float, control: float, reps: int = 30, spread
 
 
 def test_the_control_decides_and_the_profiled_wall_is_beside_it():
-    before = oracle([960, 1920, 320] * 4, EV)
-    after = oracle([960, 2880, 320] * 4, EV)  # the profiled timeline: compute 1 µs longer per instance
+    before = numpy_capture([960, 1920, 320] * 4, EV)
+    after = numpy_capture([960, 2880, 320] * 4, EV)  # the profiled timeline: compute 1 µs longer per instance
     d = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 19.1))  # the control: +0.5%, within the noise
     assert d.verdict == "no change" and d.headline.startswith("no change: unprofiled control +0.5%")
     assert "beside it: profiled wall +" in d.headline and "probes' cost +4.5%" in d.headline
@@ -112,8 +112,8 @@ def test_the_control_decides_and_the_profiled_wall_is_beside_it():
 
 
 def test_one_run_per_side_is_not_judged_whatever_its_instances_say():
-    before = oracle([960, 1920, 320] * 4, EV)
-    after = oracle([960, 2880, 320] * 4, EV)
+    before = numpy_capture([960, 1920, 320] * 4, EV)
+    after = numpy_capture([960, 2880, 320] * 4, EV)
     d = diff(before, after)
     c = d.phase("compute").change("wall_us")
     assert c.delta == pytest.approx(0.96) and c.verdict == "not judged" and not c.significant and c.test == "none"
@@ -131,7 +131,7 @@ def test_one_run_per_side_is_not_judged_whatever_its_instances_say():
 
 def test_a_change_under_the_floors_is_no_change_even_unjudged():
     base = [960, 1920, 320] * 4
-    d = diff(oracle(base, EV), oracle(base, EV))
+    d = diff(numpy_capture(base, EV), numpy_capture(base, EV))
     assert d.verdict == "no change" and d.significant == ()
     assert {c.verdict for p in d.phases for c in p.changes} == {"same"}
 
@@ -140,7 +140,7 @@ def test_the_last_finisher_is_information_never_a_change():
     def kernel(slow_lane, extra):
         durs = np.tile(np.array([960, 1920, 320] * 4), (4, 1))
         durs[slow_lane, 1::3] += extra  # one lane's compute longer by `extra` in every instance
-        return oracle(durs, EV)
+        return numpy_capture(durs, EV)
 
     for runs in ((kernel(0, 960),), (kernel(0, 960), kernel(0, 960))):
         d = diff(list(runs), [kernel(1, 960), kernel(1, 960)])  # a clear straggler that moved to another block
@@ -150,8 +150,8 @@ def test_the_last_finisher_is_information_never_a_change():
 
 
 def test_a_figure_and_its_total_share_a_verdict():
-    runs = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
-    slower = [oracle([960, 2880, 320] * 4, EV), oracle([960, 2912, 320] * 4, EV)]
+    runs = [numpy_capture([960, 1920, 320] * 4, EV), numpy_capture([960, 1952, 320] * 4, EV)]
+    slower = [numpy_capture([960, 2880, 320] * 4, EV), numpy_capture([960, 2912, 320] * 4, EV)]
     d = diff(runs, slower)
     c = d.phase("compute")
     assert c.change("wall_us").test == "runs"
@@ -163,8 +163,8 @@ def test_a_figure_and_its_total_share_a_verdict():
 
 
 def test_cost_rising_on_the_critical_path_is_named():
-    runs = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
-    slower = [oracle([960, 2880, 320] * 4, EV), oracle([960, 2912, 320] * 4, EV)]
+    runs = [numpy_capture([960, 1920, 320] * 4, EV), numpy_capture([960, 1952, 320] * 4, EV)]
+    slower = [numpy_capture([960, 2880, 320] * 4, EV), numpy_capture([960, 2912, 320] * 4, EV)]
     d = diff(runs, slower)
     assert d.phase("compute").change("critical_us").verdict == "worse"
     assert d.cost_shift is None
@@ -221,7 +221,7 @@ def test_cli_diff_with_runs_per_side_and_globs(tmp_path):
 
 def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
     # record_runs times the kernel once and saves N buffers: their sidecars carry the same timing
-    base = [oracle([960, 1920, 320] * 4, EV), oracle([960, 1952, 320] * 4, EV)]
+    base = [numpy_capture([960, 1920, 320] * 4, EV), numpy_capture([960, 1952, 320] * 4, EV)]
     shared = diff([_timed(c, 20.0, 19.0) for c in base], [_timed(c, 20.2, 19.2) for c in base])
     c = shared.kernel_change("control_us")
     # not two runs of zero spread (any change "significant"): one session per side, judged by its reps

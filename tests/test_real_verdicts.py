@@ -199,7 +199,7 @@ def test_runs_command_says_what_holds_in_every_run(tmp_path):
 
 @pytest.mark.parametrize("name", [pytest.param("fi_mla_example_run1", marks=pytest.mark.slow), "pipeline_ktrace"])
 def test_the_sql_package_gives_the_same_figures_and_evidence(tmp_path, name):
-    from ktrace.analysis import oracle_figures, sql_figures
+    from ktrace.analysis import numpy_figures, sql_figures
     from ktrace.engine import open_trace
     from ktrace.export.writer import write_trace
 
@@ -209,7 +209,7 @@ def test_the_sql_package_gives_the_same_figures_and_evidence(tmp_path, name):
     write_trace(d, trace)
     with open_trace(trace) as session:
         sql = sql_figures(session)
-    assert oracle_figures(d).differences(sql) == []
+    assert numpy_figures(d).differences(sql) == []
     assert len(sql.wait_causes) > 0
 
 

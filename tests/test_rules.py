@@ -105,12 +105,12 @@ def test_wildcards_expand_to_every_phase(before):
 
 
 def test_wildcard_baseline_rules_skip_phases_the_baseline_lacks(before):
-    two_phase = _oracle_capture([[960, 1920] * 2] * 4, [0, 1] * 2, "load,compute")
+    two_phase = _numpy_capture([[960, 1920] * 2] * 4, [0, 1] * 2, "load,compute")
     rs = evaluate([parse_rule("*.wall_us <= baseline * 100")], before, baseline=two_phase)
     assert [r.status for r in rs] == ["pass", "pass", "skip"] and "not in the baseline" in rs[2].message
 
 
-def _oracle_capture(durs, events, names, num_groups=1, timing=None):
+def _numpy_capture(durs, events, names, num_groups=1, timing=None):
     d = np.asarray(durs, np.int64)
     b = 10_000 + np.cumsum(np.concatenate([np.zeros((d.shape[0], 1), np.int64), d[:, :-1] + 320], 1), 1)
     e = b + d
@@ -121,14 +121,14 @@ def _oracle_capture(durs, events, names, num_groups=1, timing=None):
 
 def test_groups(tmp_path):
     # Warp-specialized: group 0 loads, group 1 computes (one phase per group).
-    ws = _oracle_capture([[640, 640]] * 4, [[0, 0], [1, 1]] * 2, "load,compute", num_groups=2)
+    ws = _numpy_capture([[640, 640]] * 4, [[0, 0], [1, 1]] * 2, "load,compute", num_groups=2)
     assert one("load@0.wall_us < 10", ws).status == "pass"
     assert one("compute@1.mean_dur_us == 0.64", ws).status == "pass"
     assert one("compute@1.last_finisher_share == 1", ws).status == "pass"
     with pytest.raises(InputError, match="ran on group\\(s\\) 0, not 1"):
         one("load@1.wall_us < 10", ws)
     # Both groups run 'compute': group 1 is twice as slow; per group only the lane figures exist.
-    shared = _oracle_capture([[640], [1280]] * 2, [[0], [0]] * 2, "compute", num_groups=2)
+    shared = _numpy_capture([[640], [1280]] * 2, [[0], [0]] * 2, "compute", num_groups=2)
     assert one("compute@0.mean_dur_us == 0.64", shared).status == "pass"
     assert one("compute@1.mean_dur_us == 1.28", shared).status == "pass"
     assert one("compute@1.last_finisher_share == 1", shared).status == "pass"
@@ -138,7 +138,7 @@ def test_groups(tmp_path):
 
 
 def test_an_undefined_figure_fails_its_rule():
-    zero = _oracle_capture([[0, 0]] * 2, [0, 0], "spin")
+    zero = _numpy_capture([[0, 0]] * 2, [0, 0], "spin")
     r = one("spin.imbalance < 2", zero)
     assert r.status == "fail" and r.measured is None and "undefined" in r.message
 
@@ -221,8 +221,8 @@ def test_rules_that_cannot_be_evaluated(before, text, why):
 
 def test_baseline_errors(before, after):
     with pytest.raises(InputError, match="baseline: .*no phase 'compute'"):
-        evaluate([parse_rule("compute.wall_us <= baseline")], before, _oracle_capture([[640]], [0], "load"))
-    zero = _oracle_capture([[0, 0]] * 2, [0, 0], "spin")
+        evaluate([parse_rule("compute.wall_us <= baseline")], before, _numpy_capture([[640]], [0], "load"))
+    zero = _numpy_capture([[0, 0]] * 2, [0, 0], "spin")
     with pytest.raises(InputError, match="undefined in the baseline"):
         evaluate([parse_rule("spin.imbalance <= baseline")], zero, zero)
     with pytest.raises(InputError, match="no control timings"):
@@ -232,7 +232,7 @@ def test_baseline_errors(before, after):
 
 
 def test_baseline_pairing(before, after):
-    other = Capture(_oracle_capture([[640]], [0], "load").analysis)
+    other = Capture(_numpy_capture([[640]], [0], "load").analysis)
     assert baseline_for("persistent_phases", [after]) == (after,)
     assert baseline_for("persistent_phases", [other, after]) == (after,)
     assert other.kernel_name == "kernel" and baseline_for("attn", [other, after]) == ()

@@ -2,7 +2,7 @@
 on the GPU apart from the profiler (sidecar `ground_truth`: the 64-bit clock at every block's start and end,
 the heavy, late or straggling blocks the kernel was built with). Both headers (FlashInfer's and ktrace's).
 
-Analyzed by the numpy oracle (fast); tests/test_analysis.py holds the SQL package equal to it on every capture.
+Analyzed by the numpy engine (fast); tests/test_analysis.py holds the SQL package equal to it on every capture.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The bounded-memory numpy analysis (``stream_figures``: a range of lanes at a time, narrow columns, chunked
-cross-lane sweeps) gives every figure the whole-buffer numpy oracle gives, and so the SQL package's: on every
-real capture, on random buffers of every shape cut into many parts and chunks, and on the benchmark's
-synthetic buffer at the size where 'auto' switches to it."""
+"""The numpy engine (``stream_figures``: a range of lanes at a time, narrow columns, chunked cross-lane
+sweeps) gives the same figures however the buffer is cut (one part and one chunk, ``numpy_figures``, or many
+of each), and those are the SQL package's: on every real capture, on random buffers of every shape cut into
+many parts and chunks, and on the benchmark's synthetic buffer at the size where 'auto' switches to it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ktrace import api, decode
-from ktrace.analysis import oracle_figures, sql_figures, stream_figures
+from ktrace.analysis import numpy_figures, sql_figures, stream_figures
 from ktrace.decoding import BufferDecoder
 from ktrace.decoding.encode import encode_tags, place_records
 
@@ -29,9 +29,9 @@ def _stream(dec: BufferDecoder, blocks_per_part: int | None, chunk_rows: int):
 
 
 @pytest.mark.parametrize("name", CAPTURES)
-def test_stream_equals_the_oracle_on_every_capture(name):
+def test_parts_and_chunks_equal_one_part_on_every_capture(name):
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
-    ref = oracle_figures(dec.decode())
+    ref = numpy_figures(dec.decode())
     assert _stream(dec, None, 1 << 21).differences(ref) == []
     # Small parts (one block each, or at most ~64 parts) and chunks of a few slices: every merge across
     # parts and chunks is exercised.
@@ -77,9 +77,9 @@ def _random_buffer(seed: int):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_stream_equals_the_oracle_on_random_shapes(seed):
+def test_parts_and_chunks_equal_one_part_on_random_shapes(seed):
     words, names = _random_buffer(seed)
-    ref = oracle_figures(decode(words, events=names))
+    ref = numpy_figures(decode(words, events=names))
     dec = BufferDecoder(words, events=names)
     rng = np.random.default_rng(seed + 1000)
     for blocks_per_part, chunk in ((None, 1 << 21), (1, 1), (2, int(rng.integers(2, 40)))):
@@ -111,7 +111,7 @@ def test_stream_equals_the_sql_package_at_the_switch_size(tmp_path):
 
 def test_stream_grows_its_columns_when_the_size_hint_is_short():
     dec = BufferDecoder(os.path.join(SAMPLES, "waves_ktrace.bin"))
-    ref = oracle_figures(dec.decode())
+    ref = numpy_figures(dec.decode())
     # A hint of one slice: every column grows by doubling (and widens from int8) as the parts come.
     fig = stream_figures(dec.parts(dec.capacity_per_lane * dec.launch.num_groups * 4), chunk_rows=1000,
                          max_slices=1)
@@ -119,7 +119,7 @@ def test_stream_grows_its_columns_when_the_size_hint_is_short():
 
 
 @pytest.mark.parametrize("what", ["no records", "instants only"])
-def test_stream_of_a_buffer_without_slices_equals_the_oracle(what):
+def test_parts_of_a_buffer_without_slices_equal_one_part(what):
     blocks, groups = 3, 2
     if what == "no records":
         words = place_records(blocks, groups, [], [], [], np.zeros(0, np.uint32), [], 4)
@@ -127,7 +127,7 @@ def test_stream_of_a_buffer_without_slices_equals_the_oracle(what):
         block = np.array([0, 1, 2]); group = np.array([0, 1, 0]); seq = np.zeros(3, np.int64)
         tag = encode_tags("flashinfer", np.full(3, 2), np.zeros(3, np.int64), block, group, groups, sm=block)
         words = place_records(blocks, groups, block, group, seq, tag, np.array([10, 20, 30]) + 10**9, 4)
-    ref = oracle_figures(decode(words, events="ev0"))
+    ref = numpy_figures(decode(words, events="ev0"))
     fig = stream_figures(BufferDecoder(words, events="ev0").parts(), chunk_rows=3)
     assert fig.kernel.slices == 0
     assert fig.differences(ref) == []
@@ -135,11 +135,11 @@ def test_stream_of_a_buffer_without_slices_equals_the_oracle(what):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 3, 7, 11, 34])  # 34: one zero-length slice, no busy SM at any time
-def test_the_oracle_equals_the_sql_package_on_random_shapes(seed, tmp_path):
+def test_the_numpy_engine_equals_the_sql_package_on_random_shapes(seed, tmp_path):
     from ktrace.engine import open_trace
 
     words, names = _random_buffer(seed)
     trace = tmp_path / "t.perfetto-trace"
     api.convert(words, trace, events=names)
     with open_trace(trace) as session:
-        assert oracle_figures(decode(words, events=names)).differences(sql_figures(session)) == []
+        assert numpy_figures(decode(words, events=names)).differences(sql_figures(session)) == []

@@ -2,8 +2,8 @@
 that changes mid-run, a late starter, a rotating imbalance, contention, skew carried over, nested phases, a
 work list, idle lanes; the critical path tiles the wall; two runs with timer jitter give the same warnings.
 
-Buffers are built record by record (ktrace.decoding.encode) and analyzed by the numpy oracle; the SQL package is
-held equal to the oracle by tests/test_analysis.py, and the real H200 captures of these shapes are checked
+Buffers are built record by record (ktrace.decoding.encode) and analyzed by the numpy engine; the SQL package is
+held equal to it by tests/test_analysis.py, and the real H200 captures of these shapes are checked
 in tests/test_shapes_verdicts.py.
 """
 
@@ -23,7 +23,7 @@ B, E = 0, 1
 
 
 def build(lanes: dict, events: list[str], sm_of_block: dict, num_groups: int = 1):
-    """lanes: {(block, group): [(type, event, ts_ns), ...]} in record order -> analyzed by the oracle."""
+    """lanes: {(block, group): [(type, event, ts_ns), ...]} in record order -> analyzed by the numpy engine."""
     blocks = max(b for b, _ in lanes) + 1
     rows = [(b, g, i, t, e, ts) for (b, g), recs in lanes.items() for i, (t, e, ts) in enumerate(recs)]
     block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))

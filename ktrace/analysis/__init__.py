@@ -1,4 +1,4 @@
-"""ktrace's analysis layer: the ``ktrace`` PerfettoSQL package, its numpy oracle, and the method's verdicts.
+"""ktrace's analysis layer: the ``ktrace`` PerfettoSQL package, the numpy engine, and the method's verdicts.
 
     import ktrace
     a = ktrace.analyze("run.perfetto-trace")   # or a buffer path, a Decoded, an open engine Session
@@ -8,7 +8,8 @@
     a.to_json()                                 # schema "ktrace.analysis/2" (docs/analysis-schema.md)
 
 Figures come from the SQL package run by the trace processor (a trace, a buffer converted on the fly, or a
-Session), or from the numpy oracle (a Decoded): the two are equal, figure for figure (tests check it).
+Session), or from the numpy engine (a buffer or a Decoded): the two are equal, figure for figure (tests
+check it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from ..progress import stage
 from .data_quality import DataQuality, data_quality
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
-from .oracle import oracle_figures
-from .stream import stream_figures
+from .stream import numpy_figures, stream_figures
 from .results import (CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases,
                       Waits)
 from .sql_package import bundle_sql, register, sql_modules
@@ -45,7 +45,7 @@ __all__ = [
     "Waits",
     "CriticalPath",
     "CriticalShares",
-    "oracle_figures",
+    "numpy_figures",
     "stream_figures",
     "analyze_parts",
     "sql_figures",
@@ -65,7 +65,7 @@ class Analysis:
     """What ``analyze`` found: the figures, the findings, and how they were computed.
 
     source: the trace or buffer analyzed; engine: 'wasm' or 'native' (SQL in the trace processor) or
-    'oracle' (numpy); tick_ns: the timer resolution the findings used.
+    'numpy' (the numpy engine); tick_ns: the timer resolution the findings used.
     """
 
     source: str
@@ -177,22 +177,22 @@ class Analysis:
 
 def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | None = None,
                    upid: int | None = None, summary=None, progress=None) -> Analysis:
-    """The Analysis of an opened input: a ``Decoded`` (figures from the numpy oracle) or an open engine
+    """The Analysis of an opened input: a ``Decoded`` (figures from the numpy engine) or an open engine
     Session (figures from the SQL package, registered on it; upid: only that process's slices, one GPU of a
     merged trace). name: the source the result names (default: the Decoded's source, the Session's trace);
-    summary: the buffer's Summary when the Decoded holds only its slices (``oracle_figures``); progress: told
+    summary: the buffer's Summary when the Decoded holds only its slices (``numpy_figures``); progress: told
     of each SQL module as it runs (``ktrace.progress``).
     Any other input goes through ``ktrace.analyze``."""
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
-        return _finish(name or str(source.source), "numpy", oracle_figures(source, summary), th)
+        return _finish(name or str(source.source), "numpy", numpy_figures(source, summary), th)
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
 
 def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None) -> Analysis:
     """The Analysis of a buffer from its decoded parts (dec: a BufferDecoder, decoded a range of lanes at a
     time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
-    ``oracle_figures``'). progress(done_lanes, lanes) after each range."""
+    ``numpy_figures``' of the whole buffer). progress(done_lanes, lanes) after each range."""
     th = thresholds or Thresholds()
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
 

@@ -1,6 +1,6 @@
 """The analysis figures from the ``ktrace`` SQL package, run on an engine Session.
 
-Returns the same ``Figures`` as the numpy oracle (oracle.py), so the two can be compared exactly.
+Returns the same ``Figures`` as the numpy engine (stream.py), so the two can be compared exactly.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..progress import stage
 from .evidence import TopSlices, lead_ins
-from .oracle import causes_of
+from .tables import causes_of
 from .sql_package import MODULES, include_all, register
 
 __all__ = ["sql_figures", "query_table", "gpu_processes"]

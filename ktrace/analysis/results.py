@@ -1,5 +1,5 @@
 """The analysis figures as frozen, columnar tables (numpy, units in the names), shared by the SQL path
-(figures.py) and the numpy oracle (oracle.py) so that the two can be compared exactly.
+(figures.py) and the numpy engine (stream.py) so that the two can be compared exactly.
 
 Each table is one SQL table of the ``ktrace`` package (docs/analysis-schema.md); the SQL column ``grp`` is
 ``group`` here. Integer columns are int64, real ones float64 (NaN where SQL has NULL), text ones object
@@ -153,7 +153,7 @@ class Kernel:
 
 @dataclass(frozen=True, eq=False)
 class Figures:
-    """Every figure of the analysis, from SQL (figures.py) or from the numpy oracle (oracle.py).
+    """Every figure of the analysis, from SQL (figures.py) or from the numpy engine (stream.py).
 
     launch: the launch facts (the launch slice's args without 'debug.'), in the order written.
     """

@@ -1,14 +1,15 @@
-"""The numpy analysis of a large buffer in bounded memory: the same figures as ``oracle_figures``, computed
-from the buffer's decoded parts (ranges of whole blocks) one at a time.
+"""The numpy engine: every figure of the analysis, equal to the SQL package's, computed from a buffer's
+decoded parts (ranges of whole blocks) one at a time, in bounded memory; a whole decoded buffer is one part
+(``numpy_figures``).
 
 Each part is reduced as it comes: what lives within a lane or a block (depth, each lane's previous top-level
 slice, lane totals, block extents, the per-lane counts of each phase) is final once its part is read, and
 only a few narrow columns per slice are kept (lane, k, phase, SM, depth, begin, end, previous slice). The
 figures that span lanes (phase instances, the lanes' phase table, waits) are then computed over chunks of
 those columns whose temporaries stay bounded by the chunk, and the critical path walks back one step at a
-time without a predecessor array. Definitions, tie rules and arithmetic are the oracle's
-(docs/analysis-schema.md); tests hold the two equal on every capture and on synthetic buffers cut into many
-parts and chunks.
+time without a predecessor array. Definitions, tie rules and arithmetic are the SQL package's
+(docs/analysis-schema.md); tests hold the two equal on every capture, and the engine's figures the same
+whether a buffer comes as one part or many, in one chunk or many.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
-from . import oracle_structure as st
+from . import structure as st
 from .evidence_stream import stream_evidence
-from .oracle import figures_of, kernel_figures, phases_table
+from .tables import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits
 from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
-__all__ = ["stream_figures", "CHUNK_ROWS"]
+__all__ = ["numpy_figures", "stream_figures", "CHUNK_ROWS"]
 
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
 
@@ -90,7 +91,7 @@ class Columns:
 
     def finish(self, event_name) -> None:
         """Take the filled columns and name the phases: two events of one name are one phase; phases are
-        ordered by their first begin, then name (as the oracle orders them)."""
+        ordered by their first begin, then name (as the SQL package orders them)."""
         for name in self.KEPT:
             setattr(self, name, self._cols.pop(name).array())
         events = sorted(self.first_begin)
@@ -164,18 +165,25 @@ def _blocks_from_partials(parts: list) -> Blocks:
                             reduce(np.maximum, i64.min, end), reduce(np.add, 0, slices), reduce(np.add, 0, lanes))
 
 
+def numpy_figures(d: Decoded, summary: Summary | None = None) -> Figures:
+    """Every figure of the analysis for the decoded buffer ``d`` (one part); summary: the buffer's Summary
+    when ``d`` holds only its slices (``BufferDecoder.slices_and_summary``), else Summary.of(d)."""
+    return stream_figures([d], summary=summary, max_slices=len(d.slices))
+
+
 def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None,
-                   max_slices: int | None = None) -> Figures:
-    """Every figure of the analysis (equal to ``oracle_figures`` of the whole buffer) from its decoded parts,
-    in lane order (``BufferDecoder.parts``). progress: told each stage after decoding (``ktrace.progress``).
-    max_slices: at most how many slices the parts hold (half the record slots): the columns are allocated
-    once at that size."""
-    cols, first, summary = None, None, Summary()
+                   max_slices: int | None = None, summary: Summary | None = None) -> Figures:
+    """Every figure of the analysis from a buffer's decoded parts, in lane order (``BufferDecoder.parts``).
+    progress: told each stage after decoding (``ktrace.progress``). max_slices: at most how many slices the
+    parts hold (half the record slots): the columns are allocated once at that size. summary: the buffer's
+    Summary when the parts hold only its slices, else the parts' Summaries merged."""
+    cols, first, given, summary = None, None, summary, Summary() if summary is None else summary
     for d in parts:
         if first is None:
             first = d
-            cols = Columns(d.launch.num_groups, *(() if max_slices is None else (max_slices,)))
-        summary = summary.merge(Summary.of(d))
+            cols = Columns(d.launch.num_groups, *(() if max_slices is None else (max(max_slices, 1),)))
+        if given is None:
+            summary = summary.merge(Summary.of(d))
         cols.add(d)
         del d
     if first is None:
@@ -203,4 +211,4 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
     nb = first.launch.num_blocks
     evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table)
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
-                      None, evidence)
+                      evidence)

@@ -2,8 +2,8 @@
 sweeps over the slices grouped by instance), the lanes' phase table and the waits (sweeps over whole lanes),
 and the critical path (a backward walk that finds each step's predecessor when it gets there).
 
-Every chunk runs the oracle's own vectorized definitions (oracle_instances.py, oracle.py,
-oracle_structure.py) on its rows; what a chunk cannot know alone (an instance's latest end, a phase's most
+Every chunk runs the same vectorized definitions (instance_math.py, tables.py, structure.py) on its
+rows; what a chunk cannot know alone (an instance's latest end, a phase's most
 frequent last block, a pair's longest wait) comes from a sweep before it or is merged after.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import oracle_structure as st
+from . import structure as st
 from .growing import Growing
-from .oracle import waits_columns
-from .oracle_instances import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
+from .tables import waits_columns
+from .instance_math import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
                                stability)
 from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
 
@@ -131,7 +131,7 @@ def instance_of(cols, inst, rows) -> np.ndarray:
 
 def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0: int) -> dict:
     """The instances whose slices are ``rows`` (grouped by instance, each instance's rows in row order):
-    oracle_instances.Instances' definitions on these rows alone."""
+    the instance table's definitions (docs/analysis-schema.md) on these rows alone."""
     g = cols.num_groups
     nloc = len(rows)
     n = np.diff(np.r_[starts, nloc])
@@ -197,7 +197,7 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
 
 
 def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
-    """ktrace_phase_lane (oracle._lanes), a chunk of whole lanes at a time."""
+    """ktrace_phase_lane, a chunk of whole lanes at a time."""
     if not cols.n:
         return PhaseLanes.empty()
     nph = len(cols.names)
@@ -227,7 +227,7 @@ def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
 
 
 def waits_table(cols, chunk_rows: int) -> Waits:
-    """ktrace_wait (oracle._waits), a chunk of whole lanes at a time: each chunk's waits are kept (their
+    """ktrace_wait, a chunk of whole lanes at a time: each chunk's waits are kept (their
     percentiles need them all) with the chunk's longest wait per pair; the longest are merged after."""
     nph = len(cols.names)
     keys, ws, best = Growing(cols.n), Growing(cols.n), []
@@ -279,8 +279,10 @@ def waits_table(cols, chunk_rows: int) -> Waits:
 
 
 def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> CriticalPath:
-    """The oracle's backward walk, each step's predecessor found when the walk gets there (oracle_structure.
-    predecessors)."""
+    """The backward walk (docs/analysis-structure.md), each step's predecessor found when the walk gets there:
+    a top-level slice that began at or after its lane's previous top-level slice's instance ended waited for
+    that instance's last finisher (wait), else for the lane's previous slice (lane_gap); a later-wave
+    block's first slice waited for the block that freed its SM slot (block_switch)."""
     if not cols.n:
         return CriticalPath.empty()
     top_end = np.where(cols.depth == 0, cols.end, _SMALL)

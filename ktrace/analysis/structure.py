@@ -1,6 +1,6 @@
-"""The structural figures in numpy, an oracle for the SQL package: slice depth, each lane's previous
-top-level slice, blocks and their waves, lane totals, busy SMs over time, the launch's occupancy and tail,
-and the critical path as a backward walk that tiles the wall. Definitions: docs/analysis-structure.md.
+"""The numpy engine's structural figures: slice depth, each lane's previous top-level slice, blocks and
+their waves, lane totals, busy SMs over time, the launch's occupancy and tail, and the pieces of the
+critical path's backward walk that tiles the wall. Definitions: docs/analysis-structure.md.
 
 Vectorized over slices; loops run over SMs or over the critical path's steps (one per instance on the path),
 never over all events.
@@ -12,9 +12,8 @@ import numpy as np
 
 from .results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
 
-__all__ = ["slice_depth", "finish_blocks", "block_extents", "lane_neighbours", "blocks_table", "lane_totals", "busy_sms", "occupancy",
-           "critical_path", "critical_shares", "walk", "path_table",
-           "blocks_before"]
+__all__ = ["unique_columns", "slice_depth", "finish_blocks", "block_extents", "lane_neighbours", "lane_totals",
+           "busy_sms", "occupancy", "critical_shares", "walk", "path_table", "blocks_before"]
 
 
 def unique_columns(*cols, return_counts: bool = False):
@@ -112,14 +111,6 @@ def lane_neighbours(lane, begin, seq, top) -> tuple[np.ndarray, np.ndarray]:
     nxt[order[:-1][same]] = order[1:][same]
     prev[order[1:][same]] = order[:-1][same]
     return prev, nxt
-
-
-def blocks_table(block, sm, lane, begin, end) -> tuple[Blocks, np.ndarray]:
-    """The ktrace_block table, and per slice the row of its block in it."""
-    if not len(block):
-        return Blocks.empty(), np.zeros(0, np.int64)
-    *extents, inv = block_extents(block, sm, lane, begin, end)
-    return finish_blocks(*extents), inv
 
 
 def block_extents(block, sm, lane, begin, end):
@@ -261,40 +252,6 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
         "median_block_dur_ns": [int(durs[int(np.floor(0.5 * (len(durs) - 1)))])]})
 
 
-def predecessors(s, top, prev, inst_end, inst_last, block_row, bl: Blocks):
-    """Per top-level slice: the row of what it waited for (-1: none) and the gap kind code
-    (0 wait, 1 lane_gap, 2 block_switch). inst_end / inst_last: per slice, its instance's latest end and
-    its instance's last finisher's row."""
-    n = s.n
-    pred = np.full(n, -1, np.int64)
-    kind = np.full(n, -1, np.int64)
-    has_prev = prev >= 0
-    synced = np.zeros(n, bool)
-    synced[has_prev] = s.begin[has_prev] >= inst_end[prev[has_prev]]
-    pred[synced] = inst_last[prev[synced]]
-    kind[synced] = 0
-    lane_gap = has_prev & ~synced
-    pred[lane_gap] = prev[lane_gap]
-    kind[lane_gap] = 1
-    first = top & ~has_prev & (bl.later_wave[block_row] == 1) if n else np.zeros(0, bool)
-    if first.any():
-        # Each block's top-level slice with the latest end (then lowest lane, then record order).
-        t = np.flatnonzero(top)
-        latest = np.full(len(bl), np.iinfo(np.int64).min)
-        np.maximum.at(latest, block_row[t], s.end[t])
-        t = t[s.end[t] == latest[block_row[t]]]  # only the latest enders compete: sort just those
-        o = t[np.lexsort((s.seq[t], s.lane[t], block_row[t]))]
-        end_slice = np.full(len(bl), -1, np.int64)
-        end_slice[block_row[o][_starts(block_row[o])]] = o[_starts(block_row[o])]
-        before = blocks_before(bl)
-        rows = np.flatnonzero(first)
-        b = before[block_row[rows]]
-        ok = b >= 0
-        pred[rows[ok]] = end_slice[b[ok]]
-        kind[rows[ok]] = 2
-    return pred, kind
-
-
 def blocks_before(bl: Blocks) -> np.ndarray:
     """Per block row: the row of the block that freed its SM slot (later-wave blocks), else -1."""
     before = np.full(len(bl), -1, np.int64)
@@ -311,30 +268,6 @@ def blocks_before(bl: Blocks) -> np.ndarray:
 
 
 _GAP_KIND = ("wait", "lane_gap", "block_switch")
-
-
-class _Items:
-    """a[i] as a Python int."""
-
-    def __init__(self, a: np.ndarray) -> None:
-        self._item = a.item
-
-    def __getitem__(self, i: int) -> int:
-        return self._item(i)
-
-
-def critical_path(s, top, pred, kind, kernel_begin, kernel_end) -> CriticalPath:
-    """The backward walk (docs/analysis-structure.md): parts in time order."""
-    t_rows = np.flatnonzero(top)
-    if not len(t_rows):
-        return CriticalPath.empty()
-    t_rows = t_rows[s.end[t_rows] == s.end[t_rows].max()]
-    cur = int(t_rows[np.lexsort((s.seq[t_rows], s.lane[t_rows]))[0]])
-    # The walk visits a few rows per instance: index the arrays per step rather than converting them whole.
-    pred_l, kind_l = _Items(pred), _Items(kind)
-    parts = walk(cur, lambda c: (pred_l[c], kind_l[c]), _Items(s.begin), _Items(s.end), kernel_begin, kernel_end)
-    return path_table(parts, s.names, s.phase_index,
-                      lambda r: (s.code[r], s.k[r], s.block[r], s.group[r], s.lane[r]))
 
 
 def walk(cur: int, pred_of, begin_l, end_l, kernel_begin, kernel_end) -> list:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ktrace.analysis.oracle_structure import unique_columns
+from ktrace.analysis.structure import unique_columns
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -24,8 +24,8 @@ def test_unique_columns_of_nothing():
 
 # -- fast paths that use the slices' (lane, sequence) order, each against the general way -------------------
 
-from ktrace.analysis import oracle_structure as st  # noqa: E402
-from ktrace.analysis.oracle_instances import sorted_within as _sorted_within  # noqa: E402
+from ktrace.analysis import structure as st  # noqa: E402
+from ktrace.analysis.instance_math import sorted_within as _sorted_within  # noqa: E402
 
 
 def _nested_lanes(rng, lanes=5):

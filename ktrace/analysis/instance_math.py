@@ -1,0 +1,114 @@
+"""The arithmetic of the numpy engine's per-instance table (ktrace_phase_instance, built a chunk of
+instances at a time in stream_instances.py): run starts, percentiles, divisions and the last finisher's
+stability, with the same definitions and arithmetic as ``sql/ktrace/phases.sql`` (docs/analysis-schema.md).
+Order statistics (percentiles) sort values within each instance through one combined int64 key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import structure as st
+
+__all__ = ["run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
+           "instance_columns"]
+
+
+def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal keys begins."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+def lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
+    """0-based index of the p-quantile (0 <= p <= 1) of n sorted values: floor(p * (n - 1)), computed in
+    float64 as SQLite's percentile_disc does (numpy's method='lower')."""
+    return np.floor(p * (np.asarray(n) - 1).astype(np.float64)).astype(np.int64)
+
+
+def fdiv(num, den) -> np.ndarray:
+    """num / den in float64 (exact integers converted first), NaN where den is 0: SQL's x * 1.0 / y."""
+    num = np.asarray(num).astype(np.float64)
+    den = np.asarray(den).astype(np.float64)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den != 0)
+    return out
+
+
+def combined_fits(*spans: int) -> bool:
+    """Whether a key combined from columns of these spans stays well inside int64."""
+    total = 1
+    for sp in spans:
+        total *= max(int(sp), 1)
+    return total < 2**62
+
+
+def sorted_within(values: np.ndarray, by_inst: np.ndarray, inst_sorted: np.ndarray, starts) -> np.ndarray:
+    """values grouped as by_inst groups them (inst_sorted: the group of each grouped row), sorted within each
+    group: one sort of (group, value) keys combined into one int64, else a lexsort."""
+    v = values[by_inst]
+    if not len(v):
+        return v
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if not combined_fits(len(starts), span):
+        return v[np.lexsort((v, inst_sorted))]
+    comb = inst_sorted * span + (v - lo)
+    del v
+    comb.sort()
+    comb -= inst_sorted * span
+    comb += lo
+    return comb
+
+
+def instance_columns(n, starts, dur_sorted, begin_sorted, max_dur, sum_dur, begin_min, begin_max, latest, end_min,
+                     **given) -> dict:
+    """The ktrace_phase_instance columns that follow from each instance's slice count, run starts in the
+    grouped rows, sorted durations and begins, and extremes and sums; ``given``: the other columns."""
+    p50, p90 = (starts + lower_percentile(q, n) for q in (0.5, 0.9))
+    return {
+        **given,
+        "lanes": n,
+        "min_dur_ns": dur_sorted[starts],
+        "p50_dur_ns": dur_sorted[p50],
+        "p90_dur_ns": dur_sorted[p90],
+        "max_dur_ns": max_dur,
+        "sum_dur_ns": sum_dur,
+        "mean_dur_ns": fdiv(sum_dur, n),
+        "imbalance": fdiv(max_dur * n, sum_dur),
+        "begin_ns": begin_min,
+        "end_ns": latest,
+        "wall_ns": latest - begin_min,
+        "excess_ns": latest - begin_min - max_dur,
+        "start_skew_ns": begin_max - begin_min,
+        "end_skew_ns": latest - end_min,
+        "p50_begin_ns": begin_sorted[p50],
+    }
+
+
+def stability(code, k, block, phases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per phase code: the block among the tied last finishers in the most instances (then the lowest),
+    in how many, and the distinct last blocks when a tie that includes that block counts as that block.
+    code, k, block: those of every tied last finisher (any order)."""
+    if not len(code):
+        return np.full(phases, -1, np.int64), np.zeros(phases, np.int64), np.zeros(phases, np.int64)
+    tied = st.unique_columns(code, k, block)  # distinct (phase, k, block)
+    code, k, block = tied
+    pairs, count = st.unique_columns(code, block, return_counts=True)
+    pick = np.lexsort((pairs[1], -count, pairs[0]))
+    first = pick[run_starts(pairs[0][pick])]
+    top_block = np.full(phases, -1, np.int64)
+    top_count = np.zeros(phases, np.int64)
+    top_block[pairs[0][first]] = pairs[1][first]
+    top_count[pairs[0][first]] = count[first]
+    # Per instance: the top block if it is among the tied, else the lowest tied block.
+    starts = run_starts(code * (int(k.max()) + 1 if len(k) else 1) + k)
+    has_top = np.maximum.reduceat((block == top_block[code]).astype(np.int64), starts) if len(k) else []
+    lowest = np.minimum.reduceat(block, starts) if len(k) else []
+    inst_code = code[starts]
+    chosen = np.where(np.asarray(has_top, bool), top_block[inst_code], lowest)
+    distinct = np.zeros(phases, np.int64)
+    uniq = st.unique_columns(inst_code, chosen)
+    np.add.at(distinct, uniq[0], 1)
+    return top_block, top_count, distinct
