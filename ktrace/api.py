@@ -43,7 +43,7 @@ from .model import Decoded, Summary
 from .outputs import check_output
 from .progress import stage
 from .report.inspect import inspect_dict
-from .workers import run_in_workers
+from .workers import available_cores, in_worker, run_in_workers
 from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
@@ -115,7 +115,7 @@ def inspect(source, progress=None, **decode_options) -> dict:
 
 
 def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
-            on_engine=None, **decode_options) -> Analysis:
+            on_engine=None, jobs: int | None = None, **decode_options) -> Analysis:
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
     source: a trace path: figures from the SQL package in the trace processor; a profiler buffer (a path,
@@ -125,14 +125,16 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     ``Decoded``: figures from numpy. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a
     buffer's figures computed with numpy, no trace processor), or 'auto' (numpy for a buffer of
     NUMPY_MIN_RECORDS record slots or more, else the trace processor); progress(done_bytes, total_bytes) while
-    the trace loads; on_engine(engine, why): called once, before the work, when 'auto' takes numpy.
+    the trace loads; on_engine(engine, why): called once, before the work, when 'auto' takes numpy; jobs:
+    worker processes of the numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS
+    record slots or more; the figures are the same for any number).
 
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
     if isinstance(source, Decoded) or is_session(source):
         return analyze_opened(source, thresholds)
     buffer_options([source], decode_options)
-    return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine)
+    return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine, jobs=jobs)
 
 
 def analyze_runs(sources, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
@@ -169,7 +171,7 @@ def _numpy_path(engine: str, dec, on_engine) -> bool:
     return True
 
 
-def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False):
+def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False, jobs=None):
     """The Analysis of a path or buffer (a Capture with its sidecar's control timings when ``capture``)."""
     buffer = engine in ("numpy", "auto") and not _is_trace_source(source)
     if engine == "numpy" and not buffer:
@@ -186,9 +188,19 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         elif dec is None:
             a = analyze_opened(inp.decoded, thresholds, name=name)
         else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
-            a = analyze_parts(dec, thresholds, name=name, progress=progress)
+            a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_jobs(jobs, dec))
         _refuse_unreadable(a, source, decode_options)
         return Capture(a, _timing(inp, decode_options)) if capture else a
+
+
+def _numpy_jobs(jobs: int | None, dec) -> int:
+    """The numpy engine's worker processes: as asked, else the cores available for a large buffer (1 in a
+    worker process of several captures analyzed side by side: those already use the cores)."""
+    if jobs is not None:
+        return max(1, int(jobs))
+    if in_worker() or dec.body.size < NUMPY_MIN_RECORDS:
+        return 1
+    return available_cores()
 
 
 def _refuse_unreadable(a: Analysis, source, decode_options) -> None:

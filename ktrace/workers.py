@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["default_jobs", "run_in_workers", "PARALLEL_MIN_BYTES"]
+__all__ = ["default_jobs", "run_in_workers", "fork_map", "fork_imap", "available_cores", "in_worker", "PARALLEL_MIN_BYTES"]
 
 _STOP_WAIT_S = 10.0  # how long a stopped worker may take to unwind before it is killed
 _busy = False  # in a worker: whether a call is running (SIGTERM then unwinds it, else exits at once)
+_worker = False  # whether this process is a worker of run_in_workers
 
 
 # Below this many bytes of input in all, the default is to work in this process: starting a worker (an
@@ -31,13 +32,18 @@ PARALLEL_MIN_BYTES = 4 << 20
 def default_jobs(items: Sequence) -> int:
     """The cores this process may run on (its CPU affinity), capped by the number of items; 1 when the
     items are files of fewer than PARALLEL_MIN_BYTES in all."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = available_cores()
     if _total_bytes(items) < PARALLEL_MIN_BYTES:
         return 1
     return max(1, min(cores, len(items)))
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _total_bytes(items: Sequence) -> int:
@@ -111,7 +117,15 @@ def _stop(pool) -> None:
             p.join(1.0)
 
 
+def in_worker() -> bool:
+    """Whether this process is a worker of ``run_in_workers`` (its work should not fork more workers: the
+    captures analyzed side by side already use the cores)."""
+    return _worker
+
+
 def _worker_started() -> None:
+    global _worker
+    _worker = True
     # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -134,3 +148,65 @@ def _call(fn, x):
         os._exit(130)  # unwound (files removed); the parent is stopping: no result to send back
     finally:
         _busy = False
+
+
+# -- forked workers over shared, read-only state ---------------------------------------------------------------
+# What the numpy engine uses to reduce ranges of a buffer side by side: the workers are forked copies of this
+# process, so the state (a decoder, the columns read so far) comes with them, shared page for page and never
+# pickled; only each item and its result cross a pipe.
+
+_SHARED: Any = None  # in a forked worker: the state fork_imap was given
+
+
+def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> Iterator:
+    """``fn(shared, x) for x in items``, in order, computed by up to ``jobs`` forked worker processes (in this
+    process when jobs is 1, there is one item, or the platform cannot fork). ``fn`` is a module-level function
+    (sent by name), ``shared`` is inherited by the fork (read it, never write it: a write stays in the worker).
+    An error in a worker is raised here; Ctrl-C stops the workers; none is left behind."""
+    global _SHARED
+    items = list(items)
+    ctx = _fork_context()
+    jobs = max(1, min(int(jobs), len(items)))
+    if jobs == 1 or ctx is None:
+        for x in items:
+            yield fn(shared, x)
+        return
+    import warnings
+
+    _SHARED = shared
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pool = ctx.Pool(jobs, initializer=_fork_started)
+    finally:
+        _SHARED = None
+    try:
+        yield from pool.imap(_fork_call, [(fn, x) for x in items])
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> list:
+    """``list(fork_imap(fn, shared, items, jobs))``."""
+    return list(fork_imap(fn, shared, items, jobs))
+
+
+def _fork_context():
+    import multiprocessing
+
+    try:
+        return multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+
+
+def _fork_started() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _fork_call(job):
+    fn, x = job
+    return fn(_SHARED, x)

@@ -5,6 +5,7 @@ many parts and chunks, and on the benchmark's synthetic buffer at the size where
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from ktrace import api, decode
-from ktrace.analysis import numpy_figures, sql_figures, stream_figures
+from ktrace.analysis import decoder_figures, numpy_figures, sql_figures, stream_figures
 from ktrace.decoding import BufferDecoder
 from ktrace.decoding.encode import encode_tags, place_records
 
@@ -143,3 +144,31 @@ def test_the_numpy_engine_equals_the_sql_package_on_random_shapes(seed, tmp_path
     api.convert(words, trace, events=names)
     with open_trace(trace) as session:
         assert numpy_figures(decode(words, events=names)).differences(sql_figures(session)) == []
+
+
+@pytest.mark.parametrize("name", ["waves_ktrace", "cluster_ktrace", "pipeline_flashinfer"])
+def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
+    from ktrace.analysis import evidence_stream
+
+    # Few slices per evidence reading: the sampled evidence's passes run in the workers too.
+    monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
+    dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
+    per_part = max(1, dec.launch.num_blocks // 8) * dec.capacity_per_lane * dec.launch.num_groups
+    one = decoder_figures(dec, jobs=1, chunk_rows=50, records_per_part=per_part)
+    two = decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part)
+    assert len(dec.part_ranges(per_part)) > 2 and one.kernel.slices > 100
+    assert two.differences(one) == []
+    assert two.wait_causes.rows() == one.wait_causes.rows() and two.lead_ins.rows() == one.lead_ins.rows()
+
+
+def test_analyze_with_workers_writes_the_same_json(tmp_path):
+    from ktrace.cli import main
+
+    buf = os.path.join(SAMPLES, "blocks5000_ktrace.bin")
+    outs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}.json"
+        with open(out, "w") as f, contextlib.redirect_stdout(f):
+            assert main(["analyze", buf, "--engine", "numpy", "--json", "--jobs", jobs]) == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] and b'"engine": "numpy"' in outs[0]

@@ -23,7 +23,7 @@ from ..progress import stage
 from .data_quality import DataQuality, data_quality
 from .figures import sql_figures
 from .findings import Finding, Thresholds, find, format_ns, tick_of
-from .stream import numpy_figures, stream_figures
+from .stream import decoder_figures, numpy_figures, stream_figures
 from .results import (CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases,
                       Waits)
 from .sql_package import bundle_sql, register, sql_modules
@@ -189,20 +189,15 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
 
-def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None) -> Analysis:
+def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None, jobs: int = 1) -> Analysis:
     """The Analysis of a buffer from its decoded parts (dec: a BufferDecoder, decoded a range of lanes at a
     time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
-    ``numpy_figures``' of the whole buffer). progress(done_lanes, lanes) after each range."""
+    ``numpy_figures``' of the whole buffer). jobs: worker processes decoding and reducing ranges of lanes
+    side by side (the figures are the same for any number). progress(done_lanes, lanes) after each range."""
     th = thresholds or Thresholds()
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
-
-    def parts():
-        for d in dec.parts():
-            yield d
-            if progress is not None:
-                progress(d.lane_range[1], dec.lanes)
-
-    fig = stream_figures(parts(), progress=progress, max_slices=int(dec.body.size) // 2 + 1)
+    on_part = None if progress is None else (lambda lanes: progress(lanes[1], dec.lanes))
+    fig = decoder_figures(dec, jobs=jobs, progress=progress, on_part=on_part)
     return _finish(name, "numpy", fig, th)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..workers import fork_imap
 from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
 __all__ = ["stream_evidence", "EVIDENCE_MAX_SLICES"]
@@ -35,9 +36,11 @@ def _top(cols, a: int, b: int, sample=None, forced=None):
                      cols.begin[rows].astype(np.int64), cols.end[rows].astype(np.int64))
 
 
-def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances) -> tuple[WaitCauses, LeadIns]:
+def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1
+                    ) -> tuple[WaitCauses, LeadIns]:
     """(WaitCauses, LeadIns) of the stream's columns ``cols`` (stream.Columns), read a range of lanes at a
-    time (``cuts``: row ranges that begin at a lane's first row); instances: the instance table."""
+    time (``cuts``: row ranges that begin at a lane's first row), each range in one of ``jobs`` forked
+    workers; instances: the instance table."""
     n_top = int((cols.depth == 0).sum())
     if n_top <= EVIDENCE_MAX_SLICES:
         top = _top(cols, 0, cols.n)
@@ -47,50 +50,84 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances)
     kmax = int(cols.k.max()) + 1
     nph = len(names)
     size = nph * kmax
-    latest = np.full(size, np.iinfo(np.int64).min)
-    who = np.full(size, np.iinfo(np.int64).max)
     ng = int(max(instances.last_group.max(), 0)) + 1 if len(instances) else 1
-    tot_n = np.zeros(nph * nph * ng, np.int64)
-    tot_s = np.zeros(nph * nph * ng, np.int64)
-    tot_m = np.zeros(nph * nph * ng, np.int64)
     inst_key = instances.phase_index.astype(np.int64) * kmax + instances.k.astype(np.int64)
     row_of = np.full(size, -1, np.int64)
     row_of[inst_key] = np.arange(len(inst_key))
-    last_lane = instances.last_lane.astype(np.int64)
-    last_gap = np.full(len(inst_key), np.nan)
-    parts = []
     # The subsets holding the blocks that end instances most often are always read: the evidence is about them.
     blocks, counts = np.unique(instances.last_block.astype(np.int64), return_counts=True)
     often = np.argsort(-counts, kind="stable")[:2]
     often = often[counts[often] * 20 >= max(len(instances), 1)]  # last in 5% of the instances or more
     forced = np.unique(blocks[often] // 2)  # with the other block of its pair (a 2-block cluster)
-    for a, b in cuts:  # pass 1: every slice, a range of whole lanes at a time
-        t = _top(cols, a, b)
-        key = t.phase_index * kmax + t.k
-        np.maximum.at(latest, key, t.end)
-        parts.append(_top(cols, a, b, stride, forced))
-        same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
-        gap = t.begin[same + 1] - t.end[same]
-        bk = (t.phase_index[same] * nph + t.phase_index[same + 1]) * ng + t.group[same]
-        tot_n += np.bincount(bk, minlength=len(tot_n))
-        tot_s += np.bincount(bk, weights=gap, minlength=len(tot_s)).astype(np.int64)
-        np.maximum.at(tot_m, bk, gap)
-        r = row_of[key[same + 1]]
-        mine = (r >= 0) & (t.lane[same + 1] == last_lane[np.maximum(r, 0)])
-        last_gap[r[mine]] = gap[mine]
-    for a, b in cuts:  # pass 2: the lowest block among those ending each instance last
-        t = _top(cols, a, b)
-        key = t.phase_index * kmax + t.k
-        at_max = t.end == latest[key]
-        np.minimum.at(who, key[at_max], t.block[at_max])
+    plan = _Plan(cols, kmax, nph, ng, stride, forced, row_of, instances.last_lane.astype(np.int64))
+    latest = np.full(size, np.iinfo(np.int64).min)
+    tot = np.zeros((3, nph * nph * ng), np.int64)
+    last_gap = np.full(len(inst_key), np.nan)
+    parts = []
+    for keys, ends, sample, n, sums, most, r, gaps in fork_imap(_pass1, plan, cuts, jobs):  # every slice
+        np.maximum.at(latest, keys, ends)
+        parts.append(sample)
+        tot[0] += n
+        tot[1] += sums
+        np.maximum(tot[2], most, out=tot[2])
+        last_gap[r] = gaps
+    plan.latest = latest
+    who = np.full(size, np.iinfo(np.int64).max)
+    for keys, lowest in fork_imap(_pass2, plan, cuts, jobs):  # the lowest block among those ending last
+        np.minimum.at(who, keys, lowest)
     present = np.flatnonzero(latest > np.iinfo(np.int64).min)
     grid = (present, latest[present], who[present], kmax)
     totals = {}
-    for i in np.flatnonzero(tot_n).tolist():
+    for i in np.flatnonzero(tot[0]).tolist():
         p, rest = divmod(i, nph * ng)
         q, g = divmod(rest, ng)
-        totals[(p, q, g)] = (int(tot_n[i]), int(tot_s[i]), int(tot_m[i]))
+        totals[(p, q, g)] = (int(tot[0][i]), int(tot[1][i]), int(tot[2][i]))
     sample = TopSlices(*(np.concatenate([getattr(x, f) for x in parts]) for f in TopSlices.__dataclass_fields__))
     wc = wait_causes(sample, tick, names, num_blocks, grid=grid, totals=totals, max_cluster=_SUBSET)
     li = lead_ins(sample, instances.phase_index, instances.k, instances.last_lane, last_gaps=last_gap)
     return wc, li
+
+
+class _Plan:
+    """What the evidence's passes over ranges of lanes read (inherited by forked workers)."""
+
+    def __init__(self, cols, kmax, nph, ng, stride, forced, row_of, last_lane) -> None:
+        self.cols, self.kmax, self.nph, self.ng, self.stride, self.forced = cols, kmax, nph, ng, stride, forced
+        self.row_of, self.last_lane = row_of, last_lane
+        self.latest = None
+
+
+def _pass1(plan: _Plan, cut: tuple[int, int]):
+    """One range's instance ends (distinct keys, latest end of each), its sample, its boundary gaps' count,
+    sum and longest per (phase, next phase, group), and the gaps before instances' last finishers (rows of
+    the instance table, gaps)."""
+    a, b = cut
+    t = _top(plan.cols, a, b)
+    key = t.phase_index * plan.kmax + t.k
+    keys, inv = np.unique(key, return_inverse=True)
+    ends = np.full(len(keys), np.iinfo(np.int64).min)
+    np.maximum.at(ends, inv, t.end)
+    sample = _top(plan.cols, a, b, plan.stride, plan.forced)
+    nph, ng = plan.nph, plan.ng
+    same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
+    gap = t.begin[same + 1] - t.end[same]
+    bk = (t.phase_index[same] * nph + t.phase_index[same + 1]) * ng + t.group[same]
+    size = nph * nph * ng
+    n = np.bincount(bk, minlength=size)
+    sums = np.bincount(bk, weights=gap, minlength=size).astype(np.int64)
+    most = np.zeros(size, np.int64)
+    np.maximum.at(most, bk, gap)
+    r = plan.row_of[key[same + 1]]
+    mine = (r >= 0) & (t.lane[same + 1] == plan.last_lane[np.maximum(r, 0)])
+    return keys, ends, sample, n, sums, most, r[mine], gap[mine]
+
+
+def _pass2(plan: _Plan, cut: tuple[int, int]):
+    """One range's lowest block among the slices that end their instance at its latest end: (keys, block)."""
+    t = _top(plan.cols, *cut)
+    key = t.phase_index * plan.kmax + t.k
+    at_max = t.end == plan.latest[key]
+    keys, inv = np.unique(key[at_max], return_inverse=True)
+    lowest = np.full(len(keys), np.iinfo(np.int64).max)
+    np.minimum.at(lowest, inv, t.block[at_max])
+    return keys, lowest

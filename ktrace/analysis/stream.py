@@ -22,6 +22,7 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
+from ..workers import fork_imap
 from . import structure as st
 from .evidence_stream import stream_evidence
 from .tables import figures_of, kernel_figures, phases_table
@@ -29,7 +30,7 @@ from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits
 from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
-__all__ = ["numpy_figures", "stream_figures", "CHUNK_ROWS"]
+__all__ = ["numpy_figures", "stream_figures", "decoder_figures", "reduced", "CHUNK_ROWS"]
 
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
 
@@ -55,37 +56,29 @@ class Columns:
 
     def add(self, d: Decoded) -> None:
         """Reduce one part (whole lanes) and keep its narrow columns."""
-        sl = d.slices
-        m = len(sl)
-        if not m:
+        self.take(reduce_part(d))
+
+    def take(self, r: "PartReduction | None") -> None:
+        """Keep one part's reduction (``reduce_part``, in this process or a worker's)."""
+        if r is None:
             return
-        base = self.n
-        depth = st.slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap)
-        top = depth == 0
-        prev, _ = st.lane_neighbours(sl.lane, sl.begin_ns, sl.begin_seq, top)
-        prev = np.where(prev >= 0, prev + base, -1)
-        begin, end = sl.begin_ns.astype(np.int64, copy=False), sl.end_ns.astype(np.int64, copy=False)
-        self._lane_totals.append(st.lane_totals(sl.lane, sl.block, sl.group, sl.sm, begin, end, top))
-        self._blocks.append(st.block_extents(sl.block, sl.sm, sl.lane, begin, end)[:-1])
-        self._event_group.append(st.unique_columns(sl.event, sl.group))
-        self._event_lane.append(st.unique_columns(sl.event, sl.lane, return_counts=True))
-        self._durs.append(np.unique(end - begin))
+        base, m = self.n, r.n
+        self._lane_totals.append(r.lane_totals)
+        self._blocks.append(r.blocks)
+        self._event_group.append(r.event_group)
+        self._event_lane.append(r.event_lane)
+        self._durs.append(r.durs)
         if sum(map(len, self._durs)) > 1 << 22:  # merged as they come: held once, as distinct values
             self._durs = [np.unique(np.concatenate(self._durs))]
-        first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
-        np.minimum.at(first, sl.event, begin)
-        for e in np.flatnonzero(first < np.iinfo(np.int64).max).tolist():
-            self.first_begin[e] = min(int(first[e]), self.first_begin.get(e, int(first[e])))
-        self.lanes_with_slices += len(np.unique(sl.lane))
+        for e, t in r.first_begin.items():
+            self.first_begin[e] = min(t, self.first_begin.get(e, t))
+        self.lanes_with_slices += r.lanes
         c = self._cols
         big = base + m
-        c["lane"].append(sl.lane, 0, int(sl.lane.max()))
-        c["k"].append(sl.k, 0, int(sl.k.max()))
-        c["event"].append(sl.event, 0, int(sl.event.max()))
-        c["sm"].append(sl.sm, -1, int(sl.sm.max()))
-        c["depth"].append(depth, 0, int(depth.max()))
-        c["begin"].append(begin, int(begin.min()), int(begin.max()))
-        c["end"].append(end, int(end.min()), int(end.max()))
+        for name in ("lane", "k", "event", "sm", "depth", "begin", "end"):
+            c[name].append(getattr(r, name), *r.ranges[name])
+        prev = r.prev.astype(np.int64)
+        prev[prev >= 0] += base
         c["prev"].append(prev, -1, max(big, self.capacity))
         self.n = big
 
@@ -148,6 +141,46 @@ class Columns:
         return self.lane[rows].astype(np.int64) % self.num_groups
 
 
+class PartReduction:
+    """What one part (whole lanes) reduces to (``reduce_part``): its narrow columns (prev: row within the part,
+    -1 none) with each one's value range, and its per-lane and per-block partial figures."""
+
+    def __init__(self, d: Decoded) -> None:
+        sl = d.slices
+        self.n = len(sl)
+        depth = st.slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap)
+        top = depth == 0
+        self.prev, _ = st.lane_neighbours(sl.lane, sl.begin_ns, sl.begin_seq, top)
+        begin, end = sl.begin_ns.astype(np.int64, copy=False), sl.end_ns.astype(np.int64, copy=False)
+        self.lane_totals = st.lane_totals(sl.lane, sl.block, sl.group, sl.sm, begin, end, top)
+        self.blocks = st.block_extents(sl.block, sl.sm, sl.lane, begin, end)[:-1]
+        self.event_group = st.unique_columns(sl.event, sl.group)
+        self.event_lane = st.unique_columns(sl.event, sl.lane, return_counts=True)
+        self.durs = np.unique(end - begin)
+        first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(first, sl.event, begin)
+        self.first_begin = {e: int(first[e]) for e in np.flatnonzero(first < np.iinfo(np.int64).max).tolist()}
+        self.lanes = len(np.unique(sl.lane))
+        self.lane, self.k, self.event, self.sm, self.depth, self.begin, self.end = (
+            sl.lane, sl.k, sl.event, sl.sm, depth, begin, end)
+        self.ranges = {"lane": (0, int(sl.lane.max())), "k": (0, int(sl.k.max())), "event": (0, int(sl.event.max())),
+                       "sm": (-1, int(sl.sm.max())), "depth": (0, int(depth.max())),
+                       "begin": (int(begin.min()), int(begin.max())), "end": (int(end.min()), int(end.max()))}
+        for name, (lo, hi) in self.ranges.items():  # narrow before it crosses a pipe
+            setattr(self, name, _narrow(getattr(self, name), lo, hi))
+        self.prev = _narrow(self.prev, -1, self.n)
+
+
+def _narrow(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi))
+    return a if a.dtype == t else a.astype(t)
+
+
+def reduce_part(d: Decoded) -> PartReduction | None:
+    """One part's reduction, None for a part without slices."""
+    return PartReduction(d) if len(d.slices) else None
+
+
 def _blocks_from_partials(parts: list) -> Blocks:
     if not parts:
         return Blocks.empty()
@@ -172,24 +205,59 @@ def numpy_figures(d: Decoded, summary: Summary | None = None) -> Figures:
 
 
 def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None,
-                   max_slices: int | None = None, summary: Summary | None = None) -> Figures:
+                   max_slices: int | None = None, summary: Summary | None = None, jobs: int = 1) -> Figures:
     """Every figure of the analysis from a buffer's decoded parts, in lane order (``BufferDecoder.parts``).
     progress: told each stage after decoding (``ktrace.progress``). max_slices: at most how many slices the
     parts hold (half the record slots): the columns are allocated once at that size. summary: the buffer's
-    Summary when the parts hold only its slices, else the parts' Summaries merged."""
-    cols, first, given, summary = None, None, summary, Summary() if summary is None else summary
-    for d in parts:
-        if first is None:
-            first = d
-            cols = Columns(d.launch.num_groups, *(() if max_slices is None else (max(max_slices, 1),)))
+    Summary when the parts hold only its slices, else the parts' Summaries merged. jobs: worker processes
+    for the cross-lane sweeps (the figures are the same for any number)."""
+    return _figures((reduced(d) for d in parts), chunk_rows, progress, max_slices, summary, jobs)
+
+
+def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progress=None, on_part=None,
+                    records_per_part: int | None = None) -> Figures:
+    """``stream_figures`` of a BufferDecoder's parts (``records_per_part``: their size, ``part_ranges``), each
+    decoded and reduced by one of ``jobs`` forked worker processes (in this process for 1), as are the
+    cross-lane sweeps' chunks: the same figures for any number. on_part(lane_range) after each part."""
+    def parts():
+        for r in fork_imap(_decode_reduced, dec, dec.part_ranges(records_per_part), jobs):
+            yield r
+            if on_part is not None:
+                on_part(r[0].lane_range)
+
+    return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
+
+
+def reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
+    """A part as the engine keeps it: its head (the part without its records' columns), its Summary and its
+    reduction."""
+    return _emptied(d), Summary.of(d), reduce_part(d)
+
+
+def _decode_reduced(dec, lanes: tuple[int, int]):
+    return reduced(dec.part(*lanes))
+
+
+def _emptied(d: Decoded) -> Decoded:
+    def empty(x):
+        return replace(x, **{f: getattr(x, f)[:0] for f in x.__dataclass_fields__})
+
+    return replace(d, slices=empty(d.slices), instants=empty(d.instants), anomalies=empty(d.anomalies))
+
+
+def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: Summary | None, jobs: int) -> Figures:
+    cols, head, given, summary = None, None, summary, Summary() if summary is None else summary
+    for h, part_summary, r in parts:
+        if head is None:
+            head = h
+            cols = Columns(h.launch.num_groups, *(() if max_slices is None else (max(max_slices, 1),)))
         if given is None:
-            summary = summary.merge(Summary.of(d))
-        cols.add(d)
-        del d
-    if first is None:
+            summary = summary.merge(part_summary)
+        cols.take(r)
+        del r
+    if head is None:
         raise ValueError("stream_figures: no parts")
-    head = replace(first, slices=replace(first.slices, **{f: getattr(first.slices, f)[:0]
-                                                          for f in first.slices.__dataclass_fields__}))
+    first = head
     cols.finish(first.launch.event_name)
     blocks = cols.blocks()
     lane_totals = cols.lane_totals()
@@ -197,18 +265,18 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
                             int(cols.begin.min()) if cols.n else None, int(cols.end.max()) if cols.n else None,
                             cols.n, cols.lanes_with_slices, len(cols.names))
     stage(progress, "phase instances")
-    inst = instance_sweeps(cols, blocks, chunk_rows)
+    inst = instance_sweeps(cols, blocks, chunk_rows, jobs)
     groups = cols.code_pairs(cols._event_group)
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
     stage(progress, "lanes and waits")
-    lanes = lanes_table(cols, inst, chunk_rows)
-    waits = waits_table(cols, chunk_rows)
+    lanes = lanes_table(cols, inst, chunk_rows, jobs)
+    waits = waits_table(cols, chunk_rows, jobs)
     stage(progress, "critical path")
     cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
     nb = first.launch.num_blocks
-    evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table)
+    evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table, jobs)
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
                       evidence)

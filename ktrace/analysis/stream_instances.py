@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
+from ..workers import fork_imap, fork_map
 from .growing import Growing
 from .tables import waits_columns
 from .instance_math import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
@@ -62,6 +63,8 @@ def _k_chunks(cols, chunk_rows: int, block: int = 1 << 22):
     rows = np.empty(cols.n, _index_type(cols.n))
     for a in range(0, cols.n, block):
         cid = np.searchsorted(cuts, cols.k[a:a + block], side="right") - 1
+        if len(cuts) < 2**15:  # a stable sort of 16-bit keys is a radix sort
+            cid = cid.astype(np.int16)
         o = np.argsort(cid, kind="stable")
         cs = cid[o]
         cnt = np.bincount(cs, minlength=len(cuts))
@@ -81,7 +84,9 @@ def _grouped(cols, rows: np.ndarray, ncode: int):
     return rows, key[starts], starts
 
 
-def instance_sweeps(cols, blocks, chunk_rows: int) -> Instances:
+def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
+    """The instance table and what later figures need (``Instances``), in two sweeps over chunks of whole
+    instances, each chunk in one of ``jobs`` forked workers (the same result for any number)."""
     n, ncode = cols.n, max(len(cols.names), 1)
     inst = Instances()
     inst.is_last = np.zeros(n, bool)
@@ -93,27 +98,23 @@ def instance_sweeps(cols, blocks, chunk_rows: int) -> Instances:
     by_k, bounds = _k_chunks(cols, chunk_rows)
     chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
     # Sweep 1: each instance's latest end, and its tied last finishers.
-    keys, ends, tied = [], [], []
-    for a, b in chunks:
-        rows, key, starts = _grouped(cols, by_k[a:b], ncode)
-        end_g = cols.end[rows].astype(np.int64)
-        latest = np.maximum.reduceat(end_g, starts)
-        keys.append(key)
-        ends.append(latest)
-        tied.append(rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))])
-    inst.keys, inst.inst_end = np.concatenate(keys), np.concatenate(ends)
-    tied = np.concatenate(tied)
+    got = fork_map(_sweep_ends, (cols, by_k, ncode), chunks, jobs)
+    inst.keys, inst.inst_end = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+    counts = [len(g[0]) for g in got]
+    tied = np.concatenate([g[2] for g in got])
+    del got
     inst.top_block, inst.top_count, inst.distinct = stability(cols.code[tied], cols.k[tied], cols.block_of(tied),
                                                               len(cols.names))
-    del tied, keys, ends
+    del tied
     # Sweep 2: every other figure of each instance.
-    inst.last_row = np.empty(len(inst.keys), np.int64)
-    parts, i0 = [], 0
-    for a, b in chunks:
-        rows, key, starts = _grouped(cols, by_k[a:b], ncode)
-        parts.append(_instance_chunk(cols, blocks, inst, rows, starts, i0))
-        i0 += len(starts)
+    starts_at = np.r_[0, np.cumsum(counts)[:-1]].tolist()
+    got = fork_map(_sweep_figures, (cols, blocks, inst, by_k, ncode), [(*c, i0) for c, i0 in zip(chunks, starts_at)],
+                   jobs)
     del by_k
+    inst.last_row = np.concatenate([g[1] for g in got]) if got else np.zeros(0, np.int64)
+    inst.is_last[inst.last_row] = True
+    parts = [g[0] for g in got]
+    del got
     table = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
     del parts
     order = np.lexsort((table["k"], table["phase_index"]))
@@ -124,14 +125,33 @@ def instance_sweeps(cols, blocks, chunk_rows: int) -> Instances:
     return inst
 
 
+def _sweep_ends(state, chunk: tuple[int, int]):
+    """Sweep 1 of one chunk: its instances' keys, latest ends, and the rows that tie at the latest end."""
+    cols, by_k, ncode = state
+    a, b = chunk
+    rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+    end_g = cols.end[rows].astype(np.int64)
+    latest = np.maximum.reduceat(end_g, starts)
+    return key, latest, rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))]
+
+
+def _sweep_figures(state, chunk: tuple[int, int, int]):
+    """Sweep 2 of one chunk (its instances numbered from i0): their columns and last finishers' rows."""
+    cols, blocks, inst, by_k, ncode = state
+    a, b, i0 = chunk
+    rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+    return _instance_chunk(cols, blocks, inst, rows, starts, i0)
+
+
 def instance_of(cols, inst, rows) -> np.ndarray:
     """The instance (index into inst.keys) of each of these slice rows."""
     return np.searchsorted(inst.keys, cols.k[rows].astype(np.int64) * max(len(cols.names), 1) + cols.code[rows])
 
 
-def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0: int) -> dict:
+def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0: int) -> tuple[dict, np.ndarray]:
     """The instances whose slices are ``rows`` (grouped by instance, each instance's rows in row order):
-    the instance table's definitions (docs/analysis-schema.md) on these rows alone."""
+    the instance table's definitions (docs/analysis-schema.md) on these rows alone; and each one's last
+    finisher's row."""
     g = cols.num_groups
     nloc = len(rows)
     n = np.diff(np.r_[starts, nloc])
@@ -165,8 +185,6 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
         pick = np.lexsort((lane, not_top, ~tied_g, li))
         first_l = pick[run_starts(li[pick])]
     first = rows[first_l]
-    inst.is_last[first] = True
-    inst.last_row[i0:i0 + len(starts)] = first
     # Structure: lanes with a previous top-level slice, those that waited for its whole instance, lead-ins.
     prev = cols.prev[rows].astype(np.int64)
     has_prev = prev >= 0
@@ -193,31 +211,14 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
         tied_last_lanes=tied_count, last_lead_ns=lead, depth=red(np.minimum, cols.depth[rows].astype(np.int64)),
         last_begin_ns=begin_g[first_l], last_dur_ns=dur[first_l], prev_lanes=prev_lanes,
         sync_lanes=red(np.add, synced.astype(np.int64)), lead_in_min_ns=li_min, lead_in_max_ns=li_max,
-        later_wave_lanes=red(np.add, later.astype(np.int64)))
+        later_wave_lanes=red(np.add, later.astype(np.int64))), first
 
 
-def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
-    """ktrace_phase_lane, a chunk of whole lanes at a time."""
+def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1) -> PhaseLanes:
+    """ktrace_phase_lane, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers)."""
     if not cols.n:
         return PhaseLanes.empty()
-    nph = len(cols.names)
-    out = []
-    for a, b in _lane_cuts(cols, chunk_rows):
-        lane = cols.lane[a:b].astype(np.int64)
-        pi = cols.phase_index[cols.code[a:b]]
-        key = lane * nph + pi
-        order = np.argsort(key, kind="stable")
-        starts = run_starts(key[order])
-        n = np.diff(np.r_[starts, b - a])
-        dur = (cols.end[a:b].astype(np.int64) - cols.begin[a:b])[order]
-        sums = np.add.reduceat(dur, starts)
-        lo = lane[order][starts]
-        out.append({
-            "phase_index": pi[order][starts], "block": lo // cols.num_groups, "group": lo % cols.num_groups,
-            "lane": lo, "sm": np.maximum.reduceat(cols.sm[a:b][order].astype(np.int64), starts), "instances": n,
-            "min_dur_ns": np.minimum.reduceat(dur, starts), "mean_dur_ns": fdiv(sums, n),
-            "max_dur_ns": np.maximum.reduceat(dur, starts), "sum_dur_ns": sums,
-            "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts)})
+    out = fork_map(_lanes_chunk, (cols, inst), _lane_cuts(cols, chunk_rows), jobs)
     t = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
     order = np.lexsort((t["lane"], t["phase_index"]))
     t = {k: v[order] for k, v in t.items()}
@@ -226,36 +227,40 @@ def lanes_table(cols, inst: Instances, chunk_rows: int) -> PhaseLanes:
     return PhaseLanes.from_columns(t)
 
 
-def waits_table(cols, chunk_rows: int) -> Waits:
-    """ktrace_wait, a chunk of whole lanes at a time: each chunk's waits are kept (their
-    percentiles need them all) with the chunk's longest wait per pair; the longest are merged after."""
+def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
+    cols, inst = state
+    a, b = chunk
+    nph = len(cols.names)
+    lane = cols.lane[a:b].astype(np.int64)
+    pi = cols.phase_index[cols.code[a:b]]
+    key = lane * nph + pi
+    order = np.argsort(key, kind="stable")
+    starts = run_starts(key[order])
+    n = np.diff(np.r_[starts, b - a])
+    dur = (cols.end[a:b].astype(np.int64) - cols.begin[a:b])[order]
+    sums = np.add.reduceat(dur, starts)
+    lo = lane[order][starts]
+    return {
+        "phase_index": pi[order][starts], "block": lo // cols.num_groups, "group": lo % cols.num_groups,
+        "lane": lo, "sm": np.maximum.reduceat(cols.sm[a:b][order].astype(np.int64), starts), "instances": n,
+        "min_dur_ns": np.minimum.reduceat(dur, starts), "mean_dur_ns": fdiv(sums, n),
+        "max_dur_ns": np.maximum.reduceat(dur, starts), "sum_dur_ns": sums,
+        "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts)}
+
+
+def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
+    """ktrace_wait, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers): each chunk's
+    waits are kept (their percentiles need them all) with the chunk's longest wait per pair; the longest are
+    merged after."""
     nph = len(cols.names)
     keys, ws, best = Growing(cols.n), Growing(cols.n), []
-    for a, b in _lane_cuts(cols, chunk_rows):
-        prev = cols.prev[a:b].astype(np.int64)
-        has = prev >= 0
-        nxt = np.full(b - a, -1, np.int64)
-        nxt[prev[has] - a] = np.flatnonzero(has)
-        rows = np.flatnonzero(nxt >= 0)
-        gap = cols.begin[a:b][nxt[rows]].astype(np.int64) - cols.end[a:b][rows]
-        ok = gap >= 0
-        rows, w = rows[ok], gap[ok]
-        if not len(rows):
+    for got in fork_imap(_waits_chunk, cols, _lane_cuts(cols, chunk_rows), jobs):
+        if got is None:
             continue
-        pi = cols.phase_index[cols.code[a:b]]
-        key = pi[rows] * nph + pi[nxt[rows]]
+        key, w, b = got
         keys.append(key, 0, nph * nph)
         ws.append(w, 0, int(w.max()))
-        # This chunk's longest wait per pair, and its slice by the tie rule (block, group, k).
-        longest = np.full(nph * nph, -1, np.int64)
-        np.maximum.at(longest, key, w)
-        cand = np.flatnonzero(w == longest[key])
-        g_rows = rows[cand] + a
-        top = np.lexsort((cols.k[g_rows], cols.group_of(g_rows), cols.block_of(g_rows), key[cand]))
-        first = cand[top[run_starts(key[cand][top])]]
-        g_rows = rows[first] + a
-        best.append(np.stack([key[first], w[first], cols.block_of(g_rows), cols.group_of(g_rows),
-                              cols.k[g_rows].astype(np.int64)]))
+        best.append(b)
     if not best:
         return Waits.empty()
     key, w = keys.array(), ws.array()
@@ -276,6 +281,41 @@ def waits_table(cols, chunk_rows: int) -> Waits:
     bt = bt[:, run_starts(bt[0])]  # per pair: the longest, then lowest (block, group, k)
     assert np.array_equal(bt[0], pair) and np.array_equal(bt[1], stats[5])
     return waits_columns(cols, nph, pair, *stats, bt[2], bt[3], bt[4])
+
+
+def _waits_chunk(cols, chunk: tuple[int, int]):
+    """One chunk's waits: (pair keys, waits, its longest wait per pair with that slice's block, group and k),
+    None without waits."""
+    a, b = chunk
+    nph = len(cols.names)
+    prev = cols.prev[a:b].astype(np.int64)
+    has = prev >= 0
+    nxt = np.full(b - a, -1, np.int64)
+    nxt[prev[has] - a] = np.flatnonzero(has)
+    rows = np.flatnonzero(nxt >= 0)
+    gap = cols.begin[a:b][nxt[rows]].astype(np.int64) - cols.end[a:b][rows]
+    ok = gap >= 0
+    rows, w = rows[ok], gap[ok]
+    if not len(rows):
+        return None
+    pi = cols.phase_index[cols.code[a:b]]
+    key = pi[rows] * nph + pi[nxt[rows]]
+    # This chunk's longest wait per pair, and its slice by the tie rule (block, group, k).
+    longest = np.full(nph * nph, -1, np.int64)
+    np.maximum.at(longest, key, w)
+    cand = np.flatnonzero(w == longest[key])
+    g_rows = rows[cand] + a
+    top = np.lexsort((cols.k[g_rows], cols.group_of(g_rows), cols.block_of(g_rows), key[cand]))
+    first = cand[top[run_starts(key[cand][top])]]
+    g_rows = rows[first] + a
+    best = np.stack([key[first], w[first], cols.block_of(g_rows), cols.group_of(g_rows),
+                     cols.k[g_rows].astype(np.int64)])
+    return _narrowest(key, 0, nph * nph), _narrowest(w, 0, int(w.max())), best
+
+
+def _narrowest(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max)
+    return a.astype(t, copy=False)
 
 
 def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> CriticalPath:
@@ -304,10 +344,21 @@ def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> Cr
         e = end[lo:hi][top]
         return lo + int(top[np.argmax(e)])
 
+    # The instance of a slice by its key k * phases + code: a dense table read per step where the keys are
+    # dense enough (phases of about as many instances each), else a search.
+    ncode = max(len(cols.names), 1)
+    span = int(inst.keys[-1]) + 1 if len(inst.keys) else 1
+    index_of = None
+    if span <= 4 * len(inst.keys) + 4096:
+        index_of = np.full(span, -1, np.int64)
+        index_of[inst.keys] = np.arange(len(inst.keys))
+    k_item, code_item = cols.k.item, cols.code.item
+
     def pred_of(c: int):
         p = prev.item(c)
         if p >= 0:
-            i = int(instance_of(cols, inst, p))
+            i = (index_of.item(k_item(p) * ncode + code_item(p)) if index_of is not None
+                 else int(instance_of(cols, inst, p)))
             if begin.item(c) >= inst.inst_end.item(i):
                 return inst.last_row.item(i), 0
             return p, 1
