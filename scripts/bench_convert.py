@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -188,13 +189,46 @@ with open(out, "w") as f:
 """
 
 
-def measure(cmd: list[str], *, timeout: float, cwd: str = REPO) -> dict:
-    """Run cmd; its wall time, its own peak RSS (wait4 in a fresh wrapper), exit code, stdout, stderr's tail."""
+def _tree_pss(session: int) -> int:
+    """The proportional set size (bytes) of every process in the session, summed: shared pages counted once,
+    so forked workers over one parent's columns are not counted again per worker. 0 where /proc lacks it."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != session:  # fields after the name: state, ppid, pgrp, session
+                continue
+            with open(f"/proc/{d}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _sample_pss(session: int, stop, peak: list) -> None:
+    while not stop.wait(0.05):
+        peak[0] = max(peak[0], _tree_pss(session))
+
+
+def measure(cmd: list[str], *, timeout: float, cwd: str = REPO, tree: bool = False) -> dict:
+    """Run cmd; its wall time, its own peak RSS (wait4 in a fresh wrapper), exit code, stdout, stderr's tail;
+    with tree, also the peak of its process tree's summed PSS (sampled every 50 ms: worker processes
+    included, shared pages once)."""
     with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se, \
             tempfile.NamedTemporaryFile("r", suffix=".rusage") as ru_file:
         p = subprocess.Popen([sys.executable, "-S", "-I", "-c", _WRAPPER, ru_file.name, *cmd],
                              stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         timed_out = False
+        peak, stop = [0], threading.Event()
+        sampler = threading.Thread(target=_sample_pss, args=(p.pid, stop, peak), daemon=True) if tree else None
+        if sampler is not None:
+            sampler.start()
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -205,6 +239,10 @@ def measure(cmd: list[str], *, timeout: float, cwd: str = REPO) -> dict:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             raise
+        finally:
+            if sampler is not None:
+                stop.set()
+                sampler.join()
         got = ru_file.read().split()
         so.seek(0)
         se.seek(0)
@@ -222,6 +260,7 @@ def measure(cmd: list[str], *, timeout: float, cwd: str = REPO) -> dict:
         "timed_out": timed_out,
         "stdout": stdout,
         "stderr_tail": stderr[-2000:],
+        **({"peak_tree_pss_bytes": peak[0]} if tree else {}),
     }
 
 

@@ -60,11 +60,14 @@ def _k_chunks(cols, chunk_rows: int, block: int = 1 << 22):
     counts = np.diff(np.r_[0, cum[np.r_[cuts[1:] - 1, len(per_k) - 1]]])
     bounds = np.r_[0, np.cumsum(counts)]
     nxt = bounds[:-1].copy()
+    if len(cuts) == 1:  # one range: every row, in row order
+        return np.arange(cols.n, dtype=_index_type(cols.n)), bounds
     rows = np.empty(cols.n, _index_type(cols.n))
+    # The range of each k, narrow: a stable sort of 16-bit keys is a radix sort.
+    range_of_k = np.repeat(np.arange(len(cuts)), np.diff(np.r_[cuts, len(per_k)]))
+    range_of_k = range_of_k.astype(np.int16 if len(cuts) < 2**15 else np.int64)
     for a in range(0, cols.n, block):
-        cid = np.searchsorted(cuts, cols.k[a:a + block], side="right") - 1
-        if len(cuts) < 2**15:  # a stable sort of 16-bit keys is a radix sort
-            cid = cid.astype(np.int16)
+        cid = range_of_k[cols.k[a:a + block]]
         o = np.argsort(cid, kind="stable")
         cs = cid[o]
         cnt = np.bincount(cs, minlength=len(cuts))
