@@ -43,7 +43,8 @@ from .model import Decoded, Summary
 from .outputs import check_output
 from .progress import stage
 from .report.inspect import inspect_dict
-from .workers import available_cores, in_worker, run_in_workers
+from .forked import available_cores
+from .workers import in_worker, run_in_workers
 from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",

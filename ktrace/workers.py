@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-__all__ = ["default_jobs", "run_in_workers", "fork_map", "fork_imap", "available_cores", "in_worker", "PARALLEL_MIN_BYTES"]
+from .forked import available_cores
+
+__all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
 
 _STOP_WAIT_S = 10.0  # how long a stopped worker may take to unwind before it is killed
 _busy = False  # in a worker: whether a call is running (SIGTERM then unwinds it, else exits at once)
@@ -36,14 +38,6 @@ def default_jobs(items: Sequence) -> int:
     if _total_bytes(items) < PARALLEL_MIN_BYTES:
         return 1
     return max(1, min(cores, len(items)))
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _total_bytes(items: Sequence) -> int:
@@ -148,65 +142,3 @@ def _call(fn, x):
         os._exit(130)  # unwound (files removed); the parent is stopping: no result to send back
     finally:
         _busy = False
-
-
-# -- forked workers over shared, read-only state ---------------------------------------------------------------
-# What the numpy engine uses to reduce ranges of a buffer side by side: the workers are forked copies of this
-# process, so the state (a decoder, the columns read so far) comes with them, shared page for page and never
-# pickled; only each item and its result cross a pipe.
-
-_SHARED: Any = None  # in a forked worker: the state fork_imap was given
-
-
-def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> Iterator:
-    """``fn(shared, x) for x in items``, in order, computed by up to ``jobs`` forked worker processes (in this
-    process when jobs is 1, there is one item, or the platform cannot fork). ``fn`` is a module-level function
-    (sent by name), ``shared`` is inherited by the fork (read it, never write it: a write stays in the worker).
-    An error in a worker is raised here; Ctrl-C stops the workers; none is left behind."""
-    global _SHARED
-    items = list(items)
-    ctx = _fork_context()
-    jobs = max(1, min(int(jobs), len(items)))
-    if jobs == 1 or ctx is None:
-        for x in items:
-            yield fn(shared, x)
-        return
-    import warnings
-
-    _SHARED = shared
-    try:
-        with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pool = ctx.Pool(jobs, initializer=_fork_started)
-    finally:
-        _SHARED = None
-    try:
-        yield from pool.imap(_fork_call, [(fn, x) for x in items])
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
-
-
-def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> list:
-    """``list(fork_imap(fn, shared, items, jobs))``."""
-    return list(fork_imap(fn, shared, items, jobs))
-
-
-def _fork_context():
-    import multiprocessing
-
-    try:
-        return multiprocessing.get_context("fork")
-    except ValueError:
-        return None
-
-
-def _fork_started() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _fork_call(job):
-    fn, x = job
-    return fn(_SHARED, x)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workers import fork_imap
+from ..forked import fork_imap
 from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
 __all__ = ["stream_evidence", "EVIDENCE_MAX_SLICES"]

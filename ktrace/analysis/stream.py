@@ -22,7 +22,7 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
-from ..workers import fork_imap
+from ..forked import fork_imap
 from . import structure as st
 from .evidence_stream import stream_evidence
 from .tables import figures_of, kernel_figures, phases_table

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ..workers import fork_imap, fork_map
+from ..forked import fork_imap, fork_map
 from .growing import Growing
 from .tables import waits_columns
 from .instance_math import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,

@@ -23,19 +23,12 @@ import warnings
 from typing import Iterator
 
 from ..errors import KtraceError
+from ..forked import available_cores, fork_context
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
 
 _SHM = "/dev/shm"  # parts go from a worker to the parent through files here (memory), else in the temp folder
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def batches(ranges: list, capacity_per_lane: int, band_bytes: int) -> list[list]:
@@ -49,16 +42,6 @@ def batches(ranges: list, capacity_per_lane: int, band_bytes: int) -> list[list]
     if cur:
         out.append(cur)
     return out
-
-
-def fork_context():
-    """multiprocessing's fork context, or None where there is none (the parts are then written in process)."""
-    import multiprocessing
-
-    try:
-        return multiprocessing.get_context("fork")
-    except ValueError:
-        return None
 
 
 def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState, jobs: int) -> Iterator[PartOutput]:
