@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from .decoding import BufferDecoder, decode, open_source
 from .decoding.options import decode_options as _check_options
 from .errors import InputError
-from .export.writer import write_chunks, write_trace
 from .filetypes import sibling
 from .inputs import buffer_options, is_session, is_trace, open_input
 from .model import Decoded, Summary
@@ -100,6 +99,8 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, jobs=None, *
     path = Path(out) if out is not None else default_output(source)
     src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
     check_output(path, [source, *_sidecar_given(decode_options)], "trace")
+    from .export.writer import write_trace  # here: inspect writes nothing
+
     size, summary = write_trace(src, path, tracks=tracks, progress=progress, jobs=jobs)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
 
@@ -350,7 +351,7 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
     from .analysis import analyze_opened
     from .analysis.sql_package import include_all
     from .export.annotations import annotation_chunks, append_to
-    from .export.writer import trace_chunks
+    from .export.writer import trace_chunks, write_chunks
     from .report.trace_annotations import annotations_of
 
     buffer_options([source], decode_options)

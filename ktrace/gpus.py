@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import InputError
-from .export.merge import MAX_GPUS, MergeResult, merge_chunks
-from .export.writer import write_chunks
 from .inputs import open_gpus
 from .model import Summary
 from .outputs import check_output
@@ -18,6 +16,7 @@ from .outputs import check_output
 if TYPE_CHECKING:
     from .analysis import Thresholds
     from .analysis.multigpu import CrossGpu, MultiGpuAnalysis
+    from .export.merge import MergeResult
 
 __all__ = ["merge_output", "MergedTrace", "merge", "analyze_gpus", "merged_gpus", "analyze_merged"]
 
@@ -69,6 +68,9 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
     path = Path(out) if out is not None else merge_output(sources)
     check_output(path, [*sources, *_sidecar_given(decode_options)], "merged trace")
     gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
+    from .export.merge import MAX_GPUS, MergeResult, merge_chunks
+    from .export.writer import write_chunks
+
     if len(gpus.decoders) > MAX_GPUS:
         raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
     summaries: list = []
