@@ -13,15 +13,39 @@ from ._interrupt import is_command as _is_command, quiet_interrupts as _quiet_in
 if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not a traceback
     _quiet_interrupts()
 
-from .analysis import Analysis, Thresholds  # noqa: E402
-from .api import (AnnotatedTrace, ConvertResult, MergedTrace, analyze, analyze_gpus, analyze_merged, analyze_runs,
-                  annotate, check, convert, diff, inspect, load_capture, merge, query, rule_book)
-from .decoding import decode, load_buffer
-from .inputs import is_trace
-from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError
-from .model import Decoded, Launch
+import importlib.util as _util  # noqa: E402
+from importlib import import_module as _import_module  # noqa: E402
 
-from ._version import __version__
+from ._version import __version__  # noqa: E402
+from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError  # noqa: E402
+
+# Each public name from its module, imported on first use (PEP 562): ``import ktrace`` (and the command line's
+# start, ``ktrace --help``) costs no numpy, no analysis and no engine until a name that needs them is used.
+_LAZY = {
+    **{name: "analysis" for name in ("Analysis", "Thresholds")},
+    **{name: "api" for name in ("AnnotatedTrace", "ConvertResult", "MergedTrace", "analyze", "analyze_gpus",
+                                "analyze_merged", "analyze_runs", "annotate", "check", "convert", "diff",
+                                "inspect", "load_capture", "merge", "query", "rule_book")},
+    **{name: "decoding" for name in ("decode", "load_buffer")},
+    "is_trace": "filetypes",
+    **{name: "model" for name in ("Decoded", "Launch")},
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(_import_module(f".{_LAZY[name]}", __name__), name)
+    elif not name.startswith("__") and _util.find_spec(f"{__name__}.{name}") is not None:
+        value = _import_module(f".{name}", __name__)  # a submodule (ktrace.api ...), as an eager package gave it
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "decode",

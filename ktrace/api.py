@@ -24,18 +24,10 @@ from functools import partial
 from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .abrecord import find_record
-from .analysis import Analysis, Thresholds, analyze_opened, analyze_parts, register
-from .analysis.ab_diff import with_record
-from .analysis.catalog import Capture, read_timing
-from .analysis.compare import Diff
-from .analysis.compare import diff as _diff
-from .analysis.gates import check_capture
-from .analysis.rules import Check, RuleBook, rule_book
 from .decoding import BufferDecoder, decode, open_source
 from .decoding.options import decode_options as _check_options
-from .export.writer import write_chunks, write_trace
 from .errors import InputError
 from .filetypes import sibling
 from .inputs import buffer_options, is_session, is_trace, open_input
@@ -46,6 +38,15 @@ from .report.inspect import inspect_dict
 from .forked import available_cores
 from .workers import in_worker, run_in_workers
 from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
+
+if TYPE_CHECKING:
+    from .analysis import Analysis, Thresholds
+    from .analysis.catalog import Capture
+    from .analysis.compare import Diff
+    from .analysis.rules import Check, RuleBook
+
+# convert and inspect need no analysis (nor the engine): what analyzes is imported by the functions that do,
+# so that ``ktrace convert`` and ``ktrace inspect`` start without it (tests/test_startup.py).
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
@@ -60,6 +61,14 @@ class ConvertResult:
     bytes: int
     decoder: BufferDecoder | None
     summary: Summary
+
+
+def __getattr__(name: str):  # rule_book, from the analysis layer when first asked for (PEP 562)
+    if name == "rule_book":
+        from .analysis.rules import rule_book
+
+        return rule_book
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_output(source) -> Path:
@@ -91,6 +100,8 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, jobs=None, *
     path = Path(out) if out is not None else default_output(source)
     src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
     check_output(path, [source, *_sidecar_given(decode_options)], "trace")
+    from .export.writer import write_trace  # here: inspect writes nothing
+
     size, summary = write_trace(src, path, tracks=tracks, progress=progress, jobs=jobs)
     return ConvertResult(path, size, src if isinstance(src, BufferDecoder) else None, summary)
 
@@ -133,6 +144,8 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
     """
     if isinstance(source, Decoded) or is_session(source):
+        from .analysis import analyze_opened
+
         return analyze_opened(source, thresholds)
     buffer_options([source], decode_options)
     return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine, jobs=jobs)
@@ -174,6 +187,9 @@ def _numpy_path(engine: str, dec, on_engine) -> bool:
 
 def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False, jobs=None):
     """The Analysis of a path or buffer (a Capture with its sidecar's control timings when ``capture``)."""
+    from .analysis import analyze_opened, analyze_parts
+    from .analysis.catalog import Capture
+
     buffer = engine in ("numpy", "auto") and not _is_trace_source(source)
     if engine == "numpy" and not buffer:
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
@@ -227,6 +243,8 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_opt
     returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError.
     progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``)."""
     buffer_options([source], decode_options)
+    from .analysis import register
+
     with open_input(source, engine=engine, progress=progress, **decode_options) as inp:
         register(inp.session)
         stage(progress, "running the query")
@@ -242,12 +260,17 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_opt
 
 
 def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
+    from .analysis.catalog import read_timing
+
     return read_timing(inp.source, None if inp.kind == "trace" else decode_options.get("sidecar"))
 
 
 def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
     """A capture for ``diff`` and ``check``: its Analysis and, from its sidecar, its control timings.
     An Analysis or Capture passes through; decode_options apply to a buffer (a trace ignores them)."""
+    from .analysis import Analysis
+    from .analysis.catalog import Capture
+
     if isinstance(source, Capture):
         return source
     if isinstance(source, Analysis):
@@ -263,6 +286,10 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
     the buffers among them; refused when every one is a trace. jobs: worker processes analyzing the paths
     among them (default: the cores available, capped by their number; in this process when the files are
     small; 1: one after the other, in this process); the result is the same either way. on_done(done, total) as each capture is analyzed."""
+    from .abrecord import find_record
+    from .analysis.ab_diff import with_record
+    from .analysis.compare import diff as _diff
+
     def runs(x) -> list:
         return list(x) if isinstance(x, (list, tuple)) else [x]
 
@@ -284,6 +311,10 @@ def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
+    from .analysis import analyze_opened
+    from .analysis.catalog import Capture
+    from .analysis.gates import check_capture
+
     buffer_options([source, *baselines], decode_options)
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
@@ -330,9 +361,10 @@ def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: 
     appended: the flows join the critical path track's parts; an already annotated trace is not written
     again) or a Decoded. out: default ``annotated_output(source)``. Raises InputError as ``analyze`` does.
     """
+    from .analysis import analyze_opened
     from .analysis.sql_package import include_all
     from .export.annotations import annotation_chunks, append_to
-    from .export.writer import trace_chunks
+    from .export.writer import trace_chunks, write_chunks
     from .report.trace_annotations import annotations_of
 
     buffer_options([source], decode_options)

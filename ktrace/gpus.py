@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .analysis import Thresholds, analyze_opened
-from .analysis.multigpu import CrossGpu, MultiGpuAnalysis, cross_gpu, cross_gpu_from_analyses
 from .errors import InputError
-from .export.merge import MAX_GPUS, MergeResult, merge_chunks
-from .export.writer import write_chunks
 from .inputs import open_gpus
 from .model import Summary
 from .outputs import check_output
+
+if TYPE_CHECKING:
+    from .analysis import Thresholds
+    from .analysis.multigpu import CrossGpu, MultiGpuAnalysis
+    from .export.merge import MergeResult
 
 __all__ = ["merge_output", "MergedTrace", "merge", "analyze_gpus", "merged_gpus", "analyze_merged"]
 
@@ -66,12 +68,19 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
     path = Path(out) if out is not None else merge_output(sources)
     check_output(path, [*sources, *_sidecar_given(decode_options)], "merged trace")
     gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
+    from .export.merge import MAX_GPUS, MergeResult, merge_chunks
+    from .export.writer import write_chunks
+
     if len(gpus.decoders) > MAX_GPUS:
         raise InputError(f"{len(gpus.decoders)} buffers: a merged trace holds at most {MAX_GPUS}")
     summaries: list = []
     size = write_chunks(path, merge_chunks(gpus.decoders, gpus.alignment, tracks, summaries))
     res = MergeResult(path, size, gpus.alignment, tuple(summaries))
-    return MergedTrace(res, cross_gpu(gpus.decoders, alignment=gpus.alignment) if report else None)
+    if not report:
+        return MergedTrace(res)
+    from .analysis.multigpu import cross_gpu
+
+    return MergedTrace(res, cross_gpu(gpus.decoders, alignment=gpus.alignment))
 
 
 def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: str = "offset",
@@ -79,6 +88,7 @@ def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: s
     """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
     opened once (schema ktrace.analysis.multi/1); offsets and clocks as for ``merge``. Raises InputError for
     traces or unalignable buffers (before any analysis runs)."""
+    from .analysis.multigpu import MultiGpuAnalysis, cross_gpu
     from .api import _analyze  # one way to analyze a buffer, as ktrace.analyze does
 
     gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
@@ -99,7 +109,9 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
     """A trace written by ``ktrace merge``: each GPU analyzed on its own (its process's slices only), then the
     cross-GPU figures, as ``analyze_gpus`` gives for the buffers (schema ktrace.analysis.multi/1; times on the
     merged trace's common axis). Raises InputError for a trace of fewer than two GPUs."""
+    from .analysis import analyze_opened
     from .analysis.figures import gpu_processes
+    from .analysis.multigpu import MultiGpuAnalysis, cross_gpu_from_analyses
     from .engine import open_trace
 
     name = str(trace)

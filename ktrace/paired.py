@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .choices import DEFAULT_THRESHOLD_PCT
 from .errors import InputError
 
 __all__ = ["PairedTest", "paired_test", "t_quantile", "t_two_sided_p", "sign_interval", "MIN_PAIRS",
@@ -31,7 +32,6 @@ __all__ = ["PairedTest", "paired_test", "t_quantile", "t_two_sided_p", "sign_int
 
 MIN_PAIRS = 10
 OUTLIER_MADS = 6  # a pair whose difference lies this many (normal-scaled) MADs from the median is an outlier
-DEFAULT_THRESHOLD_PCT = 0.25
 
 
 def _betacf(a: float, b: float, x: float) -> float:

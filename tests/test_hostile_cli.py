@@ -196,22 +196,31 @@ _INTERRUPTED_IMPORT = """
 import builtins, os, signal, sys
 sys.argv[0] = "/usr/bin/ktrace"  # as the console script runs
 real = builtins.__import__
+AT, ARGS = sys.argv[1], sys.argv[2:]
 
-def interrupting(name, *args, **kwargs):  # Ctrl-C exactly while ktrace imports numpy
-    if name == "numpy" and "numpy" not in sys.modules:
+def interrupting(name, *args, **kwargs):  # Ctrl-C exactly while ktrace imports AT
+    if name == AT and AT not in sys.modules:
         os.kill(os.getpid(), signal.SIGINT)
     return real(name, *args, **kwargs)
 
 builtins.__import__ = interrupting
 from ktrace.cli import main
+sys.exit(main(ARGS))
 """
 
 
-def test_ctrl_c_during_the_start_up_imports_exits_130_without_a_traceback():
-    p = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=120,
-                       preexec_fn=interruptible)
+@pytest.mark.parametrize("module,args", [
+    ("argparse", ["--help"]),  # the start-up imports: the command line's own modules, before main runs
+    ("numpy", ["inspect", str(sample("warpgroups"))]),  # a command's imports, once main runs it
+])
+def test_ctrl_c_during_the_start_up_imports_exits_130_without_a_traceback(module, args):
+    p = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT, module, *args], capture_output=True, text=True,
+                       timeout=120, preexec_fn=interruptible)
     assert p.returncode == 130 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip() == "ktrace: interrupted"
+
+
+def test_ctrl_c_a_moment_after_the_start_exits_130_without_a_traceback():
     for delay in (0.3, 0.6):  # and a real Ctrl-C a moment after the start (the imports, or the command)
         q = subprocess.Popen([shutil.which("ktrace") or "ktrace", "inspect", str(sample("warpgroups"))],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)

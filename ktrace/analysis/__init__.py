@@ -14,22 +14,21 @@ check it).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import jsonfmt
 from ..filetypes import TRACE_SUFFIXES
-from ..model import Decoded
 from ..progress import stage
-from .data_quality import DataQuality, data_quality
-from .figures import sql_figures
-from .findings import Finding, Thresholds, find, format_ns, tick_of
-from .stream import decoder_figures, numpy_figures, stream_figures
-from .results import (CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases,
-                      Waits)
-from .sql_package import bundle_sql, register, sql_modules
+from .thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from .data_quality import DataQuality
+    from .findings import Finding
+    from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
 
 __all__ = [
-    "analyze",
     "analyze_opened",
     "Analysis",
     "ANALYSIS_SCHEMA",
@@ -47,15 +46,41 @@ __all__ = [
     "CriticalShares",
     "numpy_figures",
     "stream_figures",
+    "decoder_figures",
     "analyze_parts",
     "sql_figures",
     "sql_modules",
     "register",
     "bundle_sql",
-    "is_trace_path",
-    "temporary_trace",
     "format_ns",
 ]
+
+# The names this package gives, each imported from its module on first use (PEP 562): importing
+# ktrace.analysis.thresholds or .sql_package (what ``ktrace analyze --help`` lists) then costs no numpy.
+_LAZY = {
+    "DataQuality": "data_quality", "sql_figures": "figures",
+    "Finding": "findings", "find": "findings", "format_ns": "findings", "tick_of": "findings",
+    "numpy_figures": "stream", "stream_figures": "stream", "decoder_figures": "stream", "bundle_sql": "sql_package", "register": "sql_package",
+    "sql_modules": "sql_package",
+    **{name: "results" for name in ("CriticalPath", "CriticalShares", "Figures", "Kernel", "PhaseInstances",
+                                    "PhaseLanes", "Phases", "Waits")},
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")  # a submodule, as an eager package gave it
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 ANALYSIS_SCHEMA = "ktrace.analysis/2"
 
@@ -128,6 +153,8 @@ class Analysis:
     @property
     def data_quality(self) -> DataQuality:
         """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
+        from .data_quality import data_quality
+
         return data_quality(self.figures.launch)
 
     @property
@@ -183,9 +210,15 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     summary: the buffer's Summary when the Decoded holds only its slices (``numpy_figures``); progress: told
     of each SQL module as it runs (``ktrace.progress``).
     Any other input goes through ``ktrace.analyze``."""
+    from ..model import Decoded
+
     th = thresholds or Thresholds()
     if isinstance(source, Decoded):
+        from .stream import numpy_figures
+
         return _finish(name or str(source.source), "numpy", numpy_figures(source, summary), th)
+    from .figures import sql_figures
+
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
 
@@ -197,10 +230,14 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
     th = thresholds or Thresholds()
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
     on_part = None if progress is None else (lambda lanes: progress(lanes[1], dec.lanes))
+    from .stream import decoder_figures
+
     fig = decoder_figures(dec, jobs=jobs, progress=progress, on_part=on_part)
     return _finish(name, "numpy", fig, th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:
+    from .findings import find, tick_of
+
     return Analysis(source=source, engine=engine, figures=fig, findings=find(fig, th), thresholds=th,
                     tick_ns=tick_of(fig, th))

@@ -14,7 +14,7 @@ from .._version import __version__
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
-from ._common import Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
+from ._common import Parser, Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -22,7 +22,7 @@ COMMAND_MODULES = (convert, analysis, capture, view, compare, merge)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ktrace",
         description="Per-block timelines of CUDA kernels instrumented with FlashInfer's profiler macros.",
         epilog="Exit codes: 0 ok, 1 a CI gate failed, 2 bad input, 3 environment missing.",

@@ -10,14 +10,29 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..choices import ALIGN_MODES, ENGINES, TRACK_MODES
 from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
-__all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
+__all__ = ["Parser", "EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
            "process_count",
            "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
            "console", "append", "report_error", "guard_outputs", "command_files", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose description and epilog may be callables, called when its help is shown: text
+    computed from a heavy module (analyze's threshold defaults, query's table names) then costs nothing when
+    another command runs or ``ktrace --help`` is printed. Registering a command imports no layer that does
+    the work (tests/test_startup.py)."""
+
+    def format_help(self) -> str:
+        for name in ("description", "epilog"):
+            text = getattr(self, name)
+            if callable(text):
+                setattr(self, name, text())
+        return super().format_help()
 
 
 def decode_options(p: argparse.ArgumentParser) -> None:
@@ -58,16 +73,12 @@ def decode_kwargs(a) -> dict:
 def tracks_option(p, help: str = "track tree: launch > SM > block > group (sm, default), launch > block > group, "
                   "or flat") -> None:
     """--tracks, as every command that writes a trace takes it."""
-    from ..export.tracks import TRACK_MODES
-
     p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
 
 
 def engine_option(p, numpy: bool = False) -> None:
     """--engine, as every command that queries a trace takes it; ``numpy``: analyze also computes a buffer's
     figures with numpy, no trace processor."""
-    from ..engine.session import ENGINES
-
     if numpy:
         p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
                        help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
@@ -157,8 +168,6 @@ def apply_timeout(a):
 
 def align_option(p) -> None:
     """--align, as every command that takes several GPUs' buffers takes it."""
-    from ..decoding.align import ALIGN_MODES
-
     p.add_argument("--align", choices=ALIGN_MODES, default="offset",
                    help="several buffers: by the clock offsets measured at capture (offset, default; needs each "
                         "buffer's time anchor) or by each buffer's first record (start)")

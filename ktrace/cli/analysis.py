@@ -28,9 +28,9 @@ def register(sub) -> None:
         description="Per-phase figures over all blocks (max/mean, start skew, last-finisher stability, waits, "
         "critical path), computed by the ktrace SQL package in Perfetto's trace processor, and the findings "
         "they support. Findings come first, then a table per phase.",
-        epilog=f"Thresholds (NAME=VALUE, default in parentheses): {_threshold_names()}. The JSON schema is "
-        "ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) are "
-        "warned of first, as data_quality in the JSON.")
+        epilog=lambda: f"Thresholds (NAME=VALUE, default in parentheses): {_threshold_names()}. The JSON schema "
+        "is ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) "
+        "are warned of first, as data_quality in the JSON.")
     a.add_argument("source", metavar="TRACE|BUF", nargs="+",
                    help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first); several "
                    "buffers (one per GPU): each analyzed, then a table across GPUs")
@@ -58,9 +58,9 @@ def register(sub) -> None:
 
     q = sub.add_parser(
         "query", help="run PerfettoSQL on a trace, with the ktrace SQL package registered",
-        description="Run PerfettoSQL on a trace. The ktrace package is registered, its tables are not loaded: "
-        "start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (every table but the multi-GPU "
-        f"ones) or the module named below. Tables by module: {_table_names()} (docs/analysis-schema.md).")
+        description=lambda: "Run PerfettoSQL on a trace. The ktrace package is registered, its tables are not "
+        "loaded: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (every table but the "
+        f"multi-GPU ones) or the module named below. Tables by module: {_table_names()} (docs/analysis-schema.md).")
     q.add_argument("source", metavar="TRACE|BUF", nargs="?",
                    help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first)")
     q.add_argument("sql", metavar="SQL", nargs="?", help="the query (or use -f)")
@@ -75,10 +75,10 @@ def register(sub) -> None:
     decode_options(q)
 
 
-def _threshold_names() -> str:
+def _threshold_names() -> str:  # shown by analyze --help only (cli._common.Parser)
     from dataclasses import fields
 
-    from ..analysis import Thresholds
+    from ..analysis.thresholds import Thresholds
 
     return ", ".join(f"{f.name} ({'auto' if f.name == 'tick_ns' and not f.default else f'{f.default:g}'})"
                      for f in fields(Thresholds))

@@ -17,7 +17,7 @@ import os
 import sys
 
 from ..errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
-from ..paired import DEFAULT_THRESHOLD_PCT
+from ..choices import DEFAULT_THRESHOLD_PCT
 from ._common import report_error, tracks_option
 
 __all__ = ["register", "HANDLERS"]

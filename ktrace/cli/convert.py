@@ -34,10 +34,8 @@ def _big(path: str) -> bool:
 
 
 def _cmd_convert(a) -> int:
-    from rich.text import Text
-
     from ..api import convert
-    from ..report.safe_text import printable, safe_console
+    from ..report.safe_text import printable
 
     with progress_bar("writing trace", _big(a.buffer), unit="lanes") as cb:
         res = convert(a.buffer, a.output, tracks=a.tracks, progress=cb, jobs=a.jobs, **decode_kwargs(a))
@@ -48,7 +46,11 @@ def _cmd_convert(a) -> int:
     print(printable(f"{res.path}: {res.bytes:,} bytes; {sm.slices:,} slices, {sm.instants:,} instants, "
                     f"{sm.anomalous_records:,} anomalous records ({anomalies}) from {sm.records:,} records; "
                     f"{layout}"))
-    if sm.notes:
+    if sm.notes:  # rich only for this coloured line
+        from rich.text import Text
+
+        from ..report.safe_text import safe_console
+
         notes = ", ".join(f"{k}: {n:,} lanes" for k, n in sorted(sm.notes.items()))
         line = Text.assemble(("notes", "yellow"), printable(f": {notes} (ktrace inspect {a.buffer} explains them)"))
         safe_console(stderr=True).print(line)
@@ -64,14 +66,14 @@ def print_inspect(buffer: str) -> None:
 
 
 def _print_info(info: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(info, indent=2, sort_keys=False))
+        return
     from rich.console import Console
 
     from ..report.inspect import inspect_text
     from ..report.safe_text import safe_console
 
-    if as_json:
-        print(json.dumps(info, indent=2, sort_keys=False))
-        return
     con = console() if not sys.stdout.isatty() else safe_console(width=max(100, Console().width))
     for r in inspect_text(info):
         con.print(r)

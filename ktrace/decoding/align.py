@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..choices import ALIGN_MODES
 from ..errors import InputError
 from ..model import Decoded
 from ..sidecar import read_sidecar
 
 __all__ = ["ALIGN_MODES", "GpuClock", "Alignment", "Shifted", "align", "shift_decoded", "open_decoders"]
 
-ALIGN_MODES = ("offset", "start")
 UNANCHORED = "first record"
 
 

@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
+from ktrace.choices import ENGINES
 from ktrace.engine.backend import Backend, UnsupportedRequest
 from ktrace.engine.framing import Framing
 from ktrace.engine.result import QueryResult, decode
@@ -18,7 +19,6 @@ from ktrace.progress import stage
 
 __all__ = ["Session", "open_trace", "ENGINES"]
 
-ENGINES = ("auto", "wasm", "native")
 CHUNK_BYTES = 32 << 20
 _PACKET_TAG = 0x0A  # Trace.packet: field 1, length-delimited. Every protobuf trace starts with it.
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..choices import TRACK_MODES
 from ..model import Decoded
 
 __all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "TRACK_MODES", "LAUNCH_UUID",
            "PROCESS_UUID", "GPU_UUID_STRIDE"]
 
-TRACK_MODES = ("sm", "block", "flat")
 LAUNCH_UUID = 1 << 44
 PROCESS_UUID = 1 << 45  # a merged trace's per-GPU process track (plus the GPU's uuid_offset)
 GPU_UUID_STRIDE = 1 << 48  # uuid_offset of the i-th GPU of a merged trace: i * GPU_UUID_STRIDE

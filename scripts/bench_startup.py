@@ -1,0 +1,91 @@
+"""Benchmark the command line's start: wall time of whole fresh processes, each against the floor of the same
+run (``python -c pass``: the interpreter's own start).
+
+    python scripts/bench_startup.py [--runs 11] [--sample samples/balanced_ktrace.bin] [--json OUT]
+
+Each case runs --runs times in a fresh process (this interpreter, this checkout first on PYTHONPATH), the
+cases interleaved so that a burst of load from other jobs lands on all of them; the median and the fastest
+run are printed with the median's ratio to the floor's. Cases: the floor; ``import numpy`` (what the
+command line used to pay before it printed anything); ``ktrace --help`` as ``python -m ktrace`` and as the
+console script runs it (``from ktrace.cli import main``); ``convert --help``; ``analyze --help``; and
+``inspect`` and ``convert`` of a small real capture. Target (issue 25): every ``--help`` under 0.3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TARGET_S = 0.3
+_CONSOLE = "import sys; from ktrace.cli import main; sys.argv[0] = 'ktrace'; sys.exit(main(sys.argv[1:]))"
+
+
+def _cases(sample: str, out: str) -> dict[str, list[str]]:
+    py = sys.executable
+    return {
+        "python -c pass (floor)": [py, "-c", "pass"],
+        "python -c 'import numpy'": [py, "-c", "import numpy"],
+        "ktrace --help (python -m ktrace)": [py, "-m", "ktrace", "--help"],
+        "ktrace --help (console script)": [py, "-c", _CONSOLE, "--help"],
+        "ktrace convert --help": [py, "-m", "ktrace", "convert", "--help"],
+        "ktrace analyze --help": [py, "-m", "ktrace", "analyze", "--help"],
+        f"ktrace inspect {os.path.basename(sample)}": [py, "-m", "ktrace", "inspect", sample],
+        f"ktrace convert {os.path.basename(sample)}": [py, "-m", "ktrace", "convert", sample, "-o", out, "-j", "1"],
+    }
+
+
+def _wall(cmd: list[str], env: dict) -> float:
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr.decode(errors='replace')}")
+    return wall
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=11, help="runs per case (default 11); the median is reported")
+    ap.add_argument("--sample", default=os.path.join(REPO, "samples", "balanced_ktrace.bin"),
+                    help="the capture inspect and convert read (default: samples/balanced_ktrace.bin)")
+    ap.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    a = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        cases = _cases(a.sample, os.path.join(tmp, "out.perfetto-trace"))
+        for cmd in cases.values():  # warm the file cache and the bytecode caches once, not timed
+            _wall(cmd, env)
+        walls: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(a.runs):
+            for name, cmd in cases.items():
+                walls[name].append(_wall(cmd, env))
+    floor = statistics.median(walls["python -c pass (floor)"])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{sys.executable} (Python {sys.version.split()[0]}), {os.cpu_count()} cores, load average {load:.1f}, "
+          f"{a.runs} runs per case")
+    print(f"{'case':<40} {'median':>8} {'fastest':>8} {'x floor':>8}")
+    rows = {}
+    for name, w in walls.items():
+        med = statistics.median(w)
+        mark = ""
+        if "--help" in name:
+            mark = "  ok (< 0.3 s)" if med < TARGET_S else "  OVER 0.3 s"
+        print(f"{name:<40} {med:>7.3f}s {min(w):>7.3f}s {med / floor:>7.2f}x{mark}")
+        rows[name] = {"median_s": med, "fastest_s": min(w), "ratio_to_floor": med / floor, "walls_s": w}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"python": sys.version, "cores": os.cpu_count(), "load_average": load, "runs": a.runs,
+                       "cases": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

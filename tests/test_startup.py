@@ -1,0 +1,116 @@
+"""What the command line imports to start: ``ktrace --help`` and every command's ``--help`` build the parser
+without numpy, the analysis, the engine or rich; ``ktrace convert`` and ``ktrace inspect`` of a real capture
+never import the analysis or the engine. Each case runs the command line in a fresh interpreter and reads its
+``sys.modules`` after ``main`` returns (how fast it starts is measured by scripts/bench_startup.py, not here).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, sample
+
+# The command line of the console script (sys.argv[0] "ktrace"), then the modules it imported, as JSON.
+_RUN = """
+import json, sys
+sys.argv = ["ktrace", *sys.argv[1:]]
+from ktrace.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:  # --help
+    rc = e.code
+sys.stdout.flush()
+print("\\n" + json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
+"""
+
+HEAVY = ("numpy", "rich", "ktrace.analysis", "ktrace.api", "ktrace.engine", "ktrace.decoding", "ktrace.export",
+         "ktrace.capture", "ktrace.inputs")
+ANALYSIS = ("ktrace.analysis", "ktrace.engine", "wasmtime", "matplotlib")
+
+
+def _modules(*args, cwd=None) -> tuple[int, list[str], str]:
+    p = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True, timeout=300,
+                       cwd=cwd or ROOT)
+    assert p.stdout.strip(), p.stderr
+    last = json.loads(p.stdout.strip().splitlines()[-1])
+    return last["rc"], last["modules"], p.stdout
+
+
+def _of(modules: list[str], prefixes) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def test_ktrace_help_imports_no_layer_that_does_the_work():
+    rc, modules, out = _modules("--help")
+    assert rc == 0 and "usage: ktrace" in out
+    assert _of(modules, HEAVY) == []
+
+
+@pytest.mark.parametrize("command", ["convert", "inspect", "analyze", "query", "diff", "check", "merge", "view",
+                                     "run", "calibrate"])
+def test_a_command_s_help_imports_no_numpy(command):
+    rc, modules, out = _modules(command, "--help")
+    assert rc == 0 and f"usage: ktrace {command}" in out
+    # analyze --help lists the thresholds and query --help the SQL package's tables: those two modules only
+    assert set(_of(modules, HEAVY)) <= {"ktrace.analysis", "ktrace.analysis.thresholds", "ktrace.analysis.sql_package"}
+
+
+def test_analyze_and_query_help_still_list_the_thresholds_and_tables():
+    _, _, out = _modules("analyze", "--help")
+    words = " ".join(out.split())
+    assert "imbalance (1.1)" in words and "tick_ns (auto)" in words
+    _, _, out = _modules("query", "--help")
+    words = " ".join(out.split())
+    assert "ktrace.phases:" in words and "ktrace_phase" in words
+
+
+def test_convert_of_a_real_capture_imports_no_analysis_no_engine_and_no_rich(tmp_path):
+    out = tmp_path / "b.perfetto-trace"
+    rc, modules, text = _modules("convert", sample("balanced_ktrace"), "-o", out, "-j", "1")
+    assert rc == 0 and out.stat().st_size > 0 and "slices" in text
+    assert _of(modules, ANALYSIS) == [] and _of(modules, ("rich",)) == []
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_inspect_of_a_real_capture_imports_no_analysis_and_no_engine(json_out):
+    rc, modules, text = _modules("inspect", sample("warpgroups"), *(["--json"] if json_out else []))
+    assert rc == 0 and ("ktrace.inspect/1" in text if json_out else "layout" in text)
+    assert _of(modules, ANALYSIS) == [] and _of(modules, ("ktrace.export", "perfetto")) == []  # it writes nothing
+    if json_out:  # JSON needs no console
+        assert _of(modules, ("rich",)) == []
+
+
+_FACADE = """
+import json, sys
+import ktrace
+before = sorted(m for m in sys.modules if m.startswith(("numpy", "ktrace.")))
+from ktrace import analyze, Analysis, Thresholds, rule_book, is_trace
+from ktrace import *  # every name of __all__ resolves
+names = [n for n in ktrace.__all__ if n not in dir(ktrace)]
+print(json.dumps({"before": before, "missing_from_dir": names, "analyze": analyze is ktrace.api.analyze,
+                  "thresholds": Thresholds is ktrace.analysis.Thresholds, "version": ktrace.__version__,
+                  "submodule": ktrace.decoding.decode is ktrace.decode, "rule_book": callable(rule_book)}))
+"""
+
+
+def test_import_ktrace_gives_every_public_name_on_first_use():
+    p = subprocess.run([sys.executable, "-c", _FACADE], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [m for m in got["before"] if m == "numpy" or m.startswith("ktrace.analysis")] == []
+    assert got["missing_from_dir"] == [] and got["analyze"] and got["thresholds"] and got["submodule"]
+    assert got["rule_book"] and got["version"]
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    import ktrace
+
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        ktrace.nonexistent  # noqa: B018
+    import ktrace.analysis
+
+    with pytest.raises(AttributeError):
+        ktrace.analysis.nonexistent  # noqa: B018
