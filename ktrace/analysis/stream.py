@@ -48,7 +48,6 @@ class Columns:
         self.capacity = capacity
         self._lane_totals: list = []
         self._blocks: list = []
-        self._event_group: list = []
         self._event_lane: list = []
         self._durs: list = []
         self.first_begin: dict[int, int] = {}
@@ -65,7 +64,6 @@ class Columns:
         base, m = self.n, r.n
         self._lane_totals.append(r.lane_totals)
         self._blocks.append(r.blocks)
-        self._event_group.append(r.event_group)
         self._event_lane.append(r.event_lane)
         self._durs.append(r.durs)
         if sum(map(len, self._durs)) > 1 << 22:  # merged as they come: held once, as distinct values
@@ -154,7 +152,6 @@ class PartReduction:
         begin, end = sl.begin_ns.astype(np.int64, copy=False), sl.end_ns.astype(np.int64, copy=False)
         self.lane_totals = st.lane_totals(sl.lane, sl.block, sl.group, sl.sm, begin, end, top)
         self.blocks = st.block_extents(sl.block, sl.sm, sl.lane, begin, end)[:-1]
-        self.event_group = st.unique_columns(sl.event, sl.group)
         self.event_lane = st.unique_columns(sl.event, sl.lane, return_counts=True)
         self.durs = np.unique(end - begin)
         first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
@@ -266,7 +263,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
                             cols.n, cols.lanes_with_slices, len(cols.names))
     stage(progress, "phase instances")
     inst = instance_sweeps(cols, blocks, chunk_rows, jobs)
-    groups = cols.code_pairs(cols._event_group)
+    groups = cols.code_pairs([np.stack([p[0][0], p[0][1] % cols.num_groups]) for p in cols._event_lane])
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
     stage(progress, "lanes and waits")
