@@ -172,3 +172,28 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
             assert main(["analyze", buf, "--engine", "numpy", "--json", "--jobs", jobs]) == 0
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and b'"engine": "numpy"' in outs[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc") or __import__("shutil").which("pgrep") is None,
+                    reason="needs /proc and pgrep to see the workers")
+def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    buf, _ = _bench_convert().buffer_path(str(tmp_path), 4_000_000, 2, 1)
+    p = subprocess.Popen([sys.executable, "-m", "ktrace", "analyze", buf, "--json", "--jobs", "2"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    kids: list[str] = []
+    deadline = time.monotonic() + 60
+    while not kids and p.poll() is None and time.monotonic() < deadline:  # the workers are running
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        time.sleep(0.05)
+    assert kids, "no worker process seen"
+    os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    assert p.wait(timeout=30) == 130
+    assert p.stderr.read().decode().strip().splitlines()[-1] == "ktrace: interrupted"
+    time.sleep(0.5)
+    assert not [k for k in kids if os.path.exists(f"/proc/{k}")], "a worker was left behind"
