@@ -103,19 +103,21 @@ def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
             tracks.append(Track(SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
     for b in blocks.tolist():
         lanes = lanes_present[lanes_present // ng == b] if ng > 1 else np.array([b])
+        # Without SM tracks, the block's track name says its SM (slices carry no sm arg to say it).
+        block_name = f"block {b}" if mode == "sm" else f"block {b} · {_sm_label(int(block_sm[b]))}"
         if mode == "flat":
             for ln in lanes.tolist():
                 g = ln % ng
-                name = f"block {b}" if ng == 1 else f"block {b} / {L.group_name(g)}"
+                name = block_name if ng == 1 else f"{block_name} / {L.group_name(g)}"
                 tracks.append(Track(ln + 1, LAUNCH_UUID, name, ln, lane_description(b, g, int(block_sm[b]))))
                 lane_uuid[ln] = ln + 1
             continue
         parent = SM_BASE + int(block_sm[b]) + 1 if mode == "sm" else LAUNCH_UUID
         if ng == 1:
-            tracks.append(Track(b + 1, parent, f"block {b}", b, lane_description(b, 0, int(block_sm[b]))))
+            tracks.append(Track(b + 1, parent, block_name, b, lane_description(b, 0, int(block_sm[b]))))
             lane_uuid[b] = b + 1
             continue
-        tracks.append(Track(BLOCK_BASE + b, parent, f"block {b}", b))
+        tracks.append(Track(BLOCK_BASE + b, parent, block_name, b))
         for ln in lanes.tolist():
             g = ln % ng
             tracks.append(Track(ln + 1, BLOCK_BASE + b, L.group_name(g), g, lane_description(b, g, int(block_sm[b]))))
