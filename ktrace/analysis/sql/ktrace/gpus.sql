@@ -8,6 +8,10 @@
 
 INCLUDE PERFETTO MODULE ktrace.lanes;
 
+-- The slices of the GPUs' processes (none in a trace of one buffer).
+CREATE PERFETTO VIEW _ktrace_gpu_slice AS
+SELECT * FROM slice WHERE +track_id IN (SELECT id FROM process_track);
+
 -- One row per (GPU, phase instance).
 CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
   -- Position of the GPU's buffer among the merged ones (its process's pid - 1).
@@ -32,7 +36,11 @@ SELECT
   COUNT(*) AS lanes,
   MIN(s.ts) AS begin_ns,
   MAX(s.ts + s.dur) AS end_ns
-FROM _ktrace_lane_phase_slices!((SELECT * FROM slice WHERE +track_id IN (SELECT id FROM process_track))) AS s
+FROM (
+  SELECT s.name AS phase, s.ts, s.dur, s.track_id, i.k
+  FROM _ktrace_gpu_slice AS s
+  JOIN _ktrace_instance_k!(_ktrace_gpu_slice) AS i USING (id)
+) AS s
 JOIN process_track AS t ON s.track_id = t.id
 JOIN process AS p USING (upid)
 GROUP BY p.upid, s.phase, s.k;

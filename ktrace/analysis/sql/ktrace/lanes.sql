@@ -46,23 +46,32 @@ FROM track t JOIN lane l ON t.parent_id = l.id
 WHERE t.id NOT IN (SELECT id FROM lane)
 ORDER BY track_id;
 
+-- The overlap tracks: the lane track each belongs to.
+CREATE PERFETTO TABLE _ktrace_overlap_track AS
+SELECT track_id, lane_track_id FROM _ktrace_lane_track WHERE track_id != lane_track_id ORDER BY track_id;
+
 -- The phase slices among the slices of `src` (slice rows): a BEGIN/END pair of one event on one lane, i.e.
 -- every slice on a lane track but instants and anomaly markers (instants that carry debug.instant or
--- debug.seq). Columns: id, ts, dur, phase, track_id, depth, lane_track_id, block, grp, sm and k (the
--- instance: the k-th slice of this phase on this lane, from 0).
-CREATE PERFETTO MACRO _ktrace_lane_phase_slices(src TableOrSubquery)
+-- debug.seq). Columns: id, ts, dur, name, track_id, depth, arg_set_id, lane_track_id.
+CREATE PERFETTO MACRO _ktrace_lane_slices(src TableOrSubquery)
 RETURNS TableOrSubquery AS
 (
-  SELECT
-    id, ts, dur, phase, track_id, depth, lane_track_id, block, grp, sm,
-    ROW_NUMBER() OVER (PARTITION BY lane_track_id, phase ORDER BY ts, id) - 1 AS k
-  FROM (
-    SELECT
-      s.id, s.ts, s.dur, s.name AS phase, s.track_id, s.depth, l.lane_track_id, l.block, l.grp,
-      IIF(s.arg_set_id IS NULL, l.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), l.sm)) AS sm
-    FROM $src AS s
-    JOIN _ktrace_lane_track AS l USING (track_id)
-    WHERE s.dur > 0 OR s.arg_set_id IS NULL
-      OR (extract_arg(s.arg_set_id, 'debug.instant') IS NULL AND extract_arg(s.arg_set_id, 'debug.seq') IS NULL)
-  )
+  SELECT id, ts, dur, name, track_id, depth, arg_set_id,
+    IIF(track_id IN (SELECT track_id FROM _ktrace_overlap_track),
+        (SELECT o.lane_track_id FROM _ktrace_overlap_track o WHERE o.track_id = s.track_id), track_id) AS lane_track_id
+  FROM $src AS s
+  WHERE +track_id IN (SELECT track_id FROM _ktrace_lane_track)
+    AND (dur > 0 OR arg_set_id IS NULL
+      OR (extract_arg(arg_set_id, 'debug.instant') IS NULL AND extract_arg(arg_set_id, 'debug.seq') IS NULL))
+);
+
+-- Each phase slice's instance k: its rank among its lane's slices of its phase. Slice ids are handed out in
+-- begin order (the engine parses events in timestamp order, keeping the file's order between equal
+-- timestamps), so the rank by id is the rank by begin, ties broken as the lane's sequence breaks them. A
+-- window over two narrow columns: the trace processor's windows cost by the width of what they carry.
+CREATE PERFETTO MACRO _ktrace_instance_k(src TableOrSubquery)
+RETURNS TableOrSubquery AS
+(
+  SELECT id, ROW_NUMBER() OVER (PARTITION BY lane_track_id, name ORDER BY id) - 1 AS k
+  FROM _ktrace_lane_slices!($src)
 );

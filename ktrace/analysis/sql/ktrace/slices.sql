@@ -71,23 +71,30 @@ SELECT COALESCE(
   (SELECT MAX(grp) + 1 FROM _ktrace_lane_track),
   1) AS n;
 
+-- The phase slices' instances (ktrace.lanes).
+CREATE PERFETTO TABLE _ktrace_slice_k AS
+SELECT id, k FROM _ktrace_instance_k!(_ktrace_source_slice)
+ORDER BY id;
+
 -- The phase slices with their lane's columns, read once.
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
-  id,
-  ts,
-  dur,
-  ts + dur AS end_ts,
-  phase,
-  block,
-  grp,
-  sm,
-  k,
-  block * (SELECT n FROM _ktrace_groups) + grp AS lane,
-  track_id,
-  depth
-FROM _ktrace_lane_phase_slices!(_ktrace_source_slice)
-ORDER BY id;
+  s.id,
+  s.ts,
+  s.dur,
+  s.ts + s.dur AS end_ts,
+  s.name AS phase,
+  l.block,
+  l.grp,
+  IIF(s.arg_set_id IS NULL, l.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), l.sm)) AS sm,
+  i.k,
+  l.block * (SELECT n FROM _ktrace_groups) + l.grp AS lane,
+  s.track_id,
+  s.depth
+FROM _ktrace_source_slice AS s
+JOIN _ktrace_lane_track AS l USING (track_id)
+JOIN _ktrace_slice_k AS i USING (id)
+ORDER BY s.id;
 
 -- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants.
 CREATE PERFETTO VIEW ktrace_phase_slice(
