@@ -333,7 +333,7 @@ def test_imbalance_capture_blocks_in_numeric_order(opened, artifacts):
     assert drawn == [f"block {b} · SM {sm_of_block[b]}" for b in range(132)]  # no SM tracks: the name says it
     assert drawn.index(f"block 2 · SM {sm_of_block[2]}") < drawn.index(f"block 10 · SM {sm_of_block[10]}")
 
-    # The slow block, as a user finds it: click its longest compute phase, read the phase's args.
+    # The slow block, as a user finds it: click its longest compute phase on the row named for its block.
     slow = ui.query(f"select s.ts, s.dur {phase} and s.name = 'compute' and {_LANE} glob 'block 17 · *' "
                     "order by s.dur desc limit 1")[0]
     ui.hide_sidebar()

@@ -182,7 +182,7 @@ def track_packets(tracks: list, parents: set, description: str | None = None, sp
 
 def hull_packets(hulls, space) -> bytes:
     """Slices that give collapsed SM and block tracks something to show: one per track, from the first
-    BEGIN to the last END under it. Named inline, without args: they are not phase slices (no debug.k)."""
+    BEGIN to the last END under it. Named inline, without args: they are on no lane track, so no phase slices."""
     pb = _pb2()
     out = bytearray()
     for uuid, t0, t1, name in hulls:
