@@ -8,9 +8,14 @@
 
 INCLUDE PERFETTO MODULE ktrace.lanes;
 
--- The slices of the GPUs' processes (none in a trace of one buffer).
-CREATE PERFETTO VIEW _ktrace_gpu_slice AS
-SELECT * FROM slice WHERE +track_id IN (SELECT id FROM process_track);
+-- The phase slices of the GPUs' processes (none in a trace of one buffer), and their instances.
+CREATE PERFETTO TABLE _ktrace_gpu_slice AS
+SELECT id, ts, dur, name, track_id, lane_track_id
+FROM _ktrace_lane_slices!((SELECT * FROM slice WHERE +track_id IN (SELECT id FROM process_track)));
+
+CREATE PERFETTO TABLE _ktrace_gpu_slice_k AS
+SELECT id, k FROM _ktrace_instance_k!(_ktrace_gpu_slice)
+ORDER BY id;
 
 -- One row per (GPU, phase instance).
 CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
@@ -39,7 +44,7 @@ SELECT
 FROM (
   SELECT s.name AS phase, s.ts, s.dur, s.track_id, i.k
   FROM _ktrace_gpu_slice AS s
-  JOIN _ktrace_instance_k!(_ktrace_gpu_slice) AS i USING (id)
+  JOIN _ktrace_gpu_slice_k AS i USING (id)
 ) AS s
 JOIN process_track AS t ON s.track_id = t.id
 JOIN process AS p USING (upid)

@@ -46,32 +46,28 @@ FROM track t JOIN lane l ON t.parent_id = l.id
 WHERE t.id NOT IN (SELECT id FROM lane)
 ORDER BY track_id;
 
--- The overlap tracks: the lane track each belongs to.
-CREATE PERFETTO TABLE _ktrace_overlap_track AS
-SELECT track_id, lane_track_id FROM _ktrace_lane_track WHERE track_id != lane_track_id ORDER BY track_id;
-
 -- The phase slices among the slices of `src` (slice rows): a BEGIN/END pair of one event on one lane, i.e.
 -- every slice on a lane track but instants and anomaly markers (instants that carry debug.instant or
--- debug.seq). Columns: id, ts, dur, name, track_id, depth, arg_set_id, lane_track_id.
+-- debug.seq). Columns: the slice's id, ts, dur, name, track_id, depth, arg_set_id and its lane track's
+-- lane_track_id, block, grp, sm.
 CREATE PERFETTO MACRO _ktrace_lane_slices(src TableOrSubquery)
 RETURNS TableOrSubquery AS
 (
-  SELECT id, ts, dur, name, track_id, depth, arg_set_id,
-    IIF(track_id IN (SELECT track_id FROM _ktrace_overlap_track),
-        (SELECT o.lane_track_id FROM _ktrace_overlap_track o WHERE o.track_id = s.track_id), track_id) AS lane_track_id
+  SELECT s.id, s.ts, s.dur, s.name, s.track_id, s.depth, s.arg_set_id, l.lane_track_id, l.block, l.grp, l.sm
   FROM $src AS s
-  WHERE +track_id IN (SELECT track_id FROM _ktrace_lane_track)
-    AND (dur > 0 OR arg_set_id IS NULL
-      OR (extract_arg(arg_set_id, 'debug.instant') IS NULL AND extract_arg(arg_set_id, 'debug.seq') IS NULL))
+  JOIN _ktrace_lane_track AS l USING (track_id)
+  WHERE s.dur > 0 OR s.arg_set_id IS NULL
+    OR (extract_arg(s.arg_set_id, 'debug.instant') IS NULL AND extract_arg(s.arg_set_id, 'debug.seq') IS NULL)
 );
 
--- Each phase slice's instance k: its rank among its lane's slices of its phase. Slice ids are handed out in
--- begin order (the engine parses events in timestamp order, keeping the file's order between equal
--- timestamps), so the rank by id is the rank by begin, ties broken as the lane's sequence breaks them. A
--- window over two narrow columns: the trace processor's windows cost by the width of what they carry.
-CREATE PERFETTO MACRO _ktrace_instance_k(src TableOrSubquery)
+-- Each phase slice's instance k, from `keys` (a table of the phase slices' id, lane_track_id and name): its
+-- rank among its lane's slices of its phase. Slice ids are handed out in begin order (the engine parses
+-- events in timestamp order, keeping the file's order between equal timestamps), so the rank by id is the
+-- rank by begin, ties broken as the lane's sequence breaks them. The window runs over a narrow table of its
+-- own: in the trace processor a window costs by the width and the joins of what it reads.
+CREATE PERFETTO MACRO _ktrace_instance_k(keys TableOrSubquery)
 RETURNS TableOrSubquery AS
 (
   SELECT id, ROW_NUMBER() OVER (PARTITION BY lane_track_id, name ORDER BY id) - 1 AS k
-  FROM _ktrace_lane_slices!($src)
+  FROM $keys
 );

@@ -72,8 +72,11 @@ SELECT COALESCE(
   1) AS n;
 
 -- The phase slices' instances (ktrace.lanes).
+CREATE PERFETTO TABLE _ktrace_slice_key AS
+SELECT id, lane_track_id, name FROM _ktrace_lane_slices!(_ktrace_source_slice);
+
 CREATE PERFETTO TABLE _ktrace_slice_k AS
-SELECT id, k FROM _ktrace_instance_k!(_ktrace_source_slice)
+SELECT id, k FROM _ktrace_instance_k!(_ktrace_slice_key)
 ORDER BY id;
 
 -- The phase slices with their lane's columns, read once.
@@ -84,15 +87,14 @@ SELECT
   s.dur,
   s.ts + s.dur AS end_ts,
   s.name AS phase,
-  l.block,
-  l.grp,
-  IIF(s.arg_set_id IS NULL, l.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), l.sm)) AS sm,
+  s.block,
+  s.grp,
+  IIF(s.arg_set_id IS NULL, s.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), s.sm)) AS sm,
   i.k,
-  l.block * (SELECT n FROM _ktrace_groups) + l.grp AS lane,
+  s.block * (SELECT n FROM _ktrace_groups) + s.grp AS lane,
   s.track_id,
   s.depth
-FROM _ktrace_source_slice AS s
-JOIN _ktrace_lane_track AS l USING (track_id)
+FROM _ktrace_lane_slices!(_ktrace_source_slice) AS s
 JOIN _ktrace_slice_k AS i USING (id)
 ORDER BY s.id;
 
