@@ -156,9 +156,12 @@ def test_tracks_ordered_numerically_and_nested_sm_block_group():
     parents = {t.parent_uuid for t in tracks.values() if t.HasField("parent_uuid")}
     assert all(tracks[p].child_ordering == pb.TrackDescriptor.EXPLICIT for p in parents)
     flat = tracks_of(parse(trace_bytes(d, tracks="flat")))
-    assert {t.name for t in flat.values() if t.HasField("parent_uuid")} >= {"block 10 / group 1 (mma)"}
+    # Without SM tracks, the block's name says its SM.
+    sm10 = int(d.slices.sm[d.slices.block == 10][0])
+    assert {t.name for t in flat.values() if t.HasField("parent_uuid")} >= {f"block 10 · SM {sm10} / group 1 (mma)"}
     by_block = tracks_of(parse(trace_bytes(d, tracks="block")))
     assert not any(t.name.startswith("SM ") for t in by_block.values())
+    assert {t.name for t in by_block.values()} >= {f"block 10 · SM {sm10}", "group 1 (mma)"}
 
 
 def test_launch_slice_carries_the_facts():
