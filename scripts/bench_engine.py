@@ -1,11 +1,19 @@
 """Benchmark the engine layer: load a synthetic trace (append, finalize) and run a few queries.
 
     /tmp/kv/bin/python scripts/bench_engine.py [--slices 100000 1000000] [--engine wasm]
+    python scripts/bench_engine.py --before OLD_CHECKOUT [--records 1e5,1e6,1e7] [--analyze-records 1e6]
+
+With --before: real traces instead, the same bench_convert.py buffers converted by this checkout and by
+OLD_CHECKOUT (e.g. a `git worktree` or `git archive` of an earlier commit): per size the trace's bytes, the
+trace processor's load (append + finalize) and a warm `ktrace query TRACE 'select count(*) from slice'`
+(module cached), each code on its own trace, in alternation in one run; then `ktrace analyze BUF --engine
+wasm --json` (the SQL package) with each, checking that both print the same JSON. Ratios are new / old.
 
 The trace is written to a temporary file, then opened by path in a fresh process (so peak RSS is the
 engine's and that size's own, not the builder's). The trace has the shape ktrace writes:
 one packet sequence, interned event and annotation names, 132 block tracks under one launch track, and
-per slice a BEGIN packet with debug annotations block, k (and group) and an END packet. Packets are built
+per slice a BEGIN packet (name and track, no args: a lane's block, group and SM are on its track's description,
+k is derived) and an END packet. Packets are built
 with numpy as fixed-size records (varints padded to a fixed width, which protobuf allows), so building
 1e6 slices takes well under a second; the first packets are checked against perfetto's trace protos.
 """
@@ -33,11 +41,10 @@ TS_WIDTH, UUID_WIDTH, VALUE_WIDTH = 9, 3, 4  # bytes per padded varint (63, 21, 
 QUERIES = {
     "count+sum(dur)": "SELECT count(*) AS n, sum(dur) AS total_ns FROM slice",
     "group by name": "SELECT name, count(*) AS n, avg(dur) AS mean_ns, max(dur) AS max_ns FROM slice GROUP BY name",
-    "per-block via extract_arg": (
-        "SELECT extract_arg(arg_set_id, 'debug.block') AS block, count(*) AS n, sum(dur) AS busy_ns "
-        "FROM slice WHERE name != 'launch' GROUP BY block"),
-    "all rows (ts, dur, block)": (
-        "SELECT ts, dur, extract_arg(arg_set_id, 'debug.block') AS block FROM slice WHERE name != 'launch'"),
+    "per-block via the track": (
+        "SELECT extract_arg(t.source_arg_set_id, 'description') AS lane, count(*) AS n, sum(s.dur) AS busy_ns "
+        "FROM slice s JOIN track t ON s.track_id = t.id WHERE s.name != 'launch' GROUP BY s.track_id"),
+    "all rows (ts, dur, track)": "SELECT ts, dur, track_id FROM slice WHERE name != 'launch'",
 }
 
 
@@ -61,9 +68,6 @@ def _header() -> bytes:
     for iid, name in enumerate(NAMES + ["launch"], start=1):
         entry = first.interned_data.event_names.add()
         entry.iid, entry.name = iid, name
-    for iid, name in enumerate(["block", "k", "group"], start=1):
-        entry = first.interned_data.debug_annotation_names.add()
-        entry.iid, entry.name = iid, name
     launch = trace.packet.add()
     launch.trusted_packet_sequence_id = 1
     launch.track_descriptor.uuid = 1
@@ -76,6 +80,7 @@ def _header() -> bytes:
         packet.track_descriptor.parent_uuid = 1
         packet.track_descriptor.name = f"block {block}"
         packet.track_descriptor.sibling_order_rank = block
+        packet.track_descriptor.description = f"block {block} · group 0 · SM {block}"
     return trace.SerializeToString()
 
 
@@ -110,7 +115,7 @@ def build_trace(num_slices: int) -> bytes:
     start = 1_000 + k * 1_000 + block * 3 + rng.integers(0, 50, num_slices)
     dur = 200 + rng.integers(0, 600, num_slices)
     name = k % len(NAMES) + 1
-    begins = _event_packets(start, 1, 100 + block, name, [(1, block), (2, k), (3, np.zeros_like(k))])
+    begins = _event_packets(start, 1, 100 + block, name, [])
     ends = _event_packets(start + dur, 2, 100 + block, None, [])
     launch_begin = _event_packets(np.array([0]), 1, np.array([1]), np.array([len(NAMES) + 1]), [])
     launch_end = _event_packets(np.array([int((start + dur).max()) + 1]), 2, np.array([1]), None, [])
@@ -139,9 +144,7 @@ def check_oracle(num_slices: int = 1000) -> None:
     timestamps = [p.timestamp for p in events]
     assert timestamps == sorted(timestamps)
     for p in begins[1:]:
-        args = {a.name_iid: a.int_value for a in p.track_event.debug_annotations}
-        assert p.track_event.track_uuid == 100 + args[1] and args[3] == 0
-        assert p.track_event.name_iid == args[2] % len(NAMES) + 1
+        assert not p.track_event.debug_annotations and 100 <= p.track_event.track_uuid < 100 + NUM_BLOCKS
 
 
 def run_one(path: str, num_slices: int, engine: str) -> dict:
@@ -177,12 +180,94 @@ def run_one(path: str, num_slices: int, engine: str) -> dict:
     }
 
 
+_LOAD = r"""
+import json, sys, time
+from ktrace.engine import open_trace
+marks = []
+t0 = time.perf_counter()
+with open_trace(sys.argv[1], engine="wasm", progress=lambda done, total: marks.append(time.perf_counter())) as s:
+    n = s.query("SELECT count(*) FROM slice").rows[0][0]
+print(json.dumps({"append_s": marks[-2] - t0, "finalize_s": marks[-1] - marks[-2], "slices": n}))
+"""
+
+
+def _timed(cmd: list[str], code: str) -> tuple[float, str]:
+    """(wall s, stdout) of cmd run with ktrace imported from the checkout ``code``."""
+    env = dict(os.environ, PYTHONPATH=code)
+    t = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=code)
+    wall = time.perf_counter() - t
+    if out.returncode:
+        raise SystemExit(f"{' '.join(cmd)} (PYTHONPATH={code}): rc {out.returncode}\n{out.stderr[-2000:]}")
+    return wall, out.stdout
+
+
+def compare(before: str, records: list[int], analyze_records: list[int], workdir: str, runs: int) -> int:
+    """Old checkout vs this one on real traces: bytes, load, warm query; analyze with the SQL package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bc", os.path.join(REPO, "scripts", "bench_convert.py"))
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    codes = {"before": os.path.abspath(before), "after": REPO}
+    py = sys.executable
+    for code in codes.values():  # warm the compiled-module cache
+        _timed([py, "-c", "from ktrace.engine.wasm import WasmTraceProcessor as W; W().close()"], code)
+    print(f"{os.cpu_count()} cores; before = {codes['before']}, after = {REPO}; median of {runs} run(s); "
+          "ratio = after / before")
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    for n in records:
+        buf, _ = bc.buffer_path(workdir, n, 2, 1)
+        row = {}
+        for label, code in codes.items():
+            trace = os.path.join(workdir, f"{os.path.basename(buf)[:-4]}.{label}.perfetto-trace")
+            _timed([py, "-m", "ktrace", "convert", buf, "-o", trace], code)
+            row[label] = {"trace": trace, "mb": os.path.getsize(trace) / 1e6, "load": [], "query": []}
+        for _ in range(runs):
+            for label, code in codes.items():  # alternate, so that a busy spell hits both
+                r = row[label]
+                r["load"].append(json.loads(_timed([py, "-c", _LOAD, r["trace"]], code)[1]))
+                r["query"].append(_timed([py, "-m", "ktrace", "query", r["trace"], "select count(*) from slice"],
+                                         code)[0])
+        b, a = row["before"], row["after"]
+        lb = med([x["append_s"] + x["finalize_s"] for x in b["load"]])
+        la = med([x["append_s"] + x["finalize_s"] for x in a["load"]])
+        qb, qa = med(b["query"]), med(a["query"])
+        print(f"{n:>12,.0f} records, {a['load'][0]['slices']:,} slices: trace {b['mb']:.1f} -> {a['mb']:.1f} MB "
+              f"({a['mb'] / b['mb']:.2f}x); load {lb:.2f} -> {la:.2f} s ({la / lb:.2f}x); "
+              f"ktrace query warm {qb:.2f} -> {qa:.2f} s ({qa / qb:.2f}x)")
+    for n in analyze_records:
+        buf, _ = bc.buffer_path(workdir, n, 2, 1)
+        got = {label: [] for label in codes}
+        outs = {}
+        for _ in range(runs):
+            for label, code in codes.items():
+                wall, outs[label] = _timed([py, "-m", "ktrace", "analyze", buf, "--engine", "wasm", "--json"], code)
+                got[label].append(wall)
+        same = "same JSON" if outs["before"] == outs["after"] else "JSON DIFFERS"
+        wb, wa = med(got["before"]), med(got["after"])
+        print(f"{n:>12,.0f} records: ktrace analyze --engine wasm --json {wb:.2f} -> {wa:.2f} s ({wa / wb:.2f}x), "
+              f"{same}")
+        if outs["before"] != outs["after"]:
+            return 1
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", metavar="OLD_CHECKOUT", help="compare real traces with an older checkout")
+    parser.add_argument("--records", default="1e5,1e6,1e7", help="with --before: buffer sizes, comma-separated")
+    parser.add_argument("--analyze-records", default="1e6", help="with --before: sizes to analyze ('' for none)")
+    parser.add_argument("--runs", type=int, default=1, help="with --before: runs per figure (the median)")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "ktrace-bench"))
     parser.add_argument("--slices", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--engine", default="wasm", choices=["wasm", "native", "auto"])
     parser.add_argument("--one", nargs=2, metavar=("PATH", "SLICES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.before:
+        os.makedirs(args.workdir, exist_ok=True)
+        sizes = lambda text: [int(float(x)) for x in text.split(",") if x.strip()]  # noqa: E731
+        return compare(args.before, sizes(args.records), sizes(args.analyze_records), args.workdir, args.runs)
     if args.one:
         print(json.dumps(run_one(args.one[0], int(args.one[1]), args.engine)))
         return 0

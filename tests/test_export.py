@@ -53,11 +53,11 @@ def test_packet_encoder_matches_protobuf_serialization():
     cols = {
         "ts": rng.integers(0, 1 << 62, n) >> rng.integers(0, 62, n),
         "type": rng.integers(1, 4, n),
-        "block": rng.integers(0, 1 << 20, n) >> rng.integers(0, 20, n),
-        "group": rng.integers(0, 4, n),
         "sm": rng.integers(-1, 300, n),
+        "has_sm": rng.integers(0, 2, n),
         "last": rng.integers(0, 1 << 30, n) >> rng.integers(0, 30, n),
-        "iid": rng.integers(4, 7, n),
+        "has_last": rng.integers(0, 2, n),
+        "iid": rng.integers(2, 4, n),
         "name": rng.integers(1, 2000, n),
         "uuid": rng.integers(1, 1 << 40, n) >> rng.integers(0, 40, n),
     }
@@ -69,13 +69,25 @@ def test_packet_encoder_matches_protobuf_serialization():
         p.trusted_packet_sequence_id = 1
         te = p.track_event
         if cols["type"][i] != 2:
-            for iid, f in ((1, "block"), (2, "group"), (3, "sm"), (int(cols["iid"][i]), "last")):
-                te.debug_annotations.add(name_iid=iid, int_value=int(cols[f][i]))
+            if cols["has_sm"][i]:
+                te.debug_annotations.add(name_iid=1, int_value=int(cols["sm"][i]))
+            if cols["has_last"][i]:
+                te.debug_annotations.add(name_iid=int(cols["iid"][i]), int_value=int(cols["last"][i]))
             te.name_iid = int(cols["name"][i])
             p.sequence_flags = 2
         te.type = int(cols["type"][i])
         te.track_uuid = int(cols["uuid"][i])
     assert ours == ref.SerializeToString()
+
+
+def lane_facts(tracks, uuid):
+    """(block, group, SM) a lane track's description says ('block B · group G · SM S'), from the track or,
+    for an overlap track, its parent."""
+    t = tracks[uuid]
+    if not t.description.startswith("block "):
+        t = tracks[t.parent_uuid]
+    b, g, sm = t.description.split(" · ")
+    return int(b.split()[1]), int(g.split()[1]), -1 if sm == "SM ?" else int(sm.split()[1])
 
 
 # The quick lane (-m "not slow") checks one capture per kind of kernel; the full run checks every one.
@@ -100,16 +112,18 @@ def test_sample_trace_has_exactly_the_decoded_events_on_the_right_tracks(name):
     inst = [p for p in ev if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
     assert len(begins) == len(ends) == len(d.slices)
     assert len(inst) == len(d.instants) + len(d.anomalies)
-    # Each BEGIN: on its lane's track, with the decoded block/group/SM/k and name.
-    got = set()
+    # Each BEGIN: on its lane's track (which says the block, group and SM), named; no arg but an SM of its own
+    # where it differs from its block's; k is its rank among its lane's BEGINs of its event.
+    got, seen = set(), {}
     for p in begins:
         a = {args[x.name_iid]: x.int_value for x in p.track_event.debug_annotations}
-        assert lane_of_track(tracks, p.track_event.track_uuid) == (a["block"], a["group"])
-        got.add((a["block"], a["group"], a["k"], names[p.track_event.name_iid], p.timestamp, a["sm"]))
-    s = d.slices
-    want = {(b, g, k, d.launch.event_name(e), t, sm) for b, g, k, e, t, sm in
-            zip(s.block.tolist(), s.group.tolist(), s.k.tolist(), s.event.tolist(), s.begin_ns.tolist(), s.sm.tolist())}
-    assert got == want
+        assert set(a) <= {"sm"}
+        b, g, sm = lane_facts(tracks, p.track_event.track_uuid)
+        assert lane_of_track(tracks, p.track_event.track_uuid) == (b, g)
+        assert a.get("sm", sm + 1) != sm  # an sm arg only where it says something the track does not
+        phase = names[p.track_event.name_iid]
+        k = seen[(b, g, phase)] = seen.get((b, g, phase), -1) + 1
+        got.add((b, g, k, phase, p.timestamp, a.get("sm", sm)))
     # The SM recorded in the tag is the SM the block really ran on (read independently at capture time),
     # except where FlashInfer's header OR-ed block bits into it (blocks >= 4096): then it is flagged (-1).
     smid = sample_meta(name)["block_smid"]
@@ -142,9 +156,12 @@ def test_tracks_ordered_numerically_and_nested_sm_block_group():
     parents = {t.parent_uuid for t in tracks.values() if t.HasField("parent_uuid")}
     assert all(tracks[p].child_ordering == pb.TrackDescriptor.EXPLICIT for p in parents)
     flat = tracks_of(parse(trace_bytes(d, tracks="flat")))
-    assert {t.name for t in flat.values() if t.HasField("parent_uuid")} >= {"block 10 / group 1 (mma)"}
+    # Without SM tracks, the block's name says its SM.
+    sm10 = int(d.slices.sm[d.slices.block == 10][0])
+    assert {t.name for t in flat.values() if t.HasField("parent_uuid")} >= {f"block 10 · SM {sm10} / group 1 (mma)"}
     by_block = tracks_of(parse(trace_bytes(d, tracks="block")))
     assert not any(t.name.startswith("SM ") for t in by_block.values())
+    assert {t.name for t in by_block.values()} >= {f"block 10 · SM {sm10}", "group 1 (mma)"}
 
 
 def test_launch_slice_carries_the_facts():
@@ -198,7 +215,7 @@ def test_streamed_in_lane_ranges_gives_the_same_trace_events(name):
             te = p.track_event
             a = tuple(sorted((args[x.name_iid], x.int_value) for x in te.debug_annotations if x.name_iid))
             out.append((p.timestamp, te.type, names.get(te.name_iid, te.name), tracks[te.track_uuid].name, a))
-        return sorted(out), sorted((t.name, t.sibling_order_rank) for t in tracks.values())
+        return sorted(out), sorted((t.name, t.sibling_order_rank, t.description) for t in tracks.values())
 
     assert key(whole) == key(streamed)
 

@@ -124,13 +124,18 @@ def test_merged_times_are_on_the_reference_gpus_axis(pair, tmp_path):
     names = {}
     for p in packets:
         names.update({(p.trusted_packet_sequence_id, e.iid): e.name for e in p.interned_data.event_names})
-    got = set()
+    # A slice's block is its lane track's (the description), its k its rank among its lane's slices of its phase.
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in packets if p.HasField("track_descriptor")}
+    got, seen = set(), {}
     for p in packets:
         te = p.track_event
         if p.HasField("track_event") and te.type == pb.TrackEvent.TYPE_SLICE_BEGIN and te.name_iid:
-            a = {x.name_iid: x.int_value for x in te.debug_annotations}
-            got.add((p.trusted_packet_sequence_id - 1, a[1], names[(p.trusted_packet_sequence_id, te.name_iid)],
-                     a[4], p.timestamp))
+            assert not te.debug_annotations
+            block = int(tracks[te.track_uuid].description.split(" · ")[0].split()[1])
+            phase = names[(p.trusted_packet_sequence_id, te.name_iid)]
+            key = (te.track_uuid, phase)
+            k = seen[key] = seen.get(key, -1) + 1
+            got.add((p.trusted_packet_sequence_id - 1, block, phase, k, p.timestamp))
     want = set()
     for g in (0, 1):
         b, _ = true_times(g)

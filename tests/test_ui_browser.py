@@ -17,6 +17,7 @@ install``). A browser that cannot start fails these tests: they never skip.
 
 import json
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -208,6 +209,12 @@ class UI:
         self.page.close()
 
 
+# A lane track says its lane in its description ('block B · group G · SM S'); the phase slices are the slices
+# on lane tracks (these captures have no instants and no partially overlapping slices).
+_LANE = "extract_arg(t.source_arg_set_id, 'description')"
+_PHASE_SLICES = f"from slice s join track t on s.track_id = t.id where {_LANE} glob 'block * · group * · SM *'"
+
+
 def expected_tree(d, mode: str) -> list[tuple[str, int]]:
     """The track tree a user should see under the launch track, from the decoded buffer: (name, depth)."""
     s, L = d.slices, d.launch
@@ -219,7 +226,7 @@ def expected_tree(d, mode: str) -> list[tuple[str, int]]:
             out.append((f"SM {sm}", 1))
             depth = 2
         for b in sorted(b for b, m in sm_of_block.items() if sm is None or m == sm):
-            out.append((f"block {b}", depth))
+            out.append((f"block {b}" if mode == "sm" else f"block {b} · SM {sm_of_block[b]}", depth))
             if L.num_groups > 1:
                 out += [(L.group_name(g), depth + 1) for g in sorted(set(s.group[s.block == b].tolist()))]
     return out
@@ -267,8 +274,8 @@ def test_warpgroups_capture_in_the_perfetto_ui(opened, artifacts):
     assert ui.query("select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0") == []
 
     # Slice counts: every phase slice ktrace decoded, per event name, 4 on each of the 528 lanes.
-    phase = "from slice where extract_arg(arg_set_id, 'debug.k') is not null"
-    counts = {r["name"]: r["n"] for r in ui.query(f"select name, count(*) as n {phase} group by name")}
+    phase = _PHASE_SLICES
+    counts = {r["name"]: r["n"] for r in ui.query(f"select s.name, count(*) as n {phase} group by s.name")}
     assert counts == dict(Counter(L.event_name(e) for e in s.event.tolist())) == {"load": 1056, "mma": 1056}
     per_track = ui.query(f"select count(*) as n {phase} group by track_id")
     assert len(per_track) == L.num_blocks * L.num_groups == 528 and {r["n"] for r in per_track} == {4}
@@ -314,24 +321,29 @@ def test_warpgroups_capture_in_the_perfetto_ui(opened, artifacts):
 def test_imbalance_capture_blocks_in_numeric_order(opened, artifacts):
     d = ktrace.decode(sample("imbalance"))
     ui = opened(sample("imbalance"), "--tracks", "block", "--plain")
-    phase = "from slice where extract_arg(arg_set_id, 'debug.k') is not null"
-    counts = {r["name"]: r["n"] for r in ui.query(f"select name, count(*) as n {phase} group by name")}
+    phase = _PHASE_SLICES
+    counts = {r["name"]: r["n"] for r in ui.query(f"select s.name, count(*) as n {phase} group by s.name")}
     assert counts == dict(Counter(d.launch.event_name(e) for e in d.slices.event.tolist()))
     assert sum(counts.values()) == 3168 == len(d.slices)
 
     tree = ui.model_tree()
     assert tree[0][0].startswith("persistent_phases") and tree[1:] == expected_tree(d, "block")
     drawn = [n for n, depth in ui.rendered_tree() if depth == 1]
-    assert drawn == [f"block {b}" for b in range(132)]
-    assert drawn.index("block 2") < drawn.index("block 10") < drawn.index("block 100")
+    sm_of_block = dict(zip(d.slices.block.tolist(), d.slices.sm.tolist()))
+    assert drawn == [f"block {b} · SM {sm_of_block[b]}" for b in range(132)]  # no SM tracks: the name says it
+    assert drawn.index(f"block 2 · SM {sm_of_block[2]}") < drawn.index(f"block 10 · SM {sm_of_block[10]}")
 
-    # The slow block, as a user finds it: click its longest compute phase, read the phase's args.
-    slow = ui.query(f"select ts, dur {phase} and name = 'compute' and extract_arg(arg_set_id, 'debug.block') = 17 "
-                    "order by dur desc limit 1")[0]
+    # The slow block, as a user finds it: click its longest compute phase on the row named for its block.
+    slow = ui.query(f"select s.ts, s.dur {phase} and s.name = 'compute' and {_LANE} glob 'block 17 · *' "
+                    "order by s.dur desc limit 1")[0]
     ui.hide_sidebar()
-    ui.click_at("block 17", slow["ts"] + slow["dur"] // 2)
+    ui.click_at(f"block 17 · SM {sm_of_block[17]}", slow["ts"] + slow["dur"] // 2)
     details = ui.details_text()
-    assert "compute" in details and "block" in details and "17" in details
+    assert "compute" in details, details
+    # The slice selected is the one clicked, on the row that says its block and SM (slices carry no lane args).
+    (slice_id,) = re.findall(r"slice\[(\d+)\]", details)
+    (row,) = ui.query(f"select s.ts, t.name from slice s join track t on s.track_id = t.id where s.id = {slice_id}")
+    assert row["ts"] == slow["ts"] and row["name"] == f"block 17 · SM {sm_of_block[17]}"
     ui.drawer_height(400)
     ui.screenshot(artifacts / "imbalance.png")
     assert ui.errors == []
@@ -391,7 +403,8 @@ def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, sho
         assert end - start < js["kernel"]["wall_ns"]
 
     # The slices a finding names carry ktrace.role: the UI's own search ("Slice arguments") finds them.
-    marked = ui.query(f"select s.ts - {t0} as ts, s.dur, t.name as track, extract_arg(s.arg_set_id, 'debug.sm') as sm from slice s join track t on s.track_id = t.id "
+    marked = ui.query(f"select s.ts - {t0} as ts, s.dur, t.name as track, "
+                      f"substr({_LANE}, instr({_LANE}, ' · SM ') + 6) as sm from slice s join track t on s.track_id = t.id "
                       f"where extract_arg(s.arg_set_id, 'debug.ktrace.role') glob '*{role}*' order by s.ts")
     assert marked
     # The first finding selected (its row in the merged track is the UI's choice): its args in the details.

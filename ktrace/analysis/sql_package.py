@@ -15,7 +15,7 @@ __all__ = ["PACKAGE", "MODULES", "sql_modules", "register", "bundle_sql", "inclu
 
 PACKAGE = "ktrace"
 # Each module INCLUDEs the one before it; the last one brings in every table.
-MODULES = ("ktrace.slices", "ktrace.blocks", "ktrace.phases", "ktrace.waits", "ktrace.critical_path")
+MODULES = ("ktrace.lanes", "ktrace.slices", "ktrace.blocks", "ktrace.phases", "ktrace.waits", "ktrace.critical_path")
 _INCLUDE = re.compile(r"^\s*INCLUDE\s+PERFETTO\s+MODULE\s+ktrace\.[A-Za-z0-9_.*]+\s*;[ \t]*\n?",
                       re.IGNORECASE | re.MULTILINE)
 _CREATE = re.compile(r"^CREATE\s+PERFETTO\s+", re.IGNORECASE | re.MULTILINE)

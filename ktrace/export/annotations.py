@@ -286,7 +286,7 @@ def encode_marked(cols: dict, c0: int, c1: int, marked, marks, seq_id: int):
     for rec, row in zip(recs[lo:hi].tolist(), rows[lo:hi].tolist()):
         if rec > at:
             yield encode_events({k: v[at:rec] for k, v in cols.items()}, seq_id).tobytes()
-        args = [(i, cols[c][rec]) for i, c in ((1, "block"), (2, "group"), (3, "sm"), (4, "last"))]
+        args = [(1, cols["sm"][rec])] if cols["has_sm"][rec] else []  # events.ARG_NAMES: 1 sm
         yield mark_packet(cols["ts"][rec], seq_id, cols["uuid"][rec], cols["name"][rec], args, marks.role[row],
                           int(marks.flow_out[row]), int(marks.flow_in[row]))
         at = rec + 1

@@ -24,8 +24,10 @@ __all__ = ["ARG_NAMES", "SEQ_ID", "Names", "WriteState", "PartOutput", "PartWrit
 
 SEQ_ID = 1
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
-# Interned debug-annotation names: iid -> name.
-ARG_NAMES = {1: "block", 2: "group", 3: "sm", 4: "k", 5: "instant", 6: "seq"}
+# Interned debug-annotation names: iid -> name. A lane's block, group and SM are on its track (tracks.py), a
+# slice's instance k is its rank among its lane's slices of its phase (the SQL package derives it): a phase
+# slice carries no arg but ``sm`` where its record's SM differs from its block's.
+ARG_NAMES = {1: "sm", 2: "instant", 3: "seq"}
 _CHUNK = 1 << 20  # records encoded at a time
 
 
@@ -164,6 +166,8 @@ def track_packets(tracks: list, parents: set, description: str | None = None, sp
         td = p.track_descriptor
         td.uuid = t.uuid
         td.name = t.name
+        if t.description:
+            td.description = t.description
         if t.parent is not None:
             td.parent_uuid = t.parent
         if t.rank is not None:
@@ -178,7 +182,7 @@ def track_packets(tracks: list, parents: set, description: str | None = None, sp
 
 def hull_packets(hulls, space) -> bytes:
     """Slices that give collapsed SM and block tracks something to show: one per track, from the first
-    BEGIN to the last END under it. Named inline, without args: they are not phase slices (no debug.k)."""
+    BEGIN to the last END under it. Named inline, without args: they are on no lane track, so no phase slices."""
     pb = _pb2()
     out = bytearray()
     for uuid, t0, t1, name in hulls:
@@ -258,13 +262,15 @@ def _name_iids(d: Decoded, names: Names) -> tuple[Callable, Callable]:
 
 def _event_columns(d: Decoded, tree, luts) -> dict:
     """The packet columns of every record of a part, in (lane, sequence) order: each record is a slice's
-    BEGIN or END, an instant, or an anomaly marker, and is scattered to its own row."""
+    BEGIN or END, an instant, or an anomaly marker, and is scattered to its own row. ``has_sm``: the record's
+    SM differs from the one its lane track says (its own ``sm`` arg); ``has_last``: an instant's index or an
+    anomaly's sequence number (arg ``instant`` or ``seq``)."""
     n = d.records
     s, ins, an = d.slices, d.instants, d.anomalies
     ev_lut, an_lut = luts
     whole = 2 * len(s) + len(ins) + len(an) == n  # every record is written below (always, in a decoded part)
     new = np.empty if whole else np.zeros
-    cols = {c: new(n, np.int64) for c in ("ts", "type", "block", "group", "sm", "last", "iid", "name", "uuid")}
+    cols = {c: new(n, np.int64) for c in ("ts", "type", "sm", "has_sm", "last", "has_last", "iid", "name", "uuid")}
     uuid = tree.lane_uuid
     if s.overlap.any():
         lut = _lut({ln * 2048 + ev: u for (ln, ev), u in tree.overlap_uuid.items()})
@@ -273,20 +279,20 @@ def _event_columns(d: Decoded, tree, luts) -> dict:
     else:
         slice_uuid = uuid[s.lane]
     parts = (
-        (s.begin_rec, s, s.begin_ns, TYPE_BEGIN, s.k, 4, ev_lut(s.event), slice_uuid),
-        (s.end_rec, s, s.end_ns, TYPE_END, s.k, 4, 0, slice_uuid),
-        (ins.rec, ins, ins.ts_ns, TYPE_INSTANT, ins.k, 5, ev_lut(ins.event), uuid[ins.lane]),
-        (an.rec, an, an.ts_ns, TYPE_INSTANT, an.seq, 6, an_lut(an.kind, an.event), uuid[an.lane]),
+        (s.begin_rec, s, s.begin_ns, TYPE_BEGIN, 0, 0, ev_lut(s.event), slice_uuid),
+        (s.end_rec, s, s.end_ns, TYPE_END, 0, 0, 0, slice_uuid),
+        (ins.rec, ins, ins.ts_ns, TYPE_INSTANT, ins.k, 2, ev_lut(ins.event), uuid[ins.lane]),
+        (an.rec, an, an.ts_ns, TYPE_INSTANT, an.seq, 3, an_lut(an.kind, an.event), uuid[an.lane]),
     )
     for rec, src, ts, typ, last, iid, name, u in parts:
         if len(rec) == 0:
             continue
         cols["ts"][rec] = ts
         cols["type"][rec] = typ
-        cols["block"][rec] = src.block
-        cols["group"][rec] = src.group
         cols["sm"][rec] = src.sm
+        cols["has_sm"][rec] = (src.sm != tree.block_sm[src.block]) & (typ != TYPE_END)
         cols["last"][rec] = last
+        cols["has_last"][rec] = iid != 0
         cols["iid"][rec] = iid
         cols["name"][rec] = name
         cols["uuid"][rec] = u

@@ -9,7 +9,8 @@ order, minimal varints, negative int64 as ten bytes): tests compare with ``Seria
 Packet (as ``Trace.packet``, field 1)::
 
     TracePacket { timestamp(8)=ts  trusted_packet_sequence_id(10)=seq_id (1 unless merging several GPUs)
-                  track_event(11) { debug_annotations(4) x4 {name_iid(1) int_value(4)}   (not on END)
+                  track_event(11) { debug_annotations(4) {name_iid(1) int_value(4)}: sm (has_sm),
+                                      then instant or seq (has_last); none on END
                                     type(9)  name_iid(10) (not on END)  track_uuid(11) }
                   sequence_flags(13)=SEQ_NEEDS_INCREMENTAL_STATE (not on END) }
 """
@@ -22,7 +23,8 @@ __all__ = ["encode_events", "scatter_rows", "varint_len", "TYPE_BEGIN", "TYPE_EN
 
 TYPE_BEGIN, TYPE_END, TYPE_INSTANT = 1, 2, 3
 _THRESH = np.array([1 << (7 * b) for b in range(1, 10)], dtype=np.uint64)
-_FIELDS = ("ts", "block", "group", "sm", "last", "name", "uuid")
+_FIELDS = ("ts", "sm", "last", "name", "uuid")
+_SM_IID = 1  # events.ARG_NAMES: 1 sm (2 instant and 3 seq come in the ``iid`` column)
 
 
 def varint_len(v: np.ndarray) -> np.ndarray:
@@ -39,20 +41,21 @@ def varint_len(v: np.ndarray) -> np.ndarray:
     return n
 
 
-def _layout(has_args: bool, lens: dict, seq_id: int = 1) -> list:
-    """Byte layout of one shape: items (const byte) or (field, byte index, varint length)."""
+def _layout(flags: int, lens: dict, seq_id: int = 1) -> list:
+    """Byte layout of one shape: items (const byte) or (field, byte index, varint length). flags: bit 0 the
+    record is not an END (it has a name), bit 1 an ``sm`` arg, bit 2 a ``last`` arg (its name in ``iid``)."""
+    named, has_sm, has_last = flags & 1, flags & 2, flags & 4
     te: list = []
-    if has_args:
-        for iid_field, val in (("1", "block"), ("2", "group"), ("3", "sm"), ("iid", "last")):
-            body = [0x08, ("iid", 0, 1) if iid_field == "iid" else int(iid_field), 0x20]
-            body += [(val, i, lens[val]) for i in range(lens[val])]
+    for on, iid, val in ((has_sm, _SM_IID, "sm"), (has_last, ("iid", 0, 1), "last")):
+        if on:
+            body = [0x08, iid, 0x20] + [(val, i, lens[val]) for i in range(lens[val])]
             te += [0x22, len(body)] + body
     te += [0x48, ("type", 0, 1)]
-    if has_args:
+    if named:
         te += [0x50] + [("name", i, lens["name"]) for i in range(lens["name"])]
     te += [0x58] + [("uuid", i, lens["uuid"]) for i in range(lens["uuid"])]
     pkt = [0x40] + [("ts", i, lens["ts"]) for i in range(lens["ts"])] + [0x50, seq_id, 0x5A, len(te)] + te
-    if has_args:
+    if named:
         pkt += [0x68, 0x02]
     assert len(te) < 128 and len(pkt) < 128  # one-byte length prefixes: true for every shape
     return [0x0A, len(pkt)] + pkt
@@ -62,9 +65,9 @@ def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
     """Encoded ``Trace.packet`` bytes, one packet per row, rows in the given order.
 
     seq_id: the packets' trusted_packet_sequence_id, 1 to 127 (one varint byte).
-    cols: int64 arrays ``ts``, ``type`` (1 begin, 2 end, 3 instant), ``block``, ``group``, ``sm``,
-    ``last`` (the 4th arg's value), ``iid`` (the 4th arg's interned name), ``name`` (event name iid),
-    ``uuid``. Arg and name columns are ignored on END rows.
+    cols: int64 arrays ``ts``, ``type`` (1 begin, 2 end, 3 instant), ``sm`` and ``has_sm`` (an ``sm`` arg when
+    nonzero), ``last``, ``has_last`` and ``iid`` (a second arg, value and interned name, when ``has_last``),
+    ``name`` (event name iid), ``uuid``. Arg and name columns are ignored on END rows.
     """
     if not 1 <= seq_id < 128:
         raise ValueError(f"seq_id {seq_id}: 1 to 127")
@@ -75,14 +78,16 @@ def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
     u64 = {f: np.asarray(cols[f], np.int64).view(np.uint64) for f in _FIELDS}
     u64["type"] = typ.view(np.uint64)
     u64["iid"] = np.asarray(cols["iid"], np.int64).view(np.uint64)
+    named = typ != TYPE_END
+    on = {"ts": None, "uuid": None, "name": named,
+          "sm": named & (np.asarray(cols["has_sm"]) != 0), "last": named & (np.asarray(cols["has_last"]) != 0)}
     lens = {f: varint_len(u64[f]) for f in _FIELDS}
-    has_args = typ != TYPE_END
-    # Shape key: has_args and each varint's length (END rows ignore the arg fields), in mixed radix (each
+    # Shape key: the flags and each varint's length (0 where the field is not written), in mixed radix (each
     # field's radix is its largest length + 1), so distinct shapes come from a bincount, not a sort.
-    dense = has_args.astype(np.int32)
+    dense = named.astype(np.int32) + 2 * on["sm"] + 4 * on["last"]
     radix = []
     for f in _FIELDS:
-        ln = lens[f] if f in ("ts", "uuid") else lens[f] * has_args
+        ln = lens[f] if on[f] is None else lens[f] * on[f]
         radix.append(int(ln.max()) + 1)
         dense = dense * np.int32(radix[-1]) + ln
     if dense.max() < 1 << 22:
@@ -99,7 +104,7 @@ def encode_events(cols: dict, seq_id: int = 1) -> np.ndarray:
         fl = {}
         for f, r in zip(reversed(_FIELDS), reversed(radix)):
             s, fl[f] = divmod(s, r)
-        layouts.append(_layout(bool(s), fl, seq_id))
+        layouts.append(_layout(s, fl, seq_id))
     if len(layouts) == 1:
         return _rows(layouts[0], u64, None).reshape(-1)
     widths = np.array([len(lay) for lay in layouts], np.int64)[inv]

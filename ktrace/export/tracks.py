@@ -1,5 +1,9 @@
 """The track tree of a trace: launch, then SM, block, warp group (or flatter), with numeric sibling order.
 
+What belongs to a lane is said once, on its track, not on every record: the lane track's ``description`` is
+``block B · group G · SM S`` (``SM ?`` when the SM id cannot be trusted), which the SQL package reads back
+(``ktrace.lanes``). A record whose SM differs from its block's (a damaged tag) carries its own ``sm`` arg.
+
 Track uuids are small for lane tracks (they are written with every event) and tagged by kind otherwise. A
 trace holding several GPUs' launches (``ktrace merge``) gives each its own range: every uuid plus
 ``uuid_offset`` (a multiple of ``GPU_UUID_STRIDE``), under a per-GPU process track.
@@ -7,14 +11,14 @@ trace holding several GPUs' launches (``ktrace merge``) gives each its own range
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..choices import TRACK_MODES
 from ..model import Decoded
 
-__all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "TRACK_MODES", "LAUNCH_UUID",
+__all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "lane_description", "TRACK_MODES", "LAUNCH_UUID",
            "PROCESS_UUID", "GPU_UUID_STRIDE"]
 
 LAUNCH_UUID = 1 << 44
@@ -30,6 +34,7 @@ class Track:
     parent: int | None
     name: str
     rank: int | None  # sibling_order_rank under an EXPLICIT parent
+    description: str = ""  # a lane track's block, group and SM (lane_description)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,12 @@ class TrackTree:
     tracks: list  # Track, parents before children
     lane_uuid: np.ndarray  # uuid of each lane's track, indexed by lane
     overlap_uuid: dict  # (lane, event) -> uuid of the child track for partially overlapping slices
+    block_sm: np.ndarray  # the SM its lane tracks say, per block (-1: untrusted); a record differing says its own
+
+
+def lane_description(block: int, group: int, sm: int) -> str:
+    """A lane track's description: what every record of the lane shares (docs/trace-format.md, "Tracks")."""
+    return f"block {block} · group {group} · {_sm_label(sm)}"
 
 
 def _sm_label(sm: int) -> str:
@@ -67,9 +78,10 @@ def build_tracks(d: Decoded, mode: str = "sm", state: TrackState | None = None, 
     tree = _build_tracks(d, mode, state)
     if not uuid_offset:
         return tree
-    return TrackTree([Track(t.uuid + uuid_offset, None if t.parent is None else t.parent + uuid_offset, t.name,
-                            t.rank) for t in tree.tracks],
-                     tree.lane_uuid + uuid_offset, {k: u + uuid_offset for k, u in tree.overlap_uuid.items()})
+    return TrackTree([replace(t, uuid=t.uuid + uuid_offset, parent=None if t.parent is None else t.parent + uuid_offset)
+                      for t in tree.tracks],
+                     tree.lane_uuid + uuid_offset, {k: u + uuid_offset for k, u in tree.overlap_uuid.items()},
+                     tree.block_sm)
 
 
 def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
@@ -91,22 +103,24 @@ def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
             tracks.append(Track(SM_BASE + sm + 1, LAUNCH_UUID, _sm_label(sm), rank))
     for b in blocks.tolist():
         lanes = lanes_present[lanes_present // ng == b] if ng > 1 else np.array([b])
+        # Without SM tracks, the block's track name says its SM (slices carry no sm arg to say it).
+        block_name = f"block {b}" if mode == "sm" else f"block {b} · {_sm_label(int(block_sm[b]))}"
         if mode == "flat":
             for ln in lanes.tolist():
                 g = ln % ng
-                name = f"block {b}" if ng == 1 else f"block {b} / {L.group_name(g)}"
-                tracks.append(Track(ln + 1, LAUNCH_UUID, name, ln))
+                name = block_name if ng == 1 else f"{block_name} / {L.group_name(g)}"
+                tracks.append(Track(ln + 1, LAUNCH_UUID, name, ln, lane_description(b, g, int(block_sm[b]))))
                 lane_uuid[ln] = ln + 1
             continue
         parent = SM_BASE + int(block_sm[b]) + 1 if mode == "sm" else LAUNCH_UUID
         if ng == 1:
-            tracks.append(Track(b + 1, parent, f"block {b}", b))
+            tracks.append(Track(b + 1, parent, block_name, b, lane_description(b, 0, int(block_sm[b]))))
             lane_uuid[b] = b + 1
             continue
-        tracks.append(Track(BLOCK_BASE + b, parent, f"block {b}", b))
+        tracks.append(Track(BLOCK_BASE + b, parent, block_name, b))
         for ln in lanes.tolist():
             g = ln % ng
-            tracks.append(Track(ln + 1, BLOCK_BASE + b, L.group_name(g), g))
+            tracks.append(Track(ln + 1, BLOCK_BASE + b, L.group_name(g), g, lane_description(b, g, int(block_sm[b]))))
             lane_uuid[ln] = ln + 1
     overlap_uuid = {}
     s = d.slices
@@ -118,7 +132,7 @@ def _build_tracks(d: Decoded, mode: str, state: TrackState | None) -> TrackTree:
             lane_name = f"block {ln // ng}" if ng == 1 else f"block {ln // ng} / {L.group_name(ln % ng)}"
             tracks.append(Track(uuid, int(lane_uuid[ln]), f"{lane_name} · overlapping {L.event_name(ev)}", ev))
             overlap_uuid[(ln, ev)] = uuid
-    return TrackTree(tracks, lane_uuid, overlap_uuid)
+    return TrackTree(tracks, lane_uuid, overlap_uuid, block_sm)
 
 
 def _present(x: np.ndarray) -> np.ndarray:

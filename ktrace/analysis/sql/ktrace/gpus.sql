@@ -3,8 +3,19 @@
 -- apart the GPUs began and ended. The same figures as ktrace.analysis.multigpu computes from the buffers (the
 -- tests compare them). A trace of one buffer has no GPU processes, so the tables are empty there.
 --
--- Phase slices are the slices with debug.k; a phase is an event name, instance k of it on a GPU spans that
--- GPU's lanes' k-th slices of it.
+-- Phase slices and their instance k are ktrace.lanes' (a lane is one lane track, so one GPU's); a phase is
+-- an event name, instance k of it on a GPU spans that GPU's lanes' k-th slices of it.
+
+INCLUDE PERFETTO MODULE ktrace.lanes;
+
+-- The phase slices of the GPUs' processes (none in a trace of one buffer), and their instances.
+CREATE PERFETTO TABLE _ktrace_gpu_slice AS
+SELECT id, ts, dur, name, track_id, lane_track_id
+FROM _ktrace_lane_slices!((SELECT * FROM slice WHERE +track_id IN (SELECT id FROM process_track)));
+
+CREATE PERFETTO TABLE _ktrace_gpu_slice_k AS
+SELECT id, k FROM _ktrace_instance_k!(_ktrace_gpu_slice)
+ORDER BY id;
 
 -- One row per (GPU, phase instance).
 CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
@@ -25,16 +36,19 @@ CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
 SELECT
   p.pid - 1 AS gpu,
   p.name AS gpu_name,
-  s.name AS phase,
-  extract_arg(s.arg_set_id, 'debug.k') AS k,
+  s.phase,
+  s.k,
   COUNT(*) AS lanes,
   MIN(s.ts) AS begin_ns,
   MAX(s.ts + s.dur) AS end_ns
-FROM slice AS s
+FROM (
+  SELECT s.name AS phase, s.ts, s.dur, s.track_id, i.k
+  FROM _ktrace_gpu_slice AS s
+  JOIN _ktrace_gpu_slice_k AS i USING (id)
+) AS s
 JOIN process_track AS t ON s.track_id = t.id
 JOIN process AS p USING (upid)
-WHERE extract_arg(s.arg_set_id, 'debug.k') IS NOT NULL
-GROUP BY p.upid, s.name, k;
+GROUP BY p.upid, s.phase, s.k;
 
 -- One row per phase instance over the GPUs that ran it.
 CREATE PERFETTO TABLE ktrace_cross_gpu_instance(

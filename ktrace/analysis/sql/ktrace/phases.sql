@@ -8,8 +8,8 @@
 -- the n sorted durations (SQLite's percentile_disc; numpy's method='lower').
 --
 -- Built from GROUP BYs rather than window functions over all slices: in the trace processor a window
--- over every slice costs about ten times a GROUP BY (the one window, for the lane order, runs over the
--- top-level slices only). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
+-- over every slice costs about ten times a GROUP BY (the window for the lane order runs over the top-level
+-- slices only, as ktrace.lanes' for k, each over a narrow table of its own). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
 -- next to a single MIN() or MAX(): SQLite takes them from the row that holds the minimum or maximum.
 -- Joins on an instance are id lookups: the per-instance tables carry its key phase_index * 2^32 + k in
 -- their `id` column (a join on (phase, k) costs a hundred times more).
@@ -23,17 +23,18 @@ FROM (SELECT phase, MIN(ts) AS first_ts FROM ktrace_phase_slice GROUP BY phase);
 
 -- Top-level slices (depth 0) with the previous top-level slice on their lane (by begin, then slice id),
 -- and their instance key (`inst` = phase_index * 2^32 + k: the per-instance tables below are keyed by it
--- in their `id` column, so that joins on an instance are id lookups). The only window over slices, and only
--- over the top-level ones.
+-- in their `id` column, so that joins on an instance are id lookups). The window runs over three narrow
+-- columns of the top-level slices (a window costs by the width of what it reads), then is joined back.
+CREATE PERFETTO TABLE _ktrace_top_prev AS
+SELECT id, LAG(id) OVER (PARTITION BY lane ORDER BY ts, id) AS prev_id
+FROM (SELECT id, lane, ts FROM _ktrace_slice WHERE depth = 0)
+ORDER BY id;
+
 CREATE PERFETTO TABLE _ktrace_top_slice AS
-WITH ordered AS MATERIALIZED (
-  SELECT id, ts, end_ts, phase, k, block, grp, lane, LAG(id) OVER (PARTITION BY lane ORDER BY ts, id) AS prev_id
-  FROM _ktrace_slice
-  WHERE depth = 0
-)
 SELECT t.id, t.ts, t.end_ts, t.phase, t.k, o.phase_index * 4294967296 + t.k AS inst, t.block, t.grp, t.lane,
-  t.prev_id
-FROM ordered t
+  p.prev_id
+FROM _ktrace_slice t
+JOIN _ktrace_top_prev p USING (id)
 JOIN _ktrace_phase_order o USING (phase)
 ORDER BY t.id;
 

@@ -1,11 +1,14 @@
 -- ktrace.slices: the phase slices of a trace written by `ktrace convert`, the launch and its facts, and the
 -- kernel's extent and timer resolution. Definitions: docs/analysis-schema.md.
 --
+-- A lane's block, group and SM are on its track and a slice's instance k is derived (ktrace.lanes).
 -- Args are read with extract_arg(arg_set_id, ...): joining the args table is far slower. A `+column IN
 -- (subquery)` (the + keeps the engine from pushing the IN into the table scan) is a fast semi-join.
 
 -- The slices the package reads: every slice of the trace. For one GPU of a trace written by `ktrace merge`,
 -- ktrace registers the package with this view narrowed to that GPU's process (sql_package.register).
+INCLUDE PERFETTO MODULE ktrace.lanes;
+
 CREATE PERFETTO VIEW _ktrace_source_slice AS
 SELECT * FROM slice;
 
@@ -65,37 +68,37 @@ ORDER BY id;
 CREATE PERFETTO TABLE _ktrace_groups AS
 SELECT COALESCE(
   (SELECT MAX(num_groups) FROM ktrace_launch),
-  (SELECT MAX(extract_arg(arg_set_id, 'debug.group')) + 1 FROM _ktrace_source_slice),
+  (SELECT MAX(grp) + 1 FROM _ktrace_lane_track),
   1) AS n;
 
--- The phase slices' columns read from their args once.
-CREATE PERFETTO TABLE _ktrace_slice AS
-SELECT
-  id,
-  ts,
-  dur,
-  ts + dur AS end_ts,
-  name AS phase,
-  block,
-  grp,
-  sm,
-  k,
-  block * (SELECT n FROM _ktrace_groups) + grp AS lane,
-  track_id,
-  depth
-FROM (
-  SELECT
-    id, ts, dur, name, track_id, depth,
-    extract_arg(arg_set_id, 'debug.block') AS block,
-    extract_arg(arg_set_id, 'debug.group') AS grp,
-    extract_arg(arg_set_id, 'debug.sm') AS sm,
-    k
-  FROM (SELECT id, ts, dur, name, track_id, depth, arg_set_id, extract_arg(arg_set_id, 'debug.k') AS k FROM _ktrace_source_slice)
-  WHERE k IS NOT NULL
-)
+-- The phase slices' instances (ktrace.lanes).
+CREATE PERFETTO TABLE _ktrace_slice_key AS
+SELECT id, lane_track_id, name FROM _ktrace_lane_slices!(_ktrace_source_slice);
+
+CREATE PERFETTO TABLE _ktrace_slice_k AS
+SELECT id, k FROM _ktrace_instance_k!(_ktrace_slice_key)
 ORDER BY id;
 
--- Phase slices: a BEGIN/END pair of one event on one lane. Exactly the slices that have debug.k.
+-- The phase slices with their lane's columns, read once.
+CREATE PERFETTO TABLE _ktrace_slice AS
+SELECT
+  s.id,
+  s.ts,
+  s.dur,
+  s.ts + s.dur AS end_ts,
+  s.name AS phase,
+  s.block,
+  s.grp,
+  IIF(s.arg_set_id IS NULL, s.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), s.sm)) AS sm,
+  i.k,
+  s.block * (SELECT n FROM _ktrace_groups) + s.grp AS lane,
+  s.track_id,
+  s.depth
+FROM _ktrace_lane_slices!(_ktrace_source_slice) AS s
+JOIN _ktrace_slice_k AS i USING (id)
+ORDER BY s.id;
+
+-- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants.
 CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Slice id.
   id LONG,
