@@ -59,3 +59,33 @@ def test_commands_refuse_a_cut_trace_with_exit_2(trace, tmp_path):
     rc, _, err = run_ktrace("diff", trace, half)
     assert rc == 2 and "truncated" in err
     assert run_ktrace("check", trace, "--rule", "kernel.slices > 0")[0] == 0
+
+
+def test_the_walk_counts_what_protobuf_parses_and_refuses_every_cut(trace):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    data = trace.read_bytes()
+    # Packets of 128 bytes and more (two length bytes) too: a big interned-names packet, a large one.
+    big = pb.TracePacket(trusted_packet_sequence_id=1)
+    big.interned_data.event_names.add(iid=999, name="x" * 300)
+    huge = pb.TracePacket(trusted_packet_sequence_id=1)
+    huge.interned_data.event_names.add(iid=998, name="y" * 20000)
+    extra = pb.Trace(packet=[big, huge]).SerializeToString()
+    for whole in (data, extra + data + extra):
+        want = len(pb.Trace.FromString(whole).packet)
+        for chunk in (1, 3, 130, 4096, len(whole)):
+            assert walk(whole, chunk) == want
+    import random
+
+    rng = random.Random(7)
+    starts = {0}
+    i = 0
+    for p in pb.Trace.FromString(extra + data).packet:
+        i += len(pb.Trace(packet=[p]).SerializeToString())
+        starts.add(i)
+    whole = extra + data
+    for cut in rng.sample(range(1, len(whole)), 60) + [len(extra) - 1, len(extra) + 1]:
+        if cut in starts:
+            continue  # a cut between packets is a shorter trace, not a cut one
+        with pytest.raises(InputError, match="truncated|cut"):
+            walk(whole[:cut], rng.choice((5, 64, 4096)))
