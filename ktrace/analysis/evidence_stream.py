@@ -104,9 +104,10 @@ def _pass1(plan: _Plan, cut: tuple[int, int]):
     a, b = cut
     t = _top(plan.cols, a, b)
     key = t.phase_index * plan.kmax + t.k
-    keys, inv = np.unique(key, return_inverse=True)
-    ends = np.full(len(keys), np.iinfo(np.int64).min)
-    np.maximum.at(ends, inv, t.end)
+    ends = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).min)
+    np.maximum.at(ends, key, t.end)
+    keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
+    ends = ends[keys]
     sample = _top(plan.cols, a, b, plan.stride, plan.forced)
     nph, ng = plan.nph, plan.ng
     same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
@@ -127,7 +128,7 @@ def _pass2(plan: _Plan, cut: tuple[int, int]):
     t = _top(plan.cols, *cut)
     key = t.phase_index * plan.kmax + t.k
     at_max = t.end == plan.latest[key]
-    keys, inv = np.unique(key[at_max], return_inverse=True)
-    lowest = np.full(len(keys), np.iinfo(np.int64).max)
-    np.minimum.at(lowest, inv, t.block[at_max])
-    return keys, lowest
+    lowest = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).max)
+    np.minimum.at(lowest, key[at_max], t.block[at_max])
+    keys = np.flatnonzero(lowest < np.iinfo(np.int64).max)
+    return keys, lowest[keys]
