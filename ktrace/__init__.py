@@ -13,9 +13,8 @@ from ._interrupt import is_command as _is_command, quiet_interrupts as _quiet_in
 if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not a traceback
     _quiet_interrupts()
 
-import importlib.util as _util  # noqa: E402
-from importlib import import_module as _import_module  # noqa: E402
 
+from ._lazy import lazy_names  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError  # noqa: E402
 
@@ -32,19 +31,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(_import_module(f".{_LAZY[name]}", __name__), name)
-    elif not name.startswith("__") and _util.find_spec(f"{__name__}.{name}") is not None:
-        value = _import_module(f".{name}", __name__)  # a submodule (ktrace.api ...), as an eager package gave it
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
 
 
 __all__ = [

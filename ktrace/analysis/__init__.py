@@ -14,11 +14,11 @@ check it).
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import jsonfmt
+from .._lazy import lazy_names
 from ..filetypes import TRACE_SUFFIXES
 from ..progress import stage
 from .thresholds import Thresholds
@@ -67,19 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f"{__name__}.{name}")  # a submodule, as an eager package gave it
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
 
 
 ANALYSIS_SCHEMA = "ktrace.analysis/2"

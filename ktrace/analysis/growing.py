@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Growing", "fits"]
+__all__ = ["Growing", "fits", "narrowest"]
 
 
 def fits(dtype, lo: int, hi: int) -> bool:
     """Whether the integer type holds every value in [lo, hi]."""
     info = np.iinfo(dtype)
     return info.min <= lo and hi <= info.max
+
+
+def narrowest(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``a`` (values within [lo, hi]) in the narrowest signed integer type that holds them (itself if it is
+    that type already)."""
+    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi))
+    return a if a.dtype == t else a.astype(t)
 
 
 class Growing:

@@ -27,7 +27,7 @@ from . import structure as st
 from .evidence_stream import stream_evidence
 from .tables import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
-from .growing import Growing, fits
+from .growing import Growing, fits, narrowest
 from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
 __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "reduced", "CHUNK_ROWS"]
@@ -164,13 +164,8 @@ class PartReduction:
                        "sm": (-1, int(sl.sm.max())), "depth": (0, int(depth.max())),
                        "begin": (int(begin.min()), int(begin.max())), "end": (int(end.min()), int(end.max()))}
         for name, (lo, hi) in self.ranges.items():  # narrow before it crosses a pipe
-            setattr(self, name, _narrow(getattr(self, name), lo, hi))
-        self.prev = _narrow(self.prev, -1, self.n)
-
-
-def _narrow(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi))
-    return a if a.dtype == t else a.astype(t)
+            setattr(self, name, narrowest(getattr(self, name), lo, hi))
+        self.prev = narrowest(self.prev, -1, self.n)
 
 
 def reduce_part(d: Decoded) -> PartReduction | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import structure as st
 from ..forked import fork_imap, fork_map
-from .growing import Growing
+from .growing import Growing, narrowest
 from .tables import waits_columns
 from .instance_math import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
                                stability)
@@ -313,12 +313,7 @@ def _waits_chunk(cols, chunk: tuple[int, int]):
     g_rows = rows[first] + a
     best = np.stack([key[first], w[first], cols.block_of(g_rows), cols.group_of(g_rows),
                      cols.k[g_rows].astype(np.int64)])
-    return _narrowest(key, 0, nph * nph), _narrowest(w, 0, int(w.max())), best
-
-
-def _narrowest(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max)
-    return a.astype(t, copy=False)
+    return narrowest(key, 0, nph * nph), narrowest(w, 0, int(w.max())), best
 
 
 def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> CriticalPath:
