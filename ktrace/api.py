@@ -211,10 +211,11 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
 
 
 def _numpy_jobs(jobs: int | None, dec) -> int:
-    """The numpy engine's worker processes: as asked, else the cores available for a large buffer (1 in a
-    worker process of several captures analyzed side by side: those already use the cores)."""
-    if jobs is not None:
-        return max(1, int(jobs))
+    """The numpy engine's worker processes: as asked (at most the cores available), else the cores available
+    for a large buffer (1 in a worker process of several captures analyzed side by side: those already use
+    the cores)."""
+    if jobs is not None:  # more workers than cores cannot help, and each holds a part's temporaries
+        return max(1, min(int(jobs), available_cores()))
     if in_worker() or dec.body.size < NUMPY_MIN_RECORDS:
         return 1
     return available_cores()
