@@ -30,7 +30,7 @@ from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits, narrowest
 from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
-__all__ = ["numpy_figures", "stream_figures", "decoder_figures", "reduced", "CHUNK_ROWS"]
+__all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
 
@@ -52,10 +52,6 @@ class Columns:
         self._durs: list = []
         self.first_begin: dict[int, int] = {}
         self.lanes_with_slices = 0
-
-    def add(self, d: Decoded) -> None:
-        """Reduce one part (whole lanes) and keep its narrow columns."""
-        self.take(reduce_part(d))
 
     def take(self, r: "PartReduction | None") -> None:
         """Keep one part's reduction (``reduce_part``, in this process or a worker's)."""
@@ -203,7 +199,7 @@ def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, pr
     parts hold (half the record slots): the columns are allocated once at that size. summary: the buffer's
     Summary when the parts hold only its slices, else the parts' Summaries merged. jobs: worker processes
     for the cross-lane sweeps (the figures are the same for any number)."""
-    return _figures((reduced(d) for d in parts), chunk_rows, progress, max_slices, summary, jobs)
+    return _figures((_reduced(d) for d in parts), chunk_rows, progress, max_slices, summary, jobs)
 
 
 def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progress=None, on_part=None,
@@ -220,14 +216,14 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
 
 
-def reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
+def _reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
     """A part as the engine keeps it: its head (the part without its records' columns), its Summary and its
     reduction."""
     return _emptied(d), Summary.of(d), reduce_part(d)
 
 
 def _decode_reduced(dec, lanes: tuple[int, int]):
-    return reduced(dec.part(*lanes))
+    return _reduced(dec.part(*lanes))
 
 
 def _emptied(d: Decoded) -> Decoded:
@@ -249,11 +245,10 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
         del r
     if head is None:
         raise ValueError("stream_figures: no parts")
-    first = head
-    cols.finish(first.launch.event_name)
+    cols.finish(head.launch.event_name)
     blocks = cols.blocks()
     lane_totals = cols.lane_totals()
-    kernel = kernel_figures(first.launch, summary, cols.distinct_durations(),
+    kernel = kernel_figures(head.launch, summary, cols.distinct_durations(),
                             int(cols.begin.min()) if cols.n else None, int(cols.end.max()) if cols.n else None,
                             cols.n, cols.lanes_with_slices, len(cols.names))
     stage(progress, "phase instances")
@@ -268,7 +263,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     cp = critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-    nb = first.launch.num_blocks
+    nb = head.launch.num_blocks
     evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table, jobs)
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
                       evidence)

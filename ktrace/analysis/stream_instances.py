@@ -114,7 +114,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     got = fork_map(_sweep_figures, (cols, blocks, inst, by_k, ncode), [(*c, i0) for c, i0 in zip(chunks, starts_at)],
                    jobs)
     del by_k
-    inst.last_row = np.concatenate([g[1] for g in got]) if got else np.zeros(0, np.int64)
+    inst.last_row = np.concatenate([g[1] for g in got])
     inst.is_last[inst.last_row] = True
     parts = [g[0] for g in got]
     del got
