@@ -113,16 +113,21 @@ def lane_neighbours(lane, begin, seq, top) -> tuple[np.ndarray, np.ndarray]:
     return prev, nxt
 
 
+def _extents(inv, n: int, sm, begin, end):
+    """Per group (inv: each row's group, of n): the highest SM, the first begin and the last end."""
+    i64 = np.iinfo(np.int64)
+    g_sm, g_begin, g_end = np.full(n, i64.min), np.full(n, i64.max), np.full(n, i64.min)
+    np.maximum.at(g_sm, inv, sm)
+    np.minimum.at(g_begin, inv, begin)
+    np.maximum.at(g_end, inv, end)
+    return g_sm, g_begin, g_end
+
+
 def block_extents(block, sm, lane, begin, end):
     """Per distinct block: (block, SM, first begin, last end, slices, lanes), and each slice's block row."""
     ub, inv = np.unique(block, return_inverse=True)
     nb = len(ub)
-    b_sm = np.full(nb, np.iinfo(np.int64).min)
-    np.maximum.at(b_sm, inv, sm)
-    b_begin = np.full(nb, np.iinfo(np.int64).max)
-    np.minimum.at(b_begin, inv, begin)
-    b_end = np.full(nb, np.iinfo(np.int64).min)
-    np.maximum.at(b_end, inv, end)
+    b_sm, b_begin, b_end = _extents(inv, nb, sm, begin, end)
     return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), np.bincount(unique_columns(inv, lane)[0],
                                                                                minlength=nb), inv
 
@@ -166,12 +171,7 @@ def _lane_totals_unsorted(lane, block, group, sm, begin, end, top) -> LaneTotals
     n = len(ul)
     first = np.zeros(n, np.int64)
     first[inv[::-1]] = np.arange(len(lane))[::-1]
-    l_sm = np.full(n, np.iinfo(np.int64).min)
-    np.maximum.at(l_sm, inv, sm)
-    l_begin = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(l_begin, inv, begin)
-    l_end = np.full(n, np.iinfo(np.int64).min)
-    np.maximum.at(l_end, inv, end)
+    l_sm, l_begin, l_end = _extents(inv, n, sm, begin, end)
     busy = np.zeros(n, np.int64)
     np.add.at(busy, inv[top], (end - begin)[top])
     return LaneTotals.from_columns({
