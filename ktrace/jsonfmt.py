@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+from json.encoder import encode_basestring  # what the encoder writes a str as, with ensure_ascii=False
 
-__all__ = ["dumps", "escape_raw"]
+__all__ = ["dumps", "escape_raw", "EncodedRows", "encode_basestring"]
 
 # What json leaves raw with ensure_ascii=False and a terminal or an editor would act on: DEL, the C1 controls
 # (0x9b is CSI on some terminals), the bidirectional controls that make text read differently from how it is
@@ -31,6 +32,14 @@ def dumps(obj, indent: int | None = 2, **options) -> str:
     return escape_raw(_dump(obj, 0, " " * indent, flat))
 
 
+class EncodedRows(tuple):
+    """Rows of a table already written as JSON text, one flat object each, exactly as the flat encoder
+    below writes a dict (``{"a": 1, "b": null}``): ``dumps`` puts them one per line as it would the dicts.
+    Only ``dumps`` with an indent reads them (``Table.json_rows`` makes them)."""
+
+    __slots__ = ()
+
+
 def _key(k) -> str:
     """A key as json.dumps writes it."""
     if isinstance(k, str):
@@ -49,6 +58,8 @@ def _dump(obj, level: int, pad: str, flat) -> str:
             return "{}"
         items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
+    if isinstance(obj, EncodedRows):
+        return "[\n" + ",\n".join(inner + row for row in obj) + "\n" + pad * level + "]" if obj else "[]"
     if isinstance(obj, (list, tuple)):
         if not obj:
             return "[]"

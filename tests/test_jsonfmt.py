@@ -36,3 +36,27 @@ def test_an_analysis_prints_one_row_per_line_and_the_same_value():
     d = a.to_dict()
     rows = sum(len(d[t]) for t in ("instances", "lanes", "blocks", "lane_totals", "busy_sms"))
     assert rows > 1000 and len(text.splitlines()) < 2 * rows  # a row per line, not a line per value
+
+
+def test_a_tables_rows_written_a_column_at_a_time_are_what_the_encoder_writes_of_its_dicts():
+    from ktrace.analysis.table import INT, INTN, REAL, TEXT, Table, kinds, table
+
+    @table
+    class T(Table):
+        KINDS = kinds(n=INT, x=REAL, m=INTN, s=TEXT)
+
+    t = T.from_columns({"n": [0, -3, 2**62, 7], "x": [1.5e300, -0.0, math.nan, 0.1 + 0.2],
+                        "m": [math.nan, 4.0, -2.0, 2.0**53], "s": ["é\n\"q\"\\", None, "\x9b\u202e", ""]})
+    encode = json.JSONEncoder(separators=(", ", ": "), ensure_ascii=False, allow_nan=False).encode
+    assert list(t.json_rows()) == [encode(r) for r in t.rows()]
+    dumps = lambda obj: jsonfmt.dumps(obj, ensure_ascii=False, allow_nan=False)  # noqa: E731 (as ktrace writes it)
+    assert dumps({"t": t.json_rows()}) == dumps({"t": t.rows()})
+    assert dumps({"t": T.empty().json_rows()}) == dumps({"t": []})
+    with pytest.raises(ValueError):
+        T.from_columns({"n": [1], "x": [math.inf], "m": [1.0], "s": ["a"]}).json_rows()
+
+
+@pytest.mark.parametrize("name", ["waves_ktrace", "warpgroups_ktrace", "imbalance"])
+def test_an_analysis_writes_the_text_its_dicts_give(name):
+    a = ktrace.analyze(sample(name), engine="numpy")
+    assert a.to_json() == jsonfmt.dumps(a.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)

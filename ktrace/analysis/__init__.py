@@ -153,6 +153,10 @@ class Analysis:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values, schema ``ktrace.analysis/2`` (docs/analysis-schema.md)."""
+        return self._dict(lambda t: t.rows())
+
+    def _dict(self, rows) -> dict:
+        """to_dict(), each table's rows as ``rows(table)`` gives them."""
         f = self.figures
         return {
             "schema": ANALYSIS_SCHEMA,
@@ -165,23 +169,27 @@ class Analysis:
             "data_quality": self.data_quality.to_dict(),
             "slots": self.slots or None,
             "accounted": self.accounted,
-            "wait_causes": f.wait_causes.rows(),
+            "wait_causes": rows(f.wait_causes),
             "findings": [x.to_dict() for x in self.findings],
-            "phases": f.phases.rows(),
-            "instances": f.instances.rows(),
-            "lanes": f.lanes.rows(),
-            "waits": f.waits.rows(),
+            "phases": rows(f.phases),
+            "instances": rows(f.instances),
+            "lanes": rows(f.lanes),
+            "waits": rows(f.waits),
             "occupancy": f.occupancy.rows()[0] if len(f.occupancy) else None,
-            "blocks": f.blocks.rows(),
-            "lane_totals": f.lane_totals.rows(),
-            "busy_sms": f.busy_sms.rows(),
+            "blocks": rows(f.blocks),
+            "lane_totals": rows(f.lane_totals),
+            "busy_sms": rows(f.busy_sms),
             "critical_path": {"coverage": f.critical_shares.coverage(f.kernel.wall_ns),
-                              "steps": f.critical_path.rows(), "shares": f.critical_shares.rows()},
+                              "steps": rows(f.critical_path), "shares": rows(f.critical_shares)},
         }
 
     def to_json(self, indent: int | None = 2) -> str:
         """``to_dict()`` as JSON text (NaN never appears: undefined figures are null)."""
-        return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+        if indent is None:
+            return jsonfmt.dumps(self.to_dict(), indent=None, ensure_ascii=False, allow_nan=False)
+        # The same text, each table's rows written a column at a time (Table.json_rows).
+        return jsonfmt.dumps(self._dict(lambda t: t.json_rows()), indent=indent, ensure_ascii=False,
+                             allow_nan=False)
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the headline, findings with evidence and impact, the phase table."""
