@@ -63,18 +63,22 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances,
     latest = np.full(size, np.iinfo(np.int64).min)
     tot = np.zeros((3, nph * nph * ng), np.int64)
     last_gap = np.full(len(inst_key), np.nan)
-    parts = []
-    for keys, ends, sample, n, sums, most, r, gaps in fork_imap(_pass1, plan, cuts, jobs):  # every slice
+    parts, chunk_ends = [], []
+    for keys, ends, lowest, sample, n, sums, most, r, gaps in fork_imap(_pass1, plan, cuts, jobs):  # every slice
         np.maximum.at(latest, keys, ends)
+        chunk_ends.append((keys, ends, lowest))
         parts.append(sample)
         tot[0] += n
         tot[1] += sums
         np.maximum(tot[2], most, out=tot[2])
         last_gap[r] = gaps
-    plan.latest = latest
+    # The lowest block among those ending last: each range's lowest at its own latest end, where that is the
+    # instance's.
     who = np.full(size, np.iinfo(np.int64).max)
-    for keys, lowest in fork_imap(_pass2, plan, cuts, jobs):  # the lowest block among those ending last
-        np.minimum.at(who, keys, lowest)
+    for keys, ends, lowest in chunk_ends:
+        at = ends == latest[keys]
+        np.minimum.at(who, keys[at], lowest[at])
+    del chunk_ends
     present = np.flatnonzero(latest > np.iinfo(np.int64).min)
     grid = (present, latest[present], who[present], kmax)
     totals = {}
@@ -94,20 +98,22 @@ class _Plan:
     def __init__(self, cols, kmax, nph, ng, stride, forced, row_of, last_lane) -> None:
         self.cols, self.kmax, self.nph, self.ng, self.stride, self.forced = cols, kmax, nph, ng, stride, forced
         self.row_of, self.last_lane = row_of, last_lane
-        self.latest = None
 
 
 def _pass1(plan: _Plan, cut: tuple[int, int]):
-    """One range's instance ends (distinct keys, latest end of each), its sample, its boundary gaps' count,
-    sum and longest per (phase, next phase, group), and the gaps before instances' last finishers (rows of
-    the instance table, gaps)."""
+    """One range's instance ends (distinct keys, latest end of each, the lowest block among its slices that
+    end then), its sample, its boundary gaps' count, sum and longest per (phase, next phase, group), and the
+    gaps before instances' last finishers (rows of the instance table, gaps)."""
     a, b = cut
     t = _top(plan.cols, a, b)
     key = t.phase_index * plan.kmax + t.k
     ends = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).min)
     np.maximum.at(ends, key, t.end)
+    at_max = t.end == ends[key]
+    lowest = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).max)
+    np.minimum.at(lowest, key[at_max], t.block[at_max])
     keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
-    ends = ends[keys]
+    ends, lowest = ends[keys], lowest[keys]
     sample = _top(plan.cols, a, b, plan.stride, plan.forced)
     nph, ng = plan.nph, plan.ng
     same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
@@ -120,15 +126,4 @@ def _pass1(plan: _Plan, cut: tuple[int, int]):
     np.maximum.at(most, bk, gap)
     r = plan.row_of[key[same + 1]]
     mine = (r >= 0) & (t.lane[same + 1] == plan.last_lane[np.maximum(r, 0)])
-    return keys, ends, sample, n, sums, most, r[mine], gap[mine]
-
-
-def _pass2(plan: _Plan, cut: tuple[int, int]):
-    """One range's lowest block among the slices that end their instance at its latest end: (keys, block)."""
-    t = _top(plan.cols, *cut)
-    key = t.phase_index * plan.kmax + t.k
-    at_max = t.end == plan.latest[key]
-    lowest = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).max)
-    np.minimum.at(lowest, key[at_max], t.block[at_max])
-    keys = np.flatnonzero(lowest < np.iinfo(np.int64).max)
-    return keys, lowest[keys]
+    return keys, ends, lowest, sample, n, sums, most, r[mine], gap[mine]
