@@ -25,10 +25,6 @@ __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path"]
 _SMALL, _BIG = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int64).max)
 
 
-def _index_type(n: int):
-    return np.int32 if n < 2**31 else np.int64
-
-
 def _cuts(starts: np.ndarray, n: int, chunk_rows: int) -> list[tuple[int, int]]:
     """Row ranges [a, b) of about chunk_rows rows, each beginning at one of ``starts`` (group starts)."""
     if not n:
@@ -48,33 +44,23 @@ class Instances:
     ``instance_of`` searches), latest end (``inst_end``) and last finisher's row (``last_row``)."""
 
 
-def _k_chunks(cols, chunk_rows: int, block: int = 1 << 22):
-    """The slices grouped into ranges [k0, k1) of instance numbers with about chunk_rows slices each (an
-    instance (phase, k) lies within one range): (rows, bounds), the rows of range i being
-    rows[bounds[i]:bounds[i + 1]] in row order. One stable counting sort, a block of rows at a time: its
-    temporaries are the block's, the result 4 bytes per slice."""
+def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
+    """Ranges [k0, k1) of instance numbers with about chunk_rows slices each (an instance (phase, k) lies
+    within one range)."""
     per_k = np.bincount(cols.k)
     cum = np.cumsum(per_k)
     cuts = np.unique(np.r_[0, np.searchsorted(cum, np.arange(0, cols.n, max(chunk_rows, 1)), side="right")])
     cuts = cuts[cuts < len(per_k)]
-    counts = np.diff(np.r_[0, cum[np.r_[cuts[1:] - 1, len(per_k) - 1]]])
-    bounds = np.r_[0, np.cumsum(counts)]
-    nxt = bounds[:-1].copy()
-    if len(cuts) == 1:  # one range: every row, in row order
-        return np.arange(cols.n, dtype=_index_type(cols.n)), bounds
-    rows = np.empty(cols.n, _index_type(cols.n))
-    # The range of each k, narrow: a stable sort of 16-bit keys is a radix sort.
-    range_of_k = np.repeat(np.arange(len(cuts)), np.diff(np.r_[cuts, len(per_k)]))
-    range_of_k = range_of_k.astype(np.int16 if len(cuts) < 2**15 else np.int64)
-    for a in range(0, cols.n, block):
-        cid = range_of_k[cols.k[a:a + block]]
-        o = np.argsort(cid, kind="stable")
-        cs = cid[o]
-        cnt = np.bincount(cs, minlength=len(cuts))
-        first = np.r_[0, np.cumsum(cnt)[:-1]]
-        rows[nxt[cs] + (np.arange(len(cs)) - first[cs])] = o + a
-        nxt += cnt
-    return rows, bounds
+    return list(zip(cuts.tolist(), np.r_[cuts[1:], len(per_k)].tolist()))
+
+
+def _rows_of(cols, k0: int, k1: int, block: int = 1 << 22) -> np.ndarray:
+    """The rows whose k is in [k0, k1), in row order: a scan of k a block of rows at a time (each worker scans
+    for its own range; the temporaries are a block's)."""
+    if k0 == 0 and k1 > int(cols.k.max()):
+        return np.arange(cols.n)
+    return np.concatenate([np.flatnonzero((k >= k0) & (k < k1)) + a
+                           for a, k in ((a, cols.k[a:a + block]) for a in range(0, cols.n, block))])
 
 
 def _grouped(cols, rows: np.ndarray, ncode: int):
@@ -98,10 +84,9 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
         inst.top_block = inst.top_count = inst.distinct = np.zeros(len(cols.names), np.int64)
         inst.keys = inst.inst_end = inst.last_row = np.zeros(0, np.int64)
         return inst
-    by_k, bounds = _k_chunks(cols, chunk_rows)
-    chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    chunks = _k_ranges(cols, chunk_rows)
     # Sweep 1: each instance's latest end, and its tied last finishers.
-    got = fork_map(_sweep_ends, (cols, by_k, ncode), chunks, jobs)
+    got = fork_map(_sweep_ends, (cols, ncode), chunks, jobs)
     inst.keys, inst.inst_end = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
     counts = [len(g[0]) for g in got]
     tied = np.concatenate([g[2] for g in got])
@@ -111,9 +96,8 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     del tied
     # Sweep 2: every other figure of each instance.
     starts_at = np.r_[0, np.cumsum(counts)[:-1]].tolist()
-    got = fork_map(_sweep_figures, (cols, blocks, inst, by_k, ncode), [(*c, i0) for c, i0 in zip(chunks, starts_at)],
+    got = fork_map(_sweep_figures, (cols, blocks, inst, ncode), [(*c, i0) for c, i0 in zip(chunks, starts_at)],
                    jobs)
-    del by_k
     inst.last_row = np.concatenate([g[1] for g in got])
     inst.is_last[inst.last_row] = True
     parts = [g[0] for g in got]
@@ -130,9 +114,8 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
 
 def _sweep_ends(state, chunk: tuple[int, int]):
     """Sweep 1 of one chunk: its instances' keys, latest ends, and the rows that tie at the latest end."""
-    cols, by_k, ncode = state
-    a, b = chunk
-    rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+    cols, ncode = state
+    rows, key, starts = _grouped(cols, _rows_of(cols, *chunk), ncode)
     end_g = cols.end[rows].astype(np.int64)
     latest = np.maximum.reduceat(end_g, starts)
     return key, latest, rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))]
@@ -140,9 +123,9 @@ def _sweep_ends(state, chunk: tuple[int, int]):
 
 def _sweep_figures(state, chunk: tuple[int, int, int]):
     """Sweep 2 of one chunk (its instances numbered from i0): their columns and last finishers' rows."""
-    cols, blocks, inst, by_k, ncode = state
-    a, b, i0 = chunk
-    rows, key, starts = _grouped(cols, by_k[a:b], ncode)
+    cols, blocks, inst, ncode = state
+    k0, k1, i0 = chunk
+    rows, key, starts = _grouped(cols, _rows_of(cols, k0, k1), ncode)
     return _instance_chunk(cols, blocks, inst, rows, starts, i0)
 
 
