@@ -20,6 +20,8 @@ _RAW_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-
 
 def escape_raw(text: str) -> str:
     """JSON text with the characters above written as \\uXXXX escapes (the value it parses to is unchanged)."""
+    if text.isascii() and "\x7f" not in text:  # the common case, tested at memory speed
+        return text
     return _RAW_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
@@ -28,8 +30,12 @@ def dumps(obj, indent: int | None = 2, **options) -> str:
     element per line."""
     if indent is None:
         return escape_raw(json.dumps(obj, **options))
-    flat = json.JSONEncoder(separators=(", ", ": "), **options).encode
-    return escape_raw(_dump(obj, 0, " " * indent, flat))
+    encode = json.JSONEncoder(separators=(", ", ": "), **options).encode
+
+    def flat(v) -> str:  # every string of the text is inside one piece: escaped piece by piece, the same text
+        return escape_raw(encode(v))
+
+    return _dump(obj, 0, " " * indent, flat)
 
 
 class EncodedRows(tuple):
@@ -59,7 +65,7 @@ def _dump(obj, level: int, pad: str, flat) -> str:
         items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
     if isinstance(obj, EncodedRows):
-        return "[\n" + ",\n".join(inner + row for row in obj) + "\n" + pad * level + "]" if obj else "[]"
+        return "[\n" + ",\n".join(inner + escape_raw(row) for row in obj) + "\n" + pad * level + "]" if obj else "[]"
     if isinstance(obj, (list, tuple)):
         if not obj:
             return "[]"

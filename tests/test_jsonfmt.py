@@ -60,3 +60,15 @@ def test_a_tables_rows_written_a_column_at_a_time_are_what_the_encoder_writes_of
 def test_an_analysis_writes_the_text_its_dicts_give(name):
     a = ktrace.analyze(sample(name), engine="numpy")
     assert a.to_json() == jsonfmt.dumps(a.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+@pytest.mark.parametrize("text, written", [
+    ("plain ascii", "plain ascii"), ("del\x7f", "del\\u007f"), ("csi\x9b31m", "csi\\u009b31m"),
+    ("bidi\u202egnp", "bidi\\u202egnp"), ("é ok", "é ok"), ("ls\u2028", "ls\\u2028"),
+])
+def test_what_a_terminal_would_act_on_is_escaped_and_nothing_else(text, written):
+    assert jsonfmt.escape_raw(text) == written
+    for obj in ({"s": text}, {text: [{"row": text}]}, [text]):
+        out = jsonfmt.dumps(obj, ensure_ascii=False)
+        assert json.loads(out) == obj and written in out
+        assert text == written or text not in out
