@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, interruptible
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_LANGS = ("", "bash", "sh", "shell", "console")
@@ -187,7 +187,8 @@ def _shown_in(shown: list[str], out: str) -> list[str]:
 def _run_view(cmd: str, cwd: Path) -> tuple[int, str]:
     """``ktrace view``: serve, read what it prints up to its URL lines, stop it with Ctrl-C."""
     p = subprocess.Popen(["bash", "-c", f"exec {cmd.split('#')[0]} --no-browser"], cwd=cwd, env=_env(cwd),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=interruptible)  # Ctrl-C stops it even when the tests run in the background
     lines = []
     try:
         for line in p.stdout:
