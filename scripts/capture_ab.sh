@@ -38,7 +38,7 @@ for pair in "imbalance_before balanced_after large" "more_work_before more_work_
   COLUMNS=120 "${K[@]}" diff "$RES/ab/$1.bin" "$RES/ab/$2.bin" 2>&1 | tee "$RES/ab/$3.diff.txt" | tee -a "$LOG"
 done
 step "GPU tests"
-"$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_ab_gpu.py "tests/gpu/test_capture_gpu.py::test_persistent_last_finisher" \
+"$PY" -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu/test_ab_gpu.py "tests/gpu/test_capture_gpu.py::test_persistent_last_finisher" \
   2>&1 | tail -15 | tee -a "$LOG"
 
 step "done in $(( $(date +%s) - t0 )) s"

@@ -43,7 +43,7 @@ step "ktrace run --header ktrace samples/kernels/instants.py --capacity 6 --name
   samples/kernels/instants.py --capacity 6 --name overflow 2>&1 | tee -a "$LOG"
 
 step "GPU tests"
-$PY -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
+$PY -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
 
 step "done in $(( $(date +%s) - t0 )) s"
 tar -czf "$DEST/capture.tar.gz" -C "$RES" --exclude=./cache . && ls -la "$DEST/capture.tar.gz" | tee -a "$LOG"

@@ -59,7 +59,7 @@ for h in "${HEADERS[@]}"; do
 done
 
 step "GPU tests: tests/gpu/test_multigpu.py"
-timeout 300 $PY -m pytest -q -p no:cacheprovider tests/gpu/test_multigpu.py 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
+timeout 300 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu/test_multigpu.py 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
 
 if [ -n "${FLASHINFER_INCLUDE:-}" ]; then
   step "ktrace run --device 0,1 --header flashinfer (host-clock anchors; not committed)"

@@ -63,7 +63,7 @@ print(f"overflow: slices {len(new.slices)}/{len(old.slices)} instants {len(new.i
 PY
 
 step "GPU tests"
-$PY -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
+$PY -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25 | tee -a "$LOG"
 
 step "SASS of the probe loop, both headers"
 $PY - "$RES" <<'PY' 2>&1 | tee -a "$LOG"

@@ -50,3 +50,10 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """Reports into a pipe are what the tests read: $COLUMNS (a developer's terminal's, or the 80 pytest-xdist
+    gives its workers) would re-wrap them. A test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
