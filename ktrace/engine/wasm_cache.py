@@ -29,7 +29,8 @@ from typing import Any
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
 from ktrace.errors import EnvironmentMissing
 
-__all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "import_wasmtime"]
+__all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_sha256", "usable_folder",
+           "import_wasmtime"]
 
 # The memory64 build's own limit (what its glue reports from emscripten_get_heap_max): 16 GiB. Reserving
 # the whole range up front keeps the heap from moving (and peak memory from doubling) when it grows.
@@ -40,6 +41,7 @@ _CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES, "epoch_i
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[Any, Any]] = {}
+_digests: dict[str, str] = {}  # the wasm file's SHA-256 of each module in _loaded
 _warned: dict[str, bool] = {}
 
 
@@ -133,16 +135,15 @@ def load_module() -> tuple[Any, Any]:
     later calls load the cached artifact (milliseconds) after checking it is the one ktrace wrote.
     """
     wasmtime = import_wasmtime()
+    key = _module_key()
     path = wasm_path()
-    # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
-    key = f"{path}|{cache_dir()}"
     with _lock:
         if key in _loaded:
             return _loaded[key]
         wasm_bytes = path.read_bytes()
         engine = _make_engine(wasmtime)
         name = f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
-        folder, why_not = _usable_folder()
+        folder, why_not = usable_folder()
         if folder is None:
             print(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}",
                   file=sys.stderr, flush=True)
@@ -150,7 +151,20 @@ def load_module() -> tuple[Any, Any]:
         else:
             module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name, path)
         _loaded[key] = (engine, module)
+        _digests[key] = hashlib.sha256(wasm_bytes).hexdigest()
         return engine, module
+
+
+def module_sha256() -> str:
+    """The SHA-256 (hex) of the wasm file whose module ``load_module`` returns (loading it if need be)."""
+    load_module()
+    key = _module_key()
+    return _digests.get(key) or hashlib.sha256(wasm_path().read_bytes()).hexdigest()
+
+
+def _module_key() -> str:
+    # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
+    return f"{wasm_path()}|{cache_dir()}"
 
 
 def _compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, path: Path) -> Any:
@@ -197,8 +211,9 @@ def _load_trusted(wasmtime: Any, engine: Any, entry: Path) -> tuple[Any, str]:
         return None, f"{entry} did not load ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
 
 
-def _usable_folder() -> tuple[Path | None, str]:
-    """The configured cache folder if it is private to this user, else the user's own private folder."""
+def usable_folder() -> tuple[Path | None, str]:
+    """The configured cache folder if it is private to this user, else the user's own private folder; or
+    ``(None, why not)``."""
     configured = cache_dir()
     problem = ensure_private_folder(configured)
     if not problem:

@@ -61,6 +61,30 @@ class Host:
         """The instance's current memory size in bytes (0 once unbound)."""
         return self._memory.data_len(self._store) if self._memory is not None else 0
 
+    def memory(self) -> Any:
+        """The instance's whole memory as a numpy uint8 array (a view: valid until the memory grows)."""
+        import numpy as np
+
+        n = self.heap_bytes()
+        return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(self._base())) if n else np.zeros(0, np.uint8)
+
+    # -- what a heap snapshot keeps of the host (wasm_snapshot) -----------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The host's own state that the instance can observe: its monotonic clock (ms), its log."""
+        return {"clock_ms": self._now_ms(), "log": list(self.log), "partial_line": self._partial_line}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continues from ``state()`` of another host: the clock goes on from its reading (the restored
+        memory's timestamps are never in the future), the log holds its lines."""
+        self._t0 = time.perf_counter() - float(state["clock_ms"]) / 1000.0
+        self.log.clear()
+        self.log.extend(str(line) for line in state["log"])
+        self._partial_line = str(state["partial_line"])
+
+    def _now_ms(self) -> float:
+        return (time.perf_counter() - self._t0) * 1000.0
+
     # -- memory access ----------------------------------------------------------------------------------
 
     def _base(self) -> int:
@@ -118,7 +142,7 @@ class Host:
     def functions(self) -> dict[tuple[str, str], Callable[..., Any]]:
         """Host callables for the imports implemented here, keyed by (module, name)."""
         env = {
-            "emscripten_get_now": lambda: (time.perf_counter() - self._t0) * 1000.0,
+            "emscripten_get_now": self._now_ms,
             "emscripten_date_now": lambda: time.time() * 1000.0,
             "emscripten_get_heap_max": lambda: self.heap_max_bytes,
             "emscripten_resize_heap": self._resize_heap,
