@@ -390,3 +390,20 @@ def test_bytes_and_a_path_share_the_snapshot(traces, snapshots, restores, monkey
     with open_trace(Path(trace).read_bytes(), engine="wasm") as s:
         assert {sql: _rows(s.query(sql)) for sql in QUERIES} == fresh
     assert restores == [False, True]
+
+
+def test_only_a_build_whose_mutable_globals_are_the_stacks_is_snapshotted(traces, snapshots, restores,
+                                                                           monkeypatch):
+    """The trace processor defines three mutable globals (the stack pointer and the stack's two bounds), the
+    three the emscripten_stack_get_* exports read and the restore checks; another build is not snapshotted."""
+    import wasmtime
+
+    assert wasm_cache.module_facts()[1] == 3
+    wat = ("(module (global (mut i64) (i64.const 11)) (global i32 (i32.const 11)) "
+           "(global (mut i32) (i32.const -1)) (global (mut f64) (f64.const 1)) (func))")
+    assert wasm_cache._mutable_globals(bytes(wasmtime.wat2wasm(wat))) == 3
+    assert wasm_cache._mutable_globals(bytes(wasmtime.wat2wasm("(module (func))"))) == 0
+    monkeypatch.setattr(wasm_cache, "_facts_of", lambda data: ("0" * 64, 4))
+    monkeypatch.setattr(wasm_cache, "_facts", {})
+    open_trace(traces["nested_ktrace"], engine="wasm").close()
+    assert restores == [] and _entries(snapshots) == []

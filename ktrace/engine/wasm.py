@@ -23,7 +23,7 @@ from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, 
                                    rpc_protos, split_rpc_stream)
 from ktrace._version import __version__
 from ktrace.engine import wasm_snapshot
-from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module, module_sha256
+from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
 from ktrace.engine.wasm_heap import HEAP_ENV, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, InputError, KtraceError
@@ -67,7 +67,7 @@ class WasmTraceProcessor(Backend):
         self._reply = bytearray()
         self._gave_up = False
         engine, module = load_module()
-        self._wasm_sha256 = module_sha256()
+        self._wasm_sha256, self._mutable_globals = module_facts()
         self._engine = engine
         self._store = wasmtime.Store(engine)
         self._store.set_epoch_deadline(1)
@@ -171,7 +171,9 @@ class WasmTraceProcessor(Backend):
     # -- loaded-trace snapshots (wasm_snapshot) ----------------------------------------------------------
 
     def snapshot_wanted(self, trace_bytes: int | None) -> bool:
-        return wasm_snapshot.wanted(trace_bytes)
+        # A snapshot restores linear memory and checks the three globals the stack exports read: a build
+        # with any other mutable global (whose value a load might change) is never snapshotted.
+        return self._mutable_globals == len(self._stack) and wasm_snapshot.wanted(trace_bytes)
 
     def restore(self, trace_sha256: str) -> bool:
         """Replaces this fresh instance's state by the snapshot of the trace whose bytes have that SHA-256,
@@ -213,6 +215,7 @@ class WasmTraceProcessor(Backend):
             pass
 
     def _engine_state(self) -> dict[str, object]:
+        self._store.set_epoch_deadline(1)  # another session's timeout may have moved the shared epoch on
         return {"request_buffer": self._request_buffer, "callback_index": self._callback_index,
                 "table_size": self._table.size(self._store), "stack": [f(self._store) for f in self._stack]}
 
