@@ -177,17 +177,16 @@ def _query(bc, ktrace_cmd, buf: str, a, floor_s: float | None) -> dict:
         if ".cwasm" in name:
             shutil.copyfile(os.path.join(_user_cache(), name), os.path.join(cache, name))
     snapshots = os.path.join(cache, "snapshots")
-    out = {}
+    got = {"off": [], "first": [], "repeat": []}
     try:
-        with _env(KTRACE_CACHE_DIR=cache, KTRACE_SNAPSHOT_GIB="0"):
-            out["off"] = _run(bc, cmd, a.runs, a.timeout)
-        firsts, repeats = [], []
-        with _env(KTRACE_CACHE_DIR=cache, KTRACE_SNAPSHOT_GIB=None):
-            for _ in range(a.runs):
+        for _ in range(a.runs):  # the three side by side in each round, so that a busy machine skews them alike
+            with _env(KTRACE_CACHE_DIR=cache, KTRACE_SNAPSHOT_GIB="0"):
+                got["off"].append(_run(bc, cmd, 1, a.timeout))
+            with _env(KTRACE_CACHE_DIR=cache, KTRACE_SNAPSHOT_GIB=None):
                 shutil.rmtree(snapshots, ignore_errors=True)
-                firsts.append(_run(bc, cmd, 1, a.timeout))
-                repeats.append(_run(bc, cmd, 1, a.timeout))
-        out["first"], out["repeat"] = _median_run(firsts), _median_run(repeats)
+                got["first"].append(_run(bc, cmd, 1, a.timeout))
+                got["repeat"].append(_run(bc, cmd, 1, a.timeout))
+        out = {key: _median_run(ms) for key, ms in got.items()}
         out["snapshot_bytes"] = sum(os.path.getsize(os.path.join(snapshots, n)) for n in os.listdir(snapshots)
                                     if n.endswith(".tpsnap")) if os.path.isdir(snapshots) else 0
     finally:
