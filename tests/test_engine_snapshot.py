@@ -257,6 +257,17 @@ def _snapshot_of_other(other, snapshots, keep):
     return data
 
 
+def test_a_snapshot_with_a_malformed_header_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    data = entry.read_bytes()
+    old = b'"clock_ms": '
+    at = data.index(old)
+    _rewrite(entry, data[:at] + b'"clock_mz": ' + data[at + len(old):])  # same length, valid record
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
 def test_a_snapshot_whose_engine_state_differs_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
