@@ -11,6 +11,7 @@ one compiled module (copied from the user's cache when it holds one), and snapsh
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,16 @@ def test_only_a_build_whose_mutable_globals_are_the_stacks_is_snapshotted(traces
     monkeypatch.setattr(wasm_cache, "_facts", {})
     open_trace(traces["nested_ktrace"], engine="wasm").close()
     assert restores == [] and _entries(snapshots) == []
+
+
+def test_the_hosts_steady_clocks_never_go_back_across_a_restore():
+    from ktrace.engine.wasm_host import Host
+
+    kept = Host(1 << 30).state()
+    kept["clock_ms"] += 3.6e6  # as if the snapshot's process had run for an hour, on a machine since rebooted
+    kept["clocks_ns"] = {k: v + 3600 * 10**9 for k, v in kept["clocks_ns"].items()}
+    later = Host(1 << 30)
+    later.resume(kept)
+    assert later.state()["clock_ms"] >= kept["clock_ms"]
+    assert all(later._clock_ns(int(c)) >= v for c, v in kept["clocks_ns"].items())
+    assert abs(later._clock_ns(0) - time.time_ns()) < 10**9  # wall time is the wall's, never shifted

@@ -52,6 +52,7 @@ class Host:
         self._store: Any = None
         self._memory: Any = None
         self._t0 = time.perf_counter()
+        self._clock_offsets_ns = {clock_id: 0 for clock_id in _STEADY_CLOCKS}
 
     def bind(self, store: Any, memory: Any) -> None:
         self._store = store
@@ -71,13 +72,18 @@ class Host:
     # -- what a heap snapshot keeps of the host (wasm_snapshot) -----------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """The host's own state that the instance can observe: its monotonic clock (ms), its log."""
-        return {"clock_ms": self._now_ms(), "log": list(self.log), "partial_line": self._partial_line}
+        """The host's own state that the instance can observe: its clocks that must not go back (the
+        monotonic ms of emscripten_get_now; WASI's monotonic, process and thread clocks, ns), its log."""
+        return {"clock_ms": self._now_ms(), "clocks_ns": {str(c): self._clock_ns(c) for c in _STEADY_CLOCKS},
+                "log": list(self.log), "partial_line": self._partial_line}
 
     def resume(self, state: dict[str, Any]) -> None:
         """Continues from ``state()`` of another host: the clock goes on from its reading (the restored
         memory's timestamps are never in the future), the log holds its lines."""
         self._t0 = time.perf_counter() - float(state["clock_ms"]) / 1000.0
+        for clock_id in _STEADY_CLOCKS:  # these go on from where they were, or from now if that is later
+            kept = int(state["clocks_ns"][str(clock_id)])
+            self._clock_offsets_ns[clock_id] = max(0, kept - _CLOCKS[clock_id]())
         self.log.clear()
         self.log.extend(str(line) for line in state["log"])
         self._partial_line = str(state["partial_line"])
@@ -231,11 +237,13 @@ class Host:
         return 0
 
     def _clock_time_get(self, clock_id: int, precision: int, out: int) -> int:
-        clocks = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
-        if clock_id not in clocks:
+        if clock_id not in _CLOCKS:
             return _EINVAL
-        self._put(out, "Q", clocks[clock_id]())
+        self._put(out, "Q", self._clock_ns(clock_id))
         return 0
+
+    def _clock_ns(self, clock_id: int) -> int:
+        return _CLOCKS[clock_id]() + self._clock_offsets_ns.get(clock_id, 0)
 
     def _environ_sizes_get(self, count_ptr: int, size_ptr: int) -> int:
         self._put(count_ptr, "Q", 0)
@@ -273,6 +281,9 @@ class Host:
 
 
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+# WASI's clocks: realtime, monotonic, this process's CPU time, this thread's CPU time.
+_CLOCKS = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
+_STEADY_CLOCKS = (1, 2, 3)  # never go back, even in a snapshot restored in another process (or after a reboot)
 
 
 def _align_up(n: int, align: int) -> int:

@@ -154,6 +154,8 @@ def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
         return None, "it was made for another trace or engine"
     host = header.get("host")
     if not (isinstance(host, dict) and isinstance(host.get("clock_ms"), (int, float))
+            and isinstance(host.get("clocks_ns"), dict)
+            and all(isinstance(host["clocks_ns"].get(str(c)), int) for c in (1, 2, 3))
             and isinstance(host.get("log"), list) and all(isinstance(line, str) for line in host["log"])
             and isinstance(host.get("partial_line"), str) and isinstance(header.get("engine"), dict)):
         return None, "its header is damaged"
