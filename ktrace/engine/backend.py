@@ -35,6 +35,20 @@ class Backend(abc.ABC):
         """Told the size of the trace about to load (None: unknown, e.g. compressed), before ``load``: an
         engine may size itself from it, or raise InputError for a trace that cannot fit."""
 
+    def snapshot_wanted(self, trace_bytes: int | None) -> bool:
+        """Whether this engine keeps snapshots of loaded traces of that size (then the session hashes the
+        trace's bytes for ``restore`` and ``save_snapshot``)."""
+        return False
+
+    def restore(self, trace_sha256: str) -> bool:
+        """After ``expect``, instead of ``load``: takes up the state a snapshot kept of the trace whose bytes
+        have that SHA-256 (hex). Returns False (nothing changed that a load would notice) when there is
+        none."""
+        return False
+
+    def save_snapshot(self, trace_sha256: str) -> None:
+        """Right after ``load``, before any query: keeps the loaded state for a later ``restore``."""
+
     @abc.abstractmethod
     def load(self, chunks: Iterable[bytes]) -> str:
         """Feeds the whole trace, piece by piece (any split is fine), then ends it (sort and flush).

@@ -16,9 +16,9 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
-__all__ = ["ensure_private_folder", "read_entry", "write_entry", "cache_lock", "record_path"]
+__all__ = ["ensure_private_folder", "read_entry", "write_entry", "write_entry_from", "cache_lock", "record_path"]
 
 _RECORD_PREFIX = "sha256 "
 
@@ -82,27 +82,37 @@ def read_entry(entry: Path) -> tuple[bytes | None, str]:
     return data, ""
 
 
-def _write_atomically(path: Path, data: bytes | bytearray) -> None:
+def _write_atomically(path: Path, pieces: Iterable[bytes | bytearray | memoryview]) -> str:
+    """Writes the pieces to ``path``; returns their SHA-256 (hex)."""
     # mkstemp creates the file exclusively (O_EXCL, mode 600): a planted name or symlink is never written
     # through, and the rename replaces whatever was there.
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    digest = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
+            for piece in pieces:
+                digest.update(piece)
+                tmp.write(piece)
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+    return digest.hexdigest()
 
 
 def write_entry(entry: Path, data: bytes | bytearray) -> str:
     """Writes the entry, then its record; returns "" or why it could not (a cache that cannot be written
     costs a recompile next time, nothing more)."""
+    return write_entry_from(entry, [data])
+
+
+def write_entry_from(entry: Path, pieces: Iterable[bytes | bytearray | memoryview]) -> str:
+    """``write_entry`` of the pieces joined, without joining them (a heap snapshot is written straight from
+    the engine's memory); the record is the digest of exactly the bytes written."""
     try:
-        _write_atomically(entry, data)
-        digest = hashlib.sha256(data).hexdigest()
-        _write_atomically(record_path(entry), f"{_RECORD_PREFIX}{digest}\n".encode())
+        digest = _write_atomically(entry, pieces)
+        _write_atomically(record_path(entry), [f"{_RECORD_PREFIX}{digest}\n".encode()])
     except OSError as exc:
         return f"{entry.parent}: {exc.strerror or exc}"
     return ""
@@ -113,11 +123,11 @@ LOCK_WAIT_S = 120.0  # then compile without the lock (entries are written atomic
 
 
 @contextlib.contextmanager
-def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[None]:
+def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[bool]:
     """Holds an exclusive lock while a module is compiled and written: on ``folder/.lock``, a file only this
     user can open (mode 600, never through a symlink), so another user who can read the folder cannot hold
     it. Waits at most ``wait_s`` (default LOCK_WAIT_S), saying so once after a second; then goes on without
-    it. Nothing if the platform cannot lock."""
+    it. Nothing if the platform cannot lock. Yields whether the lock is held."""
     import time
 
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
@@ -125,7 +135,7 @@ def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[
     try:
         import fcntl
     except ImportError:
-        yield
+        yield False
         return
     path = folder / LOCK_NAME
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -133,19 +143,20 @@ def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[
         fd = os.open(path, flags, 0o600)
     except OSError as exc:
         say(f"ktrace: not locking the cache ({path}: {exc.strerror or exc}); compiling without the lock")
-        yield
+        yield False
         return
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or _owner_problem(st, str(path)) or st.st_mode & 0o077:
             say(f"ktrace: not locking the cache: {_owner_problem(st, str(path)) or f'{path} is not private'}; "
                 "compiling without the lock")
-            yield
+            yield False
             return
-        start, told = time.monotonic(), False
+        start, told, held = time.monotonic(), False, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
                 break
             except BlockingIOError:
                 waited = time.monotonic() - start
@@ -160,6 +171,6 @@ def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[
                 time.sleep(0.1)
             except OSError:
                 break
-        yield
+        yield held
     finally:
         os.close(fd)

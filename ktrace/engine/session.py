@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -145,10 +146,24 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     backend = _start_engine(engine)
     try:
         backend.expect(name, None if _is_gzip(trace) else total)
+        digest = _sha256(trace) if backend.snapshot_wanted(total) else None
     except BaseException:
         backend.close()
         raise
-    return _load(backend, name, total, chunks, progress)
+    return _load(backend, name, total, chunks, progress, digest)
+
+
+def _sha256(trace: TraceInput) -> str | None:
+    """The trace's bytes' SHA-256 (hex): what its snapshot is found by. None if it cannot be read."""
+    if isinstance(trace, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(trace).hexdigest()
+    digest = hashlib.sha256()
+    try:
+        for chunk in _read_chunks(Path(trace)):
+            digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _is_gzip(trace: TraceInput) -> bool:
@@ -173,15 +188,27 @@ def _start_engine(engine: str) -> Backend:
 
 
 def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
-          progress: Progress | None) -> Session:
+          progress: Progress | None, digest: str | None = None) -> Session:
     try:
+        if digest is not None and backend.restore(digest):
+            # The snapshot was kept after a load of these very bytes passed every check below.
+            stage(progress, "restoring the loaded trace from its snapshot")
+            if progress is not None:
+                progress(total, total)
+            session = Session(backend, name)
+            _check_trace_type(session)
+            return session
         framing = Framing(name)
+        # The snapshot is kept under the digest of the bytes loaded (the file may have changed since `digest`).
+        loaded = hashlib.sha256() if digest is not None else None
 
         def counted() -> Iterator[bytes]:
             done = 0
             stage(progress, "parsing the trace", total, "bytes")
             for chunk in chunks:
                 framing.feed(chunk)
+                if loaded is not None:
+                    loaded.update(chunk)
                 yield chunk
                 done += len(chunk)
                 if progress is not None:
@@ -192,6 +219,8 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
         if error:
             raise InputError(f"{name}: not a readable Perfetto trace: {error.strip()}")
         framing.finish()  # a cut trace is refused: the engine silently drops a last packet cut short
+        if loaded is not None:
+            backend.save_snapshot(loaded.hexdigest())  # before any query, so none leaves a trace in it
         if progress is not None:
             progress(total, total)
         session = Session(backend, name)

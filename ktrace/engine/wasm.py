@@ -14,13 +14,16 @@ Session serializes calls).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import threading
 from typing import Any, Callable, Iterable
 
 from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
                                    rpc_protos, split_rpc_stream)
-from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module
+from ktrace._version import __version__
+from ktrace.engine import wasm_snapshot
+from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
 from ktrace.engine.wasm_heap import HEAP_ENV, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, InputError, KtraceError
@@ -64,11 +67,13 @@ class WasmTraceProcessor(Backend):
         self._reply = bytearray()
         self._gave_up = False
         engine, module = load_module()
+        self._wasm_sha256, self._mutable_globals = module_facts()
         self._engine = engine
         self._store = wasmtime.Store(engine)
         self._store.set_epoch_deadline(1)
         self._build_max = min(heap_max_bytes, HEAP_MAX_BYTES)
         self._heap_why = "the build's limit"
+        self._heap_initial = 0
         self._host = Host(self._build_max)
         linker = wasmtime.Linker(engine)
         provided = self._host.functions()
@@ -92,6 +97,8 @@ class WasmTraceProcessor(Backend):
             self._request_buffer = exports["trace_processor_rpc_init"](self._store, index,
                                                                       _REQUEST_BUFFER_BYTES)
             self._on_rpc_request = exports["trace_processor_on_rpc_request"]
+            self._table, self._callback_index = table, index
+            self._stack = [exports[f"emscripten_stack_get_{n}"] for n in ("current", "base", "end")]
         except (wasmtime.WasmtimeError, wasmtime.Trap, WasmAbort, KeyError) as exc:
             limit = _address_space_limit()
             if limit is not None and limit < HEAP_MAX_BYTES + (1 << 30):
@@ -109,6 +116,7 @@ class WasmTraceProcessor(Backend):
     def expect(self, name: str, trace_bytes: int | None) -> None:
         """Sizes the heap from the trace (``wasm_heap``): its maximum, and the memory grown up front."""
         initial, self._host.heap_max_bytes, self._heap_why = heap_plan(name, trace_bytes, self._build_max)
+        self._heap_initial = initial
         grow = initial - self._host.heap_bytes()
         if grow > 0:
             try:
@@ -159,6 +167,64 @@ class WasmTraceProcessor(Backend):
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
         (reply,) = self._call(register_sql_package_rpc(name, modules, replace))
         return reply.register_sql_package_result.error
+
+    # -- loaded-trace snapshots (wasm_snapshot) ----------------------------------------------------------
+
+    def snapshot_wanted(self, trace_bytes: int | None) -> bool:
+        # A snapshot restores linear memory and checks the three globals the stack exports read: a build
+        # with any other mutable global (whose value a load might change) is never snapshotted.
+        return self._mutable_globals == len(self._stack) and wasm_snapshot.wanted(trace_bytes)
+
+    def restore(self, trace_sha256: str) -> bool:
+        """Replaces this fresh instance's state by the snapshot of the trace whose bytes have that SHA-256,
+        if there is a usable one. Called after ``expect`` and before anything is loaded or queried.
+
+        What is not in linear memory is checked or carried over: the module's three mutable globals (the
+        stack pointer and the stack's bounds, which the emscripten_stack_get_* exports read) and the table's
+        size must equal the snapshot's, as must the request buffer and the reply callback's table slot that
+        the restored memory points to; the host's clock and log are carried over."""
+        key = self._snapshot_key(trace_sha256)
+        snapshot, problem = wasm_snapshot.read(key)
+        if snapshot is not None and snapshot.header.get("engine") != self._engine_state():
+            snapshot, problem = None, "it was made by an engine set up differently"
+        if snapshot is None or not self._host.heap_bytes() <= snapshot.memory_bytes <= self._host.heap_max_bytes:
+            if problem:
+                wasm_snapshot.note(problem)
+            return False
+        fresh_bytes = self._host.heap_bytes()
+        try:
+            self._host.grow(snapshot.memory_bytes - fresh_bytes)
+        except Exception:  # no room for it: load the trace, which grows only as far as it needs
+            return False
+        if self._host.heap_bytes() != snapshot.memory_bytes:
+            return False
+        snapshot.copy_into(self._host.memory(), fresh_bytes)
+        self._host.resume(snapshot.header["host"])
+        wasm_snapshot.touch(key)
+        return True
+
+    def save_snapshot(self, trace_sha256: str) -> None:
+        """Stores this instance's state, a trace just loaded and finalized with nothing queried yet, for
+        ``restore``. Never fails: a snapshot not written costs a full load next time."""
+        if self._dead:
+            return
+        try:
+            wasm_snapshot.write(self._snapshot_key(trace_sha256),
+                                {"engine": self._engine_state(), "host": self._host.state()}, self._host.memory())
+        except Exception:  # a cache that cannot be written (or anything else) changes no result
+            pass
+
+    def _engine_state(self) -> dict[str, object]:
+        self._store.set_epoch_deadline(1)  # another session's timeout may have moved the shared epoch on
+        return {"request_buffer": self._request_buffer, "callback_index": self._callback_index,
+                "table_size": self._table.size(self._store), "stack": [f(self._store) for f in self._stack]}
+
+    def _snapshot_key(self, trace_sha256: str) -> str:
+        return wasm_snapshot.key([
+            f"trace {trace_sha256}", f"wasm {self._wasm_sha256}",
+            f"wasmtime {importlib.metadata.version('wasmtime')}", f"ktrace {__version__}",
+            f"heap {self._heap_initial} {self._host.heap_max_bytes} {self._build_max}",
+            f"request buffer {_REQUEST_BUFFER_BYTES}"])
 
     def close(self) -> None:
         self._dead = self._dead or "it was closed"

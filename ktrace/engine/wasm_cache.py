@@ -29,7 +29,8 @@ from typing import Any
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
 from ktrace.errors import EnvironmentMissing
 
-__all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "import_wasmtime"]
+__all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts", "usable_folder",
+           "import_wasmtime"]
 
 # The memory64 build's own limit (what its glue reports from emscripten_get_heap_max): 16 GiB. Reserving
 # the whole range up front keeps the heap from moving (and peak memory from doubling) when it grows.
@@ -40,6 +41,7 @@ _CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES, "epoch_i
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[Any, Any]] = {}
+_facts: dict[str, tuple[str, int]] = {}  # module_facts() of each module in _loaded
 _warned: dict[str, bool] = {}
 
 
@@ -133,16 +135,15 @@ def load_module() -> tuple[Any, Any]:
     later calls load the cached artifact (milliseconds) after checking it is the one ktrace wrote.
     """
     wasmtime = import_wasmtime()
+    key = _module_key()
     path = wasm_path()
-    # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
-    key = f"{path}|{cache_dir()}"
     with _lock:
         if key in _loaded:
             return _loaded[key]
         wasm_bytes = path.read_bytes()
         engine = _make_engine(wasmtime)
         name = f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
-        folder, why_not = _usable_folder()
+        folder, why_not = usable_folder()
         if folder is None:
             print(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}",
                   file=sys.stderr, flush=True)
@@ -150,7 +151,64 @@ def load_module() -> tuple[Any, Any]:
         else:
             module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name, path)
         _loaded[key] = (engine, module)
+        _facts[key] = _facts_of(wasm_bytes)
         return engine, module
+
+
+def module_facts() -> tuple[str, int]:
+    """(SHA-256 in hex, number of mutable globals defined) of the wasm file whose module ``load_module``
+    returns (loading it if need be). -1 globals: the file's sections could not be read."""
+    load_module()
+    key = _module_key()
+    return _facts.get(key) or _facts_of(wasm_path().read_bytes())
+
+
+def _facts_of(wasm_bytes: bytes) -> tuple[str, int]:
+    return hashlib.sha256(wasm_bytes).hexdigest(), _mutable_globals(wasm_bytes)
+
+
+def _mutable_globals(data: bytes) -> int:
+    """How many mutable globals the module defines (its global section), -1 when it cannot be read."""
+
+    def leb(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value, pos
+
+    try:
+        pos = 8  # magic and version
+        while pos < len(data):
+            section, (size, pos) = data[pos], leb(pos + 1)
+            if section == 6:
+                count, at = leb(pos)
+                mutable = 0
+                for _ in range(count):  # valtype, mutability, then a constant expression ended by 0x0B
+                    mutable += data[at + 1] == 1
+                    opcode, at = data[at + 2], at + 3
+                    if opcode in (0x41, 0x42, 0x23):  # i32.const, i64.const, global.get: one LEB128
+                        _, at = leb(at)
+                    elif opcode in (0x43, 0x44):  # f32.const, f64.const
+                        at += 4 if opcode == 0x43 else 8
+                    else:
+                        return -1
+                    if data[at] != 0x0B:
+                        return -1
+                    at += 1
+                return mutable
+            pos += size
+        return 0
+    except (IndexError, ValueError):
+        return -1
+
+
+def _module_key() -> str:
+    # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
+    return f"{wasm_path()}|{cache_dir()}"
 
 
 def _compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, path: Path) -> Any:
@@ -197,8 +255,9 @@ def _load_trusted(wasmtime: Any, engine: Any, entry: Path) -> tuple[Any, str]:
         return None, f"{entry} did not load ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
 
 
-def _usable_folder() -> tuple[Path | None, str]:
-    """The configured cache folder if it is private to this user, else the user's own private folder."""
+def usable_folder() -> tuple[Path | None, str]:
+    """The configured cache folder if it is private to this user, else the user's own private folder; or
+    ``(None, why not)``."""
     configured = cache_dir()
     problem = ensure_private_folder(configured)
     if not problem:

@@ -52,6 +52,7 @@ class Host:
         self._store: Any = None
         self._memory: Any = None
         self._t0 = time.perf_counter()
+        self._clock_offsets_ns = {clock_id: 0 for clock_id in _STEADY_CLOCKS}
 
     def bind(self, store: Any, memory: Any) -> None:
         self._store = store
@@ -60,6 +61,35 @@ class Host:
     def heap_bytes(self) -> int:
         """The instance's current memory size in bytes (0 once unbound)."""
         return self._memory.data_len(self._store) if self._memory is not None else 0
+
+    def memory(self) -> Any:
+        """The instance's whole memory as a numpy uint8 array (a view: valid until the memory grows)."""
+        import numpy as np
+
+        n = self.heap_bytes()
+        return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(self._base())) if n else np.zeros(0, np.uint8)
+
+    # -- what a heap snapshot keeps of the host (wasm_snapshot) -----------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The host's own state that the instance can observe: its clocks that must not go back (the
+        monotonic ms of emscripten_get_now; WASI's monotonic, process and thread clocks, ns), its log."""
+        return {"clock_ms": self._now_ms(), "clocks_ns": {str(c): self._clock_ns(c) for c in _STEADY_CLOCKS},
+                "log": list(self.log), "partial_line": self._partial_line}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continues from ``state()`` of another host: the clock goes on from its reading (the restored
+        memory's timestamps are never in the future), the log holds its lines."""
+        self._t0 = time.perf_counter() - float(state["clock_ms"]) / 1000.0
+        for clock_id in _STEADY_CLOCKS:  # these go on from where they were, or from now if that is later
+            kept = int(state["clocks_ns"][str(clock_id)])
+            self._clock_offsets_ns[clock_id] = max(0, kept - _CLOCKS[clock_id]())
+        self.log.clear()
+        self.log.extend(str(line) for line in state["log"])
+        self._partial_line = str(state["partial_line"])
+
+    def _now_ms(self) -> float:
+        return (time.perf_counter() - self._t0) * 1000.0
 
     # -- memory access ----------------------------------------------------------------------------------
 
@@ -118,7 +148,7 @@ class Host:
     def functions(self) -> dict[tuple[str, str], Callable[..., Any]]:
         """Host callables for the imports implemented here, keyed by (module, name)."""
         env = {
-            "emscripten_get_now": lambda: (time.perf_counter() - self._t0) * 1000.0,
+            "emscripten_get_now": self._now_ms,
             "emscripten_date_now": lambda: time.time() * 1000.0,
             "emscripten_get_heap_max": lambda: self.heap_max_bytes,
             "emscripten_resize_heap": self._resize_heap,
@@ -207,11 +237,13 @@ class Host:
         return 0
 
     def _clock_time_get(self, clock_id: int, precision: int, out: int) -> int:
-        clocks = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
-        if clock_id not in clocks:
+        if clock_id not in _CLOCKS:
             return _EINVAL
-        self._put(out, "Q", clocks[clock_id]())
+        self._put(out, "Q", self._clock_ns(clock_id))
         return 0
+
+    def _clock_ns(self, clock_id: int) -> int:
+        return _CLOCKS[clock_id]() + self._clock_offsets_ns.get(clock_id, 0)
 
     def _environ_sizes_get(self, count_ptr: int, size_ptr: int) -> int:
         self._put(count_ptr, "Q", 0)
@@ -249,6 +281,9 @@ class Host:
 
 
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+# WASI's clocks: realtime, monotonic, this process's CPU time, this thread's CPU time.
+_CLOCKS = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
+_STEADY_CLOCKS = (1, 2, 3)  # never go back, even in a snapshot restored in another process (or after a reboot)
 
 
 def _align_up(n: int, align: int) -> int:

@@ -1,0 +1,268 @@
+"""Loaded-trace snapshots for the embedded engine: a trace's engine memory, kept so the next open skips loading.
+
+Loading a large trace costs seconds (a 1e6-record trace: ~5 s, mostly the engine sorting its packets), and
+every command on the same trace paid it again. So, once a trace is loaded and finalized, and before any query
+runs on it, the instance's linear memory is written to ``snapshots/`` in the compiled-module cache's folder
+(``wasm_cache.usable_folder``), under a name derived from everything that shapes that memory: the trace bytes'
+SHA-256, the wasm file's, wasmtime's and ktrace's versions, the heap plan and the request buffer's size. A
+later open of the same bytes starts a fresh instance exactly as before, then copies the snapshot over its
+memory (``WasmTraceProcessor.restore`` checks the rest of the state, which lives outside memory).
+
+The file: ``MAGIC``, the header's length (4 bytes, little-endian) and the header (JSON: the key, the memory's
+size, the engine state the restore checks), a bitmap of the memory's 64 KiB pages (bit set: stored), then the
+stored pages in order. All-zero pages are not stored (about 40 % of a loaded trace's heap).
+
+The cache is untrusted: an entry is read only through ``cache_files`` (a private folder, a regular file of
+this user's, never through a symlink, its SHA-256 matching the record beside it; the hashed bytes are the
+bytes restored) and used only when its header matches what this process expects in every field. Anything
+else loads the trace as before, and the load writes a good entry in its place. Writes go to a temporary
+file renamed into place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
+0: no snapshots), least recently used entries evicted first; traces under $KTRACE_SNAPSHOT_MIN_MIB (default
+4 MiB), which load in well under a second, are never snapshotted. A snapshot that cannot be written costs a
+full load next time, nothing more: it is never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, record_path, write_entry_from
+from ktrace.errors import InputError
+
+__all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "Snapshot", "wanted", "folder", "entry_path", "read",
+           "write", "touch"]
+
+BUDGET_ENV = "KTRACE_SNAPSHOT_GIB"
+MIN_TRACE_ENV = "KTRACE_SNAPSHOT_MIN_MIB"
+DEFAULT_BUDGET_BYTES = 2 << 30
+# Measured on 2 cores (instance start aside): a 0.8 MB trace loads in 0.33 s, a 1.7 MB one (1e5 records) in
+# 0.5 s, a 17 MB one (1e6) in 5-7 s; restoring takes 0.11, 0.13 and 0.3-0.4 s, but even the smallest trace's
+# snapshot is 22-36 MiB (the engine's own tables). From 4 MiB (a load of about 1.2 s) the disk is worth it.
+DEFAULT_MIN_TRACE_BYTES = 4 << 20
+PAGE_BYTES = 65536  # a wasm page
+MAGIC = b"ktrace-snapshot-1\n"
+SUFFIX = ".tpsnap"
+_STALE_TMP_S = 3600.0  # a temporary file this old was left by a write that died
+_LOCK_WAIT_S = 10.0  # a snapshot is worth less than waiting for another process's write
+
+
+def _env_number(name: str, default: float, unit: str, example: str) -> float:
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1e9:
+        raise InputError(f"{name}={text!r}: give a size in {unit}, 0 or more (e.g. {name}={example})")
+    return value
+
+
+def budget_bytes() -> int:
+    """The snapshot cache's size limit in bytes: $KTRACE_SNAPSHOT_GIB, else 2 GiB; 0 disables snapshots."""
+    return int(_env_number(BUDGET_ENV, DEFAULT_BUDGET_BYTES / 2**30, "GiB", "2") * 2**30)
+
+
+def wanted(trace_bytes: int | None) -> bool:
+    """Whether a trace of ``trace_bytes`` is worth a snapshot (large enough, and snapshots enabled)."""
+    smallest = int(_env_number(MIN_TRACE_ENV, DEFAULT_MIN_TRACE_BYTES / 2**20, "MiB", "4") * 2**20)
+    return trace_bytes is not None and trace_bytes >= smallest and budget_bytes() > 0
+
+
+def folder() -> Path | None:
+    """The private folder holding the snapshots (created if need be), or None when there is none."""
+    from ktrace.engine.wasm_cache import usable_folder
+
+    base, _ = usable_folder()
+    if base is None:
+        return None
+    path = base / "snapshots"
+    return None if ensure_private_folder(path) else path
+
+
+def entry_path(where: Path, key: str) -> Path:
+    return where / f"trace-{key[:32]}{SUFFIX}"
+
+
+class Snapshot:
+    """A snapshot read back and checked: its header (a dict), which pages it holds, and their bytes."""
+
+    def __init__(self, header: dict[str, Any], stored: np.ndarray, pages: np.ndarray) -> None:
+        self.header = header
+        self.stored = stored  # bool per page of memory
+        self.pages = pages  # uint8, the stored pages one after another
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.header["memory_bytes"])
+
+    def copy_into(self, memory: np.ndarray, fresh_bytes: int) -> None:
+        """Makes ``memory`` (the instance's whole memory, already grown to memory_bytes from ``fresh_bytes``,
+        past which it is all zeros) equal the snapshot: stored pages copied, the others zeroed where the
+        fresh instance had written them."""
+        if len(memory) != self.memory_bytes or fresh_bytes % PAGE_BYTES or fresh_bytes > len(memory):
+            raise ValueError("the memory is not the snapshot's size")
+        pages = memory.reshape(-1, PAGE_BYTES)
+        written = np.zeros(len(pages), bool)
+        written[:fresh_bytes // PAGE_BYTES] = pages[:fresh_bytes // PAGE_BYTES].view(np.uint64).any(axis=1)
+        for start, stop in _runs(written & ~self.stored):
+            pages[start:stop] = 0
+        offset = 0
+        for start, stop in _runs(self.stored):
+            n = (stop - start) * PAGE_BYTES
+            memory[start * PAGE_BYTES:stop * PAGE_BYTES] = self.pages[offset:offset + n]
+            offset += n
+
+
+def read(key: str) -> tuple[Snapshot | None, str]:
+    """The snapshot stored under ``key`` if it is intact and ktrace's, else ``(None, why)`` (why is "" when
+    there is no entry, or no cache folder)."""
+    where = folder()
+    if where is None:
+        return None, ""
+    entry = entry_path(where, key)
+    data, problem = read_entry(entry)
+    if data is None:
+        return None, problem
+    snapshot, problem = _parse(data, key)
+    return snapshot, problem and f"{entry}: {problem}"
+
+
+def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        return None, "not a ktrace snapshot"
+    (length,) = struct.unpack_from("<I", data, len(MAGIC))
+    start = len(MAGIC) + 4
+    try:
+        header = json.loads(data[start:start + length].decode())
+        memory_bytes = int(header["memory_bytes"])
+        stored_count = int(header["stored_pages"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None, "its header is damaged"
+    if header.get("key") != key:
+        return None, "it was made for another trace or engine"
+    host = header.get("host")
+    if not (isinstance(host, dict) and isinstance(host.get("clock_ms"), (int, float))
+            and isinstance(host.get("clocks_ns"), dict)
+            and all(isinstance(host["clocks_ns"].get(str(c)), int) for c in (1, 2, 3))
+            and isinstance(host.get("log"), list) and all(isinstance(line, str) for line in host["log"])
+            and isinstance(host.get("partial_line"), str) and isinstance(header.get("engine"), dict)):
+        return None, "its header is damaged"
+    if memory_bytes <= 0 or memory_bytes % PAGE_BYTES or header.get("page_bytes") != PAGE_BYTES:
+        return None, "its memory size is not a whole number of pages"
+    n_pages = memory_bytes // PAGE_BYTES
+    bitmap_at = start + length
+    pages_at = bitmap_at + (n_pages + 7) // 8
+    if len(data) != pages_at + stored_count * PAGE_BYTES:
+        return None, "it is cut short or has bytes left over"
+    bits = np.unpackbits(np.frombuffer(data, np.uint8, pages_at - bitmap_at, bitmap_at), bitorder="little")
+    stored = bits[:n_pages].astype(bool)
+    if bits[n_pages:].any() or int(stored.sum()) != stored_count:
+        return None, "its page map does not match its pages"
+    return Snapshot(header, stored, np.frombuffer(data, np.uint8, offset=pages_at)), ""
+
+
+def write(key: str, header: dict[str, Any], memory: np.ndarray) -> str:
+    """Stores ``memory`` (the instance's, as uint8) under ``key`` with ``header``; returns "" or why not.
+    Evicts least recently used snapshots to stay within the budget; a snapshot over the budget is not
+    written."""
+    where = folder()
+    if where is None:
+        return "no private cache folder"
+    pages = memory.reshape(-1, PAGE_BYTES)
+    stored = pages.view(np.uint64).any(axis=1)
+    head = json.dumps(dict(header, key=key, memory_bytes=len(memory), page_bytes=PAGE_BYTES,
+                           stored_pages=int(stored.sum())), sort_keys=True).encode()
+    bitmap = np.packbits(stored, bitorder="little").tobytes()
+    size = len(MAGIC) + 4 + len(head) + len(bitmap) + int(stored.sum()) * PAGE_BYTES
+    budget = budget_bytes()
+    if size > budget:
+        return f"the snapshot ({size >> 20} MiB) is larger than the cache's budget ({budget >> 20} MiB)"
+
+    def pieces() -> Iterator[Any]:
+        yield MAGIC + struct.pack("<I", len(head)) + head + bitmap
+        for start, stop in _runs(stored):
+            yield memoryview(pages[start:stop]).cast("B")
+
+    with cache_lock(where, wait_s=_LOCK_WAIT_S, say=lambda line: None) as held:
+        if not held:
+            return "the cache is locked by another process"
+        entry = entry_path(where, key)
+        _evict(where, budget - size, keep=entry)
+        return write_entry_from(entry, pieces())
+
+
+def touch(key: str) -> None:
+    """Marks the entry as just used (what eviction goes by)."""
+    where = folder()
+    if where is not None:
+        try:
+            os.utime(entry_path(where, key), follow_symlinks=False)
+        except OSError:
+            pass
+
+
+def _evict(where: Path, room: int, keep: Path) -> None:
+    """Removes the least recently used snapshots until those left take at most ``room`` bytes (``keep``, about
+    to be replaced, counts for nothing), and temporary files that a dead write left."""
+    now = time.time()
+    entries = []
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        path = where / name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if name.endswith(".tmp") and SUFFIX in name and now - st.st_mtime > _STALE_TMP_S:
+            _remove(path)
+        elif name.endswith(SUFFIX) and path != keep:
+            entries.append((st.st_mtime, st.st_size, path))
+    entries.sort()
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= room:
+            break
+        _remove(path)
+        _remove(record_path(path))
+        total -= size
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _runs(mask: np.ndarray) -> Iterator[tuple[int, int]]:
+    """(start, stop) of each run of True in ``mask``."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return zip(edges[::2].tolist(), edges[1::2].tolist())
+
+
+def key(parts: list[str]) -> str:
+    """The snapshot key (hex SHA-256) of everything that makes a snapshot valid."""
+    return hashlib.sha256("\n".join([MAGIC.decode().strip(), *parts]).encode()).hexdigest()
+
+
+def note(problem: str) -> None:
+    """One line on stderr about a snapshot found but not used (as the module cache says of its entries)."""
+    print(f"ktrace: not restoring the trace's snapshot ({problem}); loading the trace", file=sys.stderr,
+          flush=True)

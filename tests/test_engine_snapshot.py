@@ -1,0 +1,434 @@
+"""The embedded engine's loaded-trace snapshots (engine/wasm_snapshot.py): a trace opened again is restored from
+the heap kept after its first load, and gives exactly what a fresh load gives; a snapshot that is damaged,
+truncated, planted, made for something else or reached through a link is never used (the trace loads as
+before and a good entry replaces it); the cache stays within its budget, least recently used out first.
+
+Traces are real captures from samples/, converted here; every test gets its own empty snapshot folder beside
+one compiled module (copied from the user's cache when it holds one), and snapshots of any size
+($KTRACE_SNAPSHOT_MIN_MIB=0: the samples are far below the default threshold).
+"""
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import ktrace.api
+from ktrace.analysis import register, sql_figures
+from ktrace.engine import cache_files, open_trace, wasm_cache, wasm_snapshot
+from ktrace.engine.wasm import WasmTraceProcessor
+
+from conftest import run_ktrace, sample
+
+SAMPLES = ["fi_batch_attention_decode_run1", "fi_batch_attention_example_run1", "blocks5000_ktrace", "nested_ktrace"]
+QUERIES = [
+    "SELECT count(*) AS n, sum(dur) AS dur, min(ts) AS first, max(ts + dur) AS last FROM slice",
+    "SELECT * FROM slice ORDER BY id",
+    "SELECT * FROM thread ORDER BY utid",
+    "SELECT * FROM process ORDER BY upid",
+    "SELECT * FROM track ORDER BY id",
+    "SELECT * FROM args ORDER BY id",
+    "SELECT name, str_value, int_value FROM metadata ORDER BY name",
+    # Not parse_trace_duration_ns: the time the load took (a restored trace reports its first load's).
+    "SELECT * FROM stats WHERE value != 0 AND name NOT LIKE '%_duration_ns' ORDER BY name, idx",
+]
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """A cache folder holding the compiled module (copied in, so nothing is recompiled)."""
+    cache = tmp_path_factory.mktemp("ktrace-cache")
+    for compiled in wasm_cache.cache_dir().glob("*.cwasm*"):
+        shutil.copyfile(compiled, cache / compiled.name)
+    os.chmod(cache, 0o700)
+    return cache
+
+
+@pytest.fixture(autouse=True)
+def snapshots(module_cache, monkeypatch):
+    """This test's snapshot folder, empty; snapshots on for traces of any size."""
+    monkeypatch.delenv("KTRACE_TP_SHELL", raising=False)
+    monkeypatch.delenv(wasm_snapshot.BUDGET_ENV, raising=False)
+    monkeypatch.setenv(wasm_snapshot.MIN_TRACE_ENV, "0")
+    monkeypatch.setenv("KTRACE_CACHE_DIR", str(module_cache))
+    folder = module_cache / "snapshots"
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+    yield folder
+    if folder.is_dir():
+        os.chmod(folder, 0o700)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces")
+    paths = {}
+    for name in SAMPLES:
+        source = sample(name)
+        if not source.exists():
+            source = source.with_name(source.name + ".gz")
+        paths[name] = ktrace.api.convert(source, out / f"{name}.perfetto-trace").path
+    return paths
+
+
+@pytest.fixture
+def restores(monkeypatch):
+    """What each WasmTraceProcessor.restore returned, in order."""
+    seen = []
+    real = WasmTraceProcessor.restore
+
+    def spy(self, trace_sha256):
+        seen.append(real(self, trace_sha256))
+        return seen[-1]
+
+    monkeypatch.setattr(WasmTraceProcessor, "restore", spy)
+    return seen
+
+
+def _results(trace, *, figures=True):
+    with open_trace(trace, engine="wasm") as s:
+        out = {sql: _rows(s.query(sql)) for sql in QUERIES}
+        if figures:
+            register(s)
+            out["figures"] = sql_figures(s, register_package=False)
+        return out
+
+
+def _rows(result):
+    return result.columns, result.rows
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if key == "figures":
+            assert a[key].differences(b[key]) == []
+        else:
+            assert a[key] == b[key], key
+
+
+def _entries(folder):
+    return sorted(folder.glob(f"*{wasm_snapshot.SUFFIX}")) if folder.is_dir() else []
+
+
+def _fresh(trace, monkeypatch, **kw):
+    with monkeypatch.context() as m:
+        m.setenv(wasm_snapshot.BUDGET_ENV, "0")
+        return _results(trace, **kw)
+
+
+# -- equivalence ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_a_restored_trace_gives_exactly_what_a_fresh_load_gives(name, traces, snapshots, restores, monkeypatch):
+    fresh = _fresh(traces[name], monkeypatch)
+    assert restores == [] and _entries(snapshots) == []
+    _same(_results(traces[name]), fresh)  # the load that writes the snapshot
+    assert restores == [False] and len(_entries(snapshots)) == 1
+    _same(_results(traces[name]), fresh)
+    _same(_results(traces[name]), fresh)  # a second restore from the same snapshot
+    assert restores == [False, True, True]
+
+
+def test_queries_that_create_tables_work_after_a_restore(traces, restores):
+    trace = traces["blocks5000_ktrace"]
+    open_trace(trace, engine="wasm").close()
+    for _ in range(2):  # and what the first restored session created is not in the snapshot
+        with open_trace(trace, engine="wasm") as s:
+            s.query("CREATE PERFETTO TABLE mine AS SELECT track_id, count(*) AS n FROM slice GROUP BY track_id")
+            s.query("CREATE TABLE plain(x INT); INSERT INTO plain VALUES (1), (2)")
+            assert s.query("SELECT sum(n) AS n FROM mine").rows == s.query("SELECT count(*) FROM slice").rows
+            assert s.query("SELECT sum(x) FROM plain").rows == [(3,)]
+    assert restores == [False, True, True]
+
+
+def test_the_state_outside_memory_after_a_load_is_the_fresh_instances(traces, snapshots, restores):
+    """What a snapshot cannot hold: the module's three mutable globals (stack pointer and bounds) and the
+    table are, after a load, exactly as a fresh instance has them; the host's clock and log carry over."""
+    fresh = WasmTraceProcessor()
+    try:
+        with open_trace(traces["blocks5000_ktrace"], engine="wasm") as loaded:
+            backend = loaded._backend
+            assert backend._engine_state() == fresh._engine_state()
+            stack_pointer, stack_base, _ = backend._engine_state()["stack"]
+            assert stack_pointer == stack_base  # between calls the stack is empty
+    finally:
+        fresh.close()
+    with open_trace(traces["blocks5000_ktrace"], engine="wasm") as restored:
+        assert restores == [False, True]
+        host = restored._backend._host
+        snapshot = wasm_snapshot.read(_key(restored, traces["blocks5000_ktrace"]))[0]
+        kept = snapshot.header["host"]
+        assert host.state()["clock_ms"] >= kept["clock_ms"]  # the engine's clock never goes back
+        assert list(host.log) == kept["log"] and host.state()["partial_line"] == kept["partial_line"]
+        assert host.heap_bytes() == snapshot.memory_bytes
+        assert restored._backend._engine_state() == snapshot.header["engine"]
+
+
+def _key(session, trace):
+    return session._backend._snapshot_key(hashlib.sha256(Path(trace).read_bytes()).hexdigest())
+
+
+def test_the_command_line_prints_the_same_with_and_without_a_snapshot(traces, snapshots):
+    trace = traces["fi_batch_attention_decode_run1"]
+    sql = "SELECT name, count(*) AS n, sum(dur) AS dur FROM slice GROUP BY name ORDER BY name"
+    off = run_ktrace("query", trace, sql, env={wasm_snapshot.BUDGET_ENV: "0"})
+    assert off[0] == 0 and _entries(snapshots) == []
+    assert run_ktrace("query", trace, sql) == off and len(_entries(snapshots)) == 1
+    assert run_ktrace("query", trace, sql) == off
+    assert run_ktrace("analyze", trace, "--json", env={wasm_snapshot.BUDGET_ENV: "0"}) == \
+        run_ktrace("analyze", trace, "--json")
+
+
+# -- an untrusted cache -----------------------------------------------------------------------------------
+
+def _snapshot_of(trace, snapshots):
+    open_trace(trace, engine="wasm").close()
+    (entry,) = _entries(snapshots)
+    return entry
+
+
+def _rewrite(entry, data, *, record=True):
+    os.unlink(entry)
+    entry.write_bytes(data)
+    os.chmod(entry, 0o600)
+    if record:
+        cache_files.record_path(entry).write_text(f"sha256 {hashlib.sha256(data).hexdigest()}\n")
+
+
+def _loads_normally_and_replaces(trace, entry, restores, capsys, fresh, note=True):
+    capsys.readouterr()
+    _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is False
+    err = capsys.readouterr().err
+    assert ("ktrace: not restoring the trace's snapshot" in err) == note and err.count("\n") <= 1
+    assert not entry.is_symlink() and wasm_snapshot._parse(entry.read_bytes(), _header_key(entry))[0] is not None
+    _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is True
+
+
+def _header_key(entry):
+    data = entry.read_bytes()
+    import json, struct
+    (n,) = struct.unpack_from("<I", data, len(wasm_snapshot.MAGIC))
+    return json.loads(data[len(wasm_snapshot.MAGIC) + 4:len(wasm_snapshot.MAGIC) + 4 + n])["key"]
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "truncated with a matching record",
+                                    "no record", "bytes appended with a matching record"])
+def test_a_damaged_snapshot_is_never_used(damage, traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    data = bytearray(entry.read_bytes())
+    if damage == "flipped byte":
+        data[len(data) // 2] ^= 0x40
+        _rewrite(entry, bytes(data), record=False)
+    elif damage == "truncated":
+        _rewrite(entry, bytes(data[:len(data) // 2]), record=False)
+    elif damage == "truncated with a matching record":
+        _rewrite(entry, bytes(data[:-wasm_snapshot.PAGE_BYTES]))
+    elif damage == "no record":
+        cache_files.record_path(entry).unlink()
+    else:
+        _rewrite(entry, bytes(data) + b"\0" * wasm_snapshot.PAGE_BYTES)
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def test_a_snapshot_of_another_trace_planted_under_this_name_is_not_used(traces, snapshots, restores, capsys,
+                                                                         monkeypatch):
+    trace, other = traces["nested_ktrace"], traces["blocks5000_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    planted = _snapshot_of_other(other, snapshots, entry)
+    _rewrite(entry, planted)  # with a record that matches it: only the header can tell
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def _snapshot_of_other(other, snapshots, keep):
+    open_trace(other, engine="wasm").close()
+    (made,) = [e for e in _entries(snapshots) if e != keep]
+    data = made.read_bytes()
+    made.unlink()
+    cache_files.record_path(made).unlink()
+    return data
+
+
+def test_a_snapshot_with_a_malformed_header_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    data = entry.read_bytes()
+    old = b'"clock_ms": '
+    at = data.index(old)
+    _rewrite(entry, data[:at] + b'"clock_mz": ' + data[at + len(old):])  # same length, valid record
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def test_a_snapshot_whose_engine_state_differs_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    data = entry.read_bytes()
+    old = b'"request_buffer": '
+    at = data.index(old) + len(old)
+    digit = data[at:at + 1]
+    _rewrite(entry, data[:at] + (b"1" if digit != b"1" else b"2") + data[at + 1:])  # same length, valid record
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def test_a_snapshot_reached_through_a_symlink_is_not_used_nor_written_through(traces, snapshots, restores, capsys,
+                                                                              monkeypatch, tmp_path):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    outside = tmp_path / "elsewhere.tpsnap"
+    shutil.copyfile(entry, outside)
+    os.chmod(outside, 0o600)
+    kept = outside.read_bytes()
+    entry.unlink()
+    entry.symlink_to(outside)  # a valid snapshot, and its record: only the link is wrong
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+    assert outside.read_bytes() == kept and not entry.is_symlink()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give a file away")
+def test_a_snapshot_owned_by_another_user_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    os.chown(entry, 4242, -1)
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def test_a_snapshot_writable_by_others_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    os.chmod(entry, 0o666)
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+def test_a_snapshot_folder_others_can_write_is_not_read_nor_written(traces, snapshots, restores, capsys):
+    trace = traces["nested_ktrace"]
+    _snapshot_of(trace, snapshots)
+    os.chmod(snapshots, 0o777)
+    before = {p.name: p.stat().st_mtime_ns for p in snapshots.iterdir()}
+    _results(trace, figures=False)
+    assert restores[-1] is False and capsys.readouterr().err == ""
+    assert {p.name: p.stat().st_mtime_ns for p in snapshots.iterdir()} == before
+
+
+# -- a cache that cannot be written, and its budget -------------------------------------------------------
+
+def test_a_cache_that_cannot_be_written_changes_nothing(traces, snapshots, module_cache):
+    trace = traces["fi_batch_attention_decode_run1"]
+    sql = "SELECT count(*) AS n FROM slice"
+    want = run_ktrace("query", trace, sql, env={wasm_snapshot.BUDGET_ENV: "0"})
+    snapshots.write_text("not a folder")  # as a full disk or a read-only cache would: nothing can be written
+    try:
+        assert run_ktrace("query", trace, sql) == want and want[0] == 0 and want[2] == ""
+    finally:
+        snapshots.unlink()
+
+
+def test_a_full_disk_is_silent(traces, snapshots, restores, capsys, monkeypatch):
+    def full(path, pieces):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_files, "_write_atomically", full)
+    trace = traces["nested_ktrace"]
+    _results(trace, figures=False)
+    assert capsys.readouterr().err == "" and _entries(snapshots) == []
+
+
+def test_the_budget_evicts_the_least_recently_used_snapshot(traces, snapshots, restores, monkeypatch):
+    a, b, c = traces["nested_ktrace"], traces["blocks5000_ktrace"], traces["fi_batch_attention_example_run1"]
+    sizes = {}
+    for t in (a, b, c):
+        open_trace(t, engine="wasm").close()
+    for e in _entries(snapshots):
+        sizes[e.name] = e.stat().st_size
+    assert len(sizes) == 3
+    shutil.rmtree(snapshots)
+    restores.clear()
+    room = sum(sizes.values()) - min(sizes.values()) / 2  # for any two of them, not for the three
+    monkeypatch.setenv(wasm_snapshot.BUDGET_ENV, repr(room / 2**30))
+    open_trace(a, engine="wasm").close()
+    open_trace(b, engine="wasm").close()
+    open_trace(a, engine="wasm").close()  # restored: now a is the more recently used
+    assert restores == [False, False, True]
+    open_trace(c, engine="wasm").close()  # b goes
+    open_trace(a, engine="wasm").close()
+    open_trace(b, engine="wasm").close()
+    assert restores == [False, False, True, False, True, False]
+    assert len(_entries(snapshots)) == 2
+    assert len(list(snapshots.glob("*.sha256"))) == 2  # records go with their entries
+
+
+def test_a_snapshot_over_the_budget_is_not_written_and_0_disables(traces, snapshots, restores, monkeypatch):
+    trace = traces["nested_ktrace"]
+    monkeypatch.setenv(wasm_snapshot.BUDGET_ENV, "0.001")
+    open_trace(trace, engine="wasm").close()
+    assert _entries(snapshots) == []
+    monkeypatch.setenv(wasm_snapshot.BUDGET_ENV, "0")
+    open_trace(trace, engine="wasm").close()
+    assert restores == [False] and _entries(snapshots) == []  # 0: not even looked for
+
+
+def test_small_traces_are_not_snapshotted_by_default(traces, snapshots, restores, monkeypatch):
+    monkeypatch.delenv(wasm_snapshot.MIN_TRACE_ENV)
+    assert os.path.getsize(traces["blocks5000_ktrace"]) < wasm_snapshot.DEFAULT_MIN_TRACE_BYTES
+    open_trace(traces["blocks5000_ktrace"], engine="wasm").close()
+    assert restores == [] and _entries(snapshots) == []
+
+
+def test_a_bad_setting_says_what_to_give(monkeypatch, traces):
+    from ktrace.errors import InputError
+
+    monkeypatch.setenv(wasm_snapshot.BUDGET_ENV, "lots")
+    with pytest.raises(InputError, match="KTRACE_SNAPSHOT_GIB='lots': give a size in GiB"):
+        open_trace(traces["nested_ktrace"], engine="wasm")
+
+
+def test_bytes_and_a_path_share_the_snapshot(traces, snapshots, restores, monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    open_trace(trace, engine="wasm").close()
+    with open_trace(Path(trace).read_bytes(), engine="wasm") as s:
+        assert {sql: _rows(s.query(sql)) for sql in QUERIES} == fresh
+    assert restores == [False, True]
+
+
+def test_only_a_build_whose_mutable_globals_are_the_stacks_is_snapshotted(traces, snapshots, restores,
+                                                                           monkeypatch):
+    """The trace processor defines three mutable globals (the stack pointer and the stack's two bounds), the
+    three the emscripten_stack_get_* exports read and the restore checks; another build is not snapshotted."""
+    import wasmtime
+
+    assert wasm_cache.module_facts()[1] == 3
+    wat = ("(module (global (mut i64) (i64.const 11)) (global i32 (i32.const 11)) "
+           "(global (mut i32) (i32.const -1)) (global (mut f64) (f64.const 1)) (func))")
+    assert wasm_cache._mutable_globals(bytes(wasmtime.wat2wasm(wat))) == 3
+    assert wasm_cache._mutable_globals(bytes(wasmtime.wat2wasm("(module (func))"))) == 0
+    monkeypatch.setattr(wasm_cache, "_facts_of", lambda data: ("0" * 64, 4))
+    monkeypatch.setattr(wasm_cache, "_facts", {})
+    open_trace(traces["nested_ktrace"], engine="wasm").close()
+    assert restores == [] and _entries(snapshots) == []
+
+
+def test_the_hosts_steady_clocks_never_go_back_across_a_restore():
+    from ktrace.engine.wasm_host import Host
+
+    kept = Host(1 << 30).state()
+    kept["clock_ms"] += 3.6e6  # as if the snapshot's process had run for an hour, on a machine since rebooted
+    kept["clocks_ns"] = {k: v + 3600 * 10**9 for k, v in kept["clocks_ns"].items()}
+    later = Host(1 << 30)
+    later.resume(kept)
+    assert later.state()["clock_ms"] >= kept["clock_ms"]
+    assert all(later._clock_ns(int(c)) >= v for c, v in kept["clocks_ns"].items())
+    assert abs(later._clock_ns(0) - time.time_ns()) < 10**9  # wall time is the wall's, never shifted
