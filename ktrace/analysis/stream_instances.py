@@ -63,14 +63,15 @@ def _rows_of(cols, k0: int, k1: int, block: int = 1 << 22) -> np.ndarray:
                            for a, k in ((a, cols.k[a:a + block]) for a in range(0, cols.n, block))])
 
 
-def _grouped(cols, rows: np.ndarray, ncode: int):
-    """Rows of whole instances grouped by instance (in (k, phase code) order; each instance's rows in row
-    order), the instances' keys k * ncode + code, and where each instance's rows start."""
-    key = cols.k[rows].astype(np.int64) * ncode + cols.code[rows]
-    order = np.argsort(key, kind="stable")
-    rows, key = rows[order].astype(np.int64), key[order]
-    starts = run_starts(key)
-    return rows, key[starts], starts
+def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
+    """Rows of whole instances (k in [k0, k1)) grouped by instance (in (k, phase code) order; each instance's
+    rows in row order), the instances' keys k * ncode + code, and where each instance's rows start. The sort
+    reads keys from k0 on, in the narrowest type they fit (16 bits: a radix sort)."""
+    local = narrowest((cols.k[rows].astype(np.int64) - k0) * ncode + cols.code[rows], 0, (k1 - k0) * ncode)
+    order = np.argsort(local, kind="stable")
+    rows, local = rows[order].astype(np.int64), local[order]
+    starts = run_starts(local)
+    return rows, local[starts].astype(np.int64) + k0 * ncode, starts
 
 
 def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
@@ -115,7 +116,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
 def _sweep_ends(state, chunk: tuple[int, int]):
     """Sweep 1 of one chunk: its instances' keys, latest ends, and the rows that tie at the latest end."""
     cols, ncode = state
-    rows, key, starts = _grouped(cols, _rows_of(cols, *chunk), ncode)
+    rows, key, starts = _grouped(cols, _rows_of(cols, *chunk), ncode, *chunk)
     end_g = cols.end[rows].astype(np.int64)
     latest = np.maximum.reduceat(end_g, starts)
     return key, latest, rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))]
@@ -125,7 +126,7 @@ def _sweep_figures(state, chunk: tuple[int, int, int]):
     """Sweep 2 of one chunk (its instances numbered from i0): their columns and last finishers' rows."""
     cols, blocks, inst, ncode = state
     k0, k1, i0 = chunk
-    rows, key, starts = _grouped(cols, _rows_of(cols, k0, k1), ncode)
+    rows, key, starts = _grouped(cols, _rows_of(cols, k0, k1), ncode, k0, k1)
     return _instance_chunk(cols, blocks, inst, rows, starts, i0)
 
 
