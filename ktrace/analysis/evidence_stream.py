@@ -23,15 +23,10 @@ EVIDENCE_MAX_SLICES = 1 << 19
 _SUBSET = 8  # blocks sampled together: the largest portable cluster; larger clusters are not tested on a sample
 
 
-def _top(cols, a: int, b: int, sample=None, forced=None):
-    """TopSlices of rows [a, b) of the stream's columns (top-level only; only the sampled subsets of blocks
-    if ``sample`` (a stride) is given, and the ``forced`` subsets)."""
+def _top(cols, a: int, b: int) -> TopSlices:
+    """TopSlices of rows [a, b) of the stream's columns (top-level only)."""
     rows = np.arange(a, b)[cols.depth[a:b] == 0]
-    block = cols.block_of(rows)
-    if sample is not None:
-        keep = ((block // _SUBSET) % sample == 0) | np.isin(block // 2, forced)
-        rows, block = rows[keep], block[keep]
-    return TopSlices(cols.lane[rows].astype(np.int64), block, cols.group_of(rows),
+    return TopSlices(cols.lane[rows].astype(np.int64), cols.block_of(rows), cols.group_of(rows),
                      cols.phase_index[cols.code[rows]], cols.k[rows].astype(np.int64),
                      cols.begin[rows].astype(np.int64), cols.end[rows].astype(np.int64))
 
@@ -114,7 +109,8 @@ def _pass1(plan: _Plan, cut: tuple[int, int]):
     np.minimum.at(lowest, key[at_max], t.block[at_max])
     keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
     ends, lowest = ends[keys], lowest[keys]
-    sample = _top(plan.cols, a, b, plan.stride, plan.forced)
+    keep = ((t.block // _SUBSET) % plan.stride == 0) | np.isin(t.block // 2, plan.forced)
+    sample = TopSlices(*(getattr(t, f)[keep] for f in TopSlices.__dataclass_fields__))
     nph, ng = plan.nph, plan.ng
     same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
     gap = t.begin[same + 1] - t.end[same]
