@@ -109,3 +109,37 @@ def test_sorted_within_groups_is_a_sort_per_group(seed):
     got = _sorted_within(values[by], order, inst, starts)
     want = np.concatenate([np.sort(values[by][order][inst == g]) for g in np.unique(inst)])
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_block_extents_in_lane_order_equal_the_unique_way(seed):
+    rng = np.random.default_rng(seed)
+    n, groups = int(rng.integers(1, 400)), int(rng.integers(1, 4))
+    lane = np.sort(rng.integers(0, 40, n))
+    block, sm = lane // groups, rng.integers(-1, 8, n)
+    begin = rng.integers(0, 1000, n)
+    end = begin + rng.integers(0, 50, n)
+    got = st.block_extents(block, sm, lane, begin, end)
+    shuffled = rng.permutation(n)  # out of order: np.unique's way
+    want = st.block_extents(block[shuffled], sm[shuffled], lane[shuffled], begin[shuffled], end[shuffled])
+    for g, w in zip(got[:-1], want[:-1]):
+        assert np.array_equal(g, w)
+    assert np.array_equal(got[-1][shuffled], want[-1])
+    ub, inv = np.unique(block, return_inverse=True)
+    assert np.array_equal(got[0], ub) and np.array_equal(got[-1], inv)
+    assert got[5].tolist() == [len(set(lane[block == b].tolist())) for b in ub.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_slice_depth_of_lanes_that_never_nest_is_zero_as_the_sweep_says(seed):
+    rng = np.random.default_rng(seed)
+    lane = np.sort(rng.integers(0, 6, 200))
+    b_seq = np.arange(200) * 4
+    e_seq = b_seq + 1  # each slice ends before the next begins
+    overlap = np.zeros(200, bool)
+    want = st._slice_depth_sorting(np.arange(200), lane, b_seq, e_seq, np.zeros(200, np.int64))
+    assert not want.any() and np.array_equal(st.slice_depth(lane, b_seq, e_seq, overlap), want)
+    e_seq[5] = b_seq[6] + 2  # slice 5 now holds slice 6 (when they share a lane)
+    got = st.slice_depth(lane, b_seq, e_seq, overlap)
+    want = st._slice_depth_sorting(np.arange(200), lane, b_seq, e_seq, np.zeros(200, np.int64))
+    assert np.array_equal(got, want) and (got > 0).any() == bool(lane[5] == lane[6])

@@ -59,6 +59,8 @@ def slice_depth(lane, begin_seq, end_seq, overlap) -> np.ndarray:
         begin_key = None
     if begin_key is None or _overflows(int(lane_r.max()) + 1, span):
         return _slice_depth_sorting(rows, lane_r, b_seq, e_seq, depth)
+    if not ((lane_r[1:] == lane_r[:-1]) & (b_seq[1:] < e_seq[:-1])).any():
+        return depth  # each slice ends before the next of its lane begins: none is open at a BEGIN
     # Open at a BEGIN = the lane's BEGINs before it minus the lane's ENDs before it (sequences are distinct).
     end_key = np.sort(lane_r * span + e_seq)
     lane_start = np.searchsorted(begin_key, lane_r * span, side="left")
@@ -125,11 +127,17 @@ def _extents(inv, n: int, sm, begin, end):
 
 def block_extents(block, sm, lane, begin, end):
     """Per distinct block: (block, SM, first begin, last end, slices, lanes), and each slice's block row."""
-    ub, inv = np.unique(block, return_inverse=True)
+    if len(lane) and _is_sorted(block) and _is_sorted(lane):  # (lane, sequence) order: runs of each
+        new_block = block[1:] != block[:-1]
+        ub = block[np.r_[0, np.flatnonzero(new_block) + 1]]
+        inv = np.r_[0, np.cumsum(new_block)]
+        lanes = np.bincount(inv[np.r_[0, np.flatnonzero(new_block | (lane[1:] != lane[:-1])) + 1]], minlength=len(ub))
+    else:
+        ub, inv = np.unique(block, return_inverse=True)
+        lanes = np.bincount(unique_columns(inv, lane)[0], minlength=len(ub))
     nb = len(ub)
     b_sm, b_begin, b_end = _extents(inv, nb, sm, begin, end)
-    return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), np.bincount(unique_columns(inv, lane)[0],
-                                                                               minlength=nb), inv
+    return ub, b_sm, b_begin, b_end, np.bincount(inv, minlength=nb), lanes, inv
 
 
 def finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes) -> Blocks:
