@@ -24,9 +24,9 @@ CREATE PERFETTO TABLE ktrace_block(
   later_wave LONG
 ) AS
 WITH extent AS MATERIALIZED (
-  SELECT block, MAX(sm) AS sm, COUNT(DISTINCT grp) AS lanes, COUNT(*) AS slices, MIN(ts) AS begin_ns,
-    MAX(end_ts) AS end_ns
-  FROM _ktrace_slice
+  SELECT block, MAX(sm) AS sm, COUNT(DISTINCT grp) AS lanes, SUM(instances) AS slices, MIN(begin_ns) AS begin_ns,
+    MAX(end_ns) AS end_ns
+  FROM _ktrace_phase_lane_agg
   GROUP BY block
 ),
 -- Per SM, the block that ends first (a bare column next to MIN) and the earliest end among the others.
@@ -78,12 +78,12 @@ SELECT
   block,
   grp,
   MAX(sm) AS sm,
-  COUNT(*) AS slices,
-  SUM(depth = 0) AS top_slices,
-  SUM(IIF(depth = 0, dur, 0)) AS busy_ns,
-  MIN(ts) AS begin_ns,
-  MAX(end_ts) AS end_ns
-FROM _ktrace_slice
+  SUM(instances) AS slices,
+  SUM(top_slices) AS top_slices,
+  SUM(busy_ns) AS busy_ns,
+  MIN(begin_ns) AS begin_ns,
+  MAX(end_ns) AS end_ns
+FROM _ktrace_phase_lane_agg
 GROUP BY block, grp
 ORDER BY lane;
 

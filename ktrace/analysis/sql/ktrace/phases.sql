@@ -8,75 +8,57 @@
 -- the n sorted durations (SQLite's percentile_disc; numpy's method='lower').
 --
 -- Built from GROUP BYs rather than window functions over all slices: in the trace processor a window
--- over every slice costs about ten times a GROUP BY (the window for the lane order runs over the top-level
--- slices only, as ktrace.lanes' for k, each over a narrow table of its own). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
+-- over every slice costs about ten times a GROUP BY (the lane order and k come from sorted tables and row
+-- positions: ktrace.slices). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
 -- next to a single MIN() or MAX(): SQLite takes them from the row that holds the minimum or maximum.
--- Joins on an instance are id lookups: the per-instance tables carry its key phase_index * 2^32 + k in
--- their `id` column (a join on (phase, k) costs a hundred times more).
+-- Joins on an instance are id lookups: the per-instance tables carry its key `inst` = phase_index * 2^32 + k
+-- (a column of _ktrace_slice) in their `id` column (a join on (phase, k) costs a hundred times more).
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
 
--- Phases in the order they first begin (then by name), numbered from 0.
-CREATE PERFETTO TABLE _ktrace_phase_order AS
-SELECT phase, ROW_NUMBER() OVER (ORDER BY first_ts, phase) - 1 AS phase_index
-FROM (SELECT phase, MIN(ts) AS first_ts FROM ktrace_phase_slice GROUP BY phase);
-
--- Top-level slices (depth 0) with the previous top-level slice on their lane (by begin, then slice id),
--- and their instance key (`inst` = phase_index * 2^32 + k: the per-instance tables below are keyed by it
--- in their `id` column, so that joins on an instance are id lookups). The window runs over three narrow
--- columns of the top-level slices (a window costs by the width of what it reads), then is joined back.
-CREATE PERFETTO TABLE _ktrace_top_prev AS
-SELECT id, LAG(id) OVER (PARTITION BY lane ORDER BY ts, id) AS prev_id
-FROM (SELECT id, lane, ts FROM _ktrace_slice WHERE depth = 0)
-ORDER BY id;
-
-CREATE PERFETTO TABLE _ktrace_top_slice AS
-SELECT t.id, t.ts, t.end_ts, t.phase, t.k, o.phase_index * 4294967296 + t.k AS inst, t.block, t.grp, t.lane,
-  p.prev_id
-FROM _ktrace_slice t
-JOIN _ktrace_top_prev p USING (id)
-JOIN _ktrace_phase_order o USING (phase)
-ORDER BY t.id;
+-- Top-level slices (depth 0) with the previous and next top-level slice on their lane (ktrace.slices). The
+-- + keeps the depth test out of the table's filter: an id lookup with it is a scan of the whole table.
+CREATE PERFETTO VIEW _ktrace_top_slice AS
+SELECT id, ts, end_ts, phase, k, inst, block, grp, lane, prev_id, next_id
+FROM _ktrace_slice
+WHERE +depth = 0;
 
 -- Per instance and end timestamp: how many lanes end then, which blocks, and the lowest such lane.
 CREATE PERFETTO TABLE _ktrace_end_group AS
 SELECT
-  phase, k, end_ts,
+  inst, phase, k, end_ts,
   MIN(lane) AS lane, id, block, grp, sm,
   COUNT(*) AS lanes,
   json_group_array(block) AS blocks
 FROM _ktrace_slice
-GROUP BY phase, k, end_ts;
+GROUP BY inst, end_ts;
 
 -- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice), how
 -- many lanes tie and their blocks.
 CREATE PERFETTO TABLE _ktrace_latest AS
-SELECT o.phase_index * 4294967296 + l.k AS id, l.*
+SELECT inst AS id, phase, k, end_ts, lane, slice_id, block, grp, sm, tied_lanes, blocks
 FROM (
-  SELECT phase, k, MAX(end_ts) AS end_ts, lane, id AS slice_id, block, grp, sm, lanes AS tied_lanes, blocks
+  SELECT inst, phase, k, MAX(end_ts) AS end_ts, lane, id AS slice_id, block, grp, sm, lanes AS tied_lanes, blocks
   FROM _ktrace_end_group
-  GROUP BY phase, k
-) l
-JOIN _ktrace_phase_order o USING (phase)
+  GROUP BY inst
+)
 ORDER BY id;
 
 -- Per instance: the latest end among the lanes that did not end last (NULL with a single end time).
 CREATE PERFETTO TABLE _ktrace_runner_up AS
-SELECT o.phase_index * 4294967296 + r.k AS id, r.end_ts
-FROM (
-  SELECT phase, k, MAX(end_ts) AS end_ts
-  FROM _ktrace_end_group
-  WHERE +id NOT IN (SELECT slice_id FROM _ktrace_latest)
-  GROUP BY phase, k
-) r
-JOIN _ktrace_phase_order o USING (phase)
-ORDER BY id;
+SELECT inst AS id, MAX(end_ts) AS end_ts
+FROM _ktrace_end_group
+WHERE +id NOT IN (SELECT slice_id FROM _ktrace_latest)
+GROUP BY inst
+ORDER BY inst;
 
 -- Per instance: the duration and time figures.
 CREATE PERFETTO TABLE _ktrace_instance_agg AS
-SELECT o.phase_index * 4294967296 + a.k AS id, o.phase_index, a.*
+SELECT a.*
 FROM (
   SELECT
+    inst AS id,
+    phase_index,
     phase,
     k,
     COUNT(*) AS lanes,
@@ -94,9 +76,8 @@ FROM (
     MAX(end_ts) AS end_ns,
     MIN(depth) AS depth
   FROM _ktrace_slice
-  GROUP BY phase, k
+  GROUP BY inst
 ) a
-JOIN _ktrace_phase_order o USING (phase)
 ORDER BY id;
 
 -- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
@@ -120,14 +101,10 @@ WHERE rn = 1;
 CREATE PERFETTO TABLE _ktrace_last AS
 WITH top_block_end AS MATERIALIZED (
   -- The top block's slices, per instance and end: the lowest lane (a bare column next to MIN).
-  SELECT o.phase_index * 4294967296 + t.k AS inst, t.*
-  FROM (
-    SELECT phase, k, end_ts, MIN(lane) AS lane, id, block, grp, sm
-    FROM _ktrace_slice
-    WHERE (phase, block) IN (SELECT phase, top_last_block FROM _ktrace_top_last)
-    GROUP BY phase, k, end_ts
-  ) t
-  JOIN _ktrace_phase_order o USING (phase)
+  SELECT inst, phase, k, end_ts, MIN(lane) AS lane, id, block, grp, sm
+  FROM _ktrace_slice
+  WHERE (phase, block) IN (SELECT phase, top_last_block FROM _ktrace_top_last)
+  GROUP BY inst, end_ts
 ),
 chosen AS (
   SELECT
@@ -154,23 +131,20 @@ SELECT
   SUM(t.ts >= i.end_ns) AS sync_lanes,
   MIN(t.ts - p.end_ts) AS lead_in_min_ns,
   MAX(t.ts - p.end_ts) AS lead_in_max_ns
+-- CROSS JOIN keeps the planner from looping over the instances outside (a scan of every slice per instance).
 FROM _ktrace_top_slice t
-JOIN _ktrace_top_slice p ON p.id = t.prev_id
-JOIN _ktrace_instance_agg i ON i.id = p.inst
+CROSS JOIN _ktrace_top_slice p ON p.id = t.prev_id
+CROSS JOIN _ktrace_instance_agg i ON i.id = p.inst
 GROUP BY t.inst
 ORDER BY t.inst;
 
 -- Per instance: slices on blocks of a later wave.
 CREATE PERFETTO TABLE _ktrace_instance_wave AS
-SELECT o.phase_index * 4294967296 + w.k AS id, w.later_wave_lanes
-FROM (
-  SELECT phase, k, COUNT(*) AS later_wave_lanes
-  FROM _ktrace_slice
-  WHERE +block IN (SELECT block FROM ktrace_block WHERE later_wave)
-  GROUP BY phase, k
-) w
-JOIN _ktrace_phase_order o USING (phase)
-ORDER BY id;
+SELECT inst AS id, COUNT(*) AS later_wave_lanes
+FROM _ktrace_slice
+WHERE +block IN (SELECT block FROM ktrace_block WHERE later_wave)
+GROUP BY inst
+ORDER BY inst;
 
 -- One row per phase instance.
 CREATE PERFETTO TABLE ktrace_phase_instance(
@@ -270,19 +244,6 @@ LEFT JOIN _ktrace_runner_up r ON r.id = a.id
 LEFT JOIN _ktrace_instance_prev p ON p.id = a.id
 LEFT JOIN _ktrace_instance_wave w ON w.id = a.id
 ORDER BY a.id;
-
--- Per (phase, lane): the lane's slices of that phase over all instances (id = phase_index * 2^32 + lane).
-CREATE PERFETTO TABLE _ktrace_phase_lane_agg AS
-SELECT o.phase_index * 4294967296 + a.lane AS id, o.phase_index, a.*
-FROM (
-  SELECT
-    phase, block, grp, lane, MAX(sm) AS sm,
-    COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns
-  FROM _ktrace_slice
-  GROUP BY phase, block, grp
-) a
-JOIN _ktrace_phase_order o USING (phase)
-ORDER BY id;
 
 -- One row per phase: sums and means over its instances, and last-finisher stability.
 CREATE PERFETTO TABLE ktrace_phase(

@@ -5,11 +5,6 @@
 
 INCLUDE PERFETTO MODULE ktrace.phases;
 
--- Each top-level slice that has a next one on its lane (id), and that next one: the inverse of prev_id.
-CREATE PERFETTO TABLE _ktrace_top_next AS
-SELECT prev_id AS id, id AS next_id FROM _ktrace_top_prev WHERE prev_id IS NOT NULL
-ORDER BY prev_id;
-
 -- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id) and
 -- the gap to it. Join ktrace_phase_slice USING (id) for the slice's other columns.
 CREATE PERFETTO TABLE ktrace_lane_wait(
@@ -27,8 +22,7 @@ CREATE PERFETTO TABLE ktrace_lane_wait(
 ) AS
 SELECT p.id, p.phase, p.k, p.block, p.grp, n.phase AS next_phase, n.ts - p.end_ts AS gap_ns
 FROM _ktrace_top_slice p
-LEFT JOIN _ktrace_top_next x ON x.id = p.id
-LEFT JOIN _ktrace_top_slice n ON n.id = x.next_id
+LEFT JOIN _ktrace_top_slice n ON n.id = p.next_id
 ORDER BY p.id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
