@@ -16,10 +16,10 @@
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
 
--- Top-level slices (depth 0) with the previous and next top-level slice on their lane (ktrace.slices). The
+-- Top-level slices (depth 0) with the previous top-level slice on their lane (ktrace.slices). The
 -- + keeps the depth test out of the table's filter: an id lookup with it is a scan of the whole table.
 CREATE PERFETTO VIEW _ktrace_top_slice AS
-SELECT id, ts, end_ts, phase, k, inst, block, grp, lane, prev_id, next_id
+SELECT id, ts, end_ts, phase, phase_index, k, inst, block, grp, lane, prev_id
 FROM _ktrace_slice
 WHERE +depth = 0;
 

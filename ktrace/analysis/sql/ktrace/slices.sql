@@ -103,14 +103,14 @@ ORDER BY g.lane_track_id, g.name;
 -- lane's previous top-level slice when it is on the same lane, the row after it the next one (a self-join
 -- on the position instead of a LAG window).
 CREATE PERFETTO TABLE _ktrace_top_lane_order AS
-SELECT id, lane FROM _ktrace_slice_key WHERE depth = 0 ORDER BY lane, ts, id;
+SELECT id, lane, ts, name FROM _ktrace_slice_key WHERE depth = 0 ORDER BY lane, ts, id;
 
 CREATE PERFETTO INDEX _ktrace_top_lane_order_id ON _ktrace_top_lane_order(id);
 
 -- The phase slices with their lane's columns, read once, their instance (`inst` = phase_index * 2^32 + k:
 -- the per-instance tables of ktrace.phases are keyed by it in their `id` column, so that joins on an
--- instance are id lookups), and for a top-level slice the previous and next top-level slice on its lane
--- (NULL at the lane's ends, and for a nested slice).
+-- instance are id lookups), and for a top-level slice the previous top-level slice on its lane, the next
+-- one's phase and the gap to its begin, ns (ktrace.waits; NULL at the lane's ends, and for a nested slice).
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
   s.id,
@@ -128,7 +128,8 @@ SELECT
   g.phase_index,
   g.phase_index * 4294967296 + r._auto_id - g.first AS inst,
   IIF(p.lane = a.lane, p.id, NULL) AS prev_id,
-  IIF(n.lane = a.lane, n.id, NULL) AS next_id
+  IIF(n.lane = a.lane, n.name, NULL) AS next_phase,
+  IIF(n.lane = a.lane, n.ts - s.ts - s.dur, NULL) AS gap_ns
 FROM _ktrace_lane_slices!(_ktrace_source_slice) AS s
 CROSS JOIN _ktrace_slice_rank AS r ON r.id = s.id
 CROSS JOIN _ktrace_slice_group AS g ON g.lane_track_id = r.lane_track_id AND g.name = r.name

@@ -6,8 +6,9 @@
 INCLUDE PERFETTO MODULE ktrace.phases;
 
 -- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id) and
--- the gap to it. Join ktrace_phase_slice USING (id) for the slice's other columns.
-CREATE PERFETTO TABLE ktrace_lane_wait(
+-- the gap to it (columns of _ktrace_slice: ktrace.slices). Join ktrace_phase_slice USING (id) for the slice's
+-- other columns.
+CREATE PERFETTO VIEW ktrace_lane_wait(
   -- Slice id, phase, instance, block and group of the slice.
   id LONG,
   phase STRING,
@@ -20,10 +21,9 @@ CREATE PERFETTO TABLE ktrace_lane_wait(
   -- begins inside this one; NULL on the lane's last slice.
   gap_ns LONG
 ) AS
-SELECT p.id, p.phase, p.k, p.block, p.grp, n.phase AS next_phase, n.ts - p.end_ts AS gap_ns
-FROM _ktrace_top_slice p
-LEFT JOIN _ktrace_top_slice n ON n.id = p.next_id
-ORDER BY p.id;
+SELECT id, phase, k, block, grp, next_phase, gap_ns
+FROM _ktrace_slice
+WHERE +depth = 0;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
 -- next slice on the same lane, of `next_phase`.
