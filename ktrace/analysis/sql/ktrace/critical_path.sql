@@ -43,12 +43,15 @@ CREATE PERFETTO TABLE _ktrace_block_last_top AS
 WITH latest AS MATERIALIZED (
   SELECT block, MAX(end_ts) AS end_ts
   FROM _ktrace_top_slice
-  WHERE +block IN (SELECT before_block FROM _ktrace_block_before)
+  -- The EXISTS is evaluated once: a launch without a later wave (a persistent kernel) reads no slice.
+  WHERE EXISTS (SELECT 1 FROM _ktrace_block_before)
+    AND +block IN (SELECT before_block FROM _ktrace_block_before)
   GROUP BY block
 ),
 pick AS (
   SELECT t.block, MIN(t.lane * 4294967296 + t.id) AS key
   FROM _ktrace_top_slice t JOIN latest l ON l.block = t.block AND l.end_ts = t.end_ts
+  WHERE EXISTS (SELECT 1 FROM _ktrace_block_before)
   GROUP BY t.block
 )
 SELECT block AS id, key % 4294967296 AS slice_id FROM pick ORDER BY block;

@@ -65,8 +65,9 @@ longest AS (
     MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice) + w.k)
       AS place,
     w.block, w.grp, w.k
+  -- Each boundary's longest waits found by the table's own filter (CROSS JOIN: the boundaries outside).
   FROM summary m
-  JOIN ktrace_lane_wait w
+  CROSS JOIN ktrace_lane_wait w
     ON w.phase = m.phase AND w.next_phase = m.next_phase AND w.gap_ns = m.max_ns
   GROUP BY m.phase, m.next_phase
 )
