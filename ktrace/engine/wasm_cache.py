@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ktrace.engine.backend import read_varint
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
 from ktrace.errors import EnvironmentMissing
 
@@ -168,17 +169,11 @@ def _facts_of(wasm_bytes: bytes) -> tuple[str, int]:
 
 
 def _mutable_globals(data: bytes) -> int:
-    """How many mutable globals the module defines (its global section), -1 when it cannot be read."""
+    """How many mutable globals the module defines (its global section), -1 when it cannot be read. A LEB128
+    number is read as a protobuf varint is (a signed one is only skipped)."""
 
     def leb(pos: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value, pos
+        return read_varint(data, pos)
 
     try:
         pos = 8  # magic and version
