@@ -228,6 +228,7 @@ def test_a_record_is_found_without_the_sidecars_pointer(tmp_path):
 
 
 # -------------------------------------------------------------------------------- ktrace diff reads it
+@pytest.mark.slow
 def test_diff_of_the_two_captures_leads_with_the_paired_verdict(tmp_path):
     (b, a), path = _copy_pair(tmp_path, change=0.01)
     rc, out, err = run_ktrace("diff", b, a)
@@ -245,6 +246,7 @@ def test_diff_of_the_two_captures_leads_with_the_paired_verdict(tmp_path):
     assert control["verdict"] == "better" and control["test"] == "paired"
 
 
+@pytest.mark.slow
 def test_diff_of_a_no_op_session_says_no_change(tmp_path):
     (b, a), _ = _copy_pair(tmp_path, change=0.0)
     rc, out, err = run_ktrace("diff", "--json", b, a)
@@ -252,6 +254,7 @@ def test_diff_of_a_no_op_session_says_no_change(tmp_path):
     assert d["verdict"]["verdict"] == "no change" and d["headline"].startswith("no change: unprofiled")
 
 
+@pytest.mark.slow
 def test_diff_without_a_record_is_unchanged(tmp_path):
     rc, out, _ = run_ktrace("diff", "--json", SAMPLES / "imbalance_ktrace.bin", SAMPLES / "balanced_ktrace.bin")
     d = json.loads(out)

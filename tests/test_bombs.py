@@ -8,6 +8,7 @@ import time
 import zlib
 
 import numpy as np
+import pytest
 
 _MB = 1 << 20
 
@@ -51,6 +52,7 @@ def test_a_gzip_trace_of_millions_of_empty_packets_is_refused_at_once(tmp_path):
     assert seconds < 20 and mb < 600
 
 
+@pytest.mark.slow
 def test_a_gzip_stream_that_inflates_too_far_is_refused(tmp_path):
     # one real-looking packet header per MiB: big packets of zeros, 1,000 times smaller compressed
     pieces = []

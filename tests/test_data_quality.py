@@ -30,6 +30,7 @@ def _quality(out: str) -> dict:
     return json.loads(out)["data_quality"]
 
 
+@pytest.mark.slow
 def test_an_overflowed_capture_warns_of_the_lost_records_in_every_format():
     buf = sample("overflow_ktrace")
     text = _ktrace("analyze", buf)
@@ -43,6 +44,7 @@ def test_an_overflowed_capture_warns_of_the_lost_records_in_every_format():
     assert q["lost_records"] == 8 and any("8 records lost" in w for w in q["warnings"])
 
 
+@pytest.mark.slow
 def test_a_buffer_cut_to_half_its_records_is_not_silent(damaged):
     r = _ktrace("analyze", damaged / "half.bin", "--no-sidecar")
     assert r.returncode == 0, r.stderr
@@ -71,6 +73,7 @@ def test_overwritten_flashinfer_instants_are_said():
     assert q["overwritten_lanes"] == 4 and "overwritten" in q["warnings"][0]
 
 
+@pytest.mark.slow
 def test_a_clean_capture_has_no_warning_and_its_trace_says_the_same(tmp_path):
     buf = sample("warpgroups_ktrace")
     q = _quality(_ktrace("analyze", buf, "--json").stdout)

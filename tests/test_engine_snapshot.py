@@ -124,6 +124,7 @@ def _fresh(trace, monkeypatch, **kw):
 # -- equivalence ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", SAMPLES)
+@pytest.mark.slow
 def test_a_restored_trace_gives_exactly_what_a_fresh_load_gives(name, traces, snapshots, restores, monkeypatch):
     fresh = _fresh(traces[name], monkeypatch)
     assert restores == [] and _entries(snapshots) == []
@@ -173,6 +174,7 @@ def _key(session, trace):
     return session._backend._snapshot_key(hashlib.sha256(Path(trace).read_bytes()).hexdigest())
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_the_same_with_and_without_a_snapshot(traces, snapshots):
     trace = traces["fi_batch_attention_decode_run1"]
     sql = "SELECT name, count(*) AS n, sum(dur) AS dur FROM slice GROUP BY name ORDER BY name"

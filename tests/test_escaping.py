@@ -45,6 +45,7 @@ def test_analyze_markdown_has_no_live_html_and_no_injected_heading(evil):
     assert "`mma`</sub>`" not in md  # a backtick never closes the code span early
 
 
+@pytest.mark.slow
 def test_check_and_diff_markdown_escape_names(evil, tmp_path):
     rc, md, err = run_ktrace("check", evil, "--rule", "kernel.wall_us <= 1e9", "--markdown")
     assert rc == 0, err
@@ -55,12 +56,14 @@ def test_check_and_diff_markdown_escape_names(evil, tmp_path):
 
 
 @pytest.mark.parametrize("cmd", [["analyze"], ["inspect"], ["check", "--rule", "kernel.wall_us <= 1e9"]])
+@pytest.mark.slow
 def test_text_reports_show_line_breaks_in_names_escaped(evil, cmd):
     rc, out, err = run_ktrace(cmd[0], evil, *cmd[1:])
     assert rc == 0, err
     _no_fake_lines(out)
 
 
+@pytest.mark.slow
 def test_query_table_and_csv_never_pass_escapes_to_the_terminal(evil):
     sql = "select distinct name from slice order by name"
     rc, out, _ = run_ktrace("query", evil, sql)
@@ -69,6 +72,7 @@ def test_query_table_and_csv_never_pass_escapes_to_the_terminal(evil):
     assert rc == 0 and "\x1b" not in out and "\\x1b]0;t" in out
 
 
+@pytest.mark.slow
 def test_json_keeps_the_value_and_escapes_bidi_controls(evil):
     for cmd in (["analyze", "--json"], ["query", "select distinct name from slice", "--json"],
                 ["check", "--rule", "kernel.wall_us <= 1e9", "--json"], ["diff", "{evil}", "--json"]):

@@ -37,6 +37,7 @@ def _before_tables(out: str) -> list[str]:
     return [ln.rstrip() for ln in lines[:first - 1]]
 
 
+@pytest.mark.slow
 def test_piped_text_wraps_at_100_columns_or_at_columns():
     _, out, _ = run_ktrace("analyze", sample("waves_ktrace"), env={"COLUMNS": ""})
     assert max(map(len, _before_tables(out))) <= 100
@@ -54,6 +55,7 @@ def test_columns_that_make_no_sense_are_ignored():
     assert rc == 0 and max(map(len, _before_tables(out))) <= 100
 
 
+@pytest.mark.slow
 def test_gpu_end_skews_below_the_clock_uncertainty_are_not_called_a_last_finisher():
     rc, out, err = run_ktrace("analyze", sample("multigpu_gpu0"), sample("multigpu_gpu1"), env={"COLUMNS": "250"})
     assert rc == 0, err

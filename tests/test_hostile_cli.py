@@ -50,6 +50,7 @@ def merged(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fmt", [[], ["--markdown"]])
+@pytest.mark.slow
 def test_a_merged_trace_is_analyzed_in_text_and_markdown(merged, fmt):
     rc, out, err = run_ktrace("analyze", merged, *fmt)
     assert rc == 0 and "Traceback" not in err, err
@@ -140,6 +141,7 @@ def test_a_plot_of_a_format_that_does_not_exist_exits_2_before_any_work(capture)
 
 
 @pytest.mark.parametrize("where", ["kernel", "event_names"])
+@pytest.mark.slow
 def test_mathtext_in_a_name_is_drawn_as_text(capture, where):
     pytest.importorskip("matplotlib")
     name = "$\\frac{$"
@@ -308,6 +310,7 @@ def test_a_lock_file_that_is_a_link_or_open_to_others_is_not_used(tmp_path):
     assert lines and "not locking the cache" in lines[0] and not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.slow
 def test_mathtext_in_a_name_is_drawn_as_text_in_the_diff_plot(capture):
     pytest.importorskip("matplotlib")
     _sidecar(capture, lambda m: m.update(kernel="$\\frac{$", event_names=["$\\frac{$", "mma"]))

@@ -66,6 +66,7 @@ def test_without_pandas_the_error_names_the_pip_command(analysis, monkeypatch):
         analysis.phases.to_pandas()
 
 
+@pytest.mark.slow
 def test_example_notebook_runs_top_to_bottom():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

@@ -215,6 +215,7 @@ def test_persistent_loop_of_phases():
     assert heavy[a.occupancy["last_block"]] == heavy.max()  # a program with the most 4x tiles ends it
 
 
+@pytest.mark.slow
 def test_protons_drops_are_counted_as_its_warnings_say():
     t = _truth("triton_dropped")
     d = read_proton(SAMPLES / "triton_dropped.chrome_trace.gz")
@@ -224,6 +225,7 @@ def test_protons_drops_are_counted_as_its_warnings_say():
     assert r.returncode == 2 and "records lost" in r.stderr
 
 
+@pytest.mark.slow
 def test_every_command_takes_a_proton_trace(tmp_path):
     src = "triton_imbalance.chrome_trace"
     for args in (["convert", src, "-o", tmp_path / "c.perfetto-trace"], ["inspect", src],
@@ -292,6 +294,7 @@ PROTON_CAPTURES = sorted(p.name for p in SAMPLES.glob("triton_*.chrome_trace*"))
 
 
 @pytest.mark.parametrize("name", PROTON_CAPTURES)
+@pytest.mark.slow
 def test_each_capture_is_accounted_covered_sorted_and_the_same_in_sql_and_numpy(name):
     d = read_proton(SAMPLES / name)
     assert d.accounted and d.lanes_with_records == d.launch.num_blocks * d.launch.num_groups

@@ -182,6 +182,7 @@ def test_producer_bound_pipeline():
         assert not any(f.kind == "load_imbalance" for f in a.findings if f.severity == "warning")
 
 
+@pytest.mark.slow
 def test_runs_command_says_what_holds_in_every_run(tmp_path):
     from conftest import run_ktrace
 
