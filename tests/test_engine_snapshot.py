@@ -260,14 +260,20 @@ def _snapshot_of_other(other, snapshots, keep):
     return data
 
 
+def _rewrite_at(entry, marker: bytes, replace, skip: bool = False) -> None:
+    """Rewrites the entry where ``marker`` first is (or the byte after it, ``skip``), as ``replace(found)``
+    gives it, keeping its length, with a valid record."""
+    data = entry.read_bytes()
+    at = data.index(marker) + (len(marker) if skip else 0)
+    size = 1 if skip else len(marker)
+    _rewrite(entry, data[:at] + replace(data[at:at + size]) + data[at + size:])
+
+
 def test_a_snapshot_with_a_malformed_header_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
     entry = _snapshot_of(trace, snapshots)
-    data = entry.read_bytes()
-    old = b'"clock_ms": '
-    at = data.index(old)
-    _rewrite(entry, data[:at] + b'"clock_mz": ' + data[at + len(old):])  # same length, valid record
+    _rewrite_at(entry, b'"clock_ms": ', lambda found: b'"clock_mz": ')
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 
@@ -275,11 +281,7 @@ def test_a_snapshot_whose_engine_state_differs_is_not_used(traces, snapshots, re
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
     entry = _snapshot_of(trace, snapshots)
-    data = entry.read_bytes()
-    old = b'"request_buffer": '
-    at = data.index(old) + len(old)
-    digit = data[at:at + 1]
-    _rewrite(entry, data[:at] + (b"1" if digit != b"1" else b"2") + data[at + 1:])  # same length, valid record
+    _rewrite_at(entry, b'"request_buffer": ', lambda digit: b"1" if digit != b"1" else b"2", skip=True)
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 

@@ -24,7 +24,7 @@ from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, 
 from ktrace._version import __version__
 from ktrace.engine import wasm_snapshot
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
-from ktrace.engine.wasm_heap import HEAP_ENV, heap_plan
+from ktrace.engine.wasm_heap import HEAP_ENV, env_number, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, InputError, KtraceError
 
@@ -36,13 +36,10 @@ DEFAULT_TIMEOUT_S = 600.0
 
 def query_timeout_s() -> float:
     """The query timeout in seconds: $KTRACE_TIMEOUT (set by ``--timeout``), else DEFAULT_TIMEOUT_S."""
-    text = os.environ.get("KTRACE_TIMEOUT", "")
-    if not text:
+    given = env_number("KTRACE_TIMEOUT")
+    if given is None:
         return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    text, value = given
     if not 0 < value < 1e9:
         raise InputError(f"timeout {text!r}: give a number of seconds above 0, e.g. --timeout 600")
     return value

@@ -18,7 +18,7 @@ import os
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES
 from ktrace.errors import InputError
 
-__all__ = ["HEAP_ENV", "heap_plan", "machine_memory"]
+__all__ = ["HEAP_ENV", "heap_plan", "machine_memory", "env_number"]
 
 HEAP_ENV = "KTRACE_WASM_HEAP_GIB"
 LOAD_BYTES_PER_TRACE_BYTE = 4  # a lower bound of what loading takes
@@ -57,14 +57,23 @@ def heap_plan(name: str, trace_bytes: int | None, build_max: int = HEAP_MAX_BYTE
     return min(need, maximum), maximum, why
 
 
-def _given_max() -> int | None:
-    text = os.environ.get(HEAP_ENV, "")
+def env_number(name: str) -> tuple[str, float] | None:
+    """$name as (its text, its number; NaN when it is not one), None when it is unset or empty: each caller
+    checks the range it takes and says what to give."""
+    text = os.environ.get(name, "")
     if not text:
         return None
     try:
-        value = float(text)
+        return text, float(text)
     except ValueError:
-        value = float("nan")
+        return text, float("nan")
+
+
+def _given_max() -> int | None:
+    given = env_number(HEAP_ENV)
+    if given is None:
+        return None
+    text, value = given
     if not 0 < value <= HEAP_MAX_BYTES / 2**30:
         raise InputError(f"{HEAP_ENV}={text!r}: give the heap's maximum in GiB, above 0 and at most "
                          f"{HEAP_MAX_BYTES >> 30}")

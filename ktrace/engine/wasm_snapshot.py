@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, record_path, write_entry_from
+from ktrace.engine.wasm_heap import env_number
 from ktrace.errors import InputError
 
 __all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "Snapshot", "wanted", "folder", "entry_path", "read",
@@ -57,13 +58,10 @@ _LOCK_WAIT_S = 10.0  # a snapshot is worth less than waiting for another process
 
 
 def _env_number(name: str, default: float, unit: str, example: str) -> float:
-    text = os.environ.get(name, "")
-    if not text:
+    given = env_number(name)
+    if given is None:
         return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    text, value = given
     if not 0 <= value < 1e9:
         raise InputError(f"{name}={text!r}: give a size in {unit}, 0 or more (e.g. {name}={example})")
     return value
