@@ -6,15 +6,23 @@ What the numpy engine uses to reduce ranges of a buffer side by side: the worker
 process, so the state (a decoder, the columns read so far) comes with them, shared page for page and never
 pickled; only each item and its result cross a pipe. (``workers.run_in_workers`` spawns fresh interpreters
 instead, for whole captures.)
+
+Large results need not cross a pipe either: with ``window``, item i is handed out only after the caller has
+taken result i - window, so a worker may write its arrays into slot ``i % window`` of a ``Slots`` ring made
+before the fork (shared memory) and send only where they lie (``Slots.put`` / ``Slots.take``).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["fork_imap", "fork_map", "available_cores", "fork_context"]
+import numpy as np
+
+__all__ = ["fork_imap", "fork_map", "available_cores", "fork_context", "Slots"]
 
 
 def available_cores() -> int:
@@ -28,11 +36,14 @@ def available_cores() -> int:
 _SHARED: Any = None  # in a forked worker: the state fork_imap was given
 
 
-def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> Iterator:
+def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1,
+              window: int | None = None) -> Iterator:
     """``fn(shared, x) for x in items``, in order, computed by up to ``jobs`` forked worker processes (in this
     process when jobs is 1, there is one item, or the platform cannot fork). ``fn`` is a module-level function
     (sent by name), ``shared`` is inherited by the fork (read it, never write it: a write stays in the worker).
-    An error in a worker is raised here; Ctrl-C stops the workers; none is left behind."""
+    window: item i is handed out only once the caller is done with result i - window (has asked for the one
+    after it), so that it may reuse what that result held (a ``Slots`` slot). An error in a worker is raised here;
+    Ctrl-C stops the workers; none is left behind."""
     global _SHARED
     items = list(items)
     ctx = fork_context()
@@ -50,10 +61,27 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
             pool = ctx.Pool(jobs, initializer=_fork_started)
     finally:
         _SHARED = None
+    free = threading.Semaphore(window) if window else None
+    stop = threading.Event()
+
+    def tasks():  # read by the pool's task thread: it waits here while the window is full
+        for x in items:
+            if free is not None:
+                free.acquire()
+            if stop.is_set():
+                return
+            yield fn, x
+
     try:
-        yield from pool.imap(_fork_call, [(fn, x) for x in items])
+        for r in pool.imap(_fork_call, tasks()):
+            yield r
+            if free is not None:
+                free.release()
         pool.close()
     finally:
+        stop.set()
+        if free is not None:
+            free.release(len(items) + 1)  # a task thread waiting for the window goes on, and stops
         pool.terminate()
         pool.join()
 
@@ -81,3 +109,41 @@ def _fork_started() -> None:
 def _fork_call(job):
     fn, x = job
     return fn(_SHARED, x)
+
+
+class Slots:
+    """A ring of ``count`` shared-memory slots of ``size`` bytes each, made before a fork: a worker writes a
+    result's arrays into the slot of its item (``put``, in place of the arrays), the parent reads them out
+    (``take``) before the slot's next item starts (``fork_imap``'s window). Pages never written are never
+    resident."""
+
+    ALIGN = 64
+
+    def __init__(self, count: int, size: int) -> None:
+        self.count = max(int(count), 1)
+        self.size = -(-max(int(size), 1) // self.ALIGN) * self.ALIGN
+        self._map = mmap.mmap(-1, self.count * self.size)  # anonymous and shared: forked workers write it
+        self._bytes = np.frombuffer(self._map, np.uint8)
+
+    def put(self, slot: int, arrays: dict[str, np.ndarray]) -> dict | None:
+        """Writes the arrays into the slot; returns where they lie, or None (nothing written) when they do not
+        fit: then they go by pipe."""
+        where, at = {}, 0
+        for name, a in arrays.items():
+            a = np.ascontiguousarray(a)
+            if a.dtype.hasobject or at + a.nbytes > self.size:
+                return None
+            base = (slot % self.count) * self.size + at
+            self._bytes[base:base + a.nbytes] = a.view(np.uint8).reshape(-1)
+            where[name] = (at, a.dtype.str, a.shape)
+            at += -(-a.nbytes // self.ALIGN) * self.ALIGN
+        return where
+
+    def take(self, slot: int, where: dict) -> dict[str, np.ndarray]:
+        """The arrays ``put`` wrote: views of the slot, valid until its next item starts (copy what is kept)."""
+        out, base = {}, (slot % self.count) * self.size
+        for name, (at, dtype, shape) in where.items():
+            dt = np.dtype(dtype)
+            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            out[name] = self._bytes[base + at:base + at + n].view(dt).reshape(shape)
+        return out

@@ -22,7 +22,7 @@ import numpy as np
 from ..export.writer import launch_facts
 from ..model import Decoded, Summary
 from ..progress import stage
-from ..forked import fork_imap
+from ..forked import Slots, fork_imap
 from . import structure as st
 from .evidence_stream import stream_evidence
 from .tables import figures_of, kernel_figures, phases_table
@@ -162,6 +162,24 @@ class PartReduction:
         for name, (lo, hi) in self.ranges.items():  # narrow before it crosses a pipe
             setattr(self, name, narrowest(getattr(self, name), lo, hi))
         self.prev = narrowest(self.prev, -1, self.n)
+        self._slot = None
+
+    COLUMNS = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
+
+    def to_slot(self, slots: Slots, slot: int) -> None:
+        """In a worker: moves the columns into the shared slot (if they fit), so that they do not cross a pipe."""
+        where = slots.put(slot, {c: getattr(self, c) for c in self.COLUMNS})
+        if where is not None:
+            for c in self.COLUMNS:
+                setattr(self, c, None)
+            self._slot = (slot, where)
+
+    def from_slot(self, slots: Slots) -> None:
+        """In the parent: the columns as views of their slot (``Columns.take`` copies them out)."""
+        if self._slot is not None:
+            for c, a in slots.take(*self._slot).items():
+                setattr(self, c, a)
+            self._slot = None
 
 
 def reduce_part(d: Decoded) -> PartReduction | None:
@@ -207,11 +225,23 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     """``stream_figures`` of a BufferDecoder's parts (``records_per_part``: their size, ``part_ranges``), each
     decoded and reduced by one of ``jobs`` forked worker processes (in this process for 1), as are the
     cross-lane sweeps' chunks: the same figures for any number. on_part(lane_range) after each part."""
+    ranges = dec.part_ranges(records_per_part)
+    # Each part's columns come back through a ring of shared-memory slots, each large enough for the most
+    # slices a part can hold (half its record slots) at 8 bytes a column.
+    window = 2 * jobs + 2
+    slots = None
+    if jobs > 1 and len(ranges) > 1:
+        most = max((hi - lo) for lo, hi in ranges) * (dec.capacity_per_lane + 1) // 2 + 1
+        slots = Slots(window, (most * 8 + Slots.ALIGN) * len(PartReduction.COLUMNS))
+
     def parts():
-        for r in fork_imap(_decode_reduced, dec, dec.part_ranges(records_per_part), jobs):
-            yield r
+        items = [(i % window, r) for i, r in enumerate(ranges)]
+        for h, summary, r in fork_imap(_decode_reduced_slot, (dec, slots), items, jobs, window=window):
+            if r is not None:
+                r.from_slot(slots)
+            yield h, summary, r  # taken (copied out of its slot) before the next part is asked for
             if on_part is not None:
-                on_part(r[0].lane_range)
+                on_part(h.lane_range)
 
     return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
 
@@ -222,8 +252,13 @@ def _reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
     return _emptied(d), Summary.of(d), reduce_part(d)
 
 
-def _decode_reduced(dec, lanes: tuple[int, int]):
-    return _reduced(dec.part(*lanes))
+def _decode_reduced_slot(state, item: tuple[int, tuple[int, int]]):
+    """A part decoded and reduced (in a worker: its columns written into its shared slot)."""
+    (dec, slots), (slot, lanes) = state, item
+    h, summary, r = _reduced(dec.part(*lanes))
+    if r is not None and slots is not None:
+        r.to_slot(slots, slot)
+    return h, summary, r
 
 
 def _emptied(d: Decoded) -> Decoded:

@@ -41,7 +41,8 @@ class Instances:
     """The instance table (``table``, ``code``), its phase-level stability figures (``top_block``,
     ``top_count``, ``distinct``), and what later figures need: per slice, whether it is its instance's last
     finisher (``is_last``); per instance in (k, phase code) order, its key k * phases + code (``keys``, which
-    ``instance_of`` searches), latest end (``inst_end``) and last finisher's row (``last_row``)."""
+    ``instance_of`` searches, or reads in ``index_of``), latest end (``inst_end``) and last finisher's row
+    (``last_row``)."""
 
 
 def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
@@ -54,13 +55,28 @@ def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
     return list(zip(cuts.tolist(), np.r_[cuts[1:], len(per_k)].tolist()))
 
 
-def _rows_of(cols, k0: int, k1: int, block: int = 1 << 22) -> np.ndarray:
-    """The rows whose k is in [k0, k1), in row order: a scan of k a block of rows at a time (each worker scans
-    for its own range; the temporaries are a block's)."""
-    if k0 == 0 and k1 > int(cols.k.max()):
-        return np.arange(cols.n)
-    return np.concatenate([np.flatnonzero((k >= k0) & (k < k1)) + a
-                           for a, k in ((a, cols.k[a:a + block]) for a in range(0, cols.n, block))])
+class _ChunkRows:
+    """The rows of each k range (``_k_ranges``), in row order: one stable sort of the rows by their range (a
+    radix sort of 8- or 16-bit keys), shared by both sweeps and read by every worker."""
+
+    def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
+        self.n, self.order = cols.n, None
+        if len(chunks) <= 1:
+            return
+        small = next((t for t in (np.uint8, np.uint16) if len(chunks) <= np.iinfo(t).max + 1), np.int64)
+        lut = np.zeros(chunks[-1][1], small)
+        for i, (k0, k1) in enumerate(chunks):
+            lut[k0:k1] = i
+        of = lut[cols.k]
+        order = np.argsort(of, kind="stable")
+        self.bounds = np.r_[0, np.cumsum(np.bincount(of, minlength=len(chunks)))].tolist()
+        del of
+        self.order = narrowest(order, 0, max(cols.n - 1, 0))
+
+    def rows(self, i: int) -> np.ndarray:
+        if self.order is None:
+            return np.arange(self.n)
+        return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)
 
 
 def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
@@ -84,11 +100,16 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
         inst.table, inst.code = PhaseInstances.empty(), np.zeros(0, np.int64)
         inst.top_block = inst.top_count = inst.distinct = np.zeros(len(cols.names), np.int64)
         inst.keys = inst.inst_end = inst.last_row = np.zeros(0, np.int64)
+        inst.index_of, inst.lane_span = None, 1
         return inst
     chunks = _k_ranges(cols, chunk_rows)
+    by_chunk = _ChunkRows(cols, chunks)
+    items = [(i, *c) for i, c in enumerate(chunks)]
     # Sweep 1: each instance's latest end, and its tied last finishers.
-    got = fork_map(_sweep_ends, (cols, ncode), chunks, jobs)
+    got = fork_map(_sweep_ends, (cols, ncode, by_chunk), items, jobs)
     inst.keys, inst.inst_end = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+    inst.index_of = _dense_index(inst.keys)
+    inst.lane_span = int(cols.lane.max()) + 1
     counts = [len(g[0]) for g in got]
     tied = np.concatenate([g[2] for g in got])
     del got
@@ -97,8 +118,9 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     del tied
     # Sweep 2: every other figure of each instance.
     starts_at = np.r_[0, np.cumsum(counts)[:-1]].tolist()
-    got = fork_map(_sweep_figures, (cols, blocks, inst, ncode), [(*c, i0) for c, i0 in zip(chunks, starts_at)],
-                   jobs)
+    got = fork_map(_sweep_figures, (cols, blocks, inst, ncode, by_chunk),
+                   [(*c, i0) for c, i0 in zip(items, starts_at)], jobs)
+    del by_chunk
     inst.last_row = np.concatenate([g[1] for g in got])
     inst.is_last[inst.last_row] = True
     parts = [g[0] for g in got]
@@ -113,26 +135,41 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     return inst
 
 
-def _sweep_ends(state, chunk: tuple[int, int]):
-    """Sweep 1 of one chunk: its instances' keys, latest ends, and the rows that tie at the latest end."""
-    cols, ncode = state
-    rows, key, starts = _grouped(cols, _rows_of(cols, *chunk), ncode, *chunk)
+def _sweep_ends(state, chunk: tuple[int, int, int]):
+    """Sweep 1 of one chunk (i, k0, k1): its instances' keys, latest ends, and the rows that tie at the latest
+    end."""
+    cols, ncode, by_chunk = state
+    i, k0, k1 = chunk
+    rows, key, starts = _grouped(cols, by_chunk.rows(i), ncode, k0, k1)
     end_g = cols.end[rows].astype(np.int64)
     latest = np.maximum.reduceat(end_g, starts)
     return key, latest, rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))]
 
 
-def _sweep_figures(state, chunk: tuple[int, int, int]):
-    """Sweep 2 of one chunk (its instances numbered from i0): their columns and last finishers' rows."""
-    cols, blocks, inst, ncode = state
-    k0, k1, i0 = chunk
-    rows, key, starts = _grouped(cols, _rows_of(cols, k0, k1), ncode, k0, k1)
+def _sweep_figures(state, chunk: tuple[int, int, int, int]):
+    """Sweep 2 of one chunk (i, k0, k1; its instances numbered from i0): their columns and last finishers'
+    rows."""
+    cols, blocks, inst, ncode, by_chunk = state
+    i, k0, k1, i0 = chunk
+    rows, key, starts = _grouped(cols, by_chunk.rows(i), ncode, k0, k1)
     return _instance_chunk(cols, blocks, inst, rows, starts, i0)
+
+
+def _dense_index(keys: np.ndarray) -> np.ndarray | None:
+    """Instance index by key k * phases + code, as a table read directly where the keys are dense enough
+    (phases of about as many instances each); else None (``instance_of`` searches the sorted keys)."""
+    span = int(keys[-1]) + 1 if len(keys) else 1
+    if span > 4 * len(keys) + 4096:
+        return None
+    index_of = np.full(span, -1, np.int64)
+    index_of[keys] = np.arange(len(keys))
+    return index_of
 
 
 def instance_of(cols, inst, rows) -> np.ndarray:
     """The instance (index into inst.keys) of each of these slice rows."""
-    return np.searchsorted(inst.keys, cols.k[rows].astype(np.int64) * max(len(cols.names), 1) + cols.code[rows])
+    key = cols.k[rows].astype(np.int64) * max(len(cols.names), 1) + cols.code[rows]
+    return inst.index_of[key] if inst.index_of is not None else np.searchsorted(inst.keys, key)
 
 
 def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0: int) -> tuple[dict, np.ndarray]:
@@ -161,7 +198,7 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     lead[n <= 1] = np.nan
     # The one tie rule: among the tied last, the lowest lane of the phase's top block, else the lowest lane
     # (then the first row).
-    lane_span = int(cols.lane.max()) + 1
+    lane_span = inst.lane_span
     not_top = (block != inst.top_block[code_g]).astype(np.int64)
     if combined_fits(2 * lane_span, nloc):
         # Within an instance the rows ascend, so the position in the chunk is the row order.
@@ -326,14 +363,9 @@ def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> Cr
         e = end[lo:hi][top]
         return lo + int(top[np.argmax(e)])
 
-    # The instance of a slice by its key k * phases + code: a dense table read per step where the keys are
-    # dense enough (phases of about as many instances each), else a search.
+    # The instance of a slice by its key k * phases + code (``_dense_index``).
     ncode = max(len(cols.names), 1)
-    span = int(inst.keys[-1]) + 1 if len(inst.keys) else 1
-    index_of = None
-    if span <= 4 * len(inst.keys) + 4096:
-        index_of = np.full(span, -1, np.int64)
-        index_of[inst.keys] = np.arange(len(inst.keys))
+    index_of = inst.index_of
     k_item, code_item = cols.k.item, cols.code.item
 
     def pred_of(c: int):

@@ -1,0 +1,77 @@
+"""fork_imap's window and the shared-memory Slots: what the numpy engine's parts come back through."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from ktrace.forked import Slots, fork_context, fork_imap
+
+pytestmark = pytest.mark.skipif(fork_context() is None, reason="the platform cannot fork")
+
+
+def _write(state, item):
+    slots, log = state
+    slot, i = item
+    with open(log, "a") as f:
+        f.write(f"start {i} {time.monotonic_ns()}\n")
+    arrays = {"a": np.arange(i, i + 1000, dtype=np.int64), "b": np.full(7, i, np.int8),
+              "c": np.arange(12, dtype=np.float64).reshape(3, 4) * i}
+    return i, slots.put(slot, arrays), os.getpid()
+
+
+def test_workers_write_their_arrays_into_slots_the_parent_reads(tmp_path):
+    window, log = 3, tmp_path / "log"
+    slots = Slots(window, 64 * 1024)
+    seen, pids = [], set()
+    for i, where, pid in fork_imap(_write, (slots, log), [(j % window, j) for j in range(12)], jobs=2,
+                                   window=window):
+        assert where is not None
+        got = slots.take(i % window, where)
+        assert got["a"].tolist() == list(range(i, i + 1000))
+        assert got["b"].dtype == np.int8 and got["b"].tolist() == [i] * 7
+        assert got["c"].shape == (3, 4) and got["c"][2, 3] == 11 * i
+        seen.append(i)
+        pids.add(pid)
+        with open(log, "a") as f:
+            f.write(f"taken {i} {time.monotonic_ns()}\n")
+    assert seen == list(range(12))
+    assert os.getpid() not in pids  # written by the workers, read here
+    # Item i starts only after result i - window was taken: its slot is free then.
+    when = {}
+    for line in log.read_text().split("\n"):
+        if line:
+            what, i, t = line.split()
+            when[(what, int(i))] = int(t)
+    for i in range(window, 12):
+        assert when[("start", i)] > when[("taken", i - window)]
+
+
+def test_arrays_that_do_not_fit_are_not_written():
+    slots = Slots(2, 256)
+    assert slots.put(1, {"a": np.zeros(100, np.int64)}) is None  # 800 bytes > 256: they go by pipe instead
+    where = slots.put(1, {"a": np.arange(4, dtype=np.int16), "b": np.arange(3, dtype=np.int64)})
+    got = slots.take(1, where)
+    assert got["a"].tolist() == [0, 1, 2, 3] and got["b"].tolist() == [0, 1, 2]
+    assert slots.put(0, {"o": np.array([None, 1], dtype=object)}) is None  # objects never go into memory
+
+
+def _fail(state, item):
+    if item == 3:
+        raise ValueError("part 3 is damaged")
+    return item
+
+
+def test_an_error_with_a_full_window_is_raised_and_leaves_no_worker():
+    with pytest.raises(ValueError, match="part 3 is damaged"):
+        for _ in fork_imap(_fail, None, range(20), jobs=2, window=2):
+            pass
+
+
+def test_stopping_early_with_a_full_window_returns():
+    got = []
+    for x in fork_imap(_fail, None, [0, 1, 2], jobs=2, window=1):
+        got.append(x)
+        break
+    assert got == [0]
