@@ -62,6 +62,19 @@ def test_an_analysis_writes_the_text_its_dicts_give(name):
     assert a.to_json() == jsonfmt.dumps(a.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
 
 
+@pytest.mark.parametrize("name", ["waves_ktrace", "warpgroups_ktrace"])
+def test_long_tables_written_by_workers_give_the_same_text(name, monkeypatch):
+    from ktrace.analysis import table
+
+    a = ktrace.analyze(sample(name), engine="numpy")
+    one = a.to_json()
+    long = [t for t in (a.figures.instances, a.figures.critical_path, a.figures.lanes, a.figures.blocks) if len(t) > 8]
+    assert len(long) >= 2
+    monkeypatch.setattr(table, "PARALLEL_ROWS", 8)  # every table of more than 8 rows goes to a worker
+    assert a.to_json(jobs=2) == one
+    assert a.to_json(jobs=3) == one
+
+
 @pytest.mark.parametrize("text, written", [
     ("plain ascii", "plain ascii"), ("del\x7f", "del\\u007f"), ("csi\x9b31m", "csi\\u009b31m"),
     ("bidi\u202egnp", "bidi\\u202egnp"), ("é ok", "é ok"), ("ls\u2028", "ls\\u2028"),

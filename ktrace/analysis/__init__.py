@@ -183,12 +183,18 @@ class Analysis:
                               "steps": rows(f.critical_path), "shares": rows(f.critical_shares)},
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """``to_dict()`` as JSON text (NaN never appears: undefined figures are null)."""
+    def to_json(self, indent: int | None = 2, jobs: int = 1) -> str:
+        """``to_dict()`` as JSON text (NaN never appears: undefined figures are null). jobs: worker processes
+        that write the long tables side by side (the same text for any number)."""
         if indent is None:
             return jsonfmt.dumps(self.to_dict(), indent=None, ensure_ascii=False, allow_nan=False)
         # The same text, each table's rows written a column at a time (Table.json_rows).
-        return jsonfmt.dumps(self._dict(lambda t: t.json_rows()), indent=indent, ensure_ascii=False,
+        tables: list = []
+        self._dict(tables.append)
+        from .table import json_rows_of
+
+        written = dict(zip(map(id, tables), json_rows_of(tables, jobs)))
+        return jsonfmt.dumps(self._dict(lambda t: written[id(t)]), indent=indent, ensure_ascii=False,
                              allow_nan=False)
 
     def _repr_html_(self) -> str:

@@ -129,7 +129,7 @@ def _cmd_analyze(a) -> int:
 
         print(printable(f"plot: {plot_analysis(result, a.plot)}"), file=sys.stderr)
     if a.json:
-        print(result.to_json())
+        print(result.to_json(jobs=_json_jobs(a, result)))
     elif a.markdown:
         from ..report.analysis_report import analysis_markdown
 
@@ -137,6 +137,15 @@ def _cmd_analyze(a) -> int:
     else:
         print_analysis(result, show_all=a.show_all)
     return EXIT_OK
+
+
+def _json_jobs(a, result) -> int:
+    """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else every core)."""
+    if result.engine != "numpy":
+        return 1
+    from ..forked import available_cores
+
+    return max(1, min(a.jobs or available_cores(), available_cores()))
 
 
 def _sayer(bar):
