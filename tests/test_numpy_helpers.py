@@ -143,3 +143,14 @@ def test_slice_depth_of_lanes_that_never_nest_is_zero_as_the_sweep_says(seed):
     got = st.slice_depth(lane, b_seq, e_seq, overlap)
     want = st._slice_depth_sorting(np.arange(200), lane, b_seq, e_seq, np.zeros(200, np.int64))
     assert np.array_equal(got, want) and (got > 0).any() == bool(lane[5] == lane[6])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_distinct_values_by_a_sort_are_numpys_unique(seed):
+    from ktrace.analysis.stream import _distinct
+
+    rng = np.random.default_rng(seed)
+    for a in (rng.integers(-5, 40, 1000), rng.integers(0, 2**40, 300), np.zeros(0, np.int64), np.array([7]),
+              np.full(50, 3, np.int32)):
+        got = _distinct(a)
+        assert got.tolist() == np.unique(a).tolist() and got.dtype == a.dtype
