@@ -33,6 +33,7 @@ from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_
 __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 
 CHUNK_ROWS = 1 << 20  # slices per chunk of the cross-lane sweeps: their temporaries are ~250 bytes per slice
+SLOTS_MAX_BYTES = 1 << 30  # the most address space the parts' shared-memory slots take (resident: what is written)
 
 
 class Columns:
@@ -233,12 +234,18 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     cross-lane sweeps' chunks: the same figures for any number. on_part(lane_range) after each part."""
     ranges = dec.part_ranges(records_per_part)
     # Each part's columns come back through a ring of shared-memory slots, each large enough for the most
-    # slices a part can hold (half its record slots) at 8 bytes a column.
+    # slices a part can hold (half its record slots) at 8 bytes a column; by pipe where the ring would be
+    # larger than SLOTS_MAX_BYTES (parts of a few very long lanes) or cannot be had.
     window = 2 * jobs + 2
     slots = None
     if jobs > 1 and len(ranges) > 1:
         most = max((hi - lo) for lo, hi in ranges) * (dec.capacity_per_lane + 1) // 2 + 1
-        slots = Slots(window, (most * 8 + Slots.ALIGN) * len(PartReduction.COLUMNS))
+        size = (most * 8 + Slots.ALIGN) * len(PartReduction.COLUMNS)
+        if window * size <= SLOTS_MAX_BYTES:
+            try:
+                slots = Slots(window, size)
+            except (OSError, ValueError):
+                slots = None
 
     def parts():
         items = [(i % window, r) for i, r in enumerate(ranges)]
