@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["fork_imap", "fork_map", "available_cores", "fork_context", "Slots"]
+__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots"]
 
 
 def available_cores() -> int:
@@ -89,6 +89,48 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
 def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> list:
     """``list(fork_imap(fn, shared, items, jobs))``."""
     return list(fork_imap(fn, shared, items, jobs))
+
+
+class fork_later:
+    """``fn(shared, x)`` computed by one forked worker process while this process goes on (in this process, at
+    once, when ``fork`` is false or the platform cannot fork): ``with fork_later(...) as later: ...;
+    r = later.result()``. The worker is stopped on leaving the block, whatever happened in it."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], shared: Any, x: Any, fork: bool = True) -> None:
+        self._fn, self._shared, self._x, self._fork = fn, shared, x, fork
+        self._pool = self._pending = None
+        self._done = False
+        self._value: Any = None
+
+    def __enter__(self) -> "fork_later":
+        global _SHARED
+        ctx = fork_context() if self._fork else None
+        if ctx is None:
+            self._value, self._done = self._fn(self._shared, self._x), True
+            return self
+        import warnings
+
+        _SHARED = self._shared
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._pool = ctx.Pool(1, initializer=_fork_started)
+        finally:
+            _SHARED = None
+        self._pending = self._pool.apply_async(_fork_call, ((self._fn, self._x),))
+        return self
+
+    def result(self) -> Any:
+        """The worker's result (waiting for it); its error raised here."""
+        if not self._done:
+            self._value, self._done = self._pending.get(), True
+        return self._value
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
 
 def fork_context():

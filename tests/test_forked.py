@@ -75,3 +75,29 @@ def test_stopping_early_with_a_full_window_returns():
         got.append(x)
         break
     assert got == [0]
+
+
+def _square_in_worker(state, x):
+    return x * x, os.getpid()
+
+
+def test_fork_later_computes_in_a_worker_while_this_process_goes_on():
+    from ktrace.forked import fork_later
+
+    with fork_later(_square_in_worker, None, 7) as later:
+        mine = sum(range(1000))  # this process goes on meanwhile
+        value, pid = later.result()
+    assert (value, mine) == (49, 499500) and pid != os.getpid()
+    with fork_later(_square_in_worker, None, 3, fork=False) as later:
+        assert later.result() == (9, os.getpid())  # in this process, as one process computes it
+
+
+def test_fork_later_raises_the_workers_error_and_stops_it():
+    from ktrace.forked import fork_later
+
+    with pytest.raises(ValueError, match="part 3 is damaged"):
+        with fork_later(_fail, None, 3) as later:
+            later.result()
+    with fork_later(_fail, None, 3) as later:  # never asked for: the worker is stopped on leaving
+        pass
+    assert later._pool is None
