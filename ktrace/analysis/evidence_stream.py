@@ -17,7 +17,7 @@ import numpy as np
 from ..forked import fork_imap
 from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
-__all__ = ["stream_evidence", "EVIDENCE_MAX_SLICES"]
+__all__ = ["stream_evidence", "read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
 _SUBSET = 8  # blocks sampled together: the largest portable cluster; larger clusters are not tested on a sample
@@ -36,11 +36,24 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances,
     """(WaitCauses, LeadIns) of the stream's columns ``cols`` (stream.Columns), read a range of lanes at a
     time (``cuts``: row ranges that begin at a lane's first row), each range in one of ``jobs`` forked
     workers; instances: the instance table."""
+    return finish_evidence(read_evidence(cols, cuts, tick, names, num_blocks, instances, jobs))
+
+
+def finish_evidence(read) -> tuple[WaitCauses, LeadIns]:
+    """The evidence's tests on what ``read_evidence`` read (in one process: they read a sample, not every
+    slice)."""
+    args, kwargs, li_args, li_kwargs = read
+    return wait_causes(*args, **kwargs), lead_ins(*li_args, **li_kwargs)
+
+
+def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1) -> tuple:
+    """What the evidence's tests read (``finish_evidence``): every top-level slice where they are few; else a
+    sample, and what must be exact from every slice, read a range of lanes at a time (``stream_evidence``)."""
     n_top = int((cols.depth == 0).sum())
     if n_top <= EVIDENCE_MAX_SLICES:
         top = _top(cols, 0, cols.n)
-        return (wait_causes(top, tick, names, num_blocks),
-                lead_ins(top, instances.phase_index, instances.k, instances.last_lane))
+        return ((top, tick, names, num_blocks), {},
+                (top, instances.phase_index, instances.k, instances.last_lane), {})
     stride = int(np.ceil(n_top / EVIDENCE_MAX_SLICES))
     kmax = int(cols.k.max()) + 1
     nph = len(names)
@@ -82,9 +95,8 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances,
         q, g = divmod(rest, ng)
         totals[(p, q, g)] = (int(tot[0][i]), int(tot[1][i]), int(tot[2][i]))
     sample = TopSlices(*(np.concatenate([getattr(x, f) for x in parts]) for f in TopSlices.__dataclass_fields__))
-    wc = wait_causes(sample, tick, names, num_blocks, grid=grid, totals=totals, max_cluster=_SUBSET)
-    li = lead_ins(sample, instances.phase_index, instances.k, instances.last_lane, last_gaps=last_gap)
-    return wc, li
+    return ((sample, tick, names, num_blocks), {"grid": grid, "totals": totals, "max_cluster": _SUBSET},
+            (sample, instances.phase_index, instances.k, instances.last_lane), {"last_gaps": last_gap})
 
 
 class _Plan:

@@ -24,7 +24,7 @@ from ..model import Decoded, Summary
 from ..progress import stage
 from ..forked import Slots, fork_imap, fork_later
 from . import structure as st
-from .evidence_stream import stream_evidence
+from .evidence_stream import finish_evidence, read_evidence
 from .tables import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, fits, narrowest
@@ -259,6 +259,10 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
 
 
+def _finish_evidence(read, _):
+    return finish_evidence(read)
+
+
 def _critical_path(state, _):
     cols, inst, blocks, kernel = state
     return critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
@@ -309,17 +313,19 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     groups = cols.code_pairs([np.stack([p[0][0], p[0][1] % cols.num_groups]) for p in cols._event_lane])
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
-    # The critical path is a walk, one step at a time: with workers, one of them walks it while the others
-    # take the lanes, the waits and the evidence.
+    # Two parts run in one process each, one step at a time: the critical path's walk and the evidence's tests
+    # (on a sample). With workers, each runs in a worker of its own, beside the lanes and the waits.
     with fork_later(_critical_path, (cols, inst, blocks, kernel), None, fork=jobs > 1) as walk:
-        stage(progress, "lanes and waits")
-        lanes = lanes_table(cols, inst, chunk_rows, jobs)
-        waits = waits_table(cols, chunk_rows, jobs)
         stage(progress, "wait evidence")
         names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-        nb = head.launch.num_blocks
-        evidence = stream_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, nb, inst.table, jobs)
-        stage(progress, "critical path")
-        cp = walk.result()
+        read = read_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, head.launch.num_blocks,
+                             inst.table, jobs)
+        with fork_later(_finish_evidence, read, None, fork=jobs > 1) as tests:
+            del read
+            stage(progress, "lanes and waits")
+            lanes = lanes_table(cols, inst, chunk_rows, jobs)
+            waits = waits_table(cols, chunk_rows, jobs)
+            stage(progress, "critical path")
+            evidence, cp = tests.result(), walk.result()
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
                       evidence)
