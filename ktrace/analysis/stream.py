@@ -51,6 +51,7 @@ class Columns:
         self._blocks: list = []
         self._event_lane: list = []
         self._durs: list = []
+        self.per_k = np.zeros(0, np.int64)  # slices with each instance number k
         self.first_begin: dict[int, int] = {}
         self.lanes_with_slices = 0
 
@@ -63,6 +64,9 @@ class Columns:
         self._blocks.append(r.blocks)
         self._event_lane.append(r.event_lane)
         self._durs.append(r.durs)
+        if len(r.per_k) > len(self.per_k):
+            self.per_k = np.r_[self.per_k, np.zeros(len(r.per_k) - len(self.per_k), np.int64)]
+        self.per_k[:len(r.per_k)] += r.per_k
         if sum(map(len, self._durs)) > 1 << 22:  # merged as they come: held once, as distinct values
             self._durs = [np.unique(np.concatenate(self._durs))]
         for e, t in r.first_begin.items():
@@ -151,6 +155,7 @@ class PartReduction:
         self.blocks = st.block_extents(sl.block, sl.sm, sl.lane, begin, end)[:-1]
         self.event_lane = st.unique_columns(sl.event, sl.lane, return_counts=True)
         self.durs = _distinct(end - begin)
+        self.per_k = np.bincount(sl.k)
         first = np.full(int(sl.event.max()) + 1, np.iinfo(np.int64).max)
         np.minimum.at(first, sl.event, begin)
         self.first_begin = {e: int(first[e]) for e in np.flatnonzero(first < np.iinfo(np.int64).max).tolist()}

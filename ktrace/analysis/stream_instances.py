@@ -48,7 +48,7 @@ class Instances:
 def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
     """Ranges [k0, k1) of instance numbers with about chunk_rows slices each (an instance (phase, k) lies
     within one range)."""
-    per_k = np.bincount(cols.k)
+    per_k = cols.per_k  # np.bincount(cols.k), summed over the parts
     cum = np.cumsum(per_k)
     cuts = np.unique(np.r_[0, np.searchsorted(cum, np.arange(0, cols.n, max(chunk_rows, 1)), side="right")])
     cuts = cuts[cuts < len(per_k)]
@@ -69,8 +69,9 @@ class _ChunkRows:
             lut[k0:k1] = i
         of = lut[cols.k]
         order = np.argsort(of, kind="stable")
-        self.bounds = np.r_[0, np.cumsum(np.bincount(of, minlength=len(chunks)))].tolist()
         del of
+        cum = np.r_[0, np.cumsum(cols.per_k)]
+        self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
         self.order = narrowest(order, 0, max(cols.n - 1, 0))
 
     def rows(self, i: int) -> np.ndarray:
