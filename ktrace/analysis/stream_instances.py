@@ -289,18 +289,24 @@ def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
     if not best:
         return Waits.empty()
     key, w = keys.array(), ws.array()
-    # Per pair: count, sum, extremes, and the two percentiles by selection (np.partition) rather than a sort.
-    pair = np.flatnonzero(np.bincount(key, minlength=nph * nph))
+    # Per pair: count, sum, extremes, and the two percentiles by selection (np.partition) rather than a sort;
+    # the waits grouped by pair by one stable sort of their narrow keys (a radix sort).
+    order = np.argsort(key, kind="stable")
+    key, w = key[order], w[order]
+    del order, keys, ws
+    starts = run_starts(key)
+    pair = key[starts].astype(np.int64)
+    bounds = np.r_[starts, len(key)].tolist()
     stats = np.zeros((6, len(pair)), np.int64)
-    for j, p in enumerate(pair.tolist()):
-        v = w[key == p]
+    for j in range(len(pair)):
+        v = w[bounds[j]:bounds[j + 1]]
         m = len(v)
         i50, i90 = int(lower_percentile(0.5, m)), int(lower_percentile(0.9, m))
         total = int(v.sum(dtype=np.int64))
-        v.partition(sorted({0, i50, i90, m - 1}))  # in place: v is the pair's own copy
+        v.partition(sorted({0, i50, i90, m - 1}))  # in place: w is a sorted copy, v the pair's part of it
         stats[:, j] = (m, total, v[0], v[i50], v[i90], v[m - 1])
         del v
-    del key, w, keys, ws
+    del key, w
     bt = np.concatenate(best, axis=1)
     bt = bt[:, np.lexsort((bt[4], bt[3], bt[2], -bt[1], bt[0]))]
     bt = bt[:, run_starts(bt[0])]  # per pair: the longest, then lowest (block, group, k)
