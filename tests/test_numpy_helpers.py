@@ -154,3 +154,21 @@ def test_distinct_values_by_a_sort_are_numpys_unique(seed):
               np.full(50, 3, np.int32)):
         got = _distinct(a)
         assert got.tolist() == np.unique(a).tolist() and got.dtype == a.dtype
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_backwards_records_are_those_below_their_lanes_running_maximum(seed):
+    from ktrace.decoding.unwrap import backwards_mask
+
+    rng = np.random.default_rng(seed)
+    lane = np.sort(rng.integers(0, 7, 400))
+    u = np.cumsum(rng.integers(0, 50, 400))  # every lane non-decreasing: the fast way
+    if seed % 2:
+        u[rng.integers(0, 400, 6)] -= rng.integers(1, 500, 6)  # some records step back
+    expect = np.zeros(400, bool)
+    for ln in np.unique(lane):
+        at = np.flatnonzero(lane == ln)
+        expect[at[1:]] = u[at[1:]] < np.maximum.accumulate(u[at])[:-1]
+    assert backwards_mask(lane, u).tolist() == expect.tolist()
+    if seed % 2:
+        assert expect.any()  # the slow way was taken and found them

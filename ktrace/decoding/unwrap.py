@@ -62,6 +62,11 @@ def backwards_mask(lane: np.ndarray, u: np.ndarray) -> np.ndarray:
     if n < 2:
         return out
     first = segment_starts(lane)
+    down = u[1:] < u[:-1]
+    down &= ~first[1:]
+    if not down.any():  # no lane ever steps back (the usual buffer): nothing is earlier than a record before it
+        return out
+    del down
     seg = np.cumsum(first) - 1
     firsts = np.flatnonzero(first)
     v = u - u[firsts][seg]
