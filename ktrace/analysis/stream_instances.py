@@ -259,7 +259,7 @@ def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
     lane = cols.lane[a:b].astype(np.int64)
     pi = cols.phase_index[cols.code[a:b]]
     key = lane * nph + pi
-    order = np.argsort(key, kind="stable")
+    order = np.argsort(narrowest(key, 0, int(key.max()) if len(key) else 0), kind="stable")  # 16 bits: radix
     starts = run_starts(key[order])
     n = np.diff(np.r_[starts, b - a])
     dur = (cols.end[a:b].astype(np.int64) - cols.begin[a:b])[order]
