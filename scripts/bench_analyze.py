@@ -21,6 +21,8 @@ Targets (issue 25): numpy at 1e7 records <= 3x the floor, at 1e8 <= 4x and <= 4 
 SQL package's analyze at 1e6 records <= 10 s; with --query, `ktrace query` warm on the 1e6 buffer's trace
 <= 3 s (timed with snapshots off, then the first query, which writes the trace's snapshot, and a repeat,
 which restores it: the target's figure). The package's bytecode is compiled first, as `pip install .` does.
+With --before OLD_CHECKOUT, every numpy measurement also runs that checkout's ktrace, alternating run by run,
+and prints the ratio after / before and whether the two JSON outputs are the same bytes.
 Figures are medians over --runs runs; the core count is printed with them, and numpy1 / numpy is
 the speed-up the cores give.
 """
@@ -93,6 +95,25 @@ def _run(bc, cmd, runs: int, timeout: float) -> dict:
             "peak_tree_pss_bytes": _median([m.get("peak_tree_pss_bytes") for m in got]), "stdout": got[0]["stdout"]}
 
 
+def _alternate(bc, after: list[str], before: list[str], runs: int, timeout: float) -> tuple[dict, dict]:
+    """after and before, one run each in turn (before first), ``runs`` times: each side's _run figures (the
+    medians) with its run times in ``walls``."""
+    got = {"before": [], "after": []}
+    for _ in range(runs):
+        for side, cmd in (("before", before), ("after", after)):
+            got[side].append(_run(bc, cmd, 1, timeout))
+    out = []
+    for side in ("after", "before"):
+        ms = got[side]
+        bad = [m for m in ms if "error" in m]
+        m = dict(bad[0]) if bad else {
+            "wall_s": _median([m["wall_s"] for m in ms]), "peak_rss_bytes": _median([m["peak_rss_bytes"] for m in ms]),
+            "peak_tree_pss_bytes": _median([m.get("peak_tree_pss_bytes") for m in ms]), "stdout": ms[0]["stdout"]}
+        m["walls"] = [x["wall_s"] for x in ms]
+        out.append(m)
+    return out[0], out[1]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=_records, default=[100_000, 1_000_000, 10_000_000],
@@ -105,6 +126,9 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "ktrace-bench"))
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    p.add_argument("--before", metavar="OLD_CHECKOUT",
+                   help="also run an older checkout's ktrace on every numpy measurement, alternating with this one "
+                        "run by run: its figures, the ratio after / before and whether the JSON is the same")
     p.add_argument("--query", action="store_true",
                    help="also time `ktrace query TRACE 'SELECT 1'` on the 1e6 buffer's trace (engine warm): "
                         "snapshots off, first (writes the snapshot), repeat (restores it)")
@@ -116,11 +140,19 @@ def main(argv=None) -> int:
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     # Bytecode compiled first, as `pip install .` does: an editable install under PYTHONDONTWRITEBYTECODE would
     # otherwise compile every module in every measured process (~0.3 s each).
+    import compileall
+
     spec = importlib.util.find_spec("ktrace")
     if spec and spec.origin:
-        import compileall
-
         compileall.compile_dir(os.path.dirname(spec.origin), quiet=1)
+    before_cmd = None
+    if a.before:
+        old = os.path.abspath(a.before)
+        if not os.path.isfile(os.path.join(old, "ktrace", "__init__.py")):
+            p.error(f"--before {a.before}: no ktrace/__init__.py there (give the root of an older checkout)")
+        compileall.compile_dir(os.path.join(old, "ktrace"), quiet=1)
+        before_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {old!r}); from ktrace.cli import main; "
+                      "sys.exit(main())"]
     if "wasm" in engines:  # warm the module cache (the first start compiles the WebAssembly module)
         subprocess.run([sys.executable, "-c", "from ktrace.engine.wasm import WasmTraceProcessor as W; W().close()"],
                        cwd=REPO, check=False, capture_output=True)
@@ -141,14 +173,28 @@ def main(argv=None) -> int:
                 print(f"  {e:>6}: skipped (over --sql-max {a.sql_max[0]:.0e} records)")
                 continue
             extra = ["--jobs", "1"] if e == "numpy1" else []
-            m = _run(bc, [*ktrace_cmd, "analyze", buf, "--engine", "numpy" if numpy else e, "--json", *extra],
-                     a.runs, a.timeout)
+            args = ["analyze", buf, "--engine", "numpy" if numpy else e, "--json", *extra]
+            if before_cmd and numpy:
+                m, mb = _alternate(bc, [*ktrace_cmd, *args], [*before_cmd, *args], a.runs, a.timeout)
+            else:
+                m, mb = _run(bc, [*ktrace_cmd, *args], a.runs, a.timeout), None
             out = m.pop("stdout", None)
             if out:
                 m["slices"] = json.loads(out)["kernel"]["slices"]
             m["over_floor"] = m["wall_s"] / floor["wall_s"] if floor.get("wall_s") else None
             row["engines"][e] = m
             _print(e, m)
+            if mb is not None:
+                out_b = mb.pop("stdout", None)
+                mb["over_floor"] = mb["wall_s"] / floor["wall_s"] if floor.get("wall_s") else None
+                mb["same_json"] = out_b == out and out is not None
+                m["before"] = mb
+                _print("before", mb)
+                if "error" not in m and "error" not in mb:
+                    print(f"  {'':>6}  after / before: {m['wall_s'] / mb['wall_s']:.2f}x the time "
+                          f"(runs, after: {', '.join(f'{x:.2f}' for x in m['walls'])}; before: "
+                          f"{', '.join(f'{x:.2f}' for x in mb['walls'])}), "
+                          f"{'the same JSON' if mb['same_json'] else 'THE JSON DIFFERS'}")
             if not numpy and a.split and "error" not in m:
                 row["engines"][e]["split"] = _split(ktrace_cmd, buf)
         if a.query and 900_000 <= n <= 1_100_000:
