@@ -16,13 +16,6 @@
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
 
--- Top-level slices (depth 0) with the previous top-level slice on their lane (ktrace.slices). The
--- + keeps the depth test out of the table's filter: an id lookup with it is a scan of the whole table.
-CREATE PERFETTO VIEW _ktrace_top_slice AS
-SELECT id, ts, end_ts, phase, phase_index, k, inst, block, grp, lane, prev_id
-FROM _ktrace_slice
-WHERE +depth = 0;
-
 -- Per instance and end timestamp: how many lanes end then, which blocks, and the lowest such lane.
 CREATE PERFETTO TABLE _ktrace_end_group AS
 SELECT
@@ -123,20 +116,19 @@ ORDER BY c.id;
 
 -- Per instance: its top-level slices with a previous top-level slice on their lane; of those, the ones that
 -- began at or after the latest end of the previous slice's instance (a synchronization); and the shortest
--- and longest gap from the previous slice's end (the lead-in).
+-- and longest gap from the previous slice's end (the lead-in). One row of _ktrace_top_pair per such slice.
 CREATE PERFETTO TABLE _ktrace_instance_prev AS
 SELECT
-  t.inst AS id,
+  q.inst AS id,
   COUNT(*) AS prev_lanes,
-  SUM(t.ts >= i.end_ns) AS sync_lanes,
-  MIN(t.ts - p.end_ts) AS lead_in_min_ns,
-  MAX(t.ts - p.end_ts) AS lead_in_max_ns
--- CROSS JOIN keeps the planner from looping over the instances outside (a scan of every slice per instance).
-FROM _ktrace_top_slice t
-CROSS JOIN _ktrace_top_slice p ON p.id = t.prev_id
-CROSS JOIN _ktrace_instance_agg i ON i.id = p.inst
-GROUP BY t.inst
-ORDER BY t.inst;
+  SUM(q.ts >= i.end_ns) AS sync_lanes,
+  MIN(q.gap_ns) AS lead_in_min_ns,
+  MAX(q.gap_ns) AS lead_in_max_ns
+-- CROSS JOIN keeps the planner from looping over the instances outside (a scan of every pair per instance).
+FROM _ktrace_top_pair q
+CROSS JOIN _ktrace_instance_agg i ON i.id = q.prev_inst
+GROUP BY q.inst
+ORDER BY q.inst;
 
 -- Per instance: slices on blocks of a later wave.
 CREATE PERFETTO TABLE _ktrace_instance_wave AS

@@ -5,9 +5,9 @@
 
 INCLUDE PERFETTO MODULE ktrace.phases;
 
--- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id) and
--- the gap to it (columns of _ktrace_slice: ktrace.slices). Join ktrace_phase_slice USING (id) for the slice's
--- other columns.
+-- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id: the
+-- row after it in _ktrace_top_slice, ktrace.slices) and the gap to it, in slice id order. Join
+-- ktrace_phase_slice USING (id) for the slice's other columns.
 CREATE PERFETTO VIEW ktrace_lane_wait(
   -- Slice id, phase, instance, block and group of the slice.
   id LONG,
@@ -21,12 +21,14 @@ CREATE PERFETTO VIEW ktrace_lane_wait(
   -- begins inside this one; NULL on the lane's last slice.
   gap_ns LONG
 ) AS
-SELECT id, phase, k, block, grp, next_phase, gap_ns
-FROM _ktrace_slice
-WHERE +depth = 0;
+SELECT a.id, a.phase, a.k, a.block, a.grp, n.phase AS next_phase, n.ts - a.end_ts AS gap_ns
+FROM _ktrace_top_slice a
+LEFT JOIN _ktrace_top_slice n ON n._auto_id = a._auto_id + 1 AND n.lane = a.lane
+ORDER BY a.id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
--- next slice on the same lane, of `next_phase`.
+-- next slice on the same lane, of `next_phase` (read from _ktrace_top_pair, ktrace.slices, which holds them
+-- as columns that the table's filter can test).
 CREATE PERFETTO TABLE ktrace_wait(
   phase STRING,
   next_phase STRING,
@@ -55,7 +57,7 @@ WITH summary AS MATERIALIZED (
     CAST(percentile_disc(gap_ns, 0.5) AS INT) AS p50_ns,
     CAST(percentile_disc(gap_ns, 0.9) AS INT) AS p90_ns,
     MAX(gap_ns) AS max_ns
-  FROM ktrace_lane_wait
+  FROM _ktrace_top_pair
   WHERE gap_ns >= 0
   GROUP BY phase, next_phase
 ),
@@ -67,7 +69,7 @@ longest AS (
     w.block, w.grp, w.k
   -- Each boundary's longest waits found by the table's own filter (CROSS JOIN: the boundaries outside).
   FROM summary m
-  CROSS JOIN ktrace_lane_wait w
+  CROSS JOIN _ktrace_top_pair w
     ON w.phase = m.phase AND w.next_phase = m.next_phase AND w.gap_ns = m.max_ns
   GROUP BY m.phase, m.next_phase
 )
