@@ -16,35 +16,6 @@
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
 
--- Per instance and end timestamp: how many lanes end then, which blocks, and the lowest such lane.
-CREATE PERFETTO TABLE _ktrace_end_group AS
-SELECT
-  inst, phase, k, end_ts,
-  MIN(lane) AS lane, id, block, grp, sm,
-  COUNT(*) AS lanes,
-  json_group_array(block) AS blocks
-FROM _ktrace_slice
-GROUP BY inst, end_ts;
-
--- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice), how
--- many lanes tie and their blocks.
-CREATE PERFETTO TABLE _ktrace_latest AS
-SELECT inst AS id, phase, k, end_ts, lane, slice_id, block, grp, sm, tied_lanes, blocks
-FROM (
-  SELECT inst, phase, k, MAX(end_ts) AS end_ts, lane, id AS slice_id, block, grp, sm, lanes AS tied_lanes, blocks
-  FROM _ktrace_end_group
-  GROUP BY inst
-)
-ORDER BY id;
-
--- Per instance: the latest end among the lanes that did not end last (NULL with a single end time).
-CREATE PERFETTO TABLE _ktrace_runner_up AS
-SELECT inst AS id, MAX(end_ts) AS end_ts
-FROM _ktrace_end_group
-WHERE +id NOT IN (SELECT slice_id FROM _ktrace_latest)
-GROUP BY inst
-ORDER BY inst;
-
 -- Per instance: the duration and time figures.
 CREATE PERFETTO TABLE _ktrace_instance_agg AS
 SELECT a.*
@@ -71,6 +42,40 @@ FROM (
   FROM _ktrace_slice
   GROUP BY inst
 ) a
+ORDER BY id;
+
+-- An instance's slices are a lookup of their key (`inst`), so the per-instance figures below that need the
+-- instance's latest end read only its slices, once it is known.
+CREATE PERFETTO INDEX _ktrace_slice_inst ON _ktrace_slice(inst);
+
+-- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice, and its
+-- block, group and SM: the "bare" columns next to MIN), how many lanes tie and their blocks (a JSON array).
+CREATE PERFETTO TABLE _ktrace_latest AS
+SELECT
+  id, phase, k, end_ts,
+  json_extract(t, '$[0]') AS lane,
+  json_extract(t, '$[1]') AS slice_id,
+  json_extract(t, '$[2]') AS block,
+  json_extract(t, '$[3]') AS grp,
+  json_extract(t, '$[4]') AS sm,
+  json_extract(t, '$[5]') AS tied_lanes,
+  json_extract(t, '$[6]') AS blocks
+FROM (
+  SELECT a.id, a.phase, a.k, a.end_ns AS end_ts,
+    (SELECT json_array(MIN(s.lane), s.id, s.block, s.grp, s.sm, COUNT(*), json_group_array(s.block))
+     FROM _ktrace_slice s WHERE s.inst = a.id AND s.end_ts = a.end_ns) AS t
+  FROM _ktrace_instance_agg a
+)
+ORDER BY id;
+
+-- Per instance: the latest end among the lanes that did not end last (none with a single end time).
+CREATE PERFETTO TABLE _ktrace_runner_up AS
+SELECT id, end_ts
+FROM (
+  SELECT a.id, (SELECT MAX(s.end_ts) FROM _ktrace_slice s WHERE s.inst = a.id AND +s.end_ts < a.end_ns) AS end_ts
+  FROM _ktrace_instance_agg a
+)
+WHERE end_ts IS NOT NULL
 ORDER BY id;
 
 -- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
