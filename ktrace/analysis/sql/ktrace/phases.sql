@@ -9,7 +9,7 @@
 --
 -- Built from GROUP BYs rather than window functions over all slices: in the trace processor a window
 -- over every slice costs about ten times a GROUP BY (the lane order and k come from sorted tables and row
--- positions: ktrace.slices). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
+-- positions: ktrace.slices). The aggregates that pick the last finisher read "bare" columns (id, block, ...)
 -- next to a single MIN() or MAX(): SQLite takes them from the row that holds the minimum or maximum.
 -- Joins on an instance are id lookups: the per-instance tables carry its key `inst` = phase_index * 2^32 + k
 -- (a column of _ktrace_slice) in their `id` column (a join on (phase, k) costs a hundred times more).

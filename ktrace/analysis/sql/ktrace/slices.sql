@@ -176,7 +176,8 @@ FROM _ktrace_top_slice AS a
 CROSS JOIN _ktrace_top_slice AS n ON n._auto_id = a._auto_id + 1
 WHERE n.lane = a.lane;
 
--- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants.
+-- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants. In slice
+-- id order.
 CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Slice id.
   id LONG,
