@@ -50,7 +50,7 @@ CREATE PERFETTO TABLE ktrace_wait(
 ) AS
 WITH summary AS MATERIALIZED (
   SELECT
-    phase, next_phase,
+    phase_index, next_phase_index,
     COUNT(*) AS count,
     SUM(gap_ns) AS sum_ns,
     MIN(gap_ns) AS min_ns,
@@ -59,25 +59,25 @@ WITH summary AS MATERIALIZED (
     MAX(gap_ns) AS max_ns
   FROM _ktrace_top_pair
   WHERE gap_ns >= 0
-  GROUP BY phase, next_phase
+  GROUP BY phase_index, next_phase_index
 ),
 -- Among the waits as long as the boundary's longest, the lowest (lane, k): lane order is block, group.
 longest AS (
-  SELECT m.phase, m.next_phase,
-    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice) + w.k)
-      AS place,
-    w.block, w.grp, w.k
+  SELECT m.phase_index, m.next_phase_index,
+    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice)
+      + w.prev_inst % 4294967296) AS place,
+    w.block, w.grp, w.prev_inst % 4294967296 AS k
   -- Each boundary's longest waits found by the table's own filter (CROSS JOIN: the boundaries outside).
   FROM summary m
   CROSS JOIN _ktrace_top_pair w
-    ON w.phase = m.phase AND w.next_phase = m.next_phase AND w.gap_ns = m.max_ns
-  GROUP BY m.phase, m.next_phase
+    ON w.phase_index = m.phase_index AND w.next_phase_index = m.next_phase_index AND w.gap_ns = m.max_ns
+  GROUP BY m.phase_index, m.next_phase_index
 )
 SELECT
-  w.phase,
-  w.next_phase,
-  a.phase_index,
-  b.phase_index AS next_phase_index,
+  a.phase,
+  b.phase AS next_phase,
+  w.phase_index,
+  w.next_phase_index,
   w.count,
   w.sum_ns,
   w.sum_ns * 1.0 / w.count AS mean_ns,
@@ -89,6 +89,7 @@ SELECT
   l.grp AS max_group,
   l.k AS max_k
 FROM summary w
-JOIN longest l USING (phase, next_phase)
-JOIN _ktrace_phase_order a ON a.phase = w.phase
-JOIN _ktrace_phase_order b ON b.phase = w.next_phase;
+JOIN longest l USING (phase_index, next_phase_index)
+JOIN _ktrace_phase_order a ON a.phase_index = w.phase_index
+JOIN _ktrace_phase_order b ON b.phase_index = w.next_phase_index
+ORDER BY w.phase_index, w.next_phase_index;
