@@ -59,8 +59,9 @@ SELECT block AS id, key % 4294967296 AS slice_id FROM pick ORDER BY block;
 -- The walk: one row per slice on the path, from the kernel's end backwards (n = 0 at the end): the cursor t
 -- when it was reached, and the gap after it (up to gap_end, of gap_kind, before a slice of next_phase).
 -- Each step finds the slice's predecessor with id lookups:
---   the lane's previous top-level slice p, when the slice began at or after the latest end of p's instance:
---     that instance's last finisher ('wait'); else p ('lane_gap');
+--   the lane's previous top-level slice p (the row before it in _ktrace_top_slice, on the same lane), when
+--     the slice began at or after the latest end of p's instance: that instance's last finisher ('wait');
+--     else p ('lane_gap');
 --   without p, on a block of a later wave: the latest-ending top-level slice of the block before it on its
 --     SM ('block_switch');
 --   else (and for a nested slice, a last finisher inside another slice) none: the walk ends.
@@ -90,7 +91,7 @@ WITH RECURSIVE walk(n, id, t, gap_end, gap_kind, next_phase, later) AS (
         ELSE 'lane_gap'
       END AS kind
     FROM _ktrace_top_slice t
-    LEFT JOIN _ktrace_top_slice p ON p.id = t.prev_id
+    LEFT JOIN _ktrace_top_slice p ON p._auto_id = t._auto_id - 1 AND p.lane = t.lane
     LEFT JOIN _ktrace_instance_agg i ON i.id = p.inst
     LEFT JOIN _ktrace_last l ON l.id = p.inst
     LEFT JOIN _ktrace_block_before bb ON bb.id = t.block

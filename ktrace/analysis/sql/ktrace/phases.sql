@@ -9,48 +9,12 @@
 --
 -- Built from GROUP BYs rather than window functions over all slices: in the trace processor a window
 -- over every slice costs about ten times a GROUP BY (the lane order and k come from sorted tables and row
--- positions: ktrace.slices). The GROUP BYs that pick the last finisher read "bare" columns (id, block, ...)
+-- positions: ktrace.slices). The aggregates that pick the last finisher read "bare" columns (id, block, ...)
 -- next to a single MIN() or MAX(): SQLite takes them from the row that holds the minimum or maximum.
 -- Joins on an instance are id lookups: the per-instance tables carry its key `inst` = phase_index * 2^32 + k
 -- (a column of _ktrace_slice) in their `id` column (a join on (phase, k) costs a hundred times more).
 
 INCLUDE PERFETTO MODULE ktrace.blocks;
-
--- Top-level slices (depth 0) with the previous top-level slice on their lane (ktrace.slices). The
--- + keeps the depth test out of the table's filter: an id lookup with it is a scan of the whole table.
-CREATE PERFETTO VIEW _ktrace_top_slice AS
-SELECT id, ts, end_ts, phase, phase_index, k, inst, block, grp, lane, prev_id
-FROM _ktrace_slice
-WHERE +depth = 0;
-
--- Per instance and end timestamp: how many lanes end then, which blocks, and the lowest such lane.
-CREATE PERFETTO TABLE _ktrace_end_group AS
-SELECT
-  inst, phase, k, end_ts,
-  MIN(lane) AS lane, id, block, grp, sm,
-  COUNT(*) AS lanes,
-  json_group_array(block) AS blocks
-FROM _ktrace_slice
-GROUP BY inst, end_ts;
-
--- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice), how
--- many lanes tie and their blocks.
-CREATE PERFETTO TABLE _ktrace_latest AS
-SELECT inst AS id, phase, k, end_ts, lane, slice_id, block, grp, sm, tied_lanes, blocks
-FROM (
-  SELECT inst, phase, k, MAX(end_ts) AS end_ts, lane, id AS slice_id, block, grp, sm, lanes AS tied_lanes, blocks
-  FROM _ktrace_end_group
-  GROUP BY inst
-)
-ORDER BY id;
-
--- Per instance: the latest end among the lanes that did not end last (NULL with a single end time).
-CREATE PERFETTO TABLE _ktrace_runner_up AS
-SELECT inst AS id, MAX(end_ts) AS end_ts
-FROM _ktrace_end_group
-WHERE +id NOT IN (SELECT slice_id FROM _ktrace_latest)
-GROUP BY inst
-ORDER BY inst;
 
 -- Per instance: the duration and time figures.
 CREATE PERFETTO TABLE _ktrace_instance_agg AS
@@ -78,6 +42,40 @@ FROM (
   FROM _ktrace_slice
   GROUP BY inst
 ) a
+ORDER BY id;
+
+-- An instance's slices are a lookup of their key (`inst`), so the per-instance figures below that need the
+-- instance's latest end read only its slices, once it is known.
+CREATE PERFETTO INDEX _ktrace_slice_inst ON _ktrace_slice(inst);
+
+-- Per instance (id = its key): the latest end, the lowest lane that ends then (slice_id: its slice, and its
+-- block, group and SM: the "bare" columns next to MIN), how many lanes tie and their blocks (a JSON array).
+CREATE PERFETTO TABLE _ktrace_latest AS
+SELECT
+  id, phase, k, end_ts,
+  json_extract(t, '$[0]') AS lane,
+  json_extract(t, '$[1]') AS slice_id,
+  json_extract(t, '$[2]') AS block,
+  json_extract(t, '$[3]') AS grp,
+  json_extract(t, '$[4]') AS sm,
+  json_extract(t, '$[5]') AS tied_lanes,
+  json_extract(t, '$[6]') AS blocks
+FROM (
+  SELECT a.id, a.phase, a.k, a.end_ns AS end_ts,
+    (SELECT json_array(MIN(s.lane), s.id, s.block, s.grp, s.sm, COUNT(*), json_group_array(s.block))
+     FROM _ktrace_slice s WHERE s.inst = a.id AND s.end_ts = a.end_ns) AS t
+  FROM _ktrace_instance_agg a
+)
+ORDER BY id;
+
+-- Per instance: the latest end among the lanes that did not end last (none with a single end time).
+CREATE PERFETTO TABLE _ktrace_runner_up AS
+SELECT id, end_ts
+FROM (
+  SELECT a.id, (SELECT MAX(s.end_ts) FROM _ktrace_slice s WHERE s.inst = a.id AND +s.end_ts < a.end_ns) AS end_ts
+  FROM _ktrace_instance_agg a
+)
+WHERE end_ts IS NOT NULL
 ORDER BY id;
 
 -- The blocks among each instance's tied last finisher(s) (one row per block; one block when no tie).
@@ -123,20 +121,19 @@ ORDER BY c.id;
 
 -- Per instance: its top-level slices with a previous top-level slice on their lane; of those, the ones that
 -- began at or after the latest end of the previous slice's instance (a synchronization); and the shortest
--- and longest gap from the previous slice's end (the lead-in).
+-- and longest gap from the previous slice's end (the lead-in). One row of _ktrace_top_pair per such slice.
 CREATE PERFETTO TABLE _ktrace_instance_prev AS
 SELECT
-  t.inst AS id,
+  q.inst AS id,
   COUNT(*) AS prev_lanes,
-  SUM(t.ts >= i.end_ns) AS sync_lanes,
-  MIN(t.ts - p.end_ts) AS lead_in_min_ns,
-  MAX(t.ts - p.end_ts) AS lead_in_max_ns
--- CROSS JOIN keeps the planner from looping over the instances outside (a scan of every slice per instance).
-FROM _ktrace_top_slice t
-CROSS JOIN _ktrace_top_slice p ON p.id = t.prev_id
-CROSS JOIN _ktrace_instance_agg i ON i.id = p.inst
-GROUP BY t.inst
-ORDER BY t.inst;
+  SUM(q.ts >= i.end_ns) AS sync_lanes,
+  MIN(q.gap_ns) AS lead_in_min_ns,
+  MAX(q.gap_ns) AS lead_in_max_ns
+-- CROSS JOIN keeps the planner from looping over the instances outside (a scan of every pair per instance).
+FROM _ktrace_top_pair q
+CROSS JOIN _ktrace_instance_agg i ON i.id = q.prev_inst
+GROUP BY q.inst
+ORDER BY q.inst;
 
 -- Per instance: slices on blocks of a later wave.
 CREATE PERFETTO TABLE _ktrace_instance_wave AS

@@ -71,46 +71,67 @@ SELECT COALESCE(
   (SELECT MAX(grp) + 1 FROM _ktrace_lane_track),
   1) AS n;
 
--- The phase slices' keys, read once: the lane track and name give the instance k (ktrace.lanes), the lane
--- and begin the order of the top-level slices.
+-- The phase slices, read once (the slice table and debug.sm are not read again), in slice id order: the
+-- columns that differ from slice to slice. The lane's block, group and SM are the same for a lane track's
+-- slices, so they are read once per run below. sm_arg: the slice's own SM (debug.sm), where it has one.
 CREATE PERFETTO TABLE _ktrace_slice_key AS
-SELECT id, lane_track_id, name, ts, depth, block * (SELECT n FROM _ktrace_groups) + grp AS lane
+SELECT
+  id, ts, dur, name, track_id, depth, lane_track_id,
+  IIF(arg_set_id IS NULL, NULL, extract_arg(arg_set_id, 'debug.sm')) AS sm_arg
 FROM _ktrace_lane_slices!(_ktrace_source_slice);
 
--- The keys in (lane track, name, id) order. `_auto_id` is a row's position in a PERFETTO TABLE, so a slice's
--- k is its position minus that of the first slice of its lane track and name: a sort of one narrow table
--- (done by the engine, not by SQLite) instead of a ROW_NUMBER window, which costs several times more.
+-- The same rows in (lane track, name, id) order, so that each lane track's slices of one phase are one run
+-- of rows in instance order. `_auto_id` is a row's position in a PERFETTO TABLE, so a slice's k is its
+-- position minus that of the run's first row: a sort of one table (done by the engine, not by SQLite: it
+-- reads a single table) instead of a ROW_NUMBER window, which costs several times more.
 CREATE PERFETTO TABLE _ktrace_slice_rank AS
-SELECT id, lane_track_id, name FROM _ktrace_slice_key ORDER BY lane_track_id, name, id;
+SELECT id, ts, dur, name, track_id, depth, lane_track_id, sm_arg
+FROM _ktrace_slice_key
+ORDER BY lane_track_id, name, id;
 
-CREATE PERFETTO INDEX _ktrace_slice_rank_id ON _ktrace_slice_rank(id);
+-- The last row of the run of _ktrace_slice_rank that row `f` begins: the largest position with its lane track
+-- and name (a NULL name is a run of its own too, as in a GROUP BY).
+CREATE PERFETTO MACRO _ktrace_run_last(f Expr)
+RETURNS Expr AS
+COALESCE(
+  (SELECT MAX(r._auto_id) FROM _ktrace_slice_rank r WHERE r.lane_track_id = $f.lane_track_id AND r.name = $f.name),
+  (SELECT MAX(r._auto_id) FROM _ktrace_slice_rank r WHERE r.lane_track_id = $f.lane_track_id AND r.name IS NULL));
+
+-- The runs of _ktrace_slice_rank (a lane track's slices of one phase), one after the other: a run's first
+-- row follows the last one's, and its last row is the largest position with its lane track and name (a
+-- filtered MAX(_auto_id), which the engine answers without SQLite reading the rows: a GROUP BY over every
+-- slice costs twenty times more). With each run's earliest begin (an aggregate over a range of positions).
+CREATE PERFETTO TABLE _ktrace_slice_run AS
+WITH RECURSIVE run(first, last) AS (
+  SELECT f._auto_id, _ktrace_run_last!(f) FROM _ktrace_slice_rank f WHERE f._auto_id = 0
+  UNION ALL
+  SELECT f._auto_id, _ktrace_run_last!(f)
+  FROM run p
+  JOIN _ktrace_slice_rank f ON f._auto_id = p.last + 1
+)
+SELECT
+  run.first, run.last, f.lane_track_id, f.name,
+  (SELECT MIN(r.ts) FROM _ktrace_slice_rank r WHERE r._auto_id BETWEEN run.first AND run.last) AS first_ts
+FROM run
+JOIN _ktrace_slice_rank f ON f._auto_id = run.first;
 
 -- Phases in the order they first begin (then by name), numbered from 0.
 CREATE PERFETTO TABLE _ktrace_phase_order AS
 SELECT phase, ROW_NUMBER() OVER (ORDER BY first_ts, phase) - 1 AS phase_index
-FROM (SELECT name AS phase, MIN(ts) AS first_ts FROM _ktrace_slice_key GROUP BY name);
+FROM (SELECT name AS phase, MIN(first_ts) AS first_ts FROM _ktrace_slice_run GROUP BY name);
 
--- Per lane track and phase: the position of its first slice in _ktrace_slice_rank, and the phase's index.
+-- The runs in row order, with the phase's index and the lane's block, group, SM and lane.
 CREATE PERFETTO TABLE _ktrace_slice_group AS
-SELECT g.lane_track_id, g.name, g.first, o.phase_index
-FROM (
-  SELECT lane_track_id, name, MIN(_auto_id) AS first FROM _ktrace_slice_rank GROUP BY lane_track_id, name
-) g
+SELECT g.first, g.last, o.phase_index, l.block, l.grp, l.sm, l.block * (SELECT n FROM _ktrace_groups) + l.grp AS lane
+FROM _ktrace_slice_run g
 JOIN _ktrace_phase_order o ON o.phase = g.name
-ORDER BY g.lane_track_id, g.name;
+JOIN _ktrace_lane_track l ON l.track_id = g.lane_track_id
+ORDER BY g.first;
 
--- The top-level slices (depth 0) in lane order (by begin, then slice id): the row before a slice is the
--- lane's previous top-level slice when it is on the same lane, the row after it the next one (a self-join
--- on the position instead of a LAG window).
-CREATE PERFETTO TABLE _ktrace_top_lane_order AS
-SELECT id, lane, ts, name FROM _ktrace_slice_key WHERE depth = 0 ORDER BY lane, ts, id;
-
-CREATE PERFETTO INDEX _ktrace_top_lane_order_id ON _ktrace_top_lane_order(id);
-
--- The phase slices with their lane's columns, read once, their instance (`inst` = phase_index * 2^32 + k:
--- the per-instance tables of ktrace.phases are keyed by it in their `id` column, so that joins on an
--- instance are id lookups), and for a top-level slice the previous top-level slice on its lane, the next
--- one's phase and the gap to its begin, ns (ktrace.waits; NULL at the lane's ends, and for a nested slice).
+-- The phase slices with their lane's columns and their instance (`inst` = phase_index * 2^32 + k: the
+-- per-instance tables of ktrace.phases are keyed by it in their `id` column, so that joins on an instance
+-- are id lookups), in _ktrace_slice_rank's order: each run is read as one range of rows (a lookup per run,
+-- not per slice). The index makes a slice id a lookup.
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
   s.id,
@@ -118,27 +139,46 @@ SELECT
   s.dur,
   s.ts + s.dur AS end_ts,
   s.name AS phase,
-  s.block,
-  s.grp,
-  IIF(s.arg_set_id IS NULL, s.sm, COALESCE(extract_arg(s.arg_set_id, 'debug.sm'), s.sm)) AS sm,
-  r._auto_id - g.first AS k,
-  s.block * (SELECT n FROM _ktrace_groups) + s.grp AS lane,
+  g.block,
+  g.grp,
+  COALESCE(s.sm_arg, g.sm) AS sm,
+  s._auto_id - g.first AS k,
+  g.lane,
   s.track_id,
   s.depth,
   g.phase_index,
-  g.phase_index * 4294967296 + r._auto_id - g.first AS inst,
-  IIF(p.lane = a.lane, p.id, NULL) AS prev_id,
-  IIF(n.lane = a.lane, n.name, NULL) AS next_phase,
-  IIF(n.lane = a.lane, n.ts - s.ts - s.dur, NULL) AS gap_ns
-FROM _ktrace_lane_slices!(_ktrace_source_slice) AS s
-CROSS JOIN _ktrace_slice_rank AS r ON r.id = s.id
-CROSS JOIN _ktrace_slice_group AS g ON g.lane_track_id = r.lane_track_id AND g.name = r.name
-LEFT JOIN _ktrace_top_lane_order AS a ON a.id = s.id
-LEFT JOIN _ktrace_top_lane_order AS p ON p._auto_id = a._auto_id - 1
-LEFT JOIN _ktrace_top_lane_order AS n ON n._auto_id = a._auto_id + 1
-ORDER BY s.id;
+  g.phase_index * 4294967296 + s._auto_id - g.first AS inst
+FROM _ktrace_slice_group AS g
+CROSS JOIN _ktrace_slice_rank AS s ON s._auto_id BETWEEN g.first AND g.last;
 
--- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants.
+CREATE PERFETTO INDEX _ktrace_slice_id ON _ktrace_slice(id);
+
+-- The top-level slices (depth 0) in lane order (by begin, then slice id): the row before a slice is the
+-- lane's previous top-level slice when it is on the same lane, the row after it the next one (a self-join
+-- on the position `_auto_id` instead of a LAG window). The index makes a slice id a lookup.
+CREATE PERFETTO TABLE _ktrace_top_slice AS
+SELECT id, ts, end_ts, phase, phase_index, k, inst, block, grp, lane
+FROM _ktrace_slice
+WHERE depth = 0
+ORDER BY lane, ts, id;
+
+CREATE PERFETTO INDEX _ktrace_top_slice_id ON _ktrace_top_slice(id);
+
+-- Each top-level slice with a next one on its lane (the row after it in lane order), as the pair: the
+-- slice's instance (prev_inst), the next one's instance and begin, the lane's block and group, and the gap
+-- from the slice's end to the next one's begin, ns (the wait when >= 0, ktrace.waits; the next slice's
+-- lead-in, ktrace.phases), with both phases' indices: integers only, and columns to group by (a GROUP BY of
+-- columns is sorted by the engine, one of expressions by SQLite, several times slower).
+CREATE PERFETTO TABLE _ktrace_top_pair AS
+SELECT
+  a.inst AS prev_inst, a.block, a.grp, n.inst, n.ts, n.ts - a.end_ts AS gap_ns,
+  a.phase_index, n.phase_index AS next_phase_index
+FROM _ktrace_top_slice AS a
+CROSS JOIN _ktrace_top_slice AS n ON n._auto_id = a._auto_id + 1
+WHERE n.lane = a.lane;
+
+-- Phase slices: a BEGIN/END pair of one event on one lane: the slices on lane tracks but instants. In slice
+-- id order.
 CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Slice id.
   id LONG,
@@ -166,18 +206,38 @@ CREATE PERFETTO VIEW ktrace_phase_slice(
   depth LONG
 ) AS
 SELECT id, ts, dur, end_ts, phase, block, grp, sm, k, lane, track_id, depth
-FROM _ktrace_slice;
+FROM _ktrace_slice
+ORDER BY id;
+
+-- Per run (a lane track's slices of one phase: rows first .. last of _ktrace_slice), their figures as a JSON
+-- array: an aggregate over a range of row positions, which costs a fraction of a GROUP BY over every slice
+-- (that sorts them all).
+CREATE PERFETTO TABLE _ktrace_run_agg AS
+SELECT
+  g.phase_index, s.phase, s.block, s.grp, s.lane, g.last - g.first + 1 AS instances,
+  (SELECT json_array(MAX(sm), MIN(dur), MAX(dur), SUM(dur), SUM(depth = 0), SUM(IIF(depth = 0, dur, 0)),
+     MIN(ts), MAX(end_ts))
+   FROM _ktrace_slice r WHERE r._auto_id BETWEEN g.first AND g.last) AS a
+FROM _ktrace_slice_group g
+CROSS JOIN _ktrace_slice s ON s._auto_id = g.first;
 
 -- Per (phase, lane): the lane's slices of that phase over all instances (id = phase_index * 2^32 + lane),
--- read once: the per-lane, per-block and kernel extents add these up instead of reading every slice again.
+-- from its runs (one, but for lanes of several lane tracks: the GPUs of a merged trace): the per-lane,
+-- per-block and kernel extents add these up instead of reading every slice again.
 CREATE PERFETTO TABLE _ktrace_phase_lane_agg AS
 SELECT
-  phase_index * 4294967296 + lane AS id, phase_index, phase, block, grp, lane, MAX(sm) AS sm,
-  COUNT(*) AS instances, MIN(dur) AS min_dur_ns, MAX(dur) AS max_dur_ns, SUM(dur) AS sum_dur_ns,
+  phase_index * 4294967296 + lane AS id, phase_index, phase, block, grp, lane,
+  MAX(json_extract(a, '$[0]')) AS sm,
+  SUM(instances) AS instances,
+  MIN(json_extract(a, '$[1]')) AS min_dur_ns,
+  MAX(json_extract(a, '$[2]')) AS max_dur_ns,
+  SUM(json_extract(a, '$[3]')) AS sum_dur_ns,
   -- Top-level slices (depth 0) and their durations' sum, ns.
-  SUM(depth = 0) AS top_slices, SUM(IIF(depth = 0, dur, 0)) AS busy_ns,
-  MIN(ts) AS begin_ns, MAX(end_ts) AS end_ns
-FROM _ktrace_slice
+  SUM(json_extract(a, '$[4]')) AS top_slices,
+  SUM(json_extract(a, '$[5]')) AS busy_ns,
+  MIN(json_extract(a, '$[6]')) AS begin_ns,
+  MAX(json_extract(a, '$[7]')) AS end_ns
+FROM _ktrace_run_agg
 GROUP BY phase_index, block, grp
 ORDER BY id;
 
@@ -205,7 +265,7 @@ CREATE PERFETTO TABLE ktrace_kernel(
   tick_source STRING
 ) AS
 WITH durations AS (
-  SELECT dur FROM ktrace_phase_slice GROUP BY dur
+  SELECT dur FROM _ktrace_slice GROUP BY dur
 ),
 duration_step AS (
   SELECT MIN(step) AS step

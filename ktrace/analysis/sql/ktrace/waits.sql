@@ -5,9 +5,9 @@
 
 INCLUDE PERFETTO MODULE ktrace.phases;
 
--- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id) and
--- the gap to it (columns of _ktrace_slice: ktrace.slices). Join ktrace_phase_slice USING (id) for the slice's
--- other columns.
+-- Every top-level phase slice (depth 0) with the lane's next top-level slice (by begin, then slice id: the
+-- row after it in _ktrace_top_slice, ktrace.slices) and the gap to it, in slice id order. Join
+-- ktrace_phase_slice USING (id) for the slice's other columns.
 CREATE PERFETTO VIEW ktrace_lane_wait(
   -- Slice id, phase, instance, block and group of the slice.
   id LONG,
@@ -21,12 +21,14 @@ CREATE PERFETTO VIEW ktrace_lane_wait(
   -- begins inside this one; NULL on the lane's last slice.
   gap_ns LONG
 ) AS
-SELECT id, phase, k, block, grp, next_phase, gap_ns
-FROM _ktrace_slice
-WHERE +depth = 0;
+SELECT a.id, a.phase, a.k, a.block, a.grp, n.phase AS next_phase, n.ts - a.end_ts AS gap_ns
+FROM _ktrace_top_slice a
+LEFT JOIN _ktrace_top_slice n ON n._auto_id = a._auto_id + 1 AND n.lane = a.lane
+ORDER BY a.id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
--- next slice on the same lane, of `next_phase`.
+-- next slice on the same lane, of `next_phase` (read from _ktrace_top_pair, ktrace.slices, which holds them
+-- as columns that the table's filter can test).
 CREATE PERFETTO TABLE ktrace_wait(
   phase STRING,
   next_phase STRING,
@@ -48,34 +50,34 @@ CREATE PERFETTO TABLE ktrace_wait(
 ) AS
 WITH summary AS MATERIALIZED (
   SELECT
-    phase, next_phase,
+    phase_index, next_phase_index,
     COUNT(*) AS count,
     SUM(gap_ns) AS sum_ns,
     MIN(gap_ns) AS min_ns,
     CAST(percentile_disc(gap_ns, 0.5) AS INT) AS p50_ns,
     CAST(percentile_disc(gap_ns, 0.9) AS INT) AS p90_ns,
     MAX(gap_ns) AS max_ns
-  FROM ktrace_lane_wait
+  FROM _ktrace_top_pair
   WHERE gap_ns >= 0
-  GROUP BY phase, next_phase
+  GROUP BY phase_index, next_phase_index
 ),
 -- Among the waits as long as the boundary's longest, the lowest (lane, k): lane order is block, group.
 longest AS (
-  SELECT m.phase, m.next_phase,
-    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice) + w.k)
-      AS place,
-    w.block, w.grp, w.k
+  SELECT m.phase_index, m.next_phase_index,
+    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice)
+      + w.prev_inst % 4294967296) AS place,
+    w.block, w.grp, w.prev_inst % 4294967296 AS k
   -- Each boundary's longest waits found by the table's own filter (CROSS JOIN: the boundaries outside).
   FROM summary m
-  CROSS JOIN ktrace_lane_wait w
-    ON w.phase = m.phase AND w.next_phase = m.next_phase AND w.gap_ns = m.max_ns
-  GROUP BY m.phase, m.next_phase
+  CROSS JOIN _ktrace_top_pair w
+    ON w.phase_index = m.phase_index AND w.next_phase_index = m.next_phase_index AND w.gap_ns = m.max_ns
+  GROUP BY m.phase_index, m.next_phase_index
 )
 SELECT
-  w.phase,
-  w.next_phase,
-  a.phase_index,
-  b.phase_index AS next_phase_index,
+  a.phase,
+  b.phase AS next_phase,
+  w.phase_index,
+  w.next_phase_index,
   w.count,
   w.sum_ns,
   w.sum_ns * 1.0 / w.count AS mean_ns,
@@ -87,6 +89,7 @@ SELECT
   l.grp AS max_group,
   l.k AS max_k
 FROM summary w
-JOIN longest l USING (phase, next_phase)
-JOIN _ktrace_phase_order a ON a.phase = w.phase
-JOIN _ktrace_phase_order b ON b.phase = w.next_phase;
+JOIN longest l USING (phase_index, next_phase_index)
+JOIN _ktrace_phase_order a ON a.phase_index = w.phase_index
+JOIN _ktrace_phase_order b ON b.phase_index = w.next_phase_index
+ORDER BY w.phase_index, w.next_phase_index;
