@@ -20,8 +20,6 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-import numpy as np
-
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots"]
 
 
@@ -162,14 +160,18 @@ class Slots:
     ALIGN = 64
 
     def __init__(self, count: int, size: int) -> None:
+        import numpy as np
+
         self.count = max(int(count), 1)
         self.size = -(-max(int(size), 1) // self.ALIGN) * self.ALIGN
         self._map = mmap.mmap(-1, self.count * self.size)  # anonymous and shared: forked workers write it
         self._bytes = np.frombuffer(self._map, np.uint8)
 
-    def put(self, slot: int, arrays: dict[str, np.ndarray]) -> dict | None:
-        """Writes the arrays into the slot; returns where they lie, or None (nothing written) when they do not
-        fit: then they go by pipe."""
+    def put(self, slot: int, arrays: dict) -> dict | None:
+        """Writes the arrays into the slot; returns where they lie, or None when they do not all fit (or one
+        holds Python objects): then they go by pipe, and what was written is never read."""
+        import numpy as np
+
         where, at = {}, 0
         for name, a in arrays.items():
             a = np.ascontiguousarray(a)
@@ -181,8 +183,10 @@ class Slots:
             at += -(-a.nbytes // self.ALIGN) * self.ALIGN
         return where
 
-    def take(self, slot: int, where: dict) -> dict[str, np.ndarray]:
+    def take(self, slot: int, where: dict) -> dict:
         """The arrays ``put`` wrote: views of the slot, valid until its next item starts (copy what is kept)."""
+        import numpy as np
+
         out, base = {}, (slot % self.count) * self.size
         for name, (at, dtype, shape) in where.items():
             dt = np.dtype(dtype)
