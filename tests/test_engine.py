@@ -677,3 +677,21 @@ def test_address_space_limit_is_named(trace_bytes, wasm_only, tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 3, p.stderr
     assert "ulimit -v: 8.0 GiB" in p.stderr and "KTRACE_TP_SHELL" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
+def test_a_cache_folder_name_reaches_the_terminal_escaped(tiny_module, capsys, monkeypatch, tmp_path):
+    # The folder comes from a setting (KTRACE_CACHE_DIR, HOME): its name may hold what a terminal acts on.
+    bad = tmp_path / "cache\x1b]0;owned\x07\x1b[2J"
+    bad.mkdir(mode=0o777)
+    bad.chmod(0o777)  # others can write it: not used, and said so
+    monkeypatch.setattr(wasm_cache, "cache_dir", lambda: bad)
+    monkeypatch.setattr(wasm_cache.tempfile, "tempdir", str(tmp_path / "private-tmp"))
+    (tmp_path / "private-tmp").mkdir(mode=0o700)
+    monkeypatch.setattr(wasm_cache, "_warned", {})
+    capsys.readouterr()
+    folder, _ = wasm_cache.usable_folder()
+    err = capsys.readouterr().err
+    assert folder == tmp_path / "private-tmp" / f"ktrace-cache-{os.getuid()}"
+    assert "not using the cache folder" in err and "\\x1b]0;owned\\x07\\x1b[2J" in err
+    assert "\x1b" not in err and "\x07" not in err

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ktrace.terminal import printable
+
 __all__ = ["ensure_private_folder", "read_entry", "write_entry", "write_entry_from", "cache_lock", "record_path"]
 
 _RECORD_PREFIX = "sha256 "
@@ -131,7 +133,7 @@ def cache_lock(folder: Path, wait_s: float | None = None, say=None) -> Iterator[
     import time
 
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say = say or (lambda line: print(printable(line), file=sys.stderr, flush=True))
     try:
         import fcntl
     except ImportError:

@@ -29,6 +29,7 @@ from typing import Any
 from ktrace.engine.backend import read_varint
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
 from ktrace.errors import EnvironmentMissing
+from ktrace.terminal import printable
 
 __all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts", "usable_folder",
            "import_wasmtime"]
@@ -146,7 +147,7 @@ def load_module() -> tuple[Any, Any]:
         name = f"trace_processor-v52-{_cache_key(wasm_bytes)}.cwasm"
         folder, why_not = usable_folder()
         if folder is None:
-            print(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}",
+            print(printable(f"ktrace: compiling the trace processor (~15 s) without caching it: {why_not}"),
                   file=sys.stderr, flush=True)
             module = _compile(wasmtime, engine, wasm_bytes, path)
         else:
@@ -226,15 +227,15 @@ def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path,
         if module is not None:
             return module
         if problem:
-            print(f"ktrace: not loading the cached trace processor: {problem}; compiling it again",
+            print(printable(f"ktrace: not loading the cached trace processor: {problem}; compiling it again"),
                   file=sys.stderr, flush=True)
-        print(f"ktrace: compiling the trace processor once (~15 s) into {entry.parent}",
+        print(printable(f"ktrace: compiling the trace processor once (~15 s) into {entry.parent}"),
               file=sys.stderr, flush=True)
         module = _compile(wasmtime, engine, wasm_bytes, path)
         error = write_entry(entry, module.serialize())
         if error:
-            print(f"ktrace: could not cache the compiled trace processor ({error}); "
-                  "it will be compiled again next run", file=sys.stderr, flush=True)
+            print(printable(f"ktrace: could not cache the compiled trace processor ({error}); "
+                            "it will be compiled again next run"), file=sys.stderr, flush=True)
         return module
 
 
@@ -260,7 +261,7 @@ def usable_folder() -> tuple[Path | None, str]:
     fallback = Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid()}" if hasattr(os, "getuid") else None
     if fallback is not None and not ensure_private_folder(fallback):
         if _warned.setdefault(str(configured), True):
-            print(f"ktrace: not using the cache folder {configured} ({problem}); using {fallback}",
+            print(printable(f"ktrace: not using the cache folder {configured} ({problem}); using {fallback}"),
                   file=sys.stderr, flush=True)
         return fallback, ""
     return None, problem

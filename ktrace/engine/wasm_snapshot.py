@@ -39,6 +39,7 @@ import numpy as np
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, record_path, write_entry_from
 from ktrace.engine.wasm_heap import env_number
 from ktrace.errors import InputError
+from ktrace.terminal import printable
 
 __all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "Snapshot", "wanted", "folder", "entry_path", "read",
            "write", "touch"]
@@ -262,5 +263,5 @@ def key(parts: list[str]) -> str:
 
 def note(problem: str) -> None:
     """One line on stderr about a snapshot found but not used (as the module cache says of its entries)."""
-    print(f"ktrace: not restoring the trace's snapshot ({problem}); loading the trace", file=sys.stderr,
+    print(printable(f"ktrace: not restoring the trace's snapshot ({problem}); loading the trace"), file=sys.stderr,
           flush=True)

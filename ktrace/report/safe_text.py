@@ -16,24 +16,11 @@ import re
 
 __all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console"]
 
-# C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
-# read differently from how it is stored.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+from ..terminal import _escape, printable  # noqa: F401  (printable: the bottom layer's, shared)
+
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 # What XML 1.0 cannot hold at all, even escaped.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _escape(m: re.Match) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def printable(text: object, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control character shown as an escape (``\\x1b``); ``keep_newlines`` leaves line
-    breaks and tabs alone (for whole reports, not single names)."""
-    return (_UNSAFE_KEEP_LINES if keep_newlines else _UNSAFE).sub(_escape, str(text))
 
 
 def md_cell(text: object) -> str:

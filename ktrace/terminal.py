@@ -1,0 +1,28 @@
+"""What may reach a terminal: text shown with every control character escaped (``printable``).
+
+Paths, error messages and names can come from files or settings anyone can write; shown raw, ``ESC[2J`` would
+clear the terminal and an OSC sequence retitle the window. The bottom layer's own messages (the engine's cache
+notes) go through here; ``report.safe_text`` builds every other human-facing output on it.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["printable"]
+
+# C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
+# read differently from how it is stored.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: object, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``); ``keep_newlines`` leaves line
+    breaks and tabs alone (for whole reports, not single names)."""
+    return (_UNSAFE_KEEP_LINES if keep_newlines else _UNSAFE).sub(_escape, str(text))
