@@ -76,7 +76,8 @@ def budget_bytes() -> int:
 def wanted(trace_bytes: int | None) -> bool:
     """Whether a trace of ``trace_bytes`` is worth a snapshot (large enough, and snapshots enabled)."""
     smallest = int(_env_number(MIN_TRACE_ENV, DEFAULT_MIN_TRACE_BYTES / 2**20, "MiB", "4") * 2**20)
-    return trace_bytes is not None and trace_bytes >= smallest and budget_bytes() > 0
+    budget = budget_bytes()  # read whatever the trace's size: a bad setting is an error on every trace
+    return trace_bytes is not None and trace_bytes >= smallest and budget > 0
 
 
 def folder() -> Path | None:
