@@ -189,8 +189,10 @@ def test_the_command_line_prints_the_same_with_and_without_a_snapshot(traces, sn
 def test_a_bad_snapshot_setting_is_refused_on_a_trace_too_small_to_snapshot(traces, snapshots):
     trace = traces["fi_batch_attention_decode_run1"]  # under the 4 MiB a snapshot needs
     assert os.path.getsize(trace) < 4 << 20
+    small_enough = {wasm_snapshot.MIN_TRACE_ENV: "1000"}  # snapshots from 1000 MiB: this trace gets none
+    assert run_ktrace("query", trace, "SELECT 1 AS one", env=small_enough)[0] == 0
     for name, value in ((wasm_snapshot.BUDGET_ENV, "-1"), (wasm_snapshot.MIN_TRACE_ENV, "lots")):
-        rc, out, err = run_ktrace("query", trace, "SELECT 1 AS one", env={name: value})
+        rc, out, err = run_ktrace("query", trace, "SELECT 1 AS one", env={**small_enough, name: value})
         assert rc == 2 and f"{name}={value!r}" in err and "Traceback" not in err, (name, err)
 
 
