@@ -303,7 +303,7 @@ def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
         m = len(v)
         i50, i90 = int(lower_percentile(0.5, m)), int(lower_percentile(0.9, m))
         total = int(v.sum(dtype=np.int64))
-        v.partition(sorted({0, i50, i90, m - 1}))  # in place: w is a sorted copy, v the pair's part of it
+        v.partition(sorted({0, i50, i90, m - 1}))  # in place: w is a copy grouped by pair, v this pair's part
         stats[:, j] = (m, total, v[0], v[i50], v[i90], v[m - 1])
         del v
     del key, w
