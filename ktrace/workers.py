@@ -124,12 +124,27 @@ def _worker_started() -> None:
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_term)
+    sys.unraisablehook = _unraisable
 
 
 def _on_term(signum, frame) -> None:
     if _busy:
         raise KeyboardInterrupt
     os._exit(128 + signum)
+
+
+def _unraisable(u) -> None:
+    """The stop raised inside a callback Python cannot raise from (a finalizer, an import lock's weakref
+    callback) is swallowed there, with a traceback on stderr: say nothing, and stop again once out of it
+    (a SIGTERM sent a moment later, from a thread: by then the callback has returned)."""
+    if isinstance(u.exc_value, KeyboardInterrupt) and _busy:
+        import threading
+
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM))
+        again.daemon = True
+        again.start()
+        return
+    sys.__unraisablehook__(u)
 
 
 def _call(fn, x):

@@ -122,3 +122,27 @@ def test_ctrl_c_stops_every_worker_and_removes_their_files(tmp_path):
     time.sleep(1.0)
     assert not [w for w in workers if _alive(w)]
     assert list(tmp.iterdir()) == []
+
+
+def test_a_stop_that_lands_in_a_finalizer_still_stops_the_worker_without_a_traceback():
+    # SIGTERM unwinds a worker's call by raising KeyboardInterrupt; raised inside a finalizer or an import
+    # lock's callback, Python swallows it and prints a traceback. The worker raises it again, silently.
+    code = """
+import time
+from ktrace import workers
+workers._worker_started()
+workers._busy = True
+
+class Finalized:
+    def __del__(self):
+        raise KeyboardInterrupt
+
+try:
+    Finalized()
+    time.sleep(5)
+    print("not stopped")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "stopped" and "Traceback" not in r.stderr and "ignored" not in r.stderr, r.stderr
