@@ -42,7 +42,6 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
     window: item i is handed out only once the caller is done with result i - window (has asked for the one
     after it), so that it may reuse what that result held (a ``Slots`` slot). An error in a worker is raised here;
     Ctrl-C stops the workers; none is left behind."""
-    global _SHARED
     items = list(items)
     ctx = fork_context()
     jobs = max(1, min(int(jobs), len(items)))
@@ -50,15 +49,7 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
         for x in items:
             yield fn(shared, x)
         return
-    import warnings
-
-    _SHARED = shared
-    try:
-        with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pool = ctx.Pool(jobs, initializer=_fork_started)
-    finally:
-        _SHARED = None
+    pool = _new_pool(ctx, jobs, shared)
     free = threading.Semaphore(window) if window else None
     stop = threading.Event()
 
@@ -101,20 +92,11 @@ class fork_later:
         self._value: Any = None
 
     def __enter__(self) -> "fork_later":
-        global _SHARED
         ctx = fork_context() if self._fork else None
         if ctx is None:
             self._value, self._done = self._fn(self._shared, self._x), True
             return self
-        import warnings
-
-        _SHARED = self._shared
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._pool = ctx.Pool(1, initializer=_fork_started)
-        finally:
-            _SHARED = None
+        self._pool = _new_pool(ctx, 1, self._shared)
         self._pending = self._pool.apply_async(_fork_call, ((self._fn, self._x),))
         return self
 
@@ -139,6 +121,20 @@ def fork_context():
         return multiprocessing.get_context("fork")
     except ValueError:
         return None
+
+
+def _new_pool(ctx, jobs: int, shared: Any):
+    """A pool of ``jobs`` forked workers that inherit ``shared`` (read by ``_fork_call``)."""
+    global _SHARED
+    import warnings
+
+    _SHARED = shared
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return ctx.Pool(jobs, initializer=_fork_started)
+    finally:
+        _SHARED = None
 
 
 def _fork_started() -> None:

@@ -170,13 +170,11 @@ class PartReduction:
         self.prev = narrowest(self.prev, -1, self.n)
         self._slot = None
 
-    COLUMNS = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
-
     def to_slot(self, slots: Slots, slot: int) -> None:
         """In a worker: moves the columns into the shared slot (if they fit), so that they do not cross a pipe."""
-        where = slots.put(slot, {c: getattr(self, c) for c in self.COLUMNS})
+        where = slots.put(slot, {c: getattr(self, c) for c in Columns.KEPT})
         if where is not None:
-            for c in self.COLUMNS:
+            for c in Columns.KEPT:
                 setattr(self, c, None)
             self._slot = (slot, where)
 
@@ -245,7 +243,7 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     slots = None
     if jobs > 1 and len(ranges) > 1:
         most = max((hi - lo) for lo, hi in ranges) * (dec.capacity_per_lane + 1) // 2 + 1
-        size = (most * 8 + Slots.ALIGN) * len(PartReduction.COLUMNS)
+        size = (most * 8 + Slots.ALIGN) * len(Columns.KEPT)
         if window * size <= SLOTS_MAX_BYTES:
             try:
                 slots = Slots(window, size)

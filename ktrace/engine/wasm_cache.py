@@ -171,23 +171,20 @@ def _facts_of(wasm_bytes: bytes) -> tuple[str, int]:
 
 def _mutable_globals(data: bytes) -> int:
     """How many mutable globals the module defines (its global section), -1 when it cannot be read. A LEB128
-    number is read as a protobuf varint is (a signed one is only skipped)."""
-
-    def leb(pos: int) -> tuple[int, int]:
-        return read_varint(data, pos)
+    number is read as a protobuf varint is (``read_varint``; a signed one is only skipped)."""
 
     try:
         pos = 8  # magic and version
         while pos < len(data):
-            section, (size, pos) = data[pos], leb(pos + 1)
+            section, (size, pos) = data[pos], read_varint(data, pos + 1)
             if section == 6:
-                count, at = leb(pos)
+                count, at = read_varint(data, pos)
                 mutable = 0
                 for _ in range(count):  # valtype, mutability, then a constant expression ended by 0x0B
                     mutable += data[at + 1] == 1
                     opcode, at = data[at + 2], at + 3
                     if opcode in (0x41, 0x42, 0x23):  # i32.const, i64.const, global.get: one LEB128
-                        _, at = leb(at)
+                        _, at = read_varint(data, at)
                     elif opcode in (0x43, 0x44):  # f32.const, f64.const
                         at += 4 if opcode == 0x43 else 8
                     else:
