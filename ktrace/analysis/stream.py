@@ -262,6 +262,16 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
     return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
 
 
+def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
+    """Rows per chunk of the cross-lane sweeps for ``jobs`` workers: at most chunk_rows, and as many chunks as
+    a multiple of jobs, of about equal size (5 chunks on 2 workers would leave one worker a chunk behind; one
+    chunk on 16 workers would leave 15 idle). The figures are the same for any chunking."""
+    if jobs <= 1 or n <= 0:
+        return chunk_rows
+    rounds = -(-n // (jobs * max(chunk_rows, 1)))  # chunks per worker
+    return max(-(-n // (jobs * rounds)), 1)
+
+
 def _finish_evidence(read, _):
     return finish_evidence(read)
 
@@ -306,6 +316,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     if head is None:
         raise ValueError("stream_figures: no parts")
     cols.finish(head.launch.event_name)
+    chunk_rows = balanced_chunk_rows(cols.n, chunk_rows, jobs)
     blocks = cols.blocks()
     lane_totals = cols.lane_totals()
     kernel = kernel_figures(head.launch, summary, cols.distinct_durations(),
