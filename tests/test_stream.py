@@ -193,6 +193,28 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
     assert outs[0] == outs[1] and b'"engine": "numpy"' in outs[0]
 
 
+@pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4)])
+def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, monkeypatch, capsys):
+    import ktrace.analysis as analysis
+    from ktrace import forked
+    from ktrace.cli import main
+
+    seen = []
+    real = analysis.analyze_parts
+
+    def spy(dec, thresholds=None, *, name, progress=None, jobs=1):
+        seen.append(jobs)
+        return real(dec, thresholds, name=name, progress=progress, jobs=min(jobs, 2))
+
+    monkeypatch.setattr(forked, "available_cores", lambda: cores)
+    monkeypatch.setattr(api, "available_cores", lambda: cores)
+    monkeypatch.setattr(analysis, "analyze_parts", spy)
+    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1)  # the sample analyzed as a large buffer is
+    buf = os.path.join(SAMPLES, "blocks5000_ktrace.bin")
+    assert main(["analyze", buf, "--json", *(["--jobs", asked] if asked else [])]) == 0
+    assert seen == [expected] and '"engine": "numpy"' in capsys.readouterr().out
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc") or __import__("shutil").which("pgrep") is None,
                     reason="needs /proc and pgrep to see the workers")

@@ -50,7 +50,7 @@ def register(sub) -> None:
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
     a.add_argument("-j", "--jobs", type=process_count, metavar="N",
                    help="numpy engine: worker processes decoding and reducing ranges of lanes side by side (default: "
-                   "the cores available, for a buffer of 250,000 record slots or more; at most the cores; 1: none); "
+                   "the cores available up to 8, for a buffer of 250,000 record slots or more; at most the cores; 1: none); "
                    "the figures are the same whatever N")
     engine_option(a, numpy=True)
     align_option(a)
@@ -140,12 +140,13 @@ def _cmd_analyze(a) -> int:
 
 
 def _json_jobs(a, result) -> int:
-    """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else every core)."""
+    """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else its default)."""
     if result.engine != "numpy":
         return 1
+    from ..api import default_numpy_jobs
     from ..forked import available_cores
 
-    return max(1, min(a.jobs or available_cores(), available_cores()))
+    return max(1, min(a.jobs or default_numpy_jobs(), available_cores()))
 
 
 def _sayer(bar):
