@@ -150,15 +150,15 @@ def test_queries_that_create_tables_work_after_a_restore(traces, restores):
 def test_the_state_outside_memory_after_a_load_is_the_fresh_instances(traces, snapshots, restores):
     """What a snapshot cannot hold: the module's three mutable globals (stack pointer and bounds) and the
     table are, after a load, exactly as a fresh instance has them; the host's clock and log carry over."""
-    fresh = WasmTraceProcessor()
-    try:
-        with open_trace(traces["blocks5000_ktrace"], engine="wasm") as loaded:
-            backend = loaded._backend
+    with open_trace(traces["blocks5000_ktrace"], engine="wasm") as loaded:
+        backend = loaded._backend
+        fresh = WasmTraceProcessor(wide=backend._ptr64)  # the same build as the trace's
+        try:
             assert backend._engine_state() == fresh._engine_state()
-            stack_pointer, stack_base, _ = backend._engine_state()["stack"]
-            assert stack_pointer == stack_base  # between calls the stack is empty
-    finally:
-        fresh.close()
+        finally:
+            fresh.close()
+        stack_pointer, stack_base, _ = backend._engine_state()["stack"]
+        assert stack_pointer == stack_base  # between calls the stack is empty
     with open_trace(traces["blocks5000_ktrace"], engine="wasm") as restored:
         assert restores == [False, True]
         host = restored._backend._host

@@ -143,9 +143,10 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     of its last packet is not detected: the engine drops that packet silently.
     """
     name, total, chunks = _trace_source(trace)
-    backend = _start_engine(engine)
+    size = None if _is_gzip(trace) else total
+    backend = _start_engine(engine, size)
     try:
-        backend.expect(name, None if _is_gzip(trace) else total)
+        backend.expect(name, size)
         digest = _sha256(trace) if backend.snapshot_wanted(total) else None
     except BaseException:
         backend.close()
@@ -173,7 +174,7 @@ def _is_gzip(trace: TraceInput) -> bool:
         return f.read(2) == _GZIP_MAGIC
 
 
-def _start_engine(engine: str) -> Backend:
+def _start_engine(engine: str, trace_bytes: int | None = None) -> Backend:
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     from ktrace.engine.native import SHELL_ENV
@@ -183,8 +184,9 @@ def _start_engine(engine: str) -> Backend:
 
         return NativeTraceProcessor()
     from ktrace.engine.wasm import WasmTraceProcessor
+    from ktrace.engine.wasm_heap import needs_wide_build
 
-    return WasmTraceProcessor()
+    return WasmTraceProcessor(wide=needs_wide_build(trace_bytes))
 
 
 def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],

@@ -23,7 +23,7 @@ from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, 
                                    rpc_protos, split_rpc_stream)
 from ktrace._version import __version__
 from ktrace.engine import wasm_snapshot
-from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
+from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
 from ktrace.engine.wasm_heap import HEAP_ENV, env_number, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
 from ktrace.errors import EnvironmentMissing, InputError, KtraceError
@@ -53,25 +53,31 @@ _QUERY_RESULT_FIELD = 203
 
 
 class WasmTraceProcessor(Backend):
-    """The trace processor as a WebAssembly instance. ``heap_max_bytes`` caps its heap (default 16 GiB)."""
+    """The trace processor as a WebAssembly instance: the memory64 build (``wide``; its heap capped at
+    ``heap_max_bytes``, default 16 GiB) or the 32-bit one (4 GiB at most, faster)."""
 
     name = "wasm"
 
-    def __init__(self, *, heap_max_bytes: int = HEAP_MAX_BYTES) -> None:
+    def __init__(self, *, heap_max_bytes: int = HEAP_MAX_BYTES, wide: bool = True) -> None:
         wasmtime = import_wasmtime()
         self._wasmtime = wasmtime
         self._dead: str | None = None
         self._reply = bytearray()
         self._gave_up = False
-        engine, module = load_module()
-        self._wasm_sha256, self._mutable_globals = module_facts()
+        engine, module = load_module(wide)
+        self._wasm_sha256, self._mutable_globals = module_facts(wide)
         self._engine = engine
         self._store = wasmtime.Store(engine)
         self._store.set_epoch_deadline(1)
         self._build_max = min(heap_max_bytes, HEAP_MAX_BYTES)
         self._heap_why = "the build's limit"
         self._heap_initial = 0
-        self._host = Host(self._build_max)
+        # Pointers are the memory's width: 64-bit in the memory64 build, 32-bit (passed as signed i32) otherwise.
+        memory = next((e.type for e in module.exports if e.name == "memory"), None)
+        self._ptr64 = bool(getattr(memory, "is_64", True))
+        if not self._ptr64:
+            self._build_max = min(self._build_max, NARROW_HEAP_MAX_BYTES)
+        self._host = Host(self._build_max, self._ptr64)
         linker = wasmtime.Linker(engine)
         provided = self._host.functions()
         for imp in module.imports:
@@ -88,7 +94,8 @@ class WasmTraceProcessor(Backend):
             exports["emscripten_stack_init"](self._store)
             exports["__wasm_call_ctors"](self._store)
             i64, i32 = wasmtime.ValType.i64(), wasmtime.ValType.i32()
-            callback = wasmtime.Func(self._store, wasmtime.FuncType([i64, i32], []), self._on_reply)
+            pointer = i64 if self._ptr64 else i32
+            callback = wasmtime.Func(self._store, wasmtime.FuncType([pointer, i32], []), self._on_reply)
             table = exports["__indirect_function_table"]
             index = table.grow(self._store, 1, callback)
             self._request_buffer = exports["trace_processor_rpc_init"](self._store, index,
@@ -240,6 +247,8 @@ class WasmTraceProcessor(Backend):
 
     def _on_reply(self, ptr: int, length: int) -> None:
         length &= 0xFFFFFFFF
+        if not self._ptr64:
+            ptr &= 0xFFFFFFFF
         if ptr == 0 and length == 0:
             self._gave_up = True  # the engine's framing error: it closes the session
             return

