@@ -167,16 +167,17 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
 
 
 @pytest.mark.parametrize("n,chunk_rows,jobs", [(5_000_000, 1 << 20, 2), (5_000_000, 1 << 20, 16), (50_000_000, 1 << 20, 16),
-                                             (100, 1 << 20, 3), (7, 3, 4), (1, 50, 2)])
+                                             (500_000, 1 << 20, 2), (7, 3, 4), (1, 50, 2), (101, 50, 2)])
 def test_sweep_chunks_are_balanced_over_the_workers(n, chunk_rows, jobs):
     from ktrace.analysis.stream import balanced_chunk_rows
 
     rows = balanced_chunk_rows(n, chunk_rows, jobs)
     chunks = -(-n // rows)
     assert 1 <= rows <= chunk_rows
-    # Every worker gets as many chunks (none left a chunk behind, none idle while there are rows to share).
-    assert chunks % jobs == 0 or chunks == n < jobs
-    assert chunks >= min(jobs, n)
+    if n <= chunk_rows:  # what fits one chunk stays one (no workers forked for it)
+        assert rows == chunk_rows
+    else:  # every worker gets as many chunks: none left a chunk behind, none idle
+        assert chunks % jobs == 0 and chunks >= jobs
     assert balanced_chunk_rows(n, chunk_rows, 1) == chunk_rows
 
 

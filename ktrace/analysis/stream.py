@@ -263,10 +263,11 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
 
 
 def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
-    """Rows per chunk of the cross-lane sweeps for ``jobs`` workers: at most chunk_rows, and as many chunks as
-    a multiple of jobs, of about equal size (5 chunks on 2 workers would leave one worker a chunk behind; one
-    chunk on 16 workers would leave 15 idle). The figures are the same for any chunking."""
-    if jobs <= 1 or n <= 0:
+    """Rows per chunk of the cross-lane sweeps for ``jobs`` workers: at most chunk_rows, and, where that makes
+    several chunks, as many as a multiple of jobs, of about equal size (5 chunks on 2 workers would leave one
+    worker a chunk behind; 5 on 16 would leave 11 idle). Rows that fit one chunk stay one, in this process: at
+    1e6 records, forking for halves cost more than it saved. The figures are the same for any chunking."""
+    if jobs <= 1 or n <= chunk_rows:
         return chunk_rows
     rounds = -(-n // (jobs * max(chunk_rows, 1)))  # chunks per worker
     return max(-(-n // (jobs * rounds)), 1)
