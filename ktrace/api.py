@@ -170,7 +170,7 @@ def analyze_runs(sources, thresholds: Thresholds | None = None, *, engine: str =
 # engine='auto' analyzes a buffer of this many record slots or more with numpy (equal figures, tested, at a
 # fraction of the time and memory); smaller ones go through the SQL package, the product users query.
 NUMPY_MIN_RECORDS = 250_000
-NUMPY_DEFAULT_JOBS_MAX = 8  # more workers add memory, hardly any speed (1e8 on 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
+NUMPY_DEFAULT_JOBS_MAX = 8  # more: more memory, little speed (1e8, 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
 
 
 def _numpy_path(engine: str, dec, on_engine) -> bool:

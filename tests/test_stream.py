@@ -166,8 +166,9 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
 
 
-@pytest.mark.parametrize("n,chunk_rows,jobs", [(5_000_000, 1 << 20, 2), (5_000_000, 1 << 20, 16), (50_000_000, 1 << 20, 16),
-                                             (500_000, 1 << 20, 2), (7, 3, 4), (1, 50, 2), (101, 50, 2)])
+@pytest.mark.parametrize("n,chunk_rows,jobs", [(5_000_000, 1 << 20, 2), (5_000_000, 1 << 20, 16),
+                                             (50_000_000, 1 << 20, 16), (500_000, 1 << 20, 2), (7, 3, 4), (1, 50, 2),
+                                             (101, 50, 2)])
 def test_sweep_chunks_are_balanced_over_the_workers(n, chunk_rows, jobs):
     from ktrace.analysis.stream import balanced_chunk_rows
 

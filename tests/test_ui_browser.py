@@ -160,7 +160,8 @@ class UI:
         """Type ':' and the query into the search box, press Enter: the text of the result tab."""
         box = self.page.locator(".pf-omnibox input")
         box.click()
-        self.page.keyboard.type(":")  # switches the box to SQL mode
+        self.page.keyboard.type(":")  # switches the box to SQL mode: filled before the switch is drawn, the
+        self.page.locator(".pf-omnibox--query-mode").wait_for(timeout=20_000)  # text was cleared (a flaky run)
         box.fill(sql)
         self.page.wait_for_function("s => document.querySelector('.pf-omnibox input').value === s", arg=sql)
         box.press("Enter")

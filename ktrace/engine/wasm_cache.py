@@ -31,8 +31,8 @@ from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_en
 from ktrace.errors import EnvironmentMissing
 from ktrace.terminal import printable
 
-__all__ = ["HEAP_MAX_BYTES", "NARROW_HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts", "usable_folder",
-           "import_wasmtime"]
+__all__ = ["HEAP_MAX_BYTES", "NARROW_HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts",
+           "usable_folder", "import_wasmtime"]
 
 # The memory64 build's own limit (what its glue reports from emscripten_get_heap_max): 16 GiB. Reserving
 # the whole range up front keeps the heap from moving (and peak memory from doubling) when it grows.
@@ -86,8 +86,8 @@ def wasm_path(wide: bool = True) -> Path:
     if os.environ.get("KTRACE_TP_WASM"):
         path = Path(os.environ["KTRACE_TP_WASM"])
         if not path.is_file():
-            raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: no such file (it should name a "
-                                     "trace_processor.wasm or trace_processor_memory64.wasm from a Perfetto UI build)")
+            raise EnvironmentMissing(f"KTRACE_TP_WASM={path}: no such file (it should name a trace_processor.wasm "
+                                     "or trace_processor_memory64.wasm from a Perfetto UI build)")
         try:
             with open(path, "rb") as f:
                 magic = f.read(4)
