@@ -212,18 +212,16 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
 
 
 def _numpy_jobs(jobs: int | None, dec) -> int:
-    """The numpy engine's worker processes: as asked (at most the cores available), else ``default_numpy_jobs``
+    """The numpy engine's worker processes: as asked (at most the cores available), else ``numpy_jobs``
     for a large buffer (1 in a worker process of several captures analyzed side by side: those already use
     the cores)."""
-    if jobs is not None:  # more workers than cores cannot help, and each holds a part's temporaries
-        return max(1, min(int(jobs), available_cores()))
-    if in_worker() or dec.body.size < NUMPY_MIN_RECORDS:
+    if jobs is None and (in_worker() or dec.body.size < NUMPY_MIN_RECORDS):
         return 1
-    return default_numpy_jobs()
+    return numpy_jobs(jobs)
 
 
-def default_numpy_jobs() -> int:  # the numpy engine's workers without --jobs
-    return max(1, min(available_cores(), NUMPY_DEFAULT_JOBS_MAX))
+def numpy_jobs(jobs: int | None) -> int:  # --jobs N (more than the cores cannot help), else the cores up to 8
+    return max(1, min(available_cores(), NUMPY_DEFAULT_JOBS_MAX if jobs is None else int(jobs)))
 
 
 def _refuse_unreadable(a: Analysis, source, decode_options) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable"]
+__all__ = ["printable", "escape_match"]
 
 # C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
 # read differently from how it is stored.
@@ -17,7 +17,7 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]
 _UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def _escape(m: re.Match) -> str:
+def escape_match(m: re.Match) -> str:  # one character of a regex match, as \x1b or \u202e
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
@@ -25,4 +25,4 @@ def _escape(m: re.Match) -> str:
 def printable(text: object, *, keep_newlines: bool = False) -> str:
     """``text`` with every control character shown as an escape (``\\x1b``); ``keep_newlines`` leaves line
     breaks and tabs alone (for whole reports, not single names)."""
-    return (_UNSAFE_KEEP_LINES if keep_newlines else _UNSAFE).sub(_escape, str(text))
+    return (_UNSAFE_KEEP_LINES if keep_newlines else _UNSAFE).sub(escape_match, str(text))

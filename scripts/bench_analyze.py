@@ -67,11 +67,6 @@ print(json.dumps({"load_s": load, "modules_s": modules, "read_s": read}))
 """
 
 
-# Compiles both builds of the trace processor into the cache (a checkout before the 32-bit build: one).
-_WARM = ("from ktrace.engine.wasm import WasmTraceProcessor as W\nW().close()\n"
-         "try: W(wide=False).close()\nexcept TypeError: pass")
-
-
 def _read_through(path: str) -> None:
     """Reads the file once, so that the floor does not read it from disk while the engines after it find it in
     the page cache (a 1e8 floor measured cold: 24.3 s, warm: 7.4 s)."""
@@ -167,8 +162,7 @@ def main(argv=None) -> int:
         before_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {old!r}); from ktrace.cli import main; "
                       "sys.exit(main())"]
     if "wasm" in engines:  # warm the module cache (the first start compiles the WebAssembly module)
-        subprocess.run([sys.executable, "-c", _WARM],
-                       cwd=REPO, check=False, capture_output=True)
+        subprocess.run([sys.executable, "-c", bc.WARM_ENGINES], cwd=REPO, check=False, capture_output=True)
     print(f"{platform.platform()}, {os.cpu_count()} cores, python {sys.version.split()[0]}; "
           f"132 blocks x {a.groups} groups; median of {a.runs} run(s)")
     results = []

@@ -51,6 +51,10 @@ SPARE = 2  # zeroed records after each lane's last, as in real captures (a full 
 WRAP = 7  # timestamps cross k * 2^32 with k = WRAP, about a third of the way through the capture
 GEN_VERSION = 3  # bump when the generator changes (cached buffers are keyed on it)
 FALLBACK_BYTES_PER_RECORD = 22  # FlashInfer's output is 21-23 B/event (reference/anchors.md)
+# Python code that compiles both builds of the embedded trace processor into the module cache, for the benchmarks
+# that time the SQL engine (a checkout from before the 32-bit build has one, and compiles that).
+WARM_ENGINES = ("from ktrace.engine.wasm import WasmTraceProcessor as W\nW().close()\n"
+                "try: W(wide=False).close()\nexcept TypeError: pass")
 TARGETS = {"peer_over_ktrace": 300.0, "ktrace_over_floor": 3.0, "rss_over_output": 3.0}
 
 

@@ -48,11 +48,6 @@ QUERIES = {
 }
 
 
-# Compiles both builds of the trace processor into the cache (a checkout before the 32-bit build: one).
-_WARM = ("from ktrace.engine.wasm import WasmTraceProcessor as W\nW().close()\n"
-         "try: W(wide=False).close()\nexcept TypeError: pass")
-
-
 def _varint_fixed(values: np.ndarray, width: int) -> np.ndarray:
     """(n, width) uint8: each value as a varint padded to ``width`` bytes (continuation bits set)."""
     values = values.astype(np.uint64)
@@ -217,7 +212,7 @@ def compare(before: str, records: list[int], analyze_records: list[int], workdir
     codes = {"before": os.path.abspath(before), "after": REPO}
     py = sys.executable
     for code in codes.values():  # warm the compiled-module cache
-        _timed([py, "-c", _WARM], code)
+        _timed([py, "-c", bc.WARM_ENGINES], code)
     print(f"{os.cpu_count()} cores; before = {codes['before']}, after = {REPO}; median of {runs} run(s); "
           "ratio = after / before")
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731

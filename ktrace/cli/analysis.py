@@ -143,10 +143,9 @@ def _json_jobs(a, result) -> int:
     """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else its default)."""
     if result.engine != "numpy":
         return 1
-    from ..api import default_numpy_jobs
-    from ..forked import available_cores
+    from ..api import numpy_jobs
 
-    return max(1, min(a.jobs or default_numpy_jobs(), available_cores()))
+    return numpy_jobs(a.jobs)
 
 
 def _sayer(bar):

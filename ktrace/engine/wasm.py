@@ -69,14 +69,12 @@ class WasmTraceProcessor(Backend):
         self._engine = engine
         self._store = wasmtime.Store(engine)
         self._store.set_epoch_deadline(1)
-        self._build_max = min(heap_max_bytes, HEAP_MAX_BYTES)
-        self._heap_why = "the build's limit"
-        self._heap_initial = 0
         # Pointers are the memory's width: 64-bit in the memory64 build, 32-bit (passed as signed i32) otherwise.
         memory = next((e.type for e in module.exports if e.name == "memory"), None)
         self._ptr64 = bool(getattr(memory, "is_64", True))
-        if not self._ptr64:
-            self._build_max = min(self._build_max, NARROW_HEAP_MAX_BYTES)
+        self._build_max = min(heap_max_bytes, HEAP_MAX_BYTES if self._ptr64 else NARROW_HEAP_MAX_BYTES)
+        self._heap_why = "the build's limit"
+        self._heap_initial = 0
         self._host = Host(self._build_max, self._ptr64)
         linker = wasmtime.Linker(engine)
         provided = self._host.functions()

@@ -192,7 +192,7 @@ class Host:
         if name.startswith("__syscall_") and results == ["i32"]:
             # A pointer first means a path (an i64 in the memory64 build; the 32-bit build's are i32, so its
             # path calls are named); a file descriptor first, a bad one.
-            path_first = params and params[0] == "i64" if self.ptr64 else name in _PATH_FIRST_SYSCALLS
+            path_first = (params[:1] == ["i64"]) if self.ptr64 else (name in _PATH_FIRST_SYSCALLS)
             errno = _ENOENT if path_first else _EBADF
             return lambda *args: -errno
         if name in ("_mmap_js", "_munmap_js") and results == ["i32"]:

@@ -16,7 +16,7 @@ import re
 
 __all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console"]
 
-from ..terminal import _escape, printable  # noqa: F401  (printable: the bottom layer's, shared)
+from ..terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
 
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 # What XML 1.0 cannot hold at all, even escaped.
@@ -66,7 +66,7 @@ def plot_text(text: object) -> str:
 
 def xml_safe(text: object) -> str:
     """``text`` with the characters XML 1.0 cannot hold shown escaped (``\\x1b``)."""
-    return _NOT_XML.sub(_escape, str(text))
+    return _NOT_XML.sub(escape_match, str(text))
 
 
 def safe_console(**kwargs):
