@@ -114,3 +114,29 @@ def test_an_unknown_name_is_still_an_attribute_error():
 
     with pytest.raises(AttributeError):
         ktrace.analysis.nonexistent  # noqa: B018
+
+
+def test_a_query_with_the_embedded_engine_imports_no_pandas():
+    # perfetto.trace_processor's __init__ imports pandas (half a second); the engine reads the RPC messages
+    # from the descriptor the package ships instead.
+    rc, modules, text = _modules("query", sample("balanced_ktrace"), "select count(*) as n from slice",
+                                 "--engine", "wasm")
+    assert rc == 0 and "n" in text
+    assert "wasmtime" in modules and _of(modules, ("pandas", "perfetto.trace_processor")) == []
+
+
+def test_the_engine_s_rpc_messages_are_perfetto_s():
+    pytest.importorskip("pandas")  # perfetto's own ProtoFactory comes with its package's imports
+    from perfetto.trace_processor.platform import PlatformDelegate
+    from perfetto.trace_processor.protos import ProtoFactory
+
+    from ktrace.engine.backend import rpc_protos
+
+    theirs, ours = ProtoFactory(PlatformDelegate()), rpc_protos()
+    for name in ("TraceProcessorRpc", "TraceProcessorRpcStream"):
+        a, b = getattr(theirs, name).DESCRIPTOR, getattr(ours, name).DESCRIPTOR
+        assert a.full_name == b.full_name and [f.name for f in a.fields] == [f.name for f in b.fields]
+    methods = theirs.TraceProcessorRpc.TraceProcessorMethod
+    assert dict(methods.items()) == dict(ours.TraceProcessorRpc.TraceProcessorMethod.items())
+    rpc = ours.TraceProcessorRpc(request=ours.TraceProcessorRpc.TPM_QUERY_STREAMING)
+    assert theirs.TraceProcessorRpc.FromString(rpc.SerializeToString()).request == methods.Value("TPM_QUERY_STREAMING")

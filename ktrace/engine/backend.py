@@ -70,13 +70,32 @@ class Backend(abc.ABC):
         """Frees the engine; later calls fail."""
 
 
+_RPC_MESSAGES = ("TraceProcessorRpc", "TraceProcessorRpcStream")  # what the engines send and read
+
+
 @functools.lru_cache(maxsize=1)
 def rpc_protos() -> Any:
-    """The trace processor's RPC messages (perfetto's ProtoFactory: TraceProcessorRpc, QueryResult, ...)."""
-    from perfetto.trace_processor.platform import PlatformDelegate
-    from perfetto.trace_processor.protos import ProtoFactory
+    """The trace processor's RPC messages ``.TraceProcessorRpc`` and ``.TraceProcessorRpcStream`` (the classes
+    perfetto's ProtoFactory makes), from the descriptor the perfetto package ships, read without importing
+    ``perfetto.trace_processor``: its ``__init__`` imports pandas, half a second of every SQL run."""
+    import importlib.util
+    import os
+    import types
 
-    return ProtoFactory(PlatformDelegate())
+    from google.protobuf import descriptor_pb2, message_factory
+    from google.protobuf.descriptor_pool import DescriptorPool
+
+    spec = importlib.util.find_spec("perfetto.trace_processor")  # imports the package perfetto, not this one
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not where:
+        raise ImportError("perfetto.trace_processor is not installed (pip install perfetto)")
+    with open(os.path.join(where[0], "trace_processor.descriptor"), "rb") as f:
+        files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    pool = DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return types.SimpleNamespace(**{name: message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"perfetto.protos.{name}")) for name in _RPC_MESSAGES})
 
 
 def register_sql_package_rpc(name: str, modules: dict[str, str], replace: bool) -> Any:
