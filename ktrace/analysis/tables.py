@@ -17,7 +17,7 @@ from .instance_math import fdiv, run_starts
 from .evidence import TopSlices, WaitCauses, wait_causes
 from .results import Figures, Kernel, Phases, Waits
 
-__all__ = ["figures_of", "causes_of", "kernel_figures", "phases_table", "waits_columns", "DEFAULT_TICK_NS"]
+__all__ = ["figures_of", "wait_causes_of", "kernel_figures", "phases_table", "waits_columns", "DEFAULT_TICK_NS"]
 
 DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
@@ -46,9 +46,9 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
     )
 
 
-def causes_of(top: TopSlices, kernel: Kernel, phases, launch: dict) -> WaitCauses:
-    """The WaitCauses of the top-level slices, with the phases' names and the launch's block count."""
-    names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
+def wait_causes_of(top: TopSlices, kernel: Kernel, names: dict[int, str], launch: dict) -> WaitCauses:
+    """The WaitCauses of the top-level slices, with the phases' names (phase_index -> name) and the launch's
+    block count."""
     nb = launch.get("num_blocks")
     return wait_causes(top, kernel.tick_ns, names, int(nb) if isinstance(nb, int) and nb > 0 else None)
 
