@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from .._version import __version__
+from ..allocator import tune_allocator
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
@@ -47,6 +48,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
+    tune_allocator()  # this process is ktrace's own: numpy's temporaries reuse their pages (allocator.py)
     try:
         with apply_timeout(a), stop_on_signals():
             guard_outputs(a)

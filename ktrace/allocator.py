@@ -1,0 +1,49 @@
+"""The C allocator's settings for a ktrace process: it makes and drops many numpy temporaries of a few MB.
+
+glibc's malloc serves a block of at least its mmap threshold (128 KiB at first, raised towards 32 MiB as
+such blocks are freed) from a fresh mapping, and gives the top of its heap back once more than its trim
+threshold (twice the mmap threshold) lies free there: each next temporary then faults its pages in again,
+every page zeroed by the kernel. Fixing the mmap threshold at 32 MiB (the most the dynamic rule reaches)
+and the trim threshold at 256 MiB keeps temporaries up to 32 MiB on the heap and reuses their pages.
+Blocks above 32 MiB (the large columns) are still mapped and returned on free.
+
+Measured with ``ktrace analyze`` of a 1e7-record buffer with the numpy engine in one process: 231k page
+faults -> 69k, 2.9-3.7 s of system time -> 0.3-1.3 s; at 1e8 records on two workers the process tree's peak
+PSS stayed at 3.2 GiB. Forked workers inherit the settings.
+
+A user's own settings win: nothing changes when ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
+``MALLOC_TOP_PAD_`` or ``GLIBC_TUNABLES`` is set, nor where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["tune_allocator", "MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES"]
+
+MMAP_THRESHOLD_BYTES = 32 << 20
+TRIM_THRESHOLD_BYTES = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+
+
+def tune_allocator() -> bool:
+    """Sets glibc's mmap and trim thresholds for this process (see the module's docstring); True when both
+    were set, False when left alone (not glibc, or the user set their own)."""
+    if not sys.platform.startswith("linux") or any(os.environ.get(name) for name in _USER_SETTINGS):
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+    except (ValueError, OSError):  # not glibc
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
