@@ -172,6 +172,19 @@ def test_query_result_is_frozen_and_typed(trace_bytes, wasm_only):
     assert empty.columns == ("ts", "dur") and len(empty) == 0 and empty.rows == []
 
 
+def test_an_all_integer_result_reads_as_one_with_other_cells(wasm_only):
+    # All-integer results take the short way (a cell's value is at its own position); a NULL and a string
+    # column beside the same integers take the general one (each cell's rank among its type's values).
+    with open_trace(make_trace({b: [("x", 1_000 + 100 * i + b, 5 + i) for i in range(40)] for b in range(7)})) as s:
+        ints = s.query("SELECT id, ts, dur, depth FROM slice ORDER BY id")
+        mixed = s.query("SELECT id, IIF(id % 3 = 0, NULL, 1) AS n, ts, name, dur, depth FROM slice ORDER BY id")
+    assert len(ints) == len(mixed) == 280
+    for c in ("id", "ts", "dur", "depth"):
+        assert ints.column(c).dtype == np.int64 and ints.column(c).tolist() == mixed.column(c).tolist()
+    assert ints.rows == [(r[0], r[2], r[4], r[5]) for r in mixed.rows]
+    assert sorted(set(ints.column("dur").tolist())) == list(range(5, 45))
+
+
 def test_bad_sql_raises_input_error_with_engine_message(trace_bytes, wasm_only):
     with open_trace(trace_bytes) as s:
         with pytest.raises(InputError, match="no such table: nowhere") as info:

@@ -72,13 +72,18 @@ class QueryResult:
 
     def _values(self, j: int, cell_type: int, mask: np.ndarray) -> np.ndarray:
         """The values of column j's cells of ``cell_type`` (selected by ``mask``), in row order."""
+        source = {_VARINT: self._varints, _FLOAT64: self._floats, _STRING: self._strings,
+                  _BLOB: self._blobs}[cell_type]
+        if ("only", cell_type) not in self._cache:  # every cell of the result is of this type (integers only)
+            self._cache[("only", cell_type)] = len(source) == len(self._cells) and bool(
+                (self._cells == cell_type).all())
+        if self._cache[("only", cell_type)]:  # a cell's value is the one at its own position: no ranks
+            return source[j::len(self.columns)][mask]
         key = ("rank", cell_type)
         if key not in self._cache:
             # Index of each cell within its type's value array: values are stored in cell order.
             self._cache[key] = np.cumsum(self._cells == cell_type, dtype=np.int64) - 1
         rank = self._cache[key][j::len(self.columns)][mask]
-        source = {_VARINT: self._varints, _FLOAT64: self._floats, _STRING: self._strings,
-                  _BLOB: self._blobs}[cell_type]
         return source[rank]
 
     def _column_array(self, j: int) -> np.ndarray:
