@@ -15,7 +15,7 @@ LAYERS = [
     ("ktrace._version", 0), ("ktrace.errors", 0), ("ktrace.model", 0), ("ktrace.filetypes", 0),
     ("ktrace.sidecar", 0), ("ktrace.outputs", 0), ("ktrace.progress", 0), ("ktrace.jsonfmt", 0),
     ("ktrace.paired", 0), ("ktrace.abrecord", 0), ("ktrace.forked", 0), ("ktrace.terminal", 0), ("ktrace.choices", 0),
-    ("ktrace._lazy", 0),
+    ("ktrace._lazy", 0), ("ktrace.allocator", 0),
     ("ktrace.decoding", 1),
     ("ktrace.export", 2), ("ktrace.engine", 2), ("ktrace.capture", 2),
     ("ktrace.analysis", 3),
