@@ -290,6 +290,26 @@ def test_sql_package_fallback_when_engine_cannot_register(trace_bytes, wasm_only
         assert r.rows == TOTALS
 
 
+def test_the_analysis_runs_on_an_engine_that_inlines_the_package(wasm_only, monkeypatch, tmp_path):
+    # An engine without package registration gets the modules inlined and the INCLUDEs dropped (as the
+    # Perfetto UI's pasted package does): every statement the analysis sends must still be SQL.
+    from conftest import sample
+    from ktrace.analysis import sql_figures
+    from ktrace.export.writer import write_trace
+    from ktrace.decoding import decode
+
+    trace = tmp_path / "w.perfetto-trace"
+    write_trace(decode(sample("warpgroups_ktrace")), trace)
+    with open_trace(trace) as s:
+        registered = sql_figures(s)
+    with open_trace(trace) as s:
+        def unsupported(name, modules, replace):
+            raise UnsupportedRequest("TPM_REGISTER_SQL_PACKAGE")
+        monkeypatch.setattr(s._backend, "register_sql_package", unsupported)
+        inlined = sql_figures(s)
+    assert inlined.differences(registered) == [] and len(inlined.phases) > 0 and len(inlined.wait_causes) > 0
+
+
 # -- inputs that are not Perfetto traces ------------------------------------------------------------------
 
 BAD_INPUTS = {

@@ -63,14 +63,16 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
 
 def _include(session, progress, modules, done: int) -> None:
     """Runs the package's modules (each INCLUDEs the ones before it); a progress with a ``stage`` method is
-    told of each one (``done`` of all MODULES before them), else they run as one statement."""
+    told of each one (``done`` of all MODULES before them), else they run as one statement. Each ends in a
+    SELECT: on a session whose package was pasted in (the Perfetto UI's query page), the INCLUDEs are dropped
+    and a statement of INCLUDEs alone would be no SQL at all."""
     if not hasattr(progress, "stage"):
-        session.query(f"INCLUDE PERFETTO MODULE {modules[-1]};")
+        session.query(f"INCLUDE PERFETTO MODULE {modules[-1]};\nSELECT 1")
         return
     for i, module in enumerate(modules, done):
         stage(progress, f"SQL module {module}", len(MODULES), "modules")
         progress(i, len(MODULES))
-        session.query(f"INCLUDE PERFETTO MODULE {module};")
+        session.query(f"INCLUDE PERFETTO MODULE {module};\nSELECT 1")
 
 
 def _phase_names(session) -> dict[int, str]:
