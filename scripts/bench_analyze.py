@@ -23,7 +23,8 @@ SQL package's analyze at 1e6 records <= 10 s; with --query, `ktrace query` warm 
 which restores it: the target's figure). The package's bytecode is compiled first, as `pip install .` does.
 With --before OLD_CHECKOUT, every numpy measurement also runs that checkout's ktrace, alternating run by run,
 and prints the ratio after / before and whether the two JSON outputs are the same bytes.
-Figures are medians over --runs runs; the core count is printed with them, and numpy1 / numpy is
+Each run's CPU time (user + system, worker processes included) is printed beside its wall time: on a machine
+shared with other jobs it moves less than the wall. Figures are medians over --runs runs; the core count is printed with them, and numpy1 / numpy is
 the speed-up the cores give.
 """
 
@@ -99,7 +100,8 @@ def _run(bc, cmd, runs: int, timeout: float) -> dict:
         why = "timed out" if m.get("timed_out") else f"rc {m['rc']}"
         return {"error": why, "stderr_tail": m["stderr_tail"][-400:], "wall_s": m["wall_s"],
                 "peak_rss_bytes": m["peak_rss_bytes"]}
-    return {"wall_s": _median([m["wall_s"] for m in got]), "peak_rss_bytes": _median([m["peak_rss_bytes"] for m in got]),
+    return {"wall_s": _median([m["wall_s"] for m in got]), "cpu_s": _median([m.get("cpu_s") for m in got]),
+            "peak_rss_bytes": _median([m["peak_rss_bytes"] for m in got]),
             "peak_tree_pss_bytes": _median([m.get("peak_tree_pss_bytes") for m in got]), "stdout": got[0]["stdout"]}
 
 
@@ -115,9 +117,10 @@ def _alternate(bc, after: list[str], before: list[str], runs: int, timeout: floa
         ms = got[side]
         bad = [m for m in ms if "error" in m]
         m = dict(bad[0]) if bad else {
-            "wall_s": _median([m["wall_s"] for m in ms]), "peak_rss_bytes": _median([m["peak_rss_bytes"] for m in ms]),
+            "wall_s": _median([m["wall_s"] for m in ms]), "cpu_s": _median([m.get("cpu_s") for m in ms]),
+            "peak_rss_bytes": _median([m["peak_rss_bytes"] for m in ms]),
             "peak_tree_pss_bytes": _median([m.get("peak_tree_pss_bytes") for m in ms]), "stdout": ms[0]["stdout"]}
-        m["walls"] = [x["wall_s"] for x in ms]
+        m["walls"], m["cpus"] = [x["wall_s"] for x in ms], [x.get("cpu_s") for x in ms]
         out.append(m)
     return out[0], out[1]
 
@@ -199,7 +202,9 @@ def main(argv=None) -> int:
                 m["before"] = mb
                 _print("before", mb)
                 if "error" not in m and "error" not in mb:
-                    print(f"  {'':>6}  after / before: {m['wall_s'] / mb['wall_s']:.2f}x the time "
+                    cpu = (f", {m['cpu_s'] / mb['cpu_s']:.2f}x the CPU" if m.get("cpu_s") and mb.get("cpu_s")
+                           else "")
+                    print(f"  {'':>6}  after / before: {m['wall_s'] / mb['wall_s']:.2f}x the time{cpu} "
                           f"(runs, after: {', '.join(f'{x:.2f}' for x in m['walls'])}; before: "
                           f"{', '.join(f'{x:.2f}' for x in mb['walls'])}), "
                           f"{'the same JSON' if mb['same_json'] else 'THE JSON DIFFERS'}")
@@ -222,7 +227,8 @@ def _print(engine: str, m: dict) -> None:
     err = f"  FAILED ({m['error']})" if "error" in m else ""
     ratio = f", {m['over_floor']:.1f}x the floor" if m.get("over_floor") else ""
     tree = f", tree PSS {m['peak_tree_pss_bytes'] / 2**20:,.0f} MiB" if m.get("peak_tree_pss_bytes") else ""
-    print(f"  {engine:>6}: {m['wall_s']:8.2f} s{ratio}, peak RSS {m['peak_rss_bytes'] / 2**20:,.0f} MiB{tree}{err}")
+    cpu = f" (CPU {m['cpu_s']:.2f} s)" if m.get("cpu_s") is not None else ""
+    print(f"  {engine:>6}: {m['wall_s']:8.2f} s{cpu}{ratio}, peak RSS {m['peak_rss_bytes'] / 2**20:,.0f} MiB{tree}{err}")
 
 
 def _query(bc, ktrace_cmd, buf: str, a, floor_s: float | None) -> dict:

@@ -189,7 +189,7 @@ pid = os.posix_spawnp(cmd[0], cmd, os.environ)
 _, status, ru = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
 with open(out, "w") as f:
-    f.write(f"{wall!r} {ru.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+    f.write(f"{wall!r} {ru.ru_maxrss} {os.waitstatus_to_exitcode(status)} {ru.ru_utime + ru.ru_stime!r}")
 """
 
 
@@ -252,13 +252,14 @@ def measure(cmd: list[str], *, timeout: float, cwd: str = REPO, tree: bool = Fal
         se.seek(0)
         stdout = so.read().decode(errors="replace")
         stderr = se.read().decode(errors="replace")
-    if len(got) == 3:
-        wall, maxrss, rc = float(got[0]), int(got[1]), int(got[2])
+    if len(got) == 4:
+        wall, maxrss, rc, cpu = float(got[0]), int(got[1]), int(got[2]), float(got[3])
     else:
-        wall, maxrss, rc = None, 0, p.returncode or -1
+        wall, maxrss, rc, cpu = None, 0, p.returncode or -1, None
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return {
         "wall_s": wall,
+        "cpu_s": cpu,  # user + system time of the command and the workers it waited for
         "peak_rss_bytes": maxrss * scale,
         "rc": rc if not timed_out else -9,
         "timed_out": timed_out,
