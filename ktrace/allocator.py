@@ -1,4 +1,5 @@
-"""The C allocator's settings for a ktrace process: it makes and drops many numpy temporaries of a few MB.
+"""The C allocator's settings for a ktrace process that analyzes (``cli.TUNED_COMMANDS``: analyze, diff,
+check): it makes and drops many numpy temporaries of a few MB.
 
 glibc's malloc serves a block of at least its mmap threshold (128 KiB at first, raised towards 32 MiB as
 such blocks are freed) from a fresh mapping, and gives the top of its heap back once more than its trim

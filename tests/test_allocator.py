@@ -62,11 +62,15 @@ def test_the_user_s_own_malloc_settings_are_left_alone(setting):
     assert _faults("tune", **{setting: value})["tuned"] is False
 
 
-def test_every_command_tunes_its_process(monkeypatch, capsys):
+@pytest.mark.parametrize("argv, tuned", [(["analyze", "imbalance", "--json"], True),
+                                          (["inspect", "imbalance"], False)])
+def test_the_analysis_commands_tune_their_process(monkeypatch, capsys, argv, tuned):
     import ktrace.cli as cli
     from conftest import sample
 
     called = []
     monkeypatch.setattr(cli, "tune_allocator", lambda: called.append(True) or True)
-    assert cli.main(["inspect", str(sample("imbalance"))]) == 0
-    assert called == [True]
+    argv = [str(sample(a)) if a == "imbalance" else a for a in argv]
+    assert cli.main(argv) == 0
+    assert called == ([True] if tuned else [])
+    assert {"analyze", "diff", "check"} == cli.TUNED_COMMANDS
