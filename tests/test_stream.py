@@ -240,3 +240,23 @@ def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
     assert p.stderr.read().decode().strip().splitlines()[-1] == "ktrace: interrupted"
     time.sleep(0.5)
     assert not [k for k in kids if os.path.exists(f"/proc/{k}")], "a worker was left behind"
+
+
+@pytest.mark.parametrize("rows, ks, chunks, piece", [(0, 5, 2, 4), (1, 3, 2, 4), (1000, 50, 7, 64),
+                                                     (100_000, 300, 48, 4096), (5000, 10, 3, 10**6),
+                                                     (70_000, 400, 300, 1000)])
+def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, chunks, piece):
+    # chunk_order sorts a piece of rows at a time into one array; numpy's stable argsort of the whole column
+    # is the definition (each chunk's rows in row order), whatever the pieces and however many chunks.
+    from ktrace.analysis.stream_instances import chunk_order
+
+    rng = np.random.default_rng(rows + chunks)
+    k = rng.integers(0, ks, rows).astype(np.int16)
+    edges = np.r_[0, np.sort(rng.choice(np.arange(1, ks), chunks - 1, replace=False)), ks]
+    lut = np.zeros(ks, np.uint8 if chunks <= 256 else np.uint16)
+    for i in range(chunks):
+        lut[edges[i]:edges[i + 1]] = i
+    cum = np.r_[0, np.cumsum(np.bincount(k, minlength=ks))]
+    got = chunk_order(lut, k, [int(cum[e]) for e in edges[:-1]] + [rows], piece)
+    assert got.tolist() == np.argsort(lut[k], kind="stable").tolist()
+    assert got.dtype.itemsize <= 4

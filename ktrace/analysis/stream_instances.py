@@ -56,8 +56,8 @@ def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
 
 
 class _ChunkRows:
-    """The rows of each k range (``_k_ranges``), in row order: one stable sort of the rows by their range (a
-    radix sort of 8- or 16-bit keys), shared by both sweeps and read by every worker."""
+    """The rows of each k range (``_k_ranges``), in row order: one stable sort of the rows by their range,
+    shared by both sweeps and read by every worker (``chunk_order``)."""
 
     def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
         self.n, self.order = cols.n, None
@@ -67,17 +67,37 @@ class _ChunkRows:
         lut = np.zeros(chunks[-1][1], small)
         for i, (k0, k1) in enumerate(chunks):
             lut[k0:k1] = i
-        of = lut[cols.k]
-        order = np.argsort(of, kind="stable")
-        del of
         cum = np.r_[0, np.cumsum(cols.per_k)]
         self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
-        self.order = narrowest(order, 0, max(cols.n - 1, 0))
+        self.order = chunk_order(lut, cols.k, self.bounds)
 
     def rows(self, i: int) -> np.ndarray:
         if self.order is None:
             return np.arange(self.n)
         return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)
+
+
+PIECE_ROWS = 1 << 20  # chunk_order sorts this many rows at a time
+
+
+def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: int = PIECE_ROWS) -> np.ndarray:
+    """``np.argsort(lut[k], kind="stable")`` (every row by its chunk lut[k], each chunk's rows in row order;
+    bounds: where each chunk's rows begin, then the row count) in the narrowest integer type. Sorted a piece
+    of rows at a time (a radix sort of 8- or 16-bit keys) into one array: a sort of the whole column made an
+    int64 result and a buffer as large, each of fresh pages (0.45 s of the parent's time at 1e7 records)."""
+    n = len(k)
+    out = np.empty(n, narrowest(np.zeros(0, np.int64), 0, max(n - 1, 0)).dtype)
+    at = list(bounds[:-1])  # where each chunk's next rows go
+    for lo in range(0, n, max(piece_rows, 1)):
+        of = lut[k[lo:lo + piece_rows]]
+        o = np.argsort(of, kind="stable")
+        count = np.bincount(of, minlength=len(at))
+        first = np.r_[0, np.cumsum(count)[:-1]]
+        for c in np.flatnonzero(count).tolist():
+            m = int(count[c])
+            out[at[c]:at[c] + m] = o[first[c]:first[c] + m] + lo
+            at[c] += m
+    return out
 
 
 def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
