@@ -248,7 +248,7 @@ def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
 def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, chunks, piece):
     # chunk_order sorts a piece of rows at a time into one array; numpy's stable argsort of the whole column
     # is the definition (each chunk's rows in row order), whatever the pieces and however many chunks.
-    from ktrace.analysis.stream_instances import chunk_order
+    from ktrace.analysis.instance_math import chunk_order
 
     rng = np.random.default_rng(rows + chunks)
     k = rng.integers(0, ks, rows).astype(np.int16)

@@ -1,7 +1,8 @@
 """The arithmetic of the numpy engine's per-instance table (ktrace_phase_instance, built a chunk of
 instances at a time in stream_instances.py): run starts, percentiles, divisions and the last finisher's
 stability, with the same definitions and arithmetic as ``sql/ktrace/phases.sql`` (docs/analysis-schema.md).
-Order statistics (percentiles) sort values within each instance through one combined int64 key.
+Order statistics (percentiles) sort values within each instance through one combined int64 key; the sweeps' rows
+by k range come from one stable sort (chunk_order).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
+from .growing import narrowest
 
 __all__ = ["run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
-           "instance_columns"]
+           "instance_columns", "chunk_order", "PIECE_ROWS"]
 
 
 def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
@@ -112,3 +114,26 @@ def stability(code, k, block, phases: int) -> tuple[np.ndarray, np.ndarray, np.n
     uniq = st.unique_columns(inst_code, chosen)
     np.add.at(distinct, uniq[0], 1)
     return top_block, top_count, distinct
+
+
+PIECE_ROWS = 1 << 20  # chunk_order sorts this many rows at a time
+
+
+def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: int = PIECE_ROWS) -> np.ndarray:
+    """``np.argsort(lut[k], kind="stable")`` (every row by its chunk lut[k], each chunk's rows in row order;
+    bounds: where each chunk's rows begin, then the row count) in the narrowest integer type. Sorted a piece
+    of rows at a time (a radix sort of 8- or 16-bit keys) into one array: a sort of the whole column made an
+    int64 result and a buffer as large, each of fresh pages (0.45 s of the parent's time at 1e7 records)."""
+    n = len(k)
+    out = np.empty(n, narrowest(np.zeros(0, np.int64), 0, max(n - 1, 0)).dtype)
+    at = list(bounds[:-1])  # where each chunk's next rows go
+    for lo in range(0, n, max(piece_rows, 1)):
+        of = lut[k[lo:lo + piece_rows]]
+        o = np.argsort(of, kind="stable")
+        count = np.bincount(of, minlength=len(at))
+        first = np.r_[0, np.cumsum(count)[:-1]]
+        for c in np.flatnonzero(count).tolist():
+            m = int(count[c])
+            out[at[c]:at[c] + m] = o[first[c]:first[c] + m] + lo
+            at[c] += m
+    return out

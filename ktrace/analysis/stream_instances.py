@@ -15,8 +15,8 @@ from . import structure as st
 from ..forked import fork_imap, fork_map
 from .growing import Growing, narrowest
 from .tables import waits_columns
-from .instance_math import (combined_fits, fdiv, instance_columns, lower_percentile, run_starts, sorted_within,
-                               stability)
+from .instance_math import (chunk_order, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
+                               sorted_within, stability)
 from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
 
 __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path"]
@@ -75,29 +75,6 @@ class _ChunkRows:
         if self.order is None:
             return np.arange(self.n)
         return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)
-
-
-PIECE_ROWS = 1 << 20  # chunk_order sorts this many rows at a time
-
-
-def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: int = PIECE_ROWS) -> np.ndarray:
-    """``np.argsort(lut[k], kind="stable")`` (every row by its chunk lut[k], each chunk's rows in row order;
-    bounds: where each chunk's rows begin, then the row count) in the narrowest integer type. Sorted a piece
-    of rows at a time (a radix sort of 8- or 16-bit keys) into one array: a sort of the whole column made an
-    int64 result and a buffer as large, each of fresh pages (0.45 s of the parent's time at 1e7 records)."""
-    n = len(k)
-    out = np.empty(n, narrowest(np.zeros(0, np.int64), 0, max(n - 1, 0)).dtype)
-    at = list(bounds[:-1])  # where each chunk's next rows go
-    for lo in range(0, n, max(piece_rows, 1)):
-        of = lut[k[lo:lo + piece_rows]]
-        o = np.argsort(of, kind="stable")
-        count = np.bincount(of, minlength=len(at))
-        first = np.r_[0, np.cumsum(count)[:-1]]
-        for c in np.flatnonzero(count).tolist():
-            m = int(count[c])
-            out[at[c]:at[c] + m] = o[first[c]:first[c] + m] + lo
-            at[c] += m
-    return out
 
 
 def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
