@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Growing", "fits", "narrowest"]
+__all__ = ["Growing", "fits", "narrowest", "narrowest_type"]
 
 
 def fits(dtype, lo: int, hi: int) -> bool:
@@ -13,10 +13,15 @@ def fits(dtype, lo: int, hi: int) -> bool:
     return info.min <= lo and hi <= info.max
 
 
+def narrowest_type(lo: int, hi: int) -> type:
+    """The narrowest signed integer type that holds every value in [lo, hi]."""
+    return next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi))
+
+
 def narrowest(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """``a`` (values within [lo, hi]) in the narrowest signed integer type that holds them (itself if it is
     that type already)."""
-    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi))
+    t = narrowest_type(lo, hi)
     return a if a.dtype == t else a.astype(t)
 
 
@@ -32,9 +37,7 @@ class Growing:
     def append(self, v: np.ndarray, lo: int, hi: int) -> None:
         a = self.a
         if not fits(a.dtype, lo, hi):
-            wider = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, lo, hi) and
-                         np.dtype(t).itemsize > a.dtype.itemsize)
-            a = np.empty(len(a), wider)
+            a = np.empty(len(a), narrowest_type(lo, hi))  # wider: the current type does not hold [lo, hi]
             a[:self.n] = self.a[:self.n]
         if self.n + len(v) > len(a):
             grown = np.empty(max(2 * len(a), self.n + len(v)), a.dtype)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from .growing import narrowest
+from .growing import narrowest_type
 
 __all__ = ["run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
            "instance_columns", "chunk_order", "PIECE_ROWS"]
@@ -123,9 +123,10 @@ def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: i
     """``np.argsort(lut[k], kind="stable")`` (every row by its chunk lut[k], each chunk's rows in row order;
     bounds: where each chunk's rows begin, then the row count) in the narrowest integer type. Sorted a piece
     of rows at a time (a radix sort of 8- or 16-bit keys) into one array: a sort of the whole column made an
-    int64 result and a buffer as large, each of fresh pages (0.45 s of the parent's time at 1e7 records)."""
+    int64 result and a buffer as large, each of fresh pages (at 1e8 records: 3.0-7.1 s of the parent's time,
+    now 1.3-2.5 s)."""
     n = len(k)
-    out = np.empty(n, narrowest(np.zeros(0, np.int64), 0, max(n - 1, 0)).dtype)
+    out = np.empty(n, narrowest_type(0, max(n - 1, 0)))
     at = list(bounds[:-1])  # where each chunk's next rows go
     for lo in range(0, n, max(piece_rows, 1)):
         of = lut[k[lo:lo + piece_rows]]

@@ -27,7 +27,7 @@ from . import structure as st
 from .evidence_stream import finish_evidence, read_evidence
 from .tables import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
-from .growing import Growing, fits, narrowest
+from .growing import Growing, narrowest, narrowest_type
 from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
 __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
@@ -93,8 +93,7 @@ class Columns:
         for e, nm in zip(events, names):
             lut[e] = self.names.index(nm)
         self.code_of_event = lut
-        small = next(t for t in (np.int8, np.int16, np.int32, np.int64) if fits(t, 0, max(len(self.names) - 1, 0)))
-        self.code = lut.astype(small)[self.event]
+        self.code = lut.astype(narrowest_type(0, max(len(self.names) - 1, 0)))[self.event]
         del self.event
         first = {}
         for e, nm in zip(events, names):
