@@ -9,7 +9,7 @@ import json
 import re
 from json.encoder import encode_basestring  # what the encoder writes a str as, with ensure_ascii=False
 
-__all__ = ["dumps", "escape_raw", "EncodedRows", "encode_basestring"]
+__all__ = ["dumps", "escape_raw", "EncodedRows", "EncodedLines", "encode_basestring"]
 
 # What json leaves raw with ensure_ascii=False and a terminal or an editor would act on: DEL, the C1 controls
 # (0x9b is CSI on some terminals), the bidirectional controls that make text read differently from how it is
@@ -46,6 +46,15 @@ class EncodedRows(tuple):
     __slots__ = ()
 
 
+class EncodedLines(tuple):
+    """A table's rows as pieces of text, each piece rows of ``EncodedRows`` joined by newlines and already
+    escaped (``escape_raw``); ``dumps`` writes them as it would the rows. A row's text holds no newline (the
+    encoder writes one inside a string as \\n), so a piece is one call of str.replace away from its place in
+    the text, where a row at a time was a Python step per row (``Table.json_lines``)."""
+
+    __slots__ = ()
+
+
 def _key(k) -> str:
     """A key as json.dumps writes it."""
     if isinstance(k, str):
@@ -64,6 +73,9 @@ def _dump(obj, level: int, pad: str, flat) -> str:
             return "{}"
         items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
+    if isinstance(obj, EncodedLines):
+        pieces = [p.replace("\n", ",\n" + inner) for p in obj if p]
+        return "[\n" + inner + (",\n" + inner).join(pieces) + "\n" + pad * level + "]" if pieces else "[]"
     if isinstance(obj, EncodedRows):
         return "[\n" + ",\n".join(inner + escape_raw(row) for row in obj) + "\n" + pad * level + "]" if obj else "[]"
     if isinstance(obj, (list, tuple)):

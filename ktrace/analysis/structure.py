@@ -16,10 +16,10 @@ __all__ = ["unique_columns", "slice_depth", "finish_blocks", "block_extents", "l
            "busy_sms", "occupancy", "critical_shares", "walk", "path_table", "blocks_before"]
 
 
-def unique_columns(*cols, return_counts: bool = False):
+def unique_columns(*cols, return_counts: bool = False, weights=None):
     """np.unique(np.stack(cols), axis=1) for non-negative int64 columns, through one combined key (a 1-D
     unique is many times faster than a unique over rows). Returns the distinct rows as a (len(cols), n) array
-    (sorted as np.unique sorts them), and their counts when asked."""
+    (sorted as np.unique sorts them), and their counts when asked (weights: each row counts as its weight)."""
     cols = [np.asarray(c, np.int64) for c in cols]
     if not len(cols[0]):
         out = np.zeros((len(cols), 0), np.int64)
@@ -28,8 +28,12 @@ def unique_columns(*cols, return_counts: bool = False):
     key = np.zeros(len(cols[0]), np.int64)
     for c, span in zip(cols, spans):
         key = key * span + c
-    u = np.unique(key, return_counts=return_counts)
-    keys, counts = (u if return_counts else (u, None))
+    if weights is not None and return_counts:
+        keys, inv = np.unique(key, return_inverse=True)
+        counts = np.bincount(inv.ravel(), weights=weights, minlength=len(keys)).astype(np.int64)
+    else:
+        u = np.unique(key, return_counts=return_counts)
+        keys, counts = (u if return_counts else (u, None))
     rows = []
     for span in reversed(spans):
         rows.append(keys % span)
