@@ -172,3 +172,19 @@ def test_backwards_records_are_those_below_their_lanes_running_maximum(seed):
     assert backwards_mask(lane, u).tolist() == expect.tolist()
     if seed % 2:
         assert expect.any()  # the slow way was taken and found them
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_unique_columns_counted_directly_or_sorted_equal_numpys_unique_over_rows(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    wide = 10**9 if seed % 2 else 5  # odd seeds: a key space too large to count directly (np.unique's way)
+    cols = (rng.integers(0, 4, n), rng.integers(0, wide, n))
+    weights = rng.integers(1, 1000, n)
+    want, count = np.unique(np.stack(cols), axis=1, return_counts=True)
+    got, got_count = st.unique_columns(*cols, return_counts=True)
+    assert np.array_equal(got, want) and np.array_equal(got_count, count)
+    assert np.array_equal(st.unique_columns(*cols), want)
+    rows, summed = st.unique_columns(*cols, return_counts=True, weights=weights)
+    assert np.array_equal(rows, want)
+    assert summed.tolist() == [int(weights[(cols[0] == a) & (cols[1] == b)].sum()) for a, b in want.T.tolist()]

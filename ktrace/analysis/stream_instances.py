@@ -186,7 +186,7 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     end_g, begin_g = cols.end[rows].astype(np.int64), cols.begin[rows].astype(np.int64)
     dur = end_g - begin_g
     lane = cols.lane[rows].astype(np.int64)
-    block, group = lane // g, lane % g
+    block = lane // g
     code_g = cols.code[rows].astype(np.int64)
     latest = inst.inst_end[i0:i0 + len(starts)]
     tied_g = end_g == latest[li]
@@ -219,21 +219,27 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     li_max = red(np.maximum, np.where(has_prev, lead_in, _SMALL)).astype(np.float64)
     li_min[prev_lanes == 0] = np.nan
     li_max[prev_lanes == 0] = np.nan
-    later = blocks.later_wave[np.searchsorted(blocks.block, block)]
-    ident = np.arange(nloc)
-    dur_sorted = sorted_within(dur, ident, li, starts)
-    begin_sorted = sorted_within(begin_g, ident, li, starts)
+    later = _later_of_block(blocks)[block]
+    dur_sorted = sorted_within(dur, None, li, starts)
+    begin_sorted = sorted_within(begin_g, None, li, starts)
     max_dur, sum_dur = red(np.maximum, dur), red(np.add, dur)
     begin_min, begin_max = red(np.minimum, begin_g), red(np.maximum, begin_g)
     code = code_g[first_l]
     return instance_columns(
         n, starts, dur_sorted, begin_sorted, max_dur, sum_dur, begin_min, begin_max, latest, red(np.minimum, end_g),
         code=code, phase_index=cols.phase_index[code], k=cols.k[first].astype(np.int64), last_block=block[first_l],
-        last_group=group[first_l], last_sm=cols.sm[first].astype(np.int64), last_lane=lane[first_l],
+        last_group=lane[first_l] % g, last_sm=cols.sm[first].astype(np.int64), last_lane=lane[first_l],
         tied_last_lanes=tied_count, last_lead_ns=lead, depth=red(np.minimum, cols.depth[rows].astype(np.int64)),
         last_begin_ns=begin_g[first_l], last_dur_ns=dur[first_l], prev_lanes=prev_lanes,
         sync_lanes=red(np.add, synced.astype(np.int64)), lead_in_min_ns=li_min, lead_in_max_ns=li_max,
         later_wave_lanes=red(np.add, later.astype(np.int64))), first
+
+
+def _later_of_block(blocks) -> np.ndarray:
+    """Whether each block id (an index) is of a later wave: read directly, not searched for each row."""
+    later = np.zeros(int(blocks.block.max()) + 1 if len(blocks.block) else 1, bool)
+    later[blocks.block[blocks.later_wave == 1]] = True
+    return later
 
 
 def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1) -> PhaseLanes:

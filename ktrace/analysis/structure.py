@@ -28,7 +28,15 @@ def unique_columns(*cols, return_counts: bool = False, weights=None):
     key = np.zeros(len(cols[0]), np.int64)
     for c, span in zip(cols, spans):
         key = key * span + c
-    if weights is not None and return_counts:
+    total = 1
+    for span in spans:
+        total *= span
+    if total <= max(4 * len(key), 1 << 16):  # a small key space: counted directly, no sort
+        counts = np.bincount(key, minlength=total)
+        keys = np.flatnonzero(counts)
+        counts = (counts[keys] if weights is None else
+                  np.bincount(key, weights=weights, minlength=total)[keys].astype(np.int64))
+    elif weights is not None and return_counts:
         keys, inv = np.unique(key, return_inverse=True)
         counts = np.bincount(inv.ravel(), weights=weights, minlength=len(keys)).astype(np.int64)
     else:
@@ -133,9 +141,15 @@ def block_extents(block, sm, lane, begin, end):
     """Per distinct block: (block, SM, first begin, last end, slices, lanes), and each slice's block row."""
     if len(lane) and _is_sorted(block) and _is_sorted(lane):  # (lane, sequence) order: runs of each
         new_block = block[1:] != block[:-1]
-        ub = block[np.r_[0, np.flatnonzero(new_block) + 1]]
+        first = np.r_[0, np.flatnonzero(new_block) + 1]
+        ub = block[first]
         inv = np.r_[0, np.cumsum(new_block)]
         lanes = np.bincount(inv[np.r_[0, np.flatnonzero(new_block | (lane[1:] != lane[:-1])) + 1]], minlength=len(ub))
+        # Each block a run of rows: reduced run by run (ufunc.at, below, is several times slower).
+        i64 = np.int64
+        return (ub, np.maximum.reduceat(sm.astype(i64, copy=False), first),
+                np.minimum.reduceat(begin.astype(i64, copy=False), first),
+                np.maximum.reduceat(end.astype(i64, copy=False), first), np.diff(np.r_[first, len(block)]), lanes, inv)
     else:
         ub, inv = np.unique(block, return_inverse=True)
         lanes = np.bincount(unique_columns(inv, lane)[0], minlength=len(ub))
