@@ -152,6 +152,9 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
 
     # Few slices per evidence reading: the sampled evidence's passes run in the workers too.
     monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
+    from ktrace.analysis import stream
+
+    monkeypatch.setattr(stream, "FORK_ROWS", 0)  # the sweeps' chunks go to the workers however few the slices
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
     per_part = max(1, dec.launch.num_blocks // 8) * dec.capacity_per_lane * dec.launch.num_groups
     one = decoder_figures(dec, jobs=1, chunk_rows=50, records_per_part=per_part)
@@ -160,8 +163,6 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     assert two.differences(one) == []
     assert two.wait_causes.rows() == one.wait_causes.rows() and two.lead_ins.rows() == one.lead_ins.rows()
     # The parts' columns come back by pipe where their shared-memory slots would be too large: the same.
-    from ktrace.analysis import stream
-
     monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 0)
     assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
 
