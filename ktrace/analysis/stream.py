@@ -35,6 +35,8 @@ __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 # Slices per chunk of the cross-lane sweeps. Their temporaries are ~250 bytes per slice: at 2^16 they stay in the
 # caches. At 1e7 records in one process, 2^20 took the phase instances 2.3 s and 2^16 0.85 s, the same figures.
 CHUNK_ROWS = 1 << 16
+EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of this many chunks' slices (2^20): each range sends
+# back arrays as long as the instances, which ranges of one chunk would send 16 times over
 FORK_ROWS = 1 << 20  # the sweeps' chunks go to worker processes only past this many slices (at 1e6 records,
 # forking cost more than it saved)
 SLOTS_MAX_BYTES = 1 << 30  # the most address space the parts' shared-memory slots take (resident: what is written)
@@ -337,7 +339,8 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     with fork_later(_critical_path, (cols, inst, blocks, kernel), None, fork=jobs > 1) as walk:
         stage(progress, "wait evidence")
         names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-        read = read_evidence(cols, _lane_cuts(cols, chunk_rows), kernel.tick_ns, names, head.launch.num_blocks,
+        cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, EVIDENCE_CHUNKS * chunk_rows, sweep_jobs))
+        read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks,
                              inst.table, sweep_jobs)
         with fork_later(_finish_evidence, read, None, fork=jobs > 1) as tests:
             del read
