@@ -381,15 +381,8 @@ def critical_path(cols, inst: Instances, blocks, kernel_begin, kernel_end) -> Cr
                 return block_end_slice(before.item(b)), 2
         return -1, -1
 
-    parts = st.walk(cur, pred_of, _Item(begin), _Item(end), kernel_begin, kernel_end)
+    parts = st.walk(cur, pred_of, begin.item, end.item, kernel_begin, kernel_end)
     return st.path_table(parts, cols.names, cols.phase_index,
                          lambda r: (cols.code[r].astype(np.int64), cols.k[r].astype(np.int64), cols.block_of(r),
                                     cols.group_of(r), cols.lane[r].astype(np.int64)))
 
-
-class _Item:
-    def __init__(self, a: np.ndarray) -> None:
-        self._item = a.item
-
-    def __getitem__(self, i: int) -> int:
-        return self._item(i)

@@ -293,53 +293,51 @@ def blocks_before(bl: Blocks) -> np.ndarray:
     return before
 
 
-_GAP_KIND = ("wait", "lane_gap", "block_switch")
+_PARTS = ("slice", "wait", "lane_gap", "block_switch", "lead_in")  # a part's kind by its code; 1-3: the gap kinds
 
 
-def walk(cur: int, pred_of, begin_l, end_l, kernel_begin, kernel_end) -> list:
+def walk(cur: int, pred_of, begin_of, end_of, kernel_begin, kernel_end) -> np.ndarray:
     """The backward walk from the slice ``cur`` that ends the kernel: pred_of(row) -> (row it waited for or
-    -1, gap kind code). Returns the parts (kind, slice row or -1, next row or -1, begin, end) in time order."""
+    -1, gap kind code: 0 wait, 1 lane_gap, 2 block_switch); begin_of(row), end_of(row): a slice's times. Returns the parts in time order, one row each of
+    (kind code in _PARTS, slice row or -1, next row or -1, begin, end)."""
     t = int(kernel_end)
     parts = []
     while True:
-        b = min(begin_l[cur], t)
-        parts.append(("slice", cur, -1, b, t))
+        b = min(begin_of(cur), t)
+        parts.append((0, cur, -1, b, t))
         t = b
         q, kd = pred_of(cur)
         if q < 0:
             if t > kernel_begin:
-                parts.append(("lead_in", -1, cur, int(kernel_begin), t))
+                parts.append((4, -1, cur, int(kernel_begin), t))
             break
-        gb = min(end_l[q], t)
+        gb = min(end_of(q), t)
         if gb < t:
-            parts.append((_GAP_KIND[kd], q, cur, gb, t))
+            parts.append((kd + 1, q, cur, gb, t))
         t = gb
         cur = q
     parts.reverse()
-    return parts
+    return np.array(parts, np.int64).reshape(-1, 5)
 
 
-def path_table(parts: list, names, phase_index, at) -> CriticalPath:
-    """The ktrace_critical_path table of the walk's parts; at(rows) -> (code, k, block, group, lane) arrays
-    of those slice rows."""
-    rows = np.array([p[1] for p in parts], np.int64)
-    nxt = np.array([p[2] for p in parts], np.int64)
+def path_table(parts: np.ndarray, names, phase_index, at) -> CriticalPath:
+    """The ktrace_critical_path table of the walk's parts (``walk``); at(rows) -> (code, k, block, group, lane)
+    arrays of those slice rows. Built a column at a time (a row at a time took most of the walk's time)."""
+    kind, rows, nxt, begin, end = (np.ascontiguousarray(c) for c in parts.T)
     has = rows >= 0
-    r = np.where(has, rows, 0)
-    code, k, block, group, lane = at(r)
+    code, k, block, group, lane = at(np.where(has, rows, 0))
     next_code = at(np.where(nxt >= 0, nxt, 0))[0]
+    name = np.array([*names, None], dtype=object)  # None: the index past the names
 
-    def col(values, cast=float):
-        return [cast(v) if h else None for v, h in zip(np.asarray(values).tolist(), has.tolist())]
+    def col(values):
+        return np.where(has, np.asarray(values, np.float64), np.nan)
 
-    kinds = [p[0] for p in parts]
-    begin = np.array([p[3] for p in parts], np.int64)
-    end = np.array([p[4] for p in parts], np.int64)
+    code = np.asarray(code, np.int64)
     return CriticalPath.from_columns({
-        "step": np.arange(len(parts)),
-        "kind": kinds,
-        "phase": [names[c] if h else None for c, h in zip(np.asarray(code).tolist(), has.tolist())],
-        "phase_index": col(phase_index[np.asarray(code, np.int64)]),
+        "step": np.arange(len(kind)),
+        "kind": np.array(_PARTS, dtype=object)[kind],
+        "phase": name[np.where(has, code, len(names))],
+        "phase_index": col(phase_index[code]),
         "k": col(k),
         "last_block": col(block),
         "last_group": col(group),
@@ -347,8 +345,7 @@ def path_table(parts: list, names, phase_index, at) -> CriticalPath:
         "begin_ns": begin,
         "end_ns": end,
         "dur_ns": end - begin,
-        "next_phase": [names[c] if kd not in ("slice", "lead_in") else None
-                       for c, kd in zip(np.asarray(next_code).tolist(), kinds)],
+        "next_phase": name[np.where((kind >= 1) & (kind <= 3), np.asarray(next_code, np.int64), len(names))],
     })
 
 
