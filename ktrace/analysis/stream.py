@@ -28,7 +28,7 @@ from .evidence_stream import finish_evidence, read_evidence
 from .tables import figures_of, kernel_figures, phases_table
 from .results import Blocks, Figures, LaneTotals
 from .growing import Growing, narrowest, narrowest_type
-from .stream_instances import _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
+from .stream_instances import Preds, _lane_cuts, critical_path, instance_sweeps, lanes_table, waits_table
 
 __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 
@@ -283,8 +283,8 @@ def _finish_evidence(read, _):
 
 
 def _critical_path(state, _):
-    cols, inst, blocks, kernel = state
-    return critical_path(cols, inst, blocks, kernel.begin_ns, kernel.end_ns)
+    cols, preds, kernel = state
+    return critical_path(cols, preds, kernel.begin_ns, kernel.end_ns)
 
 
 def _reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
@@ -334,18 +334,19 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     groups = cols.code_pairs([np.stack([p[0][0], p[0][1] % cols.num_groups]) for p in cols._event_lane])
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
-    # Two parts run in one process each, one step at a time: the critical path's walk and the evidence's tests
-    # (on a sample). With workers, each runs in a worker of its own, beside the lanes and the waits.
-    with fork_later(_critical_path, (cols, inst, blocks, kernel), None, fork=jobs > 1) as walk:
-        stage(progress, "wait evidence")
-        names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-        cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, EVIDENCE_CHUNKS * chunk_rows, sweep_jobs))
-        read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks,
-                             inst.table, sweep_jobs)
-        with fork_later(_finish_evidence, read, None, fork=jobs > 1) as tests:
-            del read
-            stage(progress, "lanes and waits")
-            lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs)
+    # The evidence's tests (on a sample) run in one process, one step at a time: with workers, in a worker of
+    # its own, beside the lanes and the waits; so does the critical path's walk, once the lanes' chunks have
+    # found each slice's predecessor (Preds).
+    stage(progress, "wait evidence")
+    names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
+    cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, EVIDENCE_CHUNKS * chunk_rows, sweep_jobs))
+    read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
+    with fork_later(_finish_evidence, read, None, fork=jobs > 1) as tests:
+        del read
+        stage(progress, "lanes and waits")
+        preds = Preds(cols, blocks, shared=sweep_jobs > 1)
+        lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs, preds)
+        with fork_later(_critical_path, (cols, preds, kernel), None, fork=jobs > 1) as walk:
             waits = waits_table(cols, chunk_rows, sweep_jobs)
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()
