@@ -113,10 +113,11 @@ def _max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
     return key[o], x[o], who[o]
 
 
-def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+def _lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
+    """Each of ``values`` at the position of each query in the sorted keys (searched once for all)."""
     i = np.searchsorted(keys, query)
     i = np.minimum(i, len(keys) - 1)
-    return values[i]
+    return tuple(v[i] for v in values)
 
 
 def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None, *,
@@ -150,8 +151,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     inst_key = ph * kmax + k
     ik, imax, iwho = _max_by(inst_key, end, block) if grid is None else grid[:3]
     gkey = gp * kmax + gk
-    grid_end = _lookup(ik, imax, gkey)
-    grid_who = _lookup(ik, iwho, gkey)
+    grid_end, grid_who = _lookup(ik, gkey, imax, iwho)
     nb = int(num_blocks or (int(block.max()) + 1))
     cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
@@ -162,21 +162,21 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     if len(groups) > 1:
         t0 = int(begin.min())
         span_lo, span_hi = _block_span(block, begin, end, nb)
+        span = np.maximum(span_hi[gb] - span_lo[gb], 1)
+        q = (gb << 41) + (t_next + int(tick) - t0)
         for h in groups.tolist():
             mh = group == h
             key_h = np.sort((block[mh] << 41) + (end[mh] - t0))
             cnt = np.bincount(block[mh], minlength=nb + 1)
             other = gg != h
-            q = (gb << 41) + (t_next + int(tick) - t0)
-            i = np.searchsorted(key_h, q, side="right") - 1
-            ok = other & (i >= 0)
+            oi = np.flatnonzero(other)  # only another group's gaps are searched for
+            i = np.searchsorted(key_h, q[oi], side="right") - 1
             cand = key_h[np.maximum(i, 0)]
-            ok &= (cand >> 41) == gb
-            resid = t_next - ((cand & ((1 << 41) - 1)) + t0)
-            hit = ok & (resid <= HANDOFF_TICKS * tick)
+            resid = t_next[oi] - ((cand & ((1 << 41) - 1)) + t0)
+            hit = np.zeros(len(g), bool)
+            hit[oi] = (i >= 0) & ((cand >> 41) == gb[oi]) & (resid <= HANDOFF_TICKS * tick)
             handoff_from = np.where(hit & ~handoff, h, handoff_from)
             handoff |= hit
-            span = np.maximum(span_hi[gb] - span_lo[gb], 1)
             expected += np.where(other, np.minimum(1.0, cnt[gb] * (HANDOFF_TICKS + 1) * tick / span), 0.0)
     rows = []
     bkey = (gp * nph + gq) * (int(group.max()) + 1) + gg
@@ -217,7 +217,7 @@ class _LazyClusters(dict):
         ck = inst_key * (nb // c + 1) + block // c
         keys, mx, who = _max_by(ck, end, block)
         qk = gkey * (nb // c + 1) + gb // c
-        self[c] = value = (_lookup(keys, mx, qk), _lookup(keys, who, qk))
+        self[c] = value = _lookup(keys, qk, mx, who)
         return value
 
 
