@@ -114,8 +114,13 @@ def _max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
 
 
 def _lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
-    """Each of ``values`` at the position of each query in the sorted keys (searched once for all)."""
-    i = np.searchsorted(keys, query)
+    """Each of ``values`` at the position of each query in the sorted keys (searched once for all; where the
+    keys span fewer values than there are queries, every value's position is found once and read per query)."""
+    span = int(keys[-1]) + 1 if len(keys) else 0
+    if len(keys) and keys[0] >= 0 and span <= len(query) and int(query.min()) >= 0 and int(query.max()) < span:
+        i = np.searchsorted(keys, np.arange(span))[query]
+    else:
+        i = np.searchsorted(keys, query)
     i = np.minimum(i, len(keys) - 1)
     return tuple(v[i] for v in values)
 
@@ -182,9 +187,10 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     bkey = (gp * nph + gq) * (int(group.max()) + 1) + gg
     border, bstarts = _groups(bkey)
     bends = np.r_[bstarts[1:], len(border)]
+    lane_g = lane[g]
     for a, z in zip(bstarts.tolist(), bends.tolist()):
         idx = border[a:z]
-        row = _boundary(idx, gap, gk, lane[g], t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
+        row = _boundary(idx, gap, gk, lane_g, t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
                         handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]), int(gg[idx[0]]),
                         phase_names)
         row["tested_gaps"] = row["count"]
