@@ -67,21 +67,50 @@ def _is_flat(v) -> bool:
 
 
 def _dump(obj, level: int, pad: str, flat) -> str:
+    out: list = []
+    _write(obj, level, pad, flat, out.append)
+    return "".join(out)  # one copy of the text: a concatenation per level copied a long table's rows each time
+
+
+def _write(obj, level: int, pad: str, flat, put) -> None:
+    """Appends the text of ``obj`` at nesting ``level`` to a list (``put``), piece by piece."""
     inner = pad * (level + 1)
     if isinstance(obj, dict):
         if not obj:
-            return "{}"
-        items = [f"{inner}{flat(_key(k))}: {_dump(v, level + 1, pad, flat)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
+            put("{}")
+            return
+        put("{\n")
+        for i, (k, v) in enumerate(obj.items()):
+            put((",\n" if i else "") + inner + flat(_key(k)) + ": ")
+            _write(v, level + 1, pad, flat, put)
+        put("\n" + pad * level + "}")
+        return
     if isinstance(obj, EncodedLines):
-        pieces = [p.replace("\n", ",\n" + inner) for p in obj if p]
-        return "[\n" + inner + (",\n" + inner).join(pieces) + "\n" + pad * level + "]" if pieces else "[]"
+        pieces = [p for p in obj if p]
+        if not pieces:
+            put("[]")
+            return
+        put("[\n" + inner)
+        for i, p in enumerate(pieces):
+            if i:
+                put(",\n" + inner)
+            put(p.replace("\n", ",\n" + inner))
+        put("\n" + pad * level + "]")
+        return
     if isinstance(obj, EncodedRows):
-        return "[\n" + ",\n".join(inner + escape_raw(row) for row in obj) + "\n" + pad * level + "]" if obj else "[]"
+        put("[\n" + ",\n".join(inner + escape_raw(row) for row in obj) + "\n" + pad * level + "]" if obj else "[]")
+        return
     if isinstance(obj, (list, tuple)):
         if not obj:
-            return "[]"
+            put("[]")
+            return
         if all(_is_flat(v) or (isinstance(v, dict) and all(_is_flat(x) for x in v.values())) for v in obj):
-            return "[\n" + ",\n".join(inner + flat(v) for v in obj) + "\n" + pad * level + "]"
-        return "[\n" + ",\n".join(inner + _dump(v, level + 1, pad, flat) for v in obj) + "\n" + pad * level + "]"
-    return flat(obj)
+            put("[\n" + ",\n".join(inner + flat(v) for v in obj) + "\n" + pad * level + "]")
+            return
+        put("[\n")
+        for i, v in enumerate(obj):
+            put((",\n" if i else "") + inner)
+            _write(v, level + 1, pad, flat, put)
+        put("\n" + pad * level + "]")
+        return
+    put(flat(obj))
