@@ -87,8 +87,9 @@ class WaitCauses(Table):
 
 
 def _groups(keys: np.ndarray):
-    """Sort order and run starts of equal keys."""
-    order = np.argsort(keys, kind="stable")
+    """Sort order and run starts of equal keys (keys of 16 bits or fewer sorted as such: a radix sort)."""
+    small = len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16
+    order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
     sk = keys[order]
     starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
     return order, starts
@@ -113,15 +114,18 @@ def _max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
     return key[o], x[o], who[o]
 
 
-def _lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
-    """Each of ``values`` at the position of each query in the sorted keys (searched once for all; where the
-    keys span fewer values than there are queries, every value's position is found once and read per query)."""
+def _positions(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """np.searchsorted(keys, query) for sorted keys; where the keys span fewer values than there are queries,
+    every value's position is found once and read per query."""
     span = int(keys[-1]) + 1 if len(keys) else 0
     if len(keys) and keys[0] >= 0 and span <= len(query) and int(query.min()) >= 0 and int(query.max()) < span:
-        i = np.searchsorted(keys, np.arange(span))[query]
-    else:
-        i = np.searchsorted(keys, query)
-    i = np.minimum(i, len(keys) - 1)
+        return np.searchsorted(keys, np.arange(span))[query]
+    return np.searchsorted(keys, query)
+
+
+def _lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
+    """Each of ``values`` at the position of each query in the sorted keys (searched once for all)."""
+    i = np.minimum(_positions(keys, query), len(keys) - 1)
     return tuple(v[i] for v in values)
 
 
@@ -160,7 +164,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     nb = int(num_blocks or (int(block.max()) + 1))
     cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
-    groups = np.unique(group)
+    groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else np.unique(group)
     handoff = np.zeros(len(g), bool)
     handoff_from = np.full(len(g), -1, np.int64)
     expected = np.zeros(len(g), np.float64)
@@ -402,7 +406,7 @@ def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np
         sq = qi[qo]
         # Each slice's instance row (the instance table holds every (phase, k) of the top-level slices).
         ik = ph * kmax + kk
-        j = np.minimum(np.searchsorted(sq, ik), m - 1)
+        j = np.minimum(_positions(sq, ik), m - 1)
         found = sq[j] == ik
         row = qo[j]
         mine = found & (lane == np.asarray(last_lane, np.int64)[row]) & (gap >= 0)
