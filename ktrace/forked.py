@@ -20,7 +20,7 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array"]
+__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots"]
 
 
 def available_cores() -> int:
@@ -145,18 +145,6 @@ def _fork_started() -> None:
 def _fork_call(job):
     fn, x = job
     return fn(_SHARED, x)
-
-
-def shared_array(n: int, dtype, shared: bool = True):
-    """An uninitialised numpy array of n values that forked workers made after it may write and this process
-    reads (anonymous shared memory; pages never written are never resident); a plain np.empty when not
-    ``shared``."""
-    import numpy as np
-
-    dtype = np.dtype(dtype)
-    if not shared or n <= 0:
-        return np.empty(max(n, 0), dtype)
-    return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype)
 
 
 class Slots:

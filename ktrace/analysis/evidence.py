@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .keyed import (groups as _groups, lookup as _lookup, max_by as _max_by, positions as _positions,
+                    spread_by as _spread_by)
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
 __all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
@@ -84,49 +86,6 @@ class WaitCauses(Table):
         synced_instances=_INT, release_spread_ns=_REAL, gap_spread_ns=_REAL, handoff_gaps=_INT,
         handoff_expected=_REAL, handoff_group=_INTN, waiting_gaps=_INT, waited_gaps=_INT, waited_block=_INTN,
         waited_block_count=_INT, own_spread_ns=_REAL, follow_slope=_REAL, release_p50_ns=_REAL, ambiguous=_INT, tested_gaps=_INT)
-
-
-def _groups(keys: np.ndarray):
-    """Sort order and run starts of equal keys (keys of 16 bits or fewer sorted as such: a radix sort)."""
-    small = len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16
-    order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
-    sk = keys[order]
-    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-    return order, starts
-
-
-def _spread_by(key: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key: max(x) - min(x), and how many entries."""
-    order, starts = _groups(key)
-    xs = x[order]
-    hi = np.maximum.reduceat(xs, starts) if len(xs) else xs
-    lo = np.minimum.reduceat(xs, starts) if len(xs) else xs
-    n = np.diff(np.r_[starts, len(xs)])
-    return hi - lo, n
-
-
-def _max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
-    """Distinct keys (sorted), the max of x per key, and ``who`` at that max (ties: the lowest)."""
-    order = np.lexsort((who, -x, key))
-    sk = key[order]
-    first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-    o = order[first]
-    return key[o], x[o], who[o]
-
-
-def _positions(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """np.searchsorted(keys, query) for sorted keys; where the keys span fewer values than there are queries,
-    every value's position is found once and read per query."""
-    span = int(keys[-1]) + 1 if len(keys) else 0
-    if len(keys) and keys[0] >= 0 and span <= len(query) and int(query.min()) >= 0 and int(query.max()) < span:
-        return np.searchsorted(keys, np.arange(span))[query]
-    return np.searchsorted(keys, query)
-
-
-def _lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
-    """Each of ``values`` at the position of each query in the sorted keys (searched once for all)."""
-    i = np.minimum(_positions(keys, query), len(keys) - 1)
-    return tuple(v[i] for v in values)
 
 
 def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None, *,

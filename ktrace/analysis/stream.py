@@ -344,7 +344,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
         evidence = finish_evidence(read) if tests is None else None
         del read
         stage(progress, "lanes and waits")
-        preds = Preds(cols, blocks, shared=sweep_jobs > 1)
+        preds = Preds(cols, blocks)
         lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs, preds)
         with fork_later(_critical_path, (cols, preds, kernel), None, fork=jobs > 1) as walk:
             waits = waits_table(cols, chunk_rows, sweep_jobs)

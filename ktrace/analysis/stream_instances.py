@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ..forked import fork_imap, fork_map, shared_array
+from ..forked import fork_imap, fork_map
 from .growing import narrowest, narrowest_type
 from .tables import waits_columns
 from .instance_math import (chunk_order, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
@@ -247,8 +247,12 @@ def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=Non
     ``Preds`` the same chunks fill in as they go (they read the same rows)."""
     if not cols.n:
         return PhaseLanes.empty()
-    out = fork_map(_lanes_chunk, (cols, inst, preds), _lane_cuts(cols, chunk_rows), jobs)
-    t = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+    cuts = _lane_cuts(cols, chunk_rows)
+    out = fork_map(_lanes_chunk, (cols, inst, preds), cuts, jobs)
+    if preds is not None:
+        for (a, b), (_, code) in zip(cuts, out):
+            preds.code[a:b] = code
+    t = {k: np.concatenate([o[0][k] for o in out]) for k in out[0][0]}
     order = np.lexsort((t["lane"], t["phase_index"]))
     t = {k: v[order] for k, v in t.items()}
     code_of_index = np.argsort(cols.phase_index)
@@ -256,11 +260,9 @@ def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=Non
     return PhaseLanes.from_columns(t)
 
 
-def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
+def _lanes_chunk(state, chunk: tuple[int, int]) -> tuple[dict, np.ndarray | None]:
     cols, inst, preds = state
     a, b = chunk
-    if preds is not None:
-        preds.fill(cols, inst, a, b)
     nph = len(cols.names)
     lane = cols.lane[a:b].astype(np.int64)
     pi = cols.phase_index[cols.code[a:b]]
@@ -276,7 +278,8 @@ def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
         "lane": lo, "sm": np.maximum.reduceat(cols.sm[a:b][order].astype(np.int64), starts), "instances": n,
         "min_dur_ns": np.minimum.reduceat(dur, starts), "mean_dur_ns": fdiv(sums, n),
         "max_dur_ns": np.maximum.reduceat(dur, starts), "sum_dur_ns": sums,
-        "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts)}
+        "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts),
+    }, (preds.codes(cols, inst, a, b) if preds is not None else None)
 
 
 def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
@@ -343,14 +346,14 @@ class Preds:
     """Each slice's predecessor on the critical path (docs/analysis-structure.md), as the walk would find it:
     a top-level slice that began at or after its lane's previous top-level slice's instance ended waited for
     that instance's last finisher (kind 0, wait), else for the lane's previous slice (1, lane_gap); a
-    later-wave block's first top-level slice waited for the block that freed its SM slot (2, block_switch);
-    -1 none. Filled a range of rows at a time (``fill``, beside the lanes' table, in shared memory when the
-    ranges are filled by workers) so that the walk reads one value a step: it looked each step up in the
-    columns, a cache miss each at 1e8 records (4.9 s; 0.23 s at 1e7)."""
+    later-wave block's first top-level slice waited for the block that freed its SM slot (2, block_switch).
+    ``code``: row * 4 + kind, -1 none. Found a range of rows at a time (``codes``, beside the lanes' table, in
+    its workers) so that the walk reads one value a step: it looked each step up in the columns, a cache
+    miss each at 1e8 records (4.9 s; 0.23 s at 1e7). The ranges come back by pipe into memory of this process:
+    shared memory (4 KiB pages, each faulted in by the writer and again by the walk) cost more."""
 
-    def __init__(self, cols, blocks, shared: bool) -> None:
-        self.row = shared_array(cols.n, narrowest_type(-1, max(cols.n - 1, 0)), shared)
-        self.kind = shared_array(cols.n, np.int8, shared)
+    def __init__(self, cols, blocks) -> None:
+        self.code = np.empty(cols.n, narrowest_type(-1, 4 * max(cols.n, 1)))
         # Per block row: where a later-wave block's first top-level slice waited (-1: it did not).
         self.switch = np.full(len(blocks), -1, np.int64)
         before = st.blocks_before(blocks)
@@ -359,21 +362,20 @@ class Preds:
         self.switch[later] = [ends[b] for b in before[later].tolist()]
         self.block = blocks.block
 
-    def fill(self, cols, inst, a: int, b: int) -> None:
-        """Rows [a, b) (whole lanes)."""
+    def codes(self, cols, inst, a: int, b: int) -> np.ndarray:
+        """``code`` of rows [a, b) (whole lanes)."""
         prev = cols.prev[a:b].astype(np.int64)
         has = prev >= 0
         p = np.where(has, prev, 0)
         i = instance_of(cols, inst, p)
         wait = has & (cols.begin[a:b] >= inst.inst_end[i])
-        row = np.where(wait, inst.last_row[i], np.where(has, prev, -1))
-        kind = np.where(wait, 0, np.where(has, 1, -1)).astype(np.int8)
+        code = np.where(wait, inst.last_row[i] * 4, np.where(has, prev * 4 + 1, -1))
         first = np.flatnonzero(~has & (cols.depth[a:b] == 0))
         if len(first) and (self.switch >= 0).any():
             sw = self.switch[np.searchsorted(self.block, cols.lane[a:b][first].astype(np.int64) // cols.num_groups)]
             on = sw >= 0
-            row[first[on]], kind[first[on]] = sw[on], 2
-        self.row[a:b], self.kind[a:b] = row, kind
+            code[first[on]] = sw[on] * 4 + 2
+        return code.astype(self.code.dtype)
 
 
 def _block_end_slice(cols, blocks, b: int) -> int:
@@ -400,10 +402,11 @@ def critical_path(cols, preds: Preds, kernel_begin, kernel_end) -> CriticalPath:
             latest, cur = e[j], a + j
     if cur < 0:
         return CriticalPath.empty()
-    row_item, kind_item = preds.row.item, preds.kind.item
+    code_item = preds.code.item
 
     def pred_of(c: int):
-        return row_item(c), kind_item(c)
+        v = code_item(c)
+        return (v >> 2, v & 3) if v >= 0 else (-1, -1)
 
     parts = st.walk(cur, pred_of, cols.begin.item, cols.end.item, kernel_begin, kernel_end)
     return st.path_table(parts, cols.names, cols.phase_index,

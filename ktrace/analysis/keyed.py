@@ -1,0 +1,51 @@
+"""Arrays grouped or searched by sorted keys, for the wait evidence (evidence.py): runs of equal keys, each
+key's spread and maximum, and lookups of many queries in sorted keys."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["groups", "spread_by", "max_by", "positions", "lookup"]
+
+
+def groups(keys: np.ndarray):
+    """Sort order and run starts of equal keys (keys of 16 bits or fewer sorted as such: a radix sort)."""
+    small = len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16
+    order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
+    sk = keys[order]
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
+    return order, starts
+
+
+def spread_by(key: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key: max(x) - min(x), and how many entries."""
+    order, starts = groups(key)
+    xs = x[order]
+    hi = np.maximum.reduceat(xs, starts) if len(xs) else xs
+    lo = np.minimum.reduceat(xs, starts) if len(xs) else xs
+    n = np.diff(np.r_[starts, len(xs)])
+    return hi - lo, n
+
+
+def max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
+    """Distinct keys (sorted), the max of x per key, and ``who`` at that max (ties: the lowest)."""
+    order = np.lexsort((who, -x, key))
+    sk = key[order]
+    first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
+    o = order[first]
+    return key[o], x[o], who[o]
+
+
+def positions(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """np.searchsorted(keys, query) for sorted keys; where the keys span fewer values than there are queries,
+    every value's position is found once and read per query."""
+    span = int(keys[-1]) + 1 if len(keys) else 0
+    if len(keys) and keys[0] >= 0 and span <= len(query) and int(query.min()) >= 0 and int(query.max()) < span:
+        return np.searchsorted(keys, np.arange(span))[query]
+    return np.searchsorted(keys, query)
+
+
+def lookup(keys: np.ndarray, query: np.ndarray, *values: np.ndarray) -> tuple:
+    """Each of ``values`` at the position of each query in the sorted keys (searched once for all)."""
+    i = np.minimum(positions(keys, query), len(keys) - 1)
+    return tuple(v[i] for v in values)
