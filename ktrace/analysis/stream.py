@@ -3,13 +3,13 @@ decoded parts (ranges of whole blocks) one at a time, in bounded memory; a whole
 (``numpy_figures``).
 
 Each part is reduced as it comes: what lives within a lane or a block (depth, each lane's previous top-level
-slice, lane totals, block extents, the per-lane counts of each phase) is final once its part is read, and
-only a few narrow columns per slice are kept (lane, k, phase, SM, depth, begin, end, previous slice). The
-figures that span lanes (phase instances, the lanes' phase table, waits) are then computed over chunks of
-those columns whose temporaries stay bounded by the chunk, and the critical path walks back one step at a
-time without a predecessor array. Definitions, tie rules and arithmetic are the SQL package's
-(docs/analysis-schema.md); tests hold the two equal on every capture, and the engine's figures the same
-whether a buffer comes as one part or many, in one chunk or many.
+slice, lane totals, block extents, the per-lane counts of each phase) is final once its part is read, and only
+a few narrow columns per slice are kept (lane, k, phase, SM, depth, begin, end, previous slice). The figures
+that span lanes (phase instances, the lanes' phase table, waits) are then computed over chunks of those
+columns whose temporaries stay bounded by the chunk, and the critical path walks back one step at a time
+through each slice's predecessor (one narrow code a slice, found beside the lanes' table). Definitions, tie
+rules and arithmetic are the SQL package's (docs/analysis-schema.md); tests hold the two equal on every
+capture, and the engine's figures the same whether a buffer comes as one part or many, in one chunk or many.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .stream_instances import Preds, _lane_cuts, critical_path, instance_sweeps,
 __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 
 # Slices per chunk of the cross-lane sweeps. Their temporaries are ~250 bytes per slice: at 2^16 they stay in the
-# caches. At 1e7 records in one process, 2^20 took the phase instances 2.3 s and 2^16 0.85 s, the same figures.
+# caches. At 1e7 records in one process the phase instances took 1.55-1.68 s with 2^20, 1.12-1.25 s with 2^16.
 CHUNK_ROWS = 1 << 16
 EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of this many chunks' slices (2^20): each range sends
 # back arrays as long as the instances, which ranges of one chunk would send 16 times over

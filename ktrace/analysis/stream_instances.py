@@ -1,6 +1,7 @@
 """The cross-lane figures of ``stream_figures`` over chunks of the kept columns: phase instances (two
 sweeps over the slices grouped by instance), the lanes' phase table and the waits (sweeps over whole lanes),
-and the critical path (a backward walk that finds each step's predecessor when it gets there).
+and the critical path (a backward walk through each slice's predecessor, ``Preds``, which the lanes'
+chunks find).
 
 Every chunk runs the same vectorized definitions (instance_math.py, tables.py, structure.py) on its
 rows; what a chunk cannot know alone (an instance's latest end, a phase's most
@@ -244,7 +245,7 @@ def _later_of_block(blocks) -> np.ndarray:
 
 def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=None) -> PhaseLanes:
     """ktrace_phase_lane, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers); preds:
-    ``Preds`` the same chunks fill in as they go (they read the same rows)."""
+    ``Preds`` whose codes the same chunks find (they read the same rows), written here."""
     if not cols.n:
         return PhaseLanes.empty()
     cuts = _lane_cuts(cols, chunk_rows)

@@ -298,8 +298,9 @@ _PARTS = ("slice", "wait", "lane_gap", "block_switch", "lead_in")  # a part's ki
 
 def walk(cur: int, pred_of, begin_of, end_of, kernel_begin, kernel_end) -> np.ndarray:
     """The backward walk from the slice ``cur`` that ends the kernel: pred_of(row) -> (row it waited for or
-    -1, gap kind code: 0 wait, 1 lane_gap, 2 block_switch); begin_of(row), end_of(row): a slice's times. Returns the parts in time order, one row each of
-    (kind code in _PARTS, slice row or -1, next row or -1, begin, end)."""
+    -1, gap kind code: 0 wait, 1 lane_gap, 2 block_switch); begin_of(row), end_of(row): a slice's times.
+    Returns the parts in time order, one row each of (kind code in _PARTS, slice row or -1, next row or -1,
+    begin, end)."""
     t = int(kernel_end)
     parts = []
     while True:
