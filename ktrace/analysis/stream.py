@@ -15,7 +15,7 @@ capture, and the engine's figures the same whether a buffer comes as one part or
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -279,6 +279,13 @@ def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
     return max(-(-n // (jobs * rounds)), 1)
 
 
+def _done(value) -> Future:
+    """A Future that already holds ``value`` (what runs in this process without workers)."""
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
 def _critical_path(state, _):
     cols, preds, kernel = state
     return critical_path(cols, preds, kernel.begin_ns, kernel.end_ns)
@@ -340,8 +347,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, EVIDENCE_CHUNKS * chunk_rows, sweep_jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
-        tests = beside.submit(finish_evidence, read) if jobs > 1 else None
-        evidence = finish_evidence(read) if tests is None else None
+        tests = beside.submit(finish_evidence, read) if jobs > 1 else _done(finish_evidence(read))
         del read
         stage(progress, "lanes and waits")
         preds = Preds(cols, blocks)
@@ -349,7 +355,6 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
         with fork_later(_critical_path, (cols, preds, kernel), None, fork=jobs > 1) as walk:
             waits = waits_table(cols, chunk_rows, sweep_jobs)
             stage(progress, "critical path")
-            cp = walk.result()
-            evidence = tests.result() if tests is not None else evidence
+            evidence, cp = tests.result(), walk.result()
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
                       evidence)

@@ -24,6 +24,7 @@ __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path", "Pr
 
 # numpy scalars, not Python ints: np.where(mask, narrow, _BIG) must widen to int64, not wrap.
 _SMALL, _BIG = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int64).max)
+_PIECE = 1 << 16  # rows a whole-column scan reads at a time (its temporaries stay small)
 
 
 def _cuts(starts: np.ndarray, n: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -43,7 +44,7 @@ class Instances:
     ``top_count``, ``distinct``), and what later figures need: per slice, whether it is its instance's last
     finisher (``is_last``); per instance in (k, phase code) order, its key k * phases + code (``keys``, which
     ``instance_of`` searches, or reads in ``index_of``), latest end (``inst_end``) and last finisher's row
-    (``last_row``)."""
+    (``last_row``); per block id, its row in the blocks table (``block_row``)."""
 
 
 def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
@@ -108,6 +109,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     got = fork_map(_sweep_ends, (cols, ncode, by_chunk), items, jobs)
     inst.keys, inst.inst_end = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
     inst.index_of = _dense_index(inst.keys)
+    inst.block_row = _block_rows(blocks)
     inst.lane_span = int(cols.lane.max()) + 1
     counts = [len(g[0]) for g in got]
     tied = np.concatenate([g[2] for g in got])
@@ -220,7 +222,7 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
     li_max = red(np.maximum, np.where(has_prev, lead_in, _SMALL)).astype(np.float64)
     li_min[prev_lanes == 0] = np.nan
     li_max[prev_lanes == 0] = np.nan
-    later = _later_of_block(blocks)[block]
+    later = blocks.later_wave[inst.block_row[block]]
     dur_sorted = sorted_within(dur, None, li, starts)
     begin_sorted = sorted_within(begin_g, None, li, starts)
     max_dur, sum_dur = red(np.maximum, dur), red(np.add, dur)
@@ -236,11 +238,11 @@ def _instance_chunk(cols, blocks, inst, rows: np.ndarray, starts: np.ndarray, i0
         later_wave_lanes=red(np.add, later.astype(np.int64))), first
 
 
-def _later_of_block(blocks) -> np.ndarray:
-    """Whether each block id (an index) is of a later wave: read directly, not searched for each row."""
-    later = np.zeros(int(blocks.block.max()) + 1 if len(blocks.block) else 1, bool)
-    later[blocks.block[blocks.later_wave == 1]] = True
-    return later
+def _block_rows(blocks) -> np.ndarray:
+    """Each block id's row in the blocks table (-1 none): read directly, not searched for each slice."""
+    rows = np.full(int(blocks.block.max()) + 1 if len(blocks.block) else 1, -1, np.int64)
+    rows[blocks.block] = np.arange(len(blocks.block))
+    return rows
 
 
 def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=None) -> PhaseLanes:
@@ -361,7 +363,7 @@ class Preds:
         later = np.flatnonzero((blocks.later_wave == 1) & (before >= 0))
         ends = {b: _block_end_slice(cols, blocks, b) for b in np.unique(before[later]).tolist()}
         self.switch[later] = [ends[b] for b in before[later].tolist()]
-        self.block = blocks.block
+        self.block_row = _block_rows(blocks)
 
     def codes(self, cols, inst, a: int, b: int) -> np.ndarray:
         """``code`` of rows [a, b) (whole lanes)."""
@@ -373,7 +375,7 @@ class Preds:
         code = np.where(wait, inst.last_row[i] * 4, np.where(has, prev * 4 + 1, -1))
         first = np.flatnonzero(~has & (cols.depth[a:b] == 0))
         if len(first) and (self.switch >= 0).any():
-            sw = self.switch[np.searchsorted(self.block, cols.lane[a:b][first].astype(np.int64) // cols.num_groups)]
+            sw = self.switch[self.block_row[cols.lane[a:b][first].astype(np.int64) // cols.num_groups]]
             on = sw >= 0
             code[first[on]] = sw[on] * 4 + 2
         return code.astype(self.code.dtype)
@@ -396,8 +398,8 @@ def critical_path(cols, preds: Preds, kernel_begin, kernel_end) -> CriticalPath:
     # The first row (lowest lane, then record order) of the latest top-level end, a piece at a time (a whole
     # column's temporary is fresh pages in a forked worker: 0.9 s of 1.0 at 1e7 records on a slow machine).
     latest, cur = _SMALL, -1
-    for a in range(0, cols.n, 1 << 16):
-        e = np.where(cols.depth[a:a + (1 << 16)] == 0, cols.end[a:a + (1 << 16)], _SMALL)
+    for a in range(0, cols.n, _PIECE):
+        e = np.where(cols.depth[a:a + _PIECE] == 0, cols.end[a:a + _PIECE], _SMALL)
         j = int(np.argmax(e))
         if e[j] > latest:
             latest, cur = e[j], a + j

@@ -74,7 +74,7 @@ class QueryResult:
         """The values of column j's cells of ``cell_type`` (selected by ``mask``), in row order."""
         source = {_VARINT: self._varints, _FLOAT64: self._floats, _STRING: self._strings,
                   _BLOB: self._blobs}[cell_type]
-        if ("only", cell_type) not in self._cache:  # every cell of the result is of this type (integers only)
+        if ("only", cell_type) not in self._cache:  # every cell of the result is of this one type
             self._cache[("only", cell_type)] = len(source) == len(self._cells) and bool(
                 (self._cells == cell_type).all())
         if self._cache[("only", cell_type)]:  # a cell's value is the one at its own position: no ranks
