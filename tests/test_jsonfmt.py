@@ -85,3 +85,22 @@ def test_what_a_terminal_would_act_on_is_escaped_and_nothing_else(text, written)
         out = jsonfmt.dumps(obj, ensure_ascii=False)
         assert json.loads(out) == obj and written in out
         assert text == written or text not in out
+
+
+def test_a_tables_rows_written_in_pieces_by_workers_escape_what_a_terminal_would_act_on(monkeypatch):
+    from ktrace.analysis import table
+    from ktrace.analysis.table import INT, TEXT, Table, kinds, json_rows_of
+
+    @table.table
+    class T(Table):
+        KINDS = kinds(n=INT, s=TEXT)
+
+    names = ["csi\x9b31m", "bidi\u202egnp", "del\x7f", "nl\n\"q\"", None, "ls\u2028", "é ok"] * 5
+    t = T.from_columns({"n": list(range(len(names))), "s": names})
+    dumps = lambda obj: jsonfmt.dumps(obj, ensure_ascii=False, allow_nan=False)  # noqa: E731
+    want = dumps({"t": t.rows()})
+    monkeypatch.setattr(table, "PARALLEL_ROWS", 4)  # the table is cut into pieces written by workers
+    for jobs in (1, 2, 3):
+        got = dumps({"t": json_rows_of([t, t], jobs)[0]})
+        assert got == want and json.loads(got)["t"] == t.rows()
+        assert not any(c in got for c in "\x9b\u202e\x7f\u2028")
