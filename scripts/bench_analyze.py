@@ -148,6 +148,7 @@ def main(argv=None) -> int:
     os.makedirs(a.workdir, exist_ok=True)
     ktrace = os.path.join(os.path.dirname(sys.executable), "ktrace")
     ktrace_cmd = [ktrace] if os.access(ktrace, os.X_OK) else [sys.executable, "-m", "ktrace"]
+    bc.warn_if_other_checkout(ktrace_cmd)
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     # Bytecode compiled first, as `pip install .` does: an editable install under PYTHONDONTWRITEBYTECODE would
     # otherwise compile every module in every measured process (~0.3 s each).

@@ -290,6 +290,21 @@ def find_ktrace(a) -> list[str] | None:
     return None
 
 
+def warn_if_other_checkout(cmd: list[str]) -> None:
+    """Says so on stderr when the ktrace that ``cmd`` runs is not this checkout's (an editable install made from
+    another clone, whose `.ci/run` re-points it): its figures would be that clone's."""
+    module = cmd[1:2] == ["-m"]  # `python -m ktrace`, run from the repo root (measure's cwd): that ktrace
+    py = cmd[0] if module else os.path.join(os.path.dirname(cmd[0]), "python")
+    if not os.access(py, os.X_OK):
+        return
+    probe = subprocess.run([py, "-c", "import ktrace, os; print(os.path.realpath(ktrace.__file__))"],
+                           cwd=REPO if module else "/", capture_output=True, text=True, timeout=120)
+    where = probe.stdout.strip()
+    if probe.returncode == 0 and not where.startswith(os.path.realpath(REPO) + os.sep):
+        print(f"warning: {' '.join(cmd)} runs the ktrace at {os.path.dirname(where)}, not this checkout's "
+              f"({REPO}): `pip install -e .` here to measure it", file=sys.stderr)
+
+
 _KTRACE_CORE = """
 import json, sys, time
 from ktrace.api import convert
@@ -543,6 +558,7 @@ def main(argv=None) -> int:
               " timing the peer and the floor only")
     baseline = None
     if ktrace_cmd is not None:
+        warn_if_other_checkout(ktrace_cmd)
         # What every ktrace run pays before any work: interpreter, imports, argument parsing.
         tries = [measure(ktrace_cmd + ["--help"], timeout=a.timeout) for _ in range(3)]
         r = min(tries, key=lambda r: r["wall_s"] or 1e9)
