@@ -261,3 +261,20 @@ def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, ch
     got = chunk_order(lut, k, [int(cum[e]) for e in edges[:-1]] + [rows], piece)
     assert got.tolist() == np.argsort(lut[k], kind="stable").tolist()
     assert got.dtype.itemsize <= 4
+
+
+@pytest.mark.parametrize("name", ["nested_ktrace", "pipeline_flashinfer", "cluster_ktrace"])
+def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeypatch):
+    # The sampled evidence reads each range in pieces of top-level slices, each piece one slice longer for
+    # the gap after its end: pieces of 5 slices (nested slices leave gaps in the rows) give what one piece
+    # per range gives.
+    from ktrace.analysis import evidence_stream
+
+    monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
+    dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
+    whole = decoder_figures(dec, chunk_rows=50)
+    monkeypatch.setattr(evidence_stream, "PIECE_ROWS", 5)
+    pieces = decoder_figures(dec, chunk_rows=50)
+    assert whole.kernel.slices > 100 and (whole.wait_causes.tested_gaps < whole.wait_causes.count).any()
+    assert pieces.wait_causes.rows() == whole.wait_causes.rows()
+    assert pieces.lead_ins.rows() == whole.lead_ins.rows()

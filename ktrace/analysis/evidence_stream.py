@@ -20,15 +20,27 @@ from .evidence import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 __all__ = ["stream_evidence", "read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
+PIECE_ROWS = 1 << 16  # top-level slices a range is read in at a time (stream.CHUNK_ROWS)
 _SUBSET = 8  # blocks sampled together: the largest portable cluster; larger clusters are not tested on a sample
 
 
 def _top(cols, a: int, b: int) -> TopSlices:
     """TopSlices of rows [a, b) of the stream's columns (top-level only)."""
-    rows = np.arange(a, b)[cols.depth[a:b] == 0]
+    return _top_rows(cols, np.arange(a, b)[cols.depth[a:b] == 0])
+
+
+def _top_rows(cols, rows: np.ndarray) -> TopSlices:
+    """TopSlices of the given rows (ascending) of the stream's columns."""
+    rows = _contiguous(rows)
     return TopSlices(cols.lane[rows].astype(np.int64), cols.block_of(rows), cols.group_of(rows),
                      cols.phase_index[cols.code[rows]], cols.k[rows].astype(np.int64),
                      cols.begin[rows].astype(np.int64), cols.end[rows].astype(np.int64))
+
+
+def _contiguous(rows: np.ndarray):
+    """Ascending, distinct rows as a slice where they are a run (the usual case: every slice top-level), which
+    reads the columns without a gather."""
+    return slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else rows
 
 
 def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1
@@ -105,33 +117,49 @@ class _Plan:
     def __init__(self, cols, kmax, nph, ng, stride, forced, row_of, last_lane) -> None:
         self.cols, self.kmax, self.nph, self.ng, self.stride, self.forced = cols, kmax, nph, ng, stride, forced
         self.row_of, self.last_lane = row_of, last_lane
+        blocks = np.arange(int(cols.lane.max()) // cols.num_groups + 1 if cols.n else 0)
+        self.sampled = ((blocks // _SUBSET) % stride == 0) | np.isin(blocks // 2, forced)  # per block id
 
 
 def _pass1(plan: _Plan, cut: tuple[int, int]):
     """One range's instance ends (distinct keys, latest end of each, the lowest block among its slices that
     end then), its sample, its boundary gaps' count, sum and longest per (phase, next phase, group), and the
-    gaps before instances' last finishers (rows of the instance table, gaps)."""
+    gaps before instances' last finishers (rows of the instance table, gaps). Read in pieces of PIECE_ROWS
+    top-level slices, whose temporaries stay in the caches (the whole range's took twice as long): each
+    piece reads one slice more, for the gap after its last one."""
     a, b = cut
-    t = _top(plan.cols, a, b)
-    key = t.phase_index * plan.kmax + t.k
-    ends = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).min)
-    np.maximum.at(ends, key, t.end)
-    at_max = t.end == ends[key]
-    lowest = np.full(plan.nph * plan.kmax, np.iinfo(np.int64).max)
-    np.minimum.at(lowest, key[at_max], t.block[at_max])
-    keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
-    ends, lowest = ends[keys], lowest[keys]
-    keep = ((t.block // _SUBSET) % plan.stride == 0) | np.isin(t.block // 2, plan.forced)
-    sample = TopSlices(*(getattr(t, f)[keep] for f in TopSlices.__dataclass_fields__))
-    nph, ng = plan.nph, plan.ng
-    same = np.flatnonzero(t.lane[1:] == t.lane[:-1])
-    gap = t.begin[same + 1] - t.end[same]
-    bk = (t.phase_index[same] * nph + t.phase_index[same + 1]) * ng + t.group[same]
+    cols, kmax, nph, ng = plan.cols, plan.kmax, plan.nph, plan.ng
+    rows = a + np.flatnonzero(cols.depth[a:b] == 0)
+    pieces = range(0, len(rows), PIECE_ROWS)
+    ends = np.full(nph * kmax, np.iinfo(np.int64).min)
+    for s in pieces:  # the latest end of each instance in the range, before the slices that end then
+        r = _contiguous(rows[s:s + PIECE_ROWS])
+        np.maximum.at(ends, cols.phase_index[cols.code[r]] * kmax + cols.k[r], cols.end[r].astype(np.int64))
+    lowest = np.full(nph * kmax, np.iinfo(np.int64).max)
     size = nph * nph * ng
-    n = np.bincount(bk, minlength=size)
-    sums = np.bincount(bk, weights=gap, minlength=size).astype(np.int64)
-    most = np.zeros(size, np.int64)
-    np.maximum.at(most, bk, gap)
-    r = plan.row_of[key[same + 1]]
-    mine = (r >= 0) & (t.lane[same + 1] == plan.last_lane[np.maximum(r, 0)])
-    return keys, ends, lowest, sample, n, sums, most, r[mine], gap[mine]
+    n, sums, most = np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64)
+    samples, last_rows, last_gaps = [], [], []
+    for s in pieces:
+        t = _top_rows(cols, rows[s:s + PIECE_ROWS + 1])
+        own = min(PIECE_ROWS, len(rows) - s)  # the slices of this piece (the one after it only closes a gap)
+        key = t.phase_index * kmax + t.k
+        at_max = np.flatnonzero(t.end[:own] == ends[key[:own]])
+        np.minimum.at(lowest, key[at_max], t.block[at_max])
+        keep = plan.sampled[t.block[:own]]
+        samples.append(TopSlices(*(getattr(t, f)[:own][keep] for f in TopSlices.__dataclass_fields__)))
+        same = t.lane[1:] == t.lane[:-1]
+        gap = (t.begin[1:] - t.end[:-1])[same]
+        bk = ((t.phase_index[:-1] * nph + t.phase_index[1:]) * ng + t.group[:-1])[same]
+        n += np.bincount(bk, minlength=size)
+        sums += np.bincount(bk, weights=gap, minlength=size).astype(np.int64)
+        np.maximum.at(most, bk, gap)
+        nxt = np.flatnonzero(same) + 1
+        r = plan.row_of[key[nxt]]
+        mine = (r >= 0) & (t.lane[nxt] == plan.last_lane[np.maximum(r, 0)])
+        last_rows.append(r[mine])
+        last_gaps.append(gap[mine])
+    keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
+    sample = TopSlices(*(np.concatenate([getattr(x, f) for x in samples]) if samples else
+                         np.zeros(0, np.int64) for f in TopSlices.__dataclass_fields__))
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+    return keys, ends[keys], lowest[keys], sample, n, sums, most, cat(last_rows), cat(last_gaps)
