@@ -188,3 +188,61 @@ def test_unique_columns_counted_directly_or_sorted_equal_numpys_unique_over_rows
     rows, summed = st.unique_columns(*cols, return_counts=True, weights=weights)
     assert np.array_equal(rows, want)
     assert summed.tolist() == [int(weights[(cols[0] == a) & (cols[1] == b)].sum()) for a, b in want.T.tolist()]
+
+
+def _k_by_counting(lane, event):
+    """Each pair's instance number within its (lane, event), by counting in Python (the definition)."""
+    seen, out = {}, []
+    for key in zip(lane.tolist(), event.tolist()):
+        out.append(seen.get(key, 0))
+        seen[key] = out[-1] + 1
+    return np.array(out, np.int64)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_instance_numbers_of_record_pairs_periodic_or_not_are_the_counted_ones(seed):
+    from ktrace.decoding.pairing import _periodic_k, alternating_k
+
+    rng = np.random.default_rng(seed)
+    lanes = []
+    for ln in range(int(rng.integers(1, 6))):
+        period = rng.permutation(int(rng.integers(1, 5)))  # the lane's events, each once per period
+        ev = np.tile(period, int(rng.integers(1, 8)))[:int(rng.integers(1, 30))]
+        if seed % 3 == 1 and len(ev) > 2:  # break the period: an event twice in a row, or one swapped
+            ev[int(rng.integers(1, len(ev)))] = ev[0]
+        lanes.append((np.full(len(ev), ln * 2 + int(rng.integers(0, 2))), ev))
+    lane = np.concatenate([a for a, _ in lanes]).astype(np.int64)
+    event = np.concatenate([b for _, b in lanes]).astype(np.int64)
+    assert np.array_equal(alternating_k(lane, event), _k_by_counting(lane, event))
+    k = _periodic_k(lane, event, len(np.unique(event)))
+    assert k is None or np.array_equal(k, _k_by_counting(lane, event))
+
+
+def test_instance_numbers_of_a_regular_buffer_come_from_the_pairs_place():
+    from ktrace.decoding.pairing import _periodic_k
+
+    lane = np.repeat([0, 1, 3], [7, 9, 3])
+    event = np.concatenate([np.tile([2, 0, 1], 3)[:7], np.tile([1, 2, 0], 3), [0, 1, 2]])
+    assert np.array_equal(_periodic_k(lane, event, 3), _k_by_counting(lane, event))
+    assert _periodic_k(lane, np.where(np.arange(19) == 4, 2, event), 3) is None  # an event twice in a period
+
+
+@pytest.mark.parametrize("name", ["imbalance_ktrace", "warpgroups_flashinfer", "waves_ktrace", "nested_ktrace"])
+def test_record_pairs_read_with_a_stride_are_the_slices_pairing_finds(name, monkeypatch):
+    # A part whose records are all BEGIN, END, BEGIN, END... is read as record pairs; the general pairing
+    # (sorted per event, unpaired records, partial overlaps) gives the same slices.
+    import os
+    from ktrace.decoding import part
+    from ktrace.decoding.decoder import BufferDecoder
+    from ktrace.decoding.part import _record_pairs
+
+    path = os.path.join(os.path.dirname(__file__), "..", "samples", f"{name}.bin")
+    taken = []
+    monkeypatch.setattr(part, "_record_pairs", lambda *a: taken.append(1) or _record_pairs(*a))
+    fast = BufferDecoder(path).part(0, BufferDecoder(path).lanes).slices
+    assert taken == ([] if name.startswith("nested") else [1])  # nested slices are not record pairs
+    monkeypatch.setattr(part, "alternating", lambda *a: False)
+    general = BufferDecoder(path).part(0, BufferDecoder(path).lanes).slices
+    for f in fast.__dataclass_fields__:
+        assert np.array_equal(getattr(fast, f), getattr(general, f)), f
+        assert getattr(fast, f).dtype == getattr(general, f).dtype, f

@@ -93,11 +93,13 @@ class LaneReader:
     def records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
         cap = self.capacity_per_lane
-        flat = self._lanes(lo, hi).reshape(-1)
+        lanes = self._lanes(lo, hi)
+        flat = lanes.reshape(-1)
         at = np.flatnonzero(flat)  # one pass over the lane-major slots
         raw = flat[at]
-        li = at // cap
-        return li + lo, at - li * cap, raw
+        per_lane = np.count_nonzero(lanes, axis=1) if len(at) else np.zeros(hi - lo, np.int64)
+        first = np.arange(lo, hi, dtype=np.int64)
+        return np.repeat(first, per_lane), at - np.repeat((first - lo) * cap, per_lane), raw
 
     def _lanes(self, lo: int, hi: int) -> np.ndarray:
         """The slots of lanes [lo, hi), lane-major and contiguous. From a row-major record area, a band of

@@ -71,6 +71,8 @@ def min_step(lane: np.ndarray, t: np.ndarray) -> int | None:
     """The smallest positive step (ns) between consecutive records of one lane; None without one."""
     if len(t) < 2:
         return None
-    d = np.diff(t)[lane[1:] == lane[:-1]]
-    d = d[d > 0]
-    return int(d.min()) if len(d) else None
+    d = np.diff(t)
+    top = np.iinfo(d.dtype).max
+    d[(d <= 0) | (lane[1:] != lane[:-1])] = top  # steps across lanes, and none, do not count
+    m = int(d.min())
+    return None if m == top else m

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pair_records", "instance_index", "partial_overlaps"]
+__all__ = ["pair_records", "instance_index", "partial_overlaps", "alternating", "alternating_k"]
 
 
 def instance_index(keys_sorted_change: np.ndarray) -> np.ndarray:
@@ -32,19 +32,12 @@ def pair_records(lane: np.ndarray, event: np.ndarray, seq: np.ndarray, rtype: np
     if len(lane) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, z, z
-    present = np.flatnonzero(np.bincount(event)) if event.min() >= 0 else np.unique(event)
-    if len(present) <= 16 and _alternating(lane, event, rtype):
+    present = _present(event)
+    if len(present) <= 16 and alternating(lane, event, rtype):
         # Every END right after its BEGIN (the usual buffer): the pairs are the record pairs, in order.
         bi = np.arange(0, len(lane), 2)
-        k = np.empty(len(bi), np.int64)
-        pl, pe = lane[::2], event[::2]
-        for e in present.tolist():
-            at = np.flatnonzero(pe == e)
-            change = np.ones(len(at), dtype=bool)
-            np.not_equal(pl[at[1:]], pl[at[:-1]], out=change[1:])
-            k[at] = instance_index(change)
         z = np.zeros(0, np.int64)
-        return bi, bi + 1, k, z, z
+        return bi, bi + 1, alternating_k(lane[::2], event[::2], present), z, z
     if len(present) > 16:
         # Many events: one sort by (lane, event, seq) instead of a pass per event.
         return _pair_sorted(np.lexsort((seq, event, lane)), lane, event, rtype)
@@ -53,12 +46,52 @@ def pair_records(lane: np.ndarray, event: np.ndarray, seq: np.ndarray, rtype: np
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(5))
 
 
-def _alternating(lane, event, rtype) -> bool:
+def _present(event: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.bincount(event)) if event.min() >= 0 else np.unique(event)
+
+
+def alternating(lane, event, rtype) -> bool:
     """Records BEGIN, END, BEGIN, END...: each END right after its BEGIN, on the same lane and event."""
     if len(lane) % 2:
         return False
     return bool((rtype[::2] == 0).all() and (rtype[1::2] == 1).all() and (lane[::2] == lane[1::2]).all()
                 and (event[::2] == event[1::2]).all())
+
+
+def alternating_k(pl: np.ndarray, pe: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+    """The instance number of each pair of an ``alternating`` buffer (pl, pe: each pair's lane and event, in
+    order) within its (lane, event)."""
+    present = _present(pe) if present is None else present
+    k = _periodic_k(pl, pe, len(present))
+    if k is not None:
+        return k
+    k = np.empty(len(pl), np.int64)
+    for e in present.tolist():
+        at = np.flatnonzero(pe == e)
+        change = np.ones(len(at), dtype=bool)
+        np.not_equal(pl[at[1:]], pl[at[:-1]], out=change[1:])
+        k[at] = instance_index(change)
+    return k
+
+
+def _periodic_k(pl: np.ndarray, pe: np.ndarray, p: int) -> np.ndarray | None:
+    """k where every lane's events repeat with period p, each of the first p of a lane distinct (load,
+    compute, store, load, ...): the k-th of an event on its lane is then its pair's place on the lane // p.
+    None when they do not."""
+    n = len(pl)
+    if n == 0 or p == 0:
+        return None
+    starts = np.r_[0, np.flatnonzero(pl[1:] != pl[:-1]) + 1]
+    counts = np.diff(np.r_[starts, n])
+    place = np.arange(n) - np.repeat(starts, counts)
+    if n > p and not ((pe[p:] == pe[:-p]) | (place[p:] < p)).all():
+        return None
+    head = place < p  # each lane's first p pairs: distinct events
+    runs = np.repeat(np.arange(len(starts)), counts)[head]
+    lo = int(pe.min())
+    if np.bincount(runs * (int(pe.max()) - lo + 1) + (pe[head] - lo)).max() > 1:
+        return None
+    return place // p
 
 
 def _pair_sorted(order: np.ndarray, lane, event, rtype):

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Slices
 from .layouts import FINALIZE, record_tag, record_ts_lo, record_type
 from .notes import aliasing, lane_notes, min_step, overflow_notes
-from .pairing import instance_index, pair_records, partial_overlaps
+from .pairing import alternating, alternating_k, instance_index, pair_records, partial_overlaps
 from .unwrap import backwards_mask, segment_starts, signed32, unwrap_lanes
 
 __all__ = ["decode_part", "FINALIZE_EVENT"]
@@ -70,7 +70,7 @@ def decode_part(dec, lo: int, hi: int) -> Decoded:
         aliasing=aliasing(dec.layout, r.block, sm, keep, dec.launch.num_blocks),
         time_origin=dec.time_origin,
         origin_ns=dec.origin_ns,
-        min_step_ns=min_step(r.lane[keep], t[keep]),
+        min_step_ns=min_step(r.lane, t) if keep.all() else min_step(r.lane[keep], t[keep]),
         seen_events=frozenset(np.flatnonzero(np.bincount(ev_ok)).tolist()) if len(ev_ok) else frozenset(),
         lane_range=(lo, hi),
         dropped_records=dropped,
@@ -106,10 +106,14 @@ def _times(dec, r: _Records) -> tuple[np.ndarray, np.ndarray]:
     """(t, keep): every record's time on the trace's axis (ns), and which records are kept (not anomalies)."""
     lane, ts_lo = r.lane, r.ts_lo
     keep = r.kind < 0
-    t = np.zeros(len(lane), np.int64)
-    t[keep] = unwrap_lanes(lane[keep], ts_lo[keep], dec.ref_lo)
-    back = np.zeros(len(lane), dtype=bool)
-    back[keep] = backwards_mask(lane[keep], t[keep])
+    if keep.all():  # no record is an anomaly yet (the usual buffer): no gathers
+        t = unwrap_lanes(lane, ts_lo, dec.ref_lo)
+        back = backwards_mask(lane, t)
+    else:
+        t = np.zeros(len(lane), np.int64)
+        t[keep] = unwrap_lanes(lane[keep], ts_lo[keep], dec.ref_lo)
+        back = np.zeros(len(lane), dtype=bool)
+        back[keep] = backwards_mask(lane[keep], t[keep])
     r.kind[back] = _KIND["backwards"]
     keep &= ~back
     # Anomalous records are placed next to their lane's neighbours, for display.
@@ -134,6 +138,8 @@ def _sm(dec, r: _Records) -> np.ndarray:
 
 def _slices(r: _Records, keep: np.ndarray, t: np.ndarray, sm: np.ndarray) -> Slices:
     """BEGIN/END pairs of kept records, in (lane, begin sequence) order; unpaired ones become anomalies."""
+    if len(r.lane) and keep.all() and alternating(r.lane, r.event, r.rtype):
+        return _record_pairs(r, t, sm)
     be = np.flatnonzero(keep & (r.rtype <= 1))
     bi, ei, k, ub, ue = pair_records(r.lane[be], r.event[be], r.seq[be], r.rtype[be])
     bi, ei, ub, ue = be[bi], be[ei], be[ub], be[ue]
@@ -145,6 +151,22 @@ def _slices(r: _Records, keep: np.ndarray, t: np.ndarray, sm: np.ndarray) -> Sli
         lane=r.lane[bi], block=r.block[bi], group=r.group[bi], sm=sm[bi], event=r.event[bi], k=k,
         begin_seq=r.seq[bi], end_seq=r.seq[ei], begin_ns=t[bi], end_ns=t[ei], overlap=partial_overlaps(bi, ei),
         begin_rec=bi, end_rec=ei,
+    )
+
+
+def _record_pairs(r: _Records, t: np.ndarray, sm: np.ndarray) -> Slices:
+    """The slices of a part whose records are all BEGIN, END, BEGIN, END... (the usual buffer): each record pair,
+    read with a stride rather than gathered; none nests in another."""
+    b, e = slice(0, None, 2), slice(1, None, 2)
+    bi = np.arange(0, len(r.lane), 2)
+
+    def col(a, at):
+        return np.ascontiguousarray(a[at])
+
+    return Slices(
+        lane=col(r.lane, b), block=col(r.block, b), group=col(r.group, b), sm=col(sm, b), event=col(r.event, b),
+        k=alternating_k(r.lane[b], r.event[b]), begin_seq=col(r.seq, b), end_seq=col(r.seq, e),
+        begin_ns=col(t, b), end_ns=col(t, e), overlap=np.zeros(len(bi), dtype=bool), begin_rec=bi, end_rec=bi + 1,
     )
 
 

@@ -45,9 +45,8 @@ def unwrap_lanes(lane: np.ndarray, ts_lo: np.ndarray, ref_lo: int) -> np.ndarray
     d[first] = signed32(ts[first] - np.int64(ref_lo))
     c = np.cumsum(d)
     # Segmented cumulative sum: subtract what the previous lanes contributed.
-    seg = np.cumsum(first) - 1
-    base = (c - d)[first]
-    c -= base[seg]
+    starts = np.flatnonzero(first)
+    c -= np.repeat((c - d)[starts], np.diff(np.append(starts, n)))
     return c
 
 
