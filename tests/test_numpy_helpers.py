@@ -246,3 +246,14 @@ def test_record_pairs_read_with_a_stride_are_the_slices_pairing_finds(name, monk
     for f in fast.__dataclass_fields__:
         assert np.array_equal(getattr(fast, f), getattr(general, f)), f
         assert getattr(fast, f).dtype == getattr(general, f).dtype, f
+
+
+@pytest.mark.parametrize("rows,lanes,lo,hi,step", [(5000, 264, 0, 13, 1024), (1023, 7, 2, 7, 1024), (3, 5, 1, 2, 2),
+                                                  (2049, 32, 31, 32, 1024), (10, 4, 0, 4, 3)])
+def test_lanes_copied_lane_major_in_tiles_equal_one_copy(rows, lanes, lo, hi, step):
+    from ktrace.decoding.lanes import _tiled_copy
+
+    area = np.random.default_rng(rows).integers(0, 1 << 63, rows * lanes, dtype=np.uint64).reshape(rows, lanes)
+    view = area[:, lo:hi].T
+    got = _tiled_copy(view, step)
+    assert got.flags.c_contiguous and np.array_equal(got, np.ascontiguousarray(view))

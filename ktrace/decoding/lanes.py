@@ -110,7 +110,7 @@ class LaneReader:
         b0, b1, band = self._band
         if not (b0 <= lo and hi <= b1):
             b0, b1 = lo, max(hi, min(self.lanes, lo + self.BAND_BYTES // (8 * max(1, self.capacity_per_lane))))
-            band = np.ascontiguousarray(self.block(b0, b1))
+            band = _tiled_copy(self.block(b0, b1))
             self._band = b0, b1, band
         return band[lo - b0:hi - b0]
 
@@ -130,6 +130,19 @@ class LaneReader:
                                     offset=self.buf.file_offset + (HEADER_WORDS + r0 * lanes) * 8)
                 if len(block) < (r1 - r0) * lanes:  # the partial last row: missing slots read 0
                     block = np.concatenate([block, np.zeros((r1 - r0) * lanes - len(block), np.uint64)])
-                cols = np.ascontiguousarray(block.reshape(r1 - r0, lanes).T)
+                cols = _tiled_copy(block.reshape(r1 - r0, lanes).T)
                 for ln in range(lanes):  # a loop over lanes, each writing one contiguous run
                     os.pwrite(fd, memoryview(cols[ln]), (ln * cap + r0) * 8)
+
+
+def _tiled_copy(a: np.ndarray, step: int = 1024) -> np.ndarray:
+    """``np.ascontiguousarray(a)`` of a 2-D view across a row-major area (lanes x slots, each slot a row
+    apart), copied ``step`` slots at a time: a tile's cache lines are read once for all its lanes (half the
+    time of one copy of the whole view, which reads each line once per lane)."""
+    if a.flags.c_contiguous or a.ndim != 2:
+        return np.ascontiguousarray(a)
+    out = np.empty(a.shape, a.dtype)
+    for r0 in range(0, a.shape[1], step):
+        out[:, r0:r0 + step] = a[:, r0:r0 + step]
+    return out
+
