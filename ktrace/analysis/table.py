@@ -66,22 +66,28 @@ class Table:
         return escape_raw("\n".join(self._row_texts(lo, len(self) if hi is None else hi)))
 
     def _row_texts(self, lo: int, hi: int):
+        # One format per table ('{"a": %s, "b": %s}'), filled with each row's value texts: a string per row,
+        # not per cell and key.
+        names = self.columns()
+        fmt = "{" + ", ".join(encode_basestring(name).replace("%", "%%") + ": %s" for name in names) + "}"
         texts = []
-        for name in self.columns():
+        for name in names:
             arr, kind = getattr(self, name)[lo:hi], self.KINDS[name]
-            key = encode_basestring(name) + ": "
             if arr.dtype.kind == "f":
                 if np.isinf(arr).any():
                     raise ValueError("Out of range float values are not JSON compliant")
-                write = str if kind == _INTN else float.__repr__
-                values = [key + ("null" if math.isnan(v) else write(int(v) if kind == _INTN else v))
-                          for v in arr.tolist()]
+                if kind == _INTN:
+                    values = ["null" if v != v else str(int(v)) for v in arr.tolist()]
+                elif np.isnan(arr).any():
+                    values = ["null" if v != v else float.__repr__(v) for v in arr.tolist()]
+                else:
+                    values = list(map(float.__repr__, arr.tolist()))
             elif arr.dtype.kind in "iu":
-                values = [key + v for v in map(str, arr.tolist())]
+                values = list(map(str, arr.tolist()))
             else:
-                values = [key + ("null" if v is None else encode_basestring(v)) for v in arr.tolist()]
+                values = ["null" if v is None else encode_basestring(v) for v in arr.tolist()]
             texts.append(values)
-        return ("{" + ", ".join(parts) + "}" for parts in zip(*texts))
+        return map(fmt.__mod__, zip(*texts))
 
     def row(self, i: int) -> dict[str, Any]:
         return {name: _python_value(getattr(self, name)[i], self.KINDS[name]) for name in self.columns()}
