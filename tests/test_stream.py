@@ -263,6 +263,27 @@ def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, ch
     assert got.dtype.itemsize <= 4
 
 
+@pytest.mark.parametrize("lanes, steps, chunks, piece", [(264, 400, 7, 1000), (3, 5000, 40, 64), (1, 5000, 3, 1 << 20),
+                                                        (5, 30000, 300, 777)])
+def test_rows_by_chunk_from_lanes_runs_are_the_stable_sort(lanes, steps, chunks, piece):
+    # Lanes whose instance numbers ascend (every lane of a regular buffer) hold each chunk's rows as one run:
+    # the runs sorted by chunk are the stable argsort of the whole column, written in pieces of any size.
+    from ktrace.analysis.instance_math import _by_runs, chunk_order
+
+    rng = np.random.default_rng(lanes * steps)
+    k = np.concatenate([np.sort(rng.integers(0, steps, int(rng.integers(steps // 2, 2 * steps))))
+                        for _ in range(lanes)]).astype(np.int32)
+    edges = np.r_[0, np.sort(rng.choice(np.arange(1, steps), chunks - 1, replace=False)), steps]
+    lut = np.zeros(steps, np.uint8 if chunks <= 256 else np.uint16)
+    for i in range(chunks):
+        lut[edges[i]:edges[i + 1]] = i
+    cum = np.r_[0, np.cumsum(np.bincount(k, minlength=steps))]
+    want = np.argsort(lut[k], kind="stable")
+    assert _by_runs(lut[k], np.empty(len(k), np.int64), piece)  # the runs' way is the one taken
+    got = chunk_order(lut, k, [int(cum[e]) for e in edges[:-1]] + [len(k)], piece)
+    assert got.tolist() == want.tolist() and got.dtype.itemsize <= 4
+
+
 @pytest.mark.parametrize("name", ["nested_ktrace", "pipeline_flashinfer", "cluster_ktrace"])
 def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeypatch):
     # The sampled evidence reads each range in pieces of top-level slices, each piece one slice longer for
