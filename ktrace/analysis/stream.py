@@ -36,8 +36,10 @@ __all__ = ["numpy_figures", "stream_figures", "decoder_figures", "CHUNK_ROWS"]
 # Slices per chunk of the cross-lane sweeps. Their temporaries are ~250 bytes per slice: at 2^16 they stay in the
 # caches. At 1e7 records in one process the phase instances took 1.55-1.68 s with 2^20, 1.12-1.25 s with 2^16.
 CHUNK_ROWS = 1 << 16
-EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of this many chunks' slices (2^20): each range sends
-# back arrays as long as the instances, which ranges of one chunk would send 16 times over
+EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of at least this many chunks' slices (2^20), and with
+# workers no more ranges than twice the workers: each range sends back arrays as long as the instances (at 1e8
+# records, 48 ranges of 2^20 sent 650 MB for the parent to merge), and none past 2^22 slices (its row list: 32 MB);
+# each is read in pieces of a chunk (evidence_stream.PIECE_ROWS)
 FORK_ROWS = 1 << 20  # the sweeps' chunks go to worker processes only past this many slices (at 1e6 records,
 # forking cost more than it saved)
 SLOTS_MAX_BYTES = 1 << 30  # the most address space the parts' shared-memory slots take (resident: what is written)
@@ -344,7 +346,8 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     # the lanes' chunks have found each slice's predecessor (Preds).
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-    cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, EVIDENCE_CHUNKS * chunk_rows, sweep_jobs))
+    per_range = max(EVIDENCE_CHUNKS * chunk_rows, min(-(-cols.n // (2 * sweep_jobs)), 1 << 22) if sweep_jobs > 1 else 0)
+    cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweep_jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
         tests = beside.submit(finish_evidence, read) if jobs > 1 else _done(finish_evidence(read))
