@@ -257,3 +257,22 @@ def test_lanes_copied_lane_major_in_tiles_equal_one_copy(rows, lanes, lo, hi, st
     view = area[:, lo:hi].T
     got = _tiled_copy(view, step)
     assert got.flags.c_contiguous and np.array_equal(got, np.ascontiguousarray(view))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_block_spans_of_blocks_in_lane_order_equal_those_of_shuffled_rows(seed):
+    # The wait evidence reads each block's first begin and last end run by run where the blocks ascend (lane
+    # order), else element by element: the same spans either way.
+    from ktrace.analysis.evidence import _block_span
+
+    rng = np.random.default_rng(seed)
+    nb = int(rng.integers(1, 40))
+    block = np.sort(rng.integers(0, nb, int(rng.integers(1, 3000))))
+    begin = rng.integers(0, 1 << 40, len(block))
+    end = begin + rng.integers(0, 1 << 20, len(block))
+    shuffled = rng.permutation(len(block))
+    run_lo, run_hi = _block_span(block, begin, end, nb)
+    at_lo, at_hi = _block_span(block[shuffled], begin[shuffled], end[shuffled], nb)
+    assert np.array_equal(run_lo, at_lo) and np.array_equal(run_hi, at_hi)
+    present = np.unique(block)
+    assert run_lo[present].tolist() == [int(begin[block == b].min()) for b in present.tolist()]

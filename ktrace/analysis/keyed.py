@@ -17,9 +17,9 @@ def groups(keys: np.ndarray):
     return order, starts
 
 
-def spread_by(key: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key: max(x) - min(x), and how many entries."""
-    order, starts = groups(key)
+def spread_by(key: np.ndarray, x: np.ndarray, grouped=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key: max(x) - min(x), and how many entries; grouped: ``groups(key)``, where known."""
+    order, starts = groups(key) if grouped is None else grouped
     xs = x[order]
     hi = np.maximum.reduceat(xs, starts) if len(xs) else xs
     lo = np.minimum.reduceat(xs, starts) if len(xs) else xs
