@@ -299,3 +299,21 @@ def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeyp
     assert whole.kernel.slices > 100 and (whole.wait_causes.tested_gaps < whole.wait_causes.count).any()
     assert pieces.wait_causes.rows() == whole.wait_causes.rows()
     assert pieces.lead_ins.rows() == whole.lead_ins.rows()
+
+
+@pytest.mark.parametrize("name", ["cluster_ktrace", "warpgroups_flashinfer", "fi_mla_decode_run1"])
+def test_evidence_boundaries_tested_side_by_side_give_the_rows_of_one_thread(name, monkeypatch):
+    # With cores the workers leave, the evidence's boundaries are tested in threads and the lead-ins beside
+    # them: the same tables as one thread gives.
+    from ktrace.analysis import evidence_stream, stream
+
+    calls = []
+    finish = evidence_stream.finish_evidence
+    monkeypatch.setattr(stream, "finish_evidence", lambda read, threads=1: calls.append(threads) or finish(read, threads))
+    monkeypatch.setattr(stream, "available_cores", lambda: 16)
+    monkeypatch.setattr(stream, "FORK_ROWS", 0)
+    path = os.path.join(SAMPLES, f"{name}.bin" + (".gz" if name.startswith("fi_") else ""))
+    one = decoder_figures(BufferDecoder(path), jobs=1, chunk_rows=50)
+    three = decoder_figures(BufferDecoder(path), jobs=3, chunk_rows=50)
+    assert calls == [1, 3] and len(one.wait_causes) >= 2
+    assert three.wait_causes.rows() == one.wait_causes.rows() and three.lead_ins.rows() == one.lead_ins.rows()

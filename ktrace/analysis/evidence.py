@@ -89,12 +89,13 @@ class WaitCauses(Table):
 
 
 def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_blocks: int | None = None, *,
-                grid=None, totals=None, max_cluster: int = CLUSTER_SIZES[0]) -> WaitCauses:
+                grid=None, totals=None, max_cluster: int = CLUSTER_SIZES[0], threads: int = 1) -> WaitCauses:
     """The WaitCauses table of the top-level slices ``s``; tick: the timer resolution (ns); phase_names:
     phase_index -> name. For a sample of whole blocks of a larger buffer (evidence_stream.py): grid, the
     instances' latest ends over every slice ((keys, ends, blocks) by phase_index * kmax + k, kmax = grid[3]);
     totals, every gap's count, sum and max per boundary ({(phase_index, next_phase_index, group): (n, sum,
-    max)}), which replace the sample's; max_cluster: the largest subset of blocks the sample holds whole."""
+    max)}), which replace the sample's; max_cluster: the largest subset of blocks the sample holds whole;
+    threads: boundaries tested side by side (numpy lets go of the GIL; the same rows for any number)."""
     n = len(s.lane)
     if n < 2:
         return WaitCauses.empty()
@@ -152,11 +153,22 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     border, bstarts = _groups(bkey)
     bends = np.r_[bstarts[1:], len(border)]
     lane_g = lane[g]
-    for a, z in zip(bstarts.tolist(), bends.tolist()):
-        idx = border[a:z]
-        row = _boundary(idx, gap, gk, lane_g, t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
-                        handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]), int(gg[idx[0]]),
-                        phase_names)
+
+    def test(span):
+        idx = border[span[0]:span[1]]
+        return _boundary(idx, gap, gk, lane_g, t_next, own_end, (grid_end, grid_who), cluster_end, handoff,
+                         handoff_from, expected, gb, tick, int(gp[idx[0]]), int(gq[idx[0]]), int(gg[idx[0]]),
+                         phase_names)
+
+    spans = list(zip(bstarts.tolist(), bends.tolist()))
+    if threads > 1 and len(spans) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="ktrace-boundary") as pool:
+            tested = list(pool.map(test, spans))
+    else:
+        tested = [test(span) for span in spans]
+    for row in tested:
         row["tested_gaps"] = row["count"]
         if totals is not None:
             n_all, sum_all, max_all = totals.get((row["phase_index"], row["next_phase_index"], row["group"]),
@@ -182,7 +194,7 @@ class _LazyClusters(dict):
             if nb >= 2 * c and c <= self._max:
                 yield c, self[c]
 
-    def __missing__(self, c):
+    def __missing__(self, c):  # boundaries tested side by side may ask at once: each computes the same value
         nb, inst_key, block, end, gkey, gb = self._args
         ck = inst_key * (nb // c + 1) + block // c
         keys, mx, who = _max_by(ck, end, block)

@@ -51,11 +51,18 @@ def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances,
     return finish_evidence(read_evidence(cols, cuts, tick, names, num_blocks, instances, jobs))
 
 
-def finish_evidence(read) -> tuple[WaitCauses, LeadIns]:
+def finish_evidence(read, threads: int = 1) -> tuple[WaitCauses, LeadIns]:
     """The evidence's tests on what ``read_evidence`` read (in one process: they read a sample, not every
-    slice)."""
+    slice); threads: with more than one, the lead-ins beside the wait causes, and the boundaries side by side
+    (the same tables for any number)."""
     args, kwargs, li_args, li_kwargs = read
-    return wait_causes(*args, **kwargs), lead_ins(*li_args, **li_kwargs)
+    if threads <= 1:
+        return wait_causes(*args, **kwargs), lead_ins(*li_args, **li_kwargs)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-lead-ins") as beside:
+        li = beside.submit(lead_ins, *li_args, **li_kwargs)
+        return wait_causes(*args, **kwargs, threads=threads), li.result()
 
 
 def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1) -> tuple:
