@@ -405,13 +405,7 @@ def critical_path(cols, preds: Preds, kernel_begin, kernel_end) -> CriticalPath:
             latest, cur = e[j], a + j
     if cur < 0:
         return CriticalPath.empty()
-    code_item = preds.code.item
-
-    def pred_of(c: int):
-        v = code_item(c)
-        return (v >> 2, v & 3) if v >= 0 else (-1, -1)
-
-    parts = st.walk(cur, pred_of, cols.begin.item, cols.end.item, kernel_begin, kernel_end)
+    parts = st.walk(cur, preds.code.item, cols.begin.item, cols.end.item, kernel_begin, kernel_end)
     return st.path_table(parts, cols.names, cols.phase_index,
                          lambda r: (cols.code[r].astype(np.int64), cols.k[r].astype(np.int64), cols.block_of(r),
                                     cols.group_of(r), cols.lane[r].astype(np.int64)))
