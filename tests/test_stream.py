@@ -310,7 +310,7 @@ def test_evidence_boundaries_tested_side_by_side_give_the_rows_of_one_thread(nam
     calls = []
     finish = evidence_stream.finish_evidence
     monkeypatch.setattr(stream, "finish_evidence", lambda read, threads=1: calls.append(threads) or finish(read, threads))
-    monkeypatch.setattr(stream, "available_cores", lambda: 16)
+    monkeypatch.setattr(stream, "available_cores", lambda: 16)  # 13 cores left: 3 threads (at most 4)
     monkeypatch.setattr(stream, "FORK_ROWS", 0)
     path = os.path.join(SAMPLES, f"{name}.bin" + (".gz" if name.startswith("fi_") else ""))
     one = decoder_figures(BufferDecoder(path), jobs=1, chunk_rows=50)

@@ -40,6 +40,7 @@ EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of at least this many
 # workers no more ranges than twice the workers: each range sends back arrays as long as the instances (at 1e8
 # records, 48 ranges of 2^20 sent 650 MB for the parent to merge), and none past 2^22 slices (its row list: 32 MB);
 # each is read in pieces of a chunk (evidence_stream.PIECE_ROWS)
+EVIDENCE_THREADS = 4  # the most threads the evidence's tests take (on cores the workers leave)
 FORK_ROWS = 1 << 20  # the sweeps' chunks go to worker processes only past this many slices (at 1e6 records,
 # forking cost more than it saved)
 SLOTS_MAX_BYTES = 1 << 30  # the most address space the parts' shared-memory slots take (resident: what is written)
@@ -350,9 +351,10 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweep_jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
-        # Its boundaries side by side on the cores the workers leave (on 16 cores with 8 workers, at 1e8
-        # records: 1.4-1.5 -> 0.9-1.0 s; where the workers take every core, more threads only contend).
-        threads = max(1, min(jobs, available_cores() - jobs))
+        # Its boundaries side by side on the cores the workers leave, at most EVIDENCE_THREADS (on 16 cores with
+        # 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with 0.45 GB more
+        # memory; where the workers take every core, more threads only contend).
+        threads = max(1, min(jobs, available_cores() - jobs, EVIDENCE_THREADS))
         tests = beside.submit(finish_evidence, read, threads) if jobs > 1 else _done(finish_evidence(read))
         del read
         stage(progress, "lanes and waits")
