@@ -218,6 +218,15 @@ def test_instance_numbers_of_record_pairs_periodic_or_not_are_the_counted_ones(s
     assert k is None or np.array_equal(k, _k_by_counting(lane, event))
 
 
+def test_instance_numbers_of_pairs_of_many_events_are_the_counted_ones():
+    from ktrace.decoding.pairing import alternating_k
+
+    rng = np.random.default_rng(5)
+    lane = np.sort(rng.integers(0, 6, 4000))
+    event = rng.integers(0, 300, 4000)  # many events, no period: sorted by (lane, event), not a pass each
+    assert np.array_equal(alternating_k(lane, event), _k_by_counting(lane, event))
+
+
 def test_instance_numbers_of_a_regular_buffer_come_from_the_pairs_place():
     from ktrace.decoding.pairing import _periodic_k
 

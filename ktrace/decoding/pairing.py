@@ -66,6 +66,12 @@ def alternating_k(pl: np.ndarray, pe: np.ndarray, present: np.ndarray | None = N
     if k is not None:
         return k
     k = np.empty(len(pl), np.int64)
+    if len(present) > 16:  # many events: one stable sort by (lane, event) instead of a pass per event
+        order = np.lexsort((pe, pl))
+        change = np.ones(len(order), dtype=bool)
+        change[1:] = (pl[order[1:]] != pl[order[:-1]]) | (pe[order[1:]] != pe[order[:-1]])
+        k[order] = instance_index(change)
+        return k
     for e in present.tolist():
         at = np.flatnonzero(pe == e)
         change = np.ones(len(at), dtype=bool)
