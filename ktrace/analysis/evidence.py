@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .keyed import (groups as _groups, lookup as _lookup, max_by as _max_by, positions as _positions,
-                    spread_by as _spread_by)
+                    run_starts as _run_starts, spread_by as _spread_by)
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
 __all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
@@ -232,7 +232,7 @@ def _block_span(block, begin, end, nb):
     lo = np.full(nb + 1, np.iinfo(np.int64).max)
     hi = np.full(nb + 1, np.iinfo(np.int64).min)
     if len(block) and (block[1:] >= block[:-1]).all():
-        starts = np.r_[0, np.flatnonzero(block[1:] != block[:-1]) + 1]
+        starts = _run_starts(block)
         ids = block[starts]
         lo[ids], hi[ids] = np.minimum.reduceat(begin, starts), np.maximum.reduceat(end, starts)
         return lo, hi

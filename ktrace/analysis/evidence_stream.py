@@ -166,7 +166,9 @@ def _pass1(plan: _Plan, cut: tuple[int, int]):
         last_rows.append(r[mine])
         last_gaps.append(gap[mine])
     keys = np.flatnonzero(ends > np.iinfo(np.int64).min)
-    sample = TopSlices(*(np.concatenate([getattr(x, f) for x in samples]) if samples else
-                         np.zeros(0, np.int64) for f in TopSlices.__dataclass_fields__))
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
-    return keys, ends[keys], lowest[keys], sample, n, sums, most, cat(last_rows), cat(last_gaps)
+    sample = TopSlices(*(_cat([getattr(x, f) for x in samples]) for f in TopSlices.__dataclass_fields__))
+    return keys, ends[keys], lowest[keys], sample, n, sums, most, _cat(last_rows), _cat(last_gaps)
+
+
+def _cat(pieces: list) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)

@@ -11,16 +11,10 @@ import numpy as np
 
 from . import structure as st
 from .growing import narrowest_type
+from .keyed import run_starts
 
 __all__ = ["run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
            "instance_columns", "chunk_order", "PIECE_ROWS"]
-
-
-def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal keys begins."""
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
 def lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
@@ -152,10 +146,9 @@ def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
     lane's instance numbers ascend, so its rows of a chunk are one run): the runs, stably sorted by chunk,
     written out a piece of rows at a time. False, leaving ``out`` alone, where the runs are short."""
     n = len(of)
-    change = np.flatnonzero(of[1:] != of[:-1]) + 1
-    if len(change) + 1 > max(n // 64, 1):
+    starts = run_starts(of)
+    if len(starts) > max(n // 64, 1):
         return False
-    starts = np.r_[0, change]
     lens = np.diff(np.r_[starts, n])
     o = np.argsort(of[starts], kind="stable")
     starts, lens = starts[o], lens[o]

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["groups", "spread_by", "max_by", "positions", "lookup"]
+__all__ = ["run_starts", "groups", "spread_by", "max_by", "positions", "lookup"]
+
+
+def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal keys begins."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
 def groups(keys: np.ndarray):
     """Sort order and run starts of equal keys (keys of 16 bits or fewer sorted as such: a radix sort)."""
     small = len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16
     order = np.argsort(keys.astype(np.uint16) if small else keys, kind="stable")
-    sk = keys[order]
-    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-    return order, starts
+    return order, run_starts(keys[order])
 
 
 def spread_by(key: np.ndarray, x: np.ndarray, grouped=None) -> tuple[np.ndarray, np.ndarray]:
@@ -30,9 +35,7 @@ def spread_by(key: np.ndarray, x: np.ndarray, grouped=None) -> tuple[np.ndarray,
 def max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
     """Distinct keys (sorted), the max of x per key, and ``who`` at that max (ties: the lowest)."""
     order = np.lexsort((who, -x, key))
-    sk = key[order]
-    first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-    o = order[first]
+    o = order[run_starts(key[order])]
     return key[o], x[o], who[o]
 
 

@@ -347,7 +347,9 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     # the lanes' chunks have found each slice's predecessor (Preds).
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
-    per_range = max(EVIDENCE_CHUNKS * chunk_rows, min(-(-cols.n // (2 * sweep_jobs)), 1 << 22) if sweep_jobs > 1 else 0)
+    per_range = EVIDENCE_CHUNKS * chunk_rows
+    if sweep_jobs > 1:  # no more ranges than twice the workers, none past 2^22 slices
+        per_range = max(per_range, min(-(-cols.n // (2 * sweep_jobs)), 1 << 22))
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweep_jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:

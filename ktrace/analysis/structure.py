@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .keyed import run_starts as _starts
 from .results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
 
 __all__ = ["unique_columns", "slice_depth", "finish_blocks", "block_extents", "lane_neighbours", "lane_totals",
@@ -48,12 +49,6 @@ def unique_columns(*cols, return_counts: bool = False, weights=None):
         keys = keys // span
     out = np.stack(rows[::-1])
     return (out, counts) if return_counts else out
-
-
-def _starts(sorted_keys: np.ndarray) -> np.ndarray:
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
 def slice_depth(lane, begin_seq, end_seq, overlap) -> np.ndarray:

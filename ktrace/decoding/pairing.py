@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .unwrap import segment_starts
+
 __all__ = ["pair_records", "instance_index", "partial_overlaps", "alternating", "alternating_k"]
 
 
@@ -87,15 +89,15 @@ def _periodic_k(pl: np.ndarray, pe: np.ndarray, p: int) -> np.ndarray | None:
     n = len(pl)
     if n == 0 or p == 0:
         return None
-    starts = np.r_[0, np.flatnonzero(pl[1:] != pl[:-1]) + 1]
+    starts = np.flatnonzero(segment_starts(pl))
     counts = np.diff(np.r_[starts, n])
     place = np.arange(n) - np.repeat(starts, counts)
     if n > p and not ((pe[p:] == pe[:-p]) | (place[p:] < p)).all():
         return None
-    head = place < p  # each lane's first p pairs: distinct events
+    head = place < p  # each lane's first p pairs: distinct events (sorted (lane, event) keys, none twice)
     runs = np.repeat(np.arange(len(starts)), counts)[head]
-    lo = int(pe.min())
-    if np.bincount(runs * (int(pe.max()) - lo + 1) + (pe[head] - lo)).max() > 1:
+    key = np.sort(runs * (int(pe.max()) - int(pe.min()) + 1) + (pe[head] - int(pe.min())))
+    if (key[1:] == key[:-1]).any():
         return None
     return place // p
 
