@@ -209,10 +209,10 @@ def _lane_order(s: TopSlices) -> np.ndarray:
     n = len(s.lane)
     if n > 1:
         dl = np.diff(s.lane)
-        same = dl == 0
-        if (dl >= 0).all() and (np.diff(s.begin)[same] >= 0).all():
-            db, de = np.diff(s.begin)[same], np.diff(s.end)[same]
-            if not ((db == 0) & (de <= 0)).any():
+        if (dl >= 0).all():
+            same = dl == 0
+            db = np.diff(s.begin)[same]
+            if (db >= 0).all() and not ((db == 0) & (np.diff(s.end)[same] <= 0)).any():
                 return None
     return np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
 
