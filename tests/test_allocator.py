@@ -74,3 +74,39 @@ def test_the_analysis_commands_tune_their_process(monkeypatch, capsys, argv, tun
     assert cli.main(argv) == 0
     assert called == ([True] if tuned else [])
     assert {"analyze", "diff", "check"} == cli.TUNED_COMMANDS
+
+
+# A ktrace command's process, then numpy loaded in it: what it set, and how many threads the process runs.
+_BLAS = """
+import json, os, sys
+import ktrace.cli as cli
+rc = cli.main(["inspect", sys.argv[1]])
+import numpy as np
+deps = np.show_config(mode="dicts").get("Build Dependencies", {})
+print(json.dumps({"rc": rc, "setting": os.environ.get("OPENBLAS_NUM_THREADS"),
+                  "openblas": "openblas" in str(deps.get("blas", {}).get("name", "")).lower(),
+                  "threads": len(os.listdir(f"/proc/{os.getpid()}/task"))}))
+"""
+
+
+def _blas(**env) -> dict:
+    from ktrace.allocator import BLAS_THREAD_SETTINGS
+    from conftest import sample
+
+    clean = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_SETTINGS}
+    p = subprocess.run([sys.executable, "-c", _BLAS, str(sample("imbalance"))], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={**clean, **env})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_command_s_blas_library_starts_one_thread():
+    got = _blas()
+    assert got["rc"] == 0 and got["setting"] == "1"
+    if got["openblas"]:  # no BLAS thread waiting beside the command's own
+        assert got["threads"] == 1
+
+
+def test_the_user_s_own_blas_threads_are_left_alone():
+    assert _blas(OPENBLAS_NUM_THREADS="2")["setting"] == "2"
+    assert _blas(OMP_NUM_THREADS="3")["setting"] is None

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .._version import __version__
-from ..allocator import tune_allocator
+from ..allocator import one_blas_thread, tune_allocator
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, capture, compare, convert, merge, view
@@ -51,6 +51,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
+    one_blas_thread()  # before numpy loads: no BLAS thread spinning beside the work
     if a.command in TUNED_COMMANDS:  # this process is ktrace's own: numpy's temporaries reuse their pages
         tune_allocator()
     try:
