@@ -150,18 +150,13 @@ def main(argv=None) -> int:
     ktrace_cmd = [ktrace] if os.access(ktrace, os.X_OK) else [sys.executable, "-m", "ktrace"]
     bc.warn_if_other_checkout(ktrace_cmd)
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    # Bytecode compiled first, as `pip install .` does: an editable install under PYTHONDONTWRITEBYTECODE would
-    # otherwise compile every module in every measured process (~0.3 s each).
-    import compileall
-
-    spec = importlib.util.find_spec("ktrace")
-    if spec and spec.origin:
-        compileall.compile_dir(os.path.dirname(spec.origin), quiet=1)
-    before_cmd = None
+    before_cmd = None  # (warn_if_other_checkout compiled the measured package's bytecode, as `pip install .` does)
     if a.before:
         old = os.path.abspath(a.before)
         if not os.path.isfile(os.path.join(old, "ktrace", "__init__.py")):
             p.error(f"--before {a.before}: no ktrace/__init__.py there (give the root of an older checkout)")
+        import compileall
+
         compileall.compile_dir(os.path.join(old, "ktrace"), quiet=1)
         before_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {old!r}); from ktrace.cli import main; "
                       "sys.exit(main())"]
