@@ -290,8 +290,8 @@ def _done(value) -> Future:
 
 
 def _critical_path(state, _):
-    cols, preds, kernel = state
-    return critical_path(cols, preds, kernel.begin_ns, kernel.end_ns)
+    cols, inst, preds, kernel = state
+    return critical_path(cols, preds.fill(cols, inst), kernel.begin_ns, kernel.end_ns)
 
 
 def _reduced(d: Decoded) -> tuple[Decoded, Summary, PartReduction | None]:
@@ -343,8 +343,8 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
     # The evidence's tests (on a sample) run one step at a time: with workers, in a thread of this process
     # (numpy lets go of the GIL; a forked worker made every temporary of fresh pages, 0.85 s against 0.5 s at
-    # 1e7 records), beside the lanes and the waits; the critical path's walk runs in a worker of its own once
-    # the lanes' chunks have found each slice's predecessor (Preds).
+    # 1e7 records), beside the lanes and the waits; so does the critical path's walk, in a worker of its own
+    # that first finds each slice's predecessor (Preds).
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
     per_range = EVIDENCE_CHUNKS * chunk_rows
@@ -360,9 +360,8 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
         tests = beside.submit(finish_evidence, read, threads) if jobs > 1 else _done(finish_evidence(read))
         del read
         stage(progress, "lanes and waits")
-        preds = Preds(cols, blocks)
-        lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs, preds)
-        with fork_later(_critical_path, (cols, preds, kernel), None, fork=jobs > 1) as walk:
+        with fork_later(_critical_path, (cols, inst, Preds(cols, blocks), kernel), None, fork=jobs > 1) as walk:
+            lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs)
             waits = waits_table(cols, chunk_rows, sweep_jobs)
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()

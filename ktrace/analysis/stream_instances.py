@@ -1,7 +1,7 @@
 """The cross-lane figures of ``stream_figures`` over chunks of the kept columns: phase instances (two
 sweeps over the slices grouped by instance), the lanes' phase table and the waits (sweeps over whole lanes),
-and the critical path (a backward walk through each slice's predecessor, ``Preds``, which the lanes'
-chunks find).
+and the critical path (a backward walk through each slice's predecessor, ``Preds``, found before it in the
+walk's process).
 
 Every chunk runs the same vectorized definitions (instance_math.py, tables.py, structure.py) on its
 rows; what a chunk cannot know alone (an instance's latest end, a phase's most
@@ -25,6 +25,7 @@ __all__ = ["instance_sweeps", "lanes_table", "waits_table", "critical_path", "Pr
 # numpy scalars, not Python ints: np.where(mask, narrow, _BIG) must widen to int64, not wrap.
 _SMALL, _BIG = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int64).max)
 _PIECE = 1 << 16  # rows a whole-column scan reads at a time (its temporaries stay small)
+_FILL_ROWS = 1 << 20  # rows of Preds.fill at a time
 
 
 def _cuts(starts: np.ndarray, n: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -245,17 +246,12 @@ def _block_rows(blocks) -> np.ndarray:
     return rows
 
 
-def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=None) -> PhaseLanes:
-    """ktrace_phase_lane, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers); preds:
-    ``Preds`` whose codes the same chunks find (they read the same rows), written here."""
+def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1) -> PhaseLanes:
+    """ktrace_phase_lane, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers)."""
     if not cols.n:
         return PhaseLanes.empty()
-    cuts = _lane_cuts(cols, chunk_rows)
-    out = fork_map(_lanes_chunk, (cols, inst, preds), cuts, jobs)
-    if preds is not None:
-        for (a, b), (_, code) in zip(cuts, out):
-            preds.code[a:b] = code
-    t = {k: np.concatenate([o[0][k] for o in out]) for k in out[0][0]}
+    out = fork_map(_lanes_chunk, (cols, inst), _lane_cuts(cols, chunk_rows), jobs)
+    t = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
     order = np.lexsort((t["lane"], t["phase_index"]))
     t = {k: v[order] for k, v in t.items()}
     code_of_index = np.argsort(cols.phase_index)
@@ -263,8 +259,8 @@ def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1, preds=Non
     return PhaseLanes.from_columns(t)
 
 
-def _lanes_chunk(state, chunk: tuple[int, int]) -> tuple[dict, np.ndarray | None]:
-    cols, inst, preds = state
+def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
+    cols, inst = state
     a, b = chunk
     nph = len(cols.names)
     lane = cols.lane[a:b].astype(np.int64)
@@ -282,7 +278,7 @@ def _lanes_chunk(state, chunk: tuple[int, int]) -> tuple[dict, np.ndarray | None
         "min_dur_ns": np.minimum.reduceat(dur, starts), "mean_dur_ns": fdiv(sums, n),
         "max_dur_ns": np.maximum.reduceat(dur, starts), "sum_dur_ns": sums,
         "last_count": np.add.reduceat(inst.is_last[a:b][order].astype(np.int64), starts),
-    }, (preds.codes(cols, inst, a, b) if preds is not None else None)
+    }
 
 
 def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
@@ -350,10 +346,11 @@ class Preds:
     a top-level slice that began at or after its lane's previous top-level slice's instance ended waited for
     that instance's last finisher (kind 0, wait), else for the lane's previous slice (1, lane_gap); a
     later-wave block's first top-level slice waited for the block that freed its SM slot (2, block_switch).
-    ``code``: row * 4 + kind, -1 none. Found a range of rows at a time (``codes``, beside the lanes' table, in
-    its workers) so that the walk reads one value a step: it looked each step up in the columns, a cache
-    miss each at 1e8 records (4.9 s; 0.23 s at 1e7). The ranges come back by pipe into memory of this process:
-    shared memory (4 KiB pages, each faulted in by the writer and again by the walk) cost more."""
+    ``code``: row * 4 + kind, -1 none. Found a piece of rows at a time (``fill``) before the walk, in the
+    walk's own process, so that the walk reads one value a step: it looked each step up in the columns, a
+    cache miss each at 1e8 records (4.9 s; 0.23 s at 1e7). (The lanes' workers found them beside the lanes'
+    table and sent them back by pipe: at 1e8 records, 200 MB pickled, piped and copied, 1.6 s of the
+    parent's CPU, the lanes' table no faster on two workers than on one.)"""
 
     def __init__(self, cols, blocks) -> None:
         self.code = np.empty(cols.n, narrowest_type(-1, 4 * max(cols.n, 1)))
@@ -365,8 +362,14 @@ class Preds:
         self.switch[later] = [ends[b] for b in before[later].tolist()]
         self.block_row = _block_rows(blocks)
 
+    def fill(self, cols, inst) -> "Preds":
+        """``code`` of every row, _FILL_ROWS at a time (each piece's temporaries stay small)."""
+        for a in range(0, cols.n, _FILL_ROWS):
+            self.code[a:a + _FILL_ROWS] = self.codes(cols, inst, a, min(a + _FILL_ROWS, cols.n))
+        return self
+
     def codes(self, cols, inst, a: int, b: int) -> np.ndarray:
-        """``code`` of rows [a, b) (whole lanes)."""
+        """``code`` of rows [a, b)."""
         prev = cols.prev[a:b].astype(np.int64)
         has = prev >= 0
         p = np.where(has, prev, 0)
