@@ -62,7 +62,7 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
             yield fn, x
 
     try:
-        for r in pool.imap(_fork_call, tasks()):
+        for r in pool.imap(_fork_call, tasks(), _chunksize(len(items), jobs, window)):
             yield r
             if free is not None:
                 free.release()
@@ -73,6 +73,14 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
             free.release(len(items) + 1)  # a task thread waiting for the window goes on, and stops
         pool.terminate()
         pool.join()
+
+
+def _chunksize(n: int, jobs: int, window: int | None) -> int:
+    """Items per message to a worker: about 16 messages per worker, each bringing its items' results back
+    together. One item a message cost the parent's pool threads about 1 ms an item: at 1e8 records (765
+    chunks a sweep on 2 workers) the instance sweeps took 6.8-7.0 s with 2.5 s of the parent's CPU, 6.0-6.4 s
+    with 1.3 s in messages of 24. 1 with a window (a worker must not hold items past it)."""
+    return 1 if window else max(1, n // (16 * jobs))
 
 
 def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> list:

@@ -116,3 +116,17 @@ def test_arrays_from_workers_come_with_numpys_own_types():
         assert r["ends"].dtype is np.dtype(np.int64) and r["ends"].tolist() == list(range(n))
         assert r["flags"][0].dtype is np.dtype(bool) and r["flags"][1][0].dtype is np.dtype(np.float32)
         assert r["words"].dtype.kind == "u" and r["words"].tolist() == list(range(n))  # byte order: numpy's own
+
+
+def test_many_items_go_several_a_message_and_come_back_in_order():
+    from ktrace.forked import _chunksize
+
+    assert _chunksize(1000, 2, None) > 1 and _chunksize(1000, 2, 4) == 1 and _chunksize(5, 2, None) == 1
+    got = list(fork_imap(_square_in_worker, None, range(1000), jobs=2))
+    assert [r for r, _ in got] == [x * x for x in range(1000)]
+    assert os.getpid() not in {pid for _, pid in got}  # computed by the workers
+
+
+def test_an_error_in_a_message_of_several_items_is_raised():
+    with pytest.raises(ValueError, match="part 3 is damaged"):
+        list(fork_imap(_fail, None, range(200), jobs=2))
