@@ -59,7 +59,7 @@ def one_blas_thread() -> bool:
     """Before numpy is imported in a ktrace command's process: its BLAS library starts with one thread, not
     one per core. ktrace calls no BLAS routine (no matrix product, no linear algebra), but OpenBLAS starts
     its threads when numpy loads and they spin waiting for work: measured with ``perf stat`` on ``ktrace
-    analyze`` of a sample (the SQL engine) 0.07-0.34 s more CPU a run, and at 1e7 records 2-4% of the
+    analyze`` of a sample (the SQL engine) 0.07-0.34 s more CPU a run, and at 1e7 records 1-4% of the
     CPU, on cores the engine's workers want. True when set; False when numpy was already loaded (too late:
     the library has started) or the user set any of ``BLAS_THREAD_SETTINGS`` (theirs are kept)."""
     if "numpy" in sys.modules or any(os.environ.get(name) for name in BLAS_THREAD_SETTINGS):
