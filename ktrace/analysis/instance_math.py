@@ -7,13 +7,15 @@ by k range come from one stable sort (chunk_order).
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from . import structure as st
 from .growing import narrowest_type
 from .keyed import run_starts
 
-__all__ = ["run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
+__all__ = ["ChunkRows", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
            "instance_columns", "chunk_order", "PIECE_ROWS"]
 
 
@@ -118,14 +120,15 @@ def stability(code, k, block, phases: int) -> tuple[np.ndarray, np.ndarray, np.n
 PIECE_ROWS = 1 << 20  # chunk_order sorts this many rows at a time
 
 
-def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: int = PIECE_ROWS) -> np.ndarray:
+def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: int = PIECE_ROWS,
+                out: np.ndarray | None = None) -> np.ndarray:
     """``np.argsort(lut[k], kind="stable")`` (every row by its chunk lut[k], each chunk's rows in row order;
     bounds: where each chunk's rows begin, then the row count) in the narrowest integer type. Sorted a piece
     of rows at a time (a radix sort of 8- or 16-bit keys) into one array: a sort of the whole column made an
     int64 result and a buffer as large, each of fresh pages (at 1e8 records: 3.0-7.1 s of the parent's time,
-    now 1.3-2.5 s)."""
+    now 1.3-2.5 s). out: where to write it (len(k) rows of an integer type that holds them)."""
     n = len(k)
-    out = np.empty(n, narrowest_type(0, max(n - 1, 0)))
+    out = np.empty(n, narrowest_type(0, max(n - 1, 0))) if out is None else out
     if n and _by_runs(lut[k], out, piece_rows):
         return out
     at = list(bounds[:-1])  # where each chunk's next rows go
@@ -160,3 +163,33 @@ def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
         out[lo:hi] = np.repeat(shift[a:b], lens[a:b]) + np.arange(lo, hi)
     return True
 
+
+class ChunkRows:
+    """The rows of each k range (``stream_instances._k_ranges``): first in row order (one stable sort of the rows by their
+    range, ``chunk_order``), then, once sweep 1 has grouped a range's rows by instance, in that grouping
+    (``keep``), which sweep 2 reads instead of sorting them again. In shared memory, made before the workers
+    fork, so that what sweep 1's workers keep reaches sweep 2's."""
+
+    def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
+        self.n = n = cols.n
+        dtype = np.dtype(narrowest_type(0, max(n - 1, 0)))
+        self._map = mmap.mmap(-1, max(n, 1) * dtype.itemsize)  # anonymous and shared: forked workers write it
+        self.order = np.frombuffer(self._map, dtype, count=n)
+        if len(chunks) <= 1:
+            self.bounds = [0, n]
+            self.order[:] = np.arange(n)
+            return
+        small = next((t for t in (np.uint8, np.uint16) if len(chunks) <= np.iinfo(t).max + 1), np.int64)
+        lut = np.zeros(chunks[-1][1], small)
+        for i, (k0, k1) in enumerate(chunks):
+            lut[k0:k1] = i
+        cum = np.r_[0, np.cumsum(cols.per_k)]
+        self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
+        chunk_order(lut, cols.k, self.bounds, out=self.order)
+
+    def rows(self, i: int) -> np.ndarray:
+        return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)
+
+    def keep(self, i: int, rows: np.ndarray) -> None:
+        """Range i's rows in a new order (the same rows)."""
+        self.order[self.bounds[i]:self.bounds[i + 1]] = rows

@@ -16,7 +16,7 @@ from . import structure as st
 from ..forked import fork_imap, fork_map
 from .growing import narrowest, narrowest_type
 from .tables import waits_columns
-from .instance_math import (chunk_order, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
+from .instance_math import (ChunkRows, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
                                sorted_within, stability)
 from .results import CriticalPath, PhaseInstances, PhaseLanes, Waits
 
@@ -58,28 +58,6 @@ def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
     return list(zip(cuts.tolist(), np.r_[cuts[1:], len(per_k)].tolist()))
 
 
-class _ChunkRows:
-    """The rows of each k range (``_k_ranges``), in row order: one stable sort of the rows by their range,
-    shared by both sweeps and read by every worker (``chunk_order``)."""
-
-    def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
-        self.n, self.order = cols.n, None
-        if len(chunks) <= 1:
-            return
-        small = next((t for t in (np.uint8, np.uint16) if len(chunks) <= np.iinfo(t).max + 1), np.int64)
-        lut = np.zeros(chunks[-1][1], small)
-        for i, (k0, k1) in enumerate(chunks):
-            lut[k0:k1] = i
-        cum = np.r_[0, np.cumsum(cols.per_k)]
-        self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
-        self.order = chunk_order(lut, cols.k, self.bounds)
-
-    def rows(self, i: int) -> np.ndarray:
-        if self.order is None:
-            return np.arange(self.n)
-        return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)
-
-
 def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
     """Rows of whole instances (k in [k0, k1)) grouped by instance (in (k, phase code) order; each instance's
     rows in row order), the instances' keys k * ncode + code, and where each instance's rows start. The sort
@@ -104,7 +82,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
         inst.index_of, inst.lane_span = None, 1
         return inst
     chunks = _k_ranges(cols, chunk_rows)
-    by_chunk = _ChunkRows(cols, chunks)
+    by_chunk = ChunkRows(cols, chunks)
     items = [(i, *c) for i, c in enumerate(chunks)]
     # Sweep 1: each instance's latest end, and its tied last finishers.
     got = fork_map(_sweep_ends, (cols, ncode, by_chunk), items, jobs)
@@ -113,16 +91,17 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     inst.block_row = _block_rows(blocks)
     inst.lane_span = int(cols.lane.max()) + 1
     counts = [len(g[0]) for g in got]
+    sizes = np.concatenate([g[3] for g in got])  # each instance's slices, in the order of inst.keys
     tied = np.concatenate([g[2] for g in got])
     del got
     inst.top_block, inst.top_count, inst.distinct = stability(cols.code[tied], cols.k[tied], cols.block_of(tied),
                                                               len(cols.names))
     del tied
-    # Sweep 2: every other figure of each instance.
+    # Sweep 2: every other figure of each instance, on the rows as sweep 1 grouped them.
     starts_at = np.r_[0, np.cumsum(counts)[:-1]].tolist()
-    got = fork_map(_sweep_figures, (cols, blocks, inst, ncode, by_chunk),
-                   [(*c, i0) for c, i0 in zip(items, starts_at)], jobs)
-    del by_chunk
+    got = fork_map(_sweep_figures, (cols, blocks, inst, by_chunk, sizes),
+                   [(item[0], i0, count) for item, i0, count in zip(items, starts_at, counts)], jobs)
+    del by_chunk, sizes
     inst.last_row = np.concatenate([g[1] for g in got])
     inst.is_last[inst.last_row] = True
     parts = [g[0] for g in got]
@@ -138,23 +117,25 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
 
 
 def _sweep_ends(state, chunk: tuple[int, int, int]):
-    """Sweep 1 of one chunk (i, k0, k1): its instances' keys, latest ends, and the rows that tie at the latest
-    end."""
+    """Sweep 1 of one chunk (i, k0, k1): its instances' keys, latest ends, the rows that tie at the latest
+    end, and each instance's slice count; its rows kept grouped by instance (``ChunkRows.keep``)."""
     cols, ncode, by_chunk = state
     i, k0, k1 = chunk
     rows, key, starts = _grouped(cols, by_chunk.rows(i), ncode, k0, k1)
+    by_chunk.keep(i, rows)
+    sizes = np.diff(np.r_[starts, len(rows)])
     end_g = cols.end[rows].astype(np.int64)
     latest = np.maximum.reduceat(end_g, starts)
-    return key, latest, rows[end_g == np.repeat(latest, np.diff(np.r_[starts, len(rows)]))]
+    return key, latest, rows[end_g == np.repeat(latest, sizes)], sizes
 
 
-def _sweep_figures(state, chunk: tuple[int, int, int, int]):
-    """Sweep 2 of one chunk (i, k0, k1; its instances numbered from i0): their columns and last finishers'
-    rows."""
-    cols, blocks, inst, ncode, by_chunk = state
-    i, k0, k1, i0 = chunk
-    rows, key, starts = _grouped(cols, by_chunk.rows(i), ncode, k0, k1)
-    return _instance_chunk(cols, blocks, inst, rows, starts, i0)
+def _sweep_figures(state, chunk: tuple[int, int, int]):
+    """Sweep 2 of one chunk (i; its instances numbered from i0, count of them): their columns and last
+    finishers' rows."""
+    cols, blocks, inst, by_chunk, sizes = state
+    i, i0, count = chunk
+    starts = np.r_[0, np.cumsum(sizes[i0:i0 + count])[:-1]].astype(np.int64)
+    return _instance_chunk(cols, blocks, inst, by_chunk.rows(i), starts, i0)
 
 
 def _dense_index(keys: np.ndarray) -> np.ndarray | None:
