@@ -20,7 +20,7 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots"]
+__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array"]
 
 
 def available_cores() -> int:
@@ -177,6 +177,15 @@ def _fork_call(job):
     return fn(_SHARED, x)
 
 
+def shared_array(n: int, dtype):
+    """A numpy array of n elements in anonymous shared memory: made before a fork, what a forked worker
+    writes into it this process and workers forked later read (pages never written are never resident)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    return np.frombuffer(mmap.mmap(-1, max(int(n), 1) * dtype.itemsize), dtype, count=int(n))
+
+
 class Slots:
     """A ring of ``count`` shared-memory slots of ``size`` bytes each, made before a fork: a worker writes a
     result's arrays into the slot of its item (``put``, in place of the arrays), the parent reads them out
@@ -190,8 +199,7 @@ class Slots:
 
         self.count = max(int(count), 1)
         self.size = -(-max(int(size), 1) // self.ALIGN) * self.ALIGN
-        self._map = mmap.mmap(-1, self.count * self.size)  # anonymous and shared: forked workers write it
-        self._bytes = np.frombuffer(self._map, np.uint8)
+        self._bytes = shared_array(self.count * self.size, np.uint8)
 
     def put(self, slot: int, arrays: dict) -> dict | None:
         """Writes the arrays into the slot; returns where they lie, or None when they do not all fit (or one

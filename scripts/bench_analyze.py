@@ -148,16 +148,16 @@ def main(argv=None) -> int:
     os.makedirs(a.workdir, exist_ok=True)
     ktrace = os.path.join(os.path.dirname(sys.executable), "ktrace")
     ktrace_cmd = [ktrace] if os.access(ktrace, os.X_OK) else [sys.executable, "-m", "ktrace"]
-    bc.warn_if_other_checkout(ktrace_cmd)
+    found = bc.warn_if_other_checkout(ktrace_cmd)
+    if found is not None:
+        bc.write_bytecode(*found)  # as `pip install .` leaves it
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    before_cmd = None  # (warn_if_other_checkout compiled the measured package's bytecode, as `pip install .` does)
+    before_cmd = None
     if a.before:
         old = os.path.abspath(a.before)
         if not os.path.isfile(os.path.join(old, "ktrace", "__init__.py")):
             p.error(f"--before {a.before}: no ktrace/__init__.py there (give the root of an older checkout)")
-        import compileall
-
-        compileall.compile_dir(os.path.join(old, "ktrace"), quiet=1)
+        bc.write_bytecode(sys.executable, os.path.join(old, "ktrace"))
         before_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {old!r}); from ktrace.cli import main; "
                       "sys.exit(main())"]
     if "wasm" in engines:  # warm the module cache (the first start compiles the WebAssembly module)

@@ -290,24 +290,29 @@ def find_ktrace(a) -> list[str] | None:
     return None
 
 
-def warn_if_other_checkout(cmd: list[str]) -> None:
-    """Says so on stderr when the ktrace that ``cmd`` runs is not this checkout's (an editable install made from
-    another clone, whose `.ci/run` re-points it): its figures would be that clone's."""
+def measured_package(cmd: list[str]) -> tuple[str, str] | None:
+    """(the Python, the ktrace package's folder) that ``cmd`` runs, or None when it cannot be found out."""
     module = cmd[1:2] == ["-m"]  # `python -m ktrace`, run from the repo root (measure's cwd): that ktrace
     py = cmd[0] if module else os.path.join(os.path.dirname(cmd[0]), "python")
     if not os.access(py, os.X_OK):
-        return
+        return None
     probe = subprocess.run([py, "-c", "import ktrace, os; print(os.path.realpath(ktrace.__file__))"],
                            cwd=REPO if module else "/", capture_output=True, text=True, timeout=120)
-    where = probe.stdout.strip()
-    if probe.returncode == 0 and not where.startswith(os.path.realpath(REPO) + os.sep):
-        print(f"warning: {' '.join(cmd)} runs the ktrace at {os.path.dirname(where)}, not this checkout's "
+    return (py, os.path.dirname(probe.stdout.strip())) if probe.returncode == 0 else None
+
+
+def warn_if_other_checkout(cmd: list[str]) -> tuple[str, str] | None:
+    """Says so on stderr when the ktrace that ``cmd`` runs is not this checkout's (an editable install made from
+    another clone, whose `.ci/run` re-points it): its figures would be that clone's. Returns
+    ``measured_package(cmd)``."""
+    found = measured_package(cmd)
+    if found is not None and not found[1].startswith(os.path.realpath(REPO) + os.sep):
+        print(f"warning: {' '.join(cmd)} runs the ktrace at {found[1]}, not this checkout's "
               f"({REPO}): `pip install -e .` here to measure it", file=sys.stderr)
-    if probe.returncode == 0:
-        _compile(py, os.path.dirname(where))
+    return found
 
 
-def _compile(py: str, package: str) -> None:
+def write_bytecode(py: str, package: str) -> None:
     """The package's modules compiled to bytecode before any run, as `pip install .` leaves them: an editable
     install under PYTHONDONTWRITEBYTECODE=1 (set on some machines) would compile every module again in every
     run (0.26 s of a `ktrace analyze`), a cost no installed copy has and the floor's numpy does not pay."""
@@ -567,7 +572,9 @@ def main(argv=None) -> int:
               " timing the peer and the floor only")
     baseline = None
     if ktrace_cmd is not None:
-        warn_if_other_checkout(ktrace_cmd)
+        found = warn_if_other_checkout(ktrace_cmd)
+        if found is not None:
+            write_bytecode(*found)  # as `pip install .` leaves it
         # What every ktrace run pays before any work: interpreter, imports, argument parsing.
         tries = [measure(ktrace_cmd + ["--help"], timeout=a.timeout) for _ in range(3)]
         r = min(tries, key=lambda r: r["wall_s"] or 1e9)

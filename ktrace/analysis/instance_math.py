@@ -7,11 +7,10 @@ by k range come from one stable sort (chunk_order).
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 
 from . import structure as st
+from ..forked import shared_array
 from .growing import narrowest_type
 from .keyed import run_starts
 
@@ -165,16 +164,15 @@ def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
 
 
 class ChunkRows:
-    """The rows of each k range (``stream_instances._k_ranges``): first in row order (one stable sort of the rows by their
-    range, ``chunk_order``), then, once sweep 1 has grouped a range's rows by instance, in that grouping
-    (``keep``), which sweep 2 reads instead of sorting them again. In shared memory, made before the workers
-    fork, so that what sweep 1's workers keep reaches sweep 2's."""
+    """The rows of each k range (``stream_instances._k_ranges``): first in row order (one stable sort of the
+    rows by their range, ``chunk_order``), then, once sweep 1 has grouped a range's rows by instance, in that
+    grouping (``keep``), which sweep 2 reads instead of sorting them again. In shared memory
+    (``forked.shared_array``), made before the workers fork, so that what sweep 1's workers keep reaches
+    sweep 2's."""
 
     def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
-        self.n = n = cols.n
-        dtype = np.dtype(narrowest_type(0, max(n - 1, 0)))
-        self._map = mmap.mmap(-1, max(n, 1) * dtype.itemsize)  # anonymous and shared: forked workers write it
-        self.order = np.frombuffer(self._map, dtype, count=n)
+        n = cols.n
+        self.order = shared_array(n, narrowest_type(0, max(n - 1, 0)))
         if len(chunks) <= 1:
             self.bounds = [0, n]
             self.order[:] = np.arange(n)
