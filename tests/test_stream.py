@@ -284,6 +284,33 @@ def test_rows_by_chunk_from_lanes_runs_are_the_stable_sort(lanes, steps, chunks,
     assert got.tolist() == want.tolist() and got.dtype.itemsize <= 4
 
 
+@pytest.mark.parametrize("runs", [False, True])
+@pytest.mark.parametrize("jobs, piece", [(2, 1000), (3, 777), (2, 1 << 20)])
+def test_rows_by_chunk_sorted_by_workers_are_the_stable_sort(runs, jobs, piece, monkeypatch):
+    # With workers, ranges of rows are counted, then sorted side by side, each writing its rows of every chunk
+    # into shared memory after those of the ranges before it: the stable argsort of the whole column, for
+    # rows in short runs (random) and in lanes' long runs, in ranges of any size.
+    from ktrace.analysis import instance_math
+    from ktrace.forked import shared_array
+
+    monkeypatch.setattr(instance_math, "PIECE_ROWS", piece)
+    rng = np.random.default_rng(jobs * piece + runs)
+    steps, chunks = 3000, 40
+    if runs:
+        k = np.concatenate([np.sort(rng.integers(0, steps, int(rng.integers(steps // 2, 2 * steps))))
+                            for _ in range(7)]).astype(np.int32)
+    else:
+        k = rng.integers(0, steps, 20_000).astype(np.int16)
+    edges = np.r_[0, np.sort(rng.choice(np.arange(1, steps), chunks - 1, replace=False)), steps]
+    lut = np.zeros(steps, np.uint8)
+    for i in range(chunks):
+        lut[edges[i]:edges[i + 1]] = i
+    cum = np.r_[0, np.cumsum(np.bincount(k, minlength=steps))]
+    out = shared_array(len(k), np.int32)
+    got = instance_math.chunk_order_forked(lut, k, [int(cum[e]) for e in edges[:-1]] + [len(k)], out, jobs)
+    assert got is out and out.tolist() == np.argsort(lut[k], kind="stable").tolist()
+
+
 @pytest.mark.parametrize("name", ["nested_ktrace", "pipeline_flashinfer", "cluster_ktrace"])
 def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeypatch):
     # The sampled evidence reads each range in pieces of top-level slices, each piece one slice longer for

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ..forked import shared_array
+from ..forked import fork_map, shared_array
 from .growing import narrowest_type
 from .keyed import run_starts
 
 __all__ = ["ChunkRows", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
-           "instance_columns", "chunk_order", "PIECE_ROWS"]
+           "instance_columns", "chunk_order", "chunk_order_forked", "PIECE_ROWS"]
 
 
 def lower_percentile(p: float, n: np.ndarray) -> np.ndarray:
@@ -143,6 +143,36 @@ def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: i
     return out
 
 
+def chunk_order_forked(lut: np.ndarray, k: np.ndarray, bounds: list[int], out: np.ndarray, jobs: int) -> np.ndarray:
+    """``chunk_order(lut, k, bounds, out=out)`` by up to ``jobs`` forked workers, ``out`` in shared memory
+    (``forked.shared_array``): ranges of rows, about four a worker, each counted by chunk, then each sorted
+    alone and its rows of every chunk written where the ranges before it leave off (the same order). One
+    process took 0.66 s of 1e8 records' phase instances on 2 cores, while every worker waited."""
+    n = len(k)
+    step = max(PIECE_ROWS, -(-n // (4 * max(jobs, 1))))
+    pieces = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    counts = np.array(fork_map(_piece_counts, (lut, k, len(bounds) - 1), pieces, jobs), np.int64).reshape(
+        len(pieces), len(bounds) - 1)
+    at = np.asarray(bounds[:-1], np.int64) + np.cumsum(counts, axis=0) - counts  # per piece and chunk
+    fork_map(_piece_order, (lut, k, out), [(lo, hi, at[i], counts[i]) for i, (lo, hi) in enumerate(pieces)], jobs)
+    return out
+
+
+def _piece_counts(state, piece: tuple[int, int]) -> np.ndarray:
+    lut, k, chunks = state
+    lo, hi = piece
+    return np.bincount(lut[k[lo:hi]], minlength=chunks)
+
+
+def _piece_order(state, item) -> None:
+    lut, k, out = state
+    lo, hi, at, count = item
+    first = np.r_[0, np.cumsum(count)]
+    local = chunk_order(lut, k[lo:hi], first.tolist())
+    for c in np.flatnonzero(count).tolist():
+        out[at[c]:at[c] + count[c]] = local[first[c]:first[c + 1]] + lo
+
+
 def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
     """The stable sort of ``of`` (each row's chunk) into ``out`` where rows of one chunk come in long runs (a
     lane's instance numbers ascend, so its rows of a chunk are one run): the runs, stably sorted by chunk,
@@ -170,7 +200,7 @@ class ChunkRows:
     (``forked.shared_array``), made before the workers fork, so that what sweep 1's workers keep reaches
     sweep 2's."""
 
-    def __init__(self, cols, chunks: list[tuple[int, int]]) -> None:
+    def __init__(self, cols, chunks: list[tuple[int, int]], jobs: int = 1) -> None:
         n = cols.n
         self.order = shared_array(n, narrowest_type(0, max(n - 1, 0)))
         if len(chunks) <= 1:
@@ -183,7 +213,10 @@ class ChunkRows:
             lut[k0:k1] = i
         cum = np.r_[0, np.cumsum(cols.per_k)]
         self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
-        chunk_order(lut, cols.k, self.bounds, out=self.order)
+        if jobs > 1:
+            chunk_order_forked(lut, cols.k, self.bounds, self.order, jobs)
+        else:
+            chunk_order(lut, cols.k, self.bounds, out=self.order)
 
     def rows(self, i: int) -> np.ndarray:
         return self.order[self.bounds[i]:self.bounds[i + 1]].astype(np.int64)

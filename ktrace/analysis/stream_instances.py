@@ -1,7 +1,7 @@
 """The cross-lane figures of ``stream_figures`` over chunks of the kept columns: phase instances (two
 sweeps over the slices grouped by instance), the lanes' phase table and the waits (sweeps over whole lanes),
-and the critical path (a backward walk through each slice's predecessor, ``Preds``, found before it in the
-walk's process).
+and the critical path (a backward walk through each slice's predecessor, ``Preds``, found before it over
+chunks of rows).
 
 Every chunk runs the same vectorized definitions (instance_math.py, tables.py, structure.py) on its
 rows; what a chunk cannot know alone (an instance's latest end, a phase's most
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ..forked import fork_imap, fork_map
+from ..forked import fork_imap, fork_map, shared_array
 from .growing import narrowest, narrowest_type
 from .tables import waits_columns
 from .instance_math import (ChunkRows, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
@@ -82,7 +82,7 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
         inst.index_of, inst.lane_span = None, 1
         return inst
     chunks = _k_ranges(cols, chunk_rows)
-    by_chunk = ChunkRows(cols, chunks)
+    by_chunk = ChunkRows(cols, chunks, jobs)
     items = [(i, *c) for i, c in enumerate(chunks)]
     # Sweep 1: each instance's latest end, and its tied last finishers.
     got = fork_map(_sweep_ends, (cols, ncode, by_chunk), items, jobs)
@@ -327,14 +327,17 @@ class Preds:
     a top-level slice that began at or after its lane's previous top-level slice's instance ended waited for
     that instance's last finisher (kind 0, wait), else for the lane's previous slice (1, lane_gap); a
     later-wave block's first top-level slice waited for the block that freed its SM slot (2, block_switch).
-    ``code``: row * 4 + kind, -1 none. Found a piece of rows at a time (``fill``) before the walk, in the
-    walk's own process, so that the walk reads one value a step: it looked each step up in the columns, a
-    cache miss each at 1e8 records (4.9 s; 0.23 s at 1e7). (The lanes' workers found them beside the lanes'
-    table and sent them back by pipe: at 1e8 records, 200 MB pickled, piped and copied, 1.6 s of the
-    parent's CPU, the lanes' table no faster on two workers than on one.)"""
+    ``code``: row * 4 + kind, -1 none. Found before the walk (``fill``), a piece of rows at a time by up to
+    ``jobs`` forked workers, each writing its piece in place (``code`` is then shared memory), so that the
+    walk reads one value a step: it looked each step up in the columns, a cache miss each at 1e8 records
+    (4.9 s; 0.23 s at 1e7). (The lanes' workers once sent them back by pipe: at 1e8 records 200 MB pickled,
+    piped and copied, 1.6 s of the parent's CPU; then the walk's own worker found them, alone: on 16 cores
+    at 1e8 records, 1.7 s of CPU that every other stage had finished waiting for.)"""
 
-    def __init__(self, cols, blocks) -> None:
-        self.code = np.empty(cols.n, narrowest_type(-1, 4 * max(cols.n, 1)))
+    def __init__(self, cols, blocks, jobs: int = 1) -> None:
+        self.jobs = jobs
+        dtype = narrowest_type(-1, 4 * max(cols.n, 1))
+        self.code = shared_array(cols.n, dtype) if jobs > 1 else np.empty(cols.n, dtype)
         # Per block row: where a later-wave block's first top-level slice waited (-1: it did not).
         self.switch = np.full(len(blocks), -1, np.int64)
         before = st.blocks_before(blocks)
@@ -344,9 +347,12 @@ class Preds:
         self.block_row = _block_rows(blocks)
 
     def fill(self, cols, inst) -> "Preds":
-        """``code`` of every row, _FILL_ROWS at a time (each piece's temporaries stay small)."""
-        for a in range(0, cols.n, _FILL_ROWS):
-            self.code[a:a + _FILL_ROWS] = self.codes(cols, inst, a, min(a + _FILL_ROWS, cols.n))
+        """``code`` of every row, in pieces of at most _FILL_ROWS rows (each piece's temporaries stay small),
+        about four a worker."""
+        step = max(1, min(_FILL_ROWS, -(-cols.n // (4 * self.jobs))))
+        pieces = [(a, min(a + step, cols.n)) for a in range(0, cols.n, step)]
+        for _ in fork_imap(_fill_piece, (self, cols, inst), pieces, self.jobs):
+            pass
         return self
 
     def codes(self, cols, inst, a: int, b: int) -> np.ndarray:
@@ -363,6 +369,12 @@ class Preds:
             on = sw >= 0
             code[first[on]] = sw[on] * 4 + 2
         return code.astype(self.code.dtype)
+
+
+def _fill_piece(state, piece: tuple[int, int]) -> None:
+    preds, cols, inst = state
+    a, b = piece
+    preds.code[a:b] = preds.codes(cols, inst, a, b)
 
 
 def _block_end_slice(cols, blocks, b: int) -> int:
