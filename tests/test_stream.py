@@ -165,6 +165,23 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     # The parts' columns come back by pipe where their shared-memory slots would be too large: the same.
     monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 0)
     assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
+    # Where the workers leave cores, each part's columns are copied out by threads side by side: the same.
+    import threading
+
+    from ktrace.analysis import growing
+
+    monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 1 << 30)
+    monkeypatch.setattr(stream, "COPY_ROWS", 1)
+    monkeypatch.setattr(stream, "available_cores", lambda: 8)
+    copied_by, append = set(), growing.Growing.append
+
+    def spy(self, *a):
+        copied_by.add(threading.current_thread().name.split("_")[0])
+        return append(self, *a)
+
+    monkeypatch.setattr(growing.Growing, "append", spy)
+    assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
+    assert copied_by == {"ktrace-copy"}
 
 
 @pytest.mark.parametrize("n,chunk_rows,jobs", [(5_000_000, 1 << 20, 2), (5_000_000, 1 << 20, 16),

@@ -314,3 +314,19 @@ def test_duplicate_event_names_are_refused():
     buf = phase_buffer([[T0, T0 + 2000]], [[T0 + 1000, T0 + 3000]], [0, 1])
     with pytest.raises(InputError, match="'load' appear more than once"):
         decode(buf, events="load,load")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_last_finisher_runs_are_the_long_runs_of_equal_values(seed):
+    from ktrace.analysis.last_finisher import _runs
+
+    rng = np.random.default_rng(seed)
+    seq = np.repeat(rng.integers(0, 4, 30), rng.integers(1, 6, 30))
+    min_len = int(rng.integers(1, 6))
+    every, a = [], 0
+    for i in range(1, len(seq) + 1):  # the definition, one value at a time
+        if i == len(seq) or seq[i] != seq[a]:
+            every.append((int(seq[a]), a, i - 1))
+            a = i
+    assert _runs(seq, min_len) == [r for r in every if r[2] - r[1] + 1 >= min_len]
+    assert _runs(seq[:0], min_len) == []

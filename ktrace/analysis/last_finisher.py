@@ -14,12 +14,16 @@ from ._verdict import Verdict, fmt as _fmt, num as _num
 __all__ = ["last_finisher"]
 
 
-def _runs(seq: np.ndarray):
-    """Runs of equal values: (value, first index, last index)."""
+def _runs(seq: np.ndarray, min_len: int = 1):
+    """Runs of equal values at least min_len long: (value, first index, last index). The short ones are left
+    out before any becomes a tuple (an instance a run at 1e8 records: 0.24 s of Python)."""
     if not len(seq):
         return []
     cut = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1], True])
-    return [(int(seq[a]), int(a), int(b) - 1) for a, b in zip(cut[:-1], cut[1:])]
+    first, end = cut[:-1], cut[1:]
+    keep = end - first >= min_len
+    first, end = first[keep], end[keep]
+    return list(zip(seq[first].tolist(), first.tolist(), (end - 1).tolist()))
 
 
 def _own_delay(ctx, p, late: np.ndarray) -> np.ndarray:
@@ -104,7 +108,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         return Verdict("stable_straggler", p["phase"], msg, ev, impact, cause != "small",
                        {**base, "block": top, "cause": cause}, claims, f"block {top}")
     min_run = max(2, math.ceil(0.1 * n))
-    runs = [r for r in _runs(seq) if r[2] - r[1] + 1 >= min_run]
+    runs = _runs(seq, min_run)
     covered = sum(r[2] - r[1] + 1 for r in runs)
     if covered >= th.stable_fraction * n and len({r[0] for r in runs}) >= 2:
         segs = [{"block": b, "group": int(inst.last_group[a]), "first_k": int(inst.k[a]), "last_k": int(inst.k[z]),
