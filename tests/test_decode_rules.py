@@ -265,6 +265,16 @@ def test_huge_buffer_path_transposes_and_decodes_the_same(tmp_path, monkeypatch)
     assert got[0].tolist() == whole.slices.begin_ns.tolist() and got[1].tolist() == whole.slices.end_ns.tolist()
     _, summary = summarize(path)
     assert summary.records == whole.records and summary.accounted and summary.slices == len(whole.slices)
+    # Copied a few rows at a time by several threads: the same lane-major file.
+    from ktrace.decoding import lanes as lane_io
+
+    monkeypatch.setattr(lane_io, "BLOCK_WORDS", 2 * lanes)
+    monkeypatch.setattr(lane_io, "available_cores", lambda: 4)
+    for threads in (1, 4):
+        monkeypatch.setattr(lane_io, "COPY_THREADS", threads)
+        copied = BufferDecoder(path)
+        assert copied._lane_major.read_bytes() == dec._lane_major.read_bytes()
+        assert [p.slices.begin_ns.tolist() for p in copied.parts()] == [p.slices.begin_ns.tolist() for p in parts]
 
 
 def test_mapped_npy_and_bin_read_the_same(tmp_path, monkeypatch):

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from ..forked import available_cores
 from .layouts import HEADER_WORDS
 from .source import Buffer
+
+BLOCK_WORDS = 1 << 20  # copying the record area lane-major: 8 MB read at a time
+COPY_THREADS = 4  # the most threads copying the record area lane-major, in the parent before any worker starts
+# (a 1e8-record buffer, 763 MB, on 16 cores: 0.97-1.04 s in one thread, 0.45-0.49 s in 4, 0.50-0.55 s in 8; each
+# thread keeps its own malloc arena of freed blocks: 8 threads took the process tree's PSS 123 MiB higher)
 
 __all__ = ["LaneReader", "lane_ranges"]
 
@@ -119,11 +126,12 @@ class LaneReader:
         cap, lanes = self.capacity_per_lane, self.lanes
         self._tmpdir = tempfile.TemporaryDirectory(prefix="ktrace-")
         self.lane_major = Path(self._tmpdir.name) / "lanes.u64"
-        rows_per_block = max(1, (1 << 20) // lanes)  # 8 MB read at a time
+        rows_per_block = max(1, BLOCK_WORDS // lanes)
         with open(self.lane_major, "wb") as out:
             out.truncate(cap * lanes * 8)
             fd = out.fileno()
-            for r0 in range(0, cap, rows_per_block):
+
+            def copy_rows(r0: int) -> None:
                 r1 = min(cap, r0 + rows_per_block)
                 n = min(len(self.body), r1 * lanes) - r0 * lanes
                 block = np.fromfile(self.buf.path, dtype="<u8", count=n,
@@ -133,6 +141,15 @@ class LaneReader:
                 cols = _tiled_copy(block.reshape(r1 - r0, lanes).T)
                 for ln in range(lanes):  # a loop over lanes, each writing one contiguous run
                     os.pwrite(fd, memoryview(cols[ln]), (ln * cap + r0) * 8)
+
+            starts = range(0, cap, rows_per_block)
+            threads = min(COPY_THREADS, available_cores(), len(starts))
+            if threads > 1:  # blocks of rows side by side: reads, copies and writes let go of the GIL
+                with ThreadPoolExecutor(threads, thread_name_prefix="ktrace-transpose") as pool:
+                    list(pool.map(copy_rows, starts))
+            else:
+                for r0 in starts:
+                    copy_rows(r0)
 
 
 def _tiled_copy(a: np.ndarray, step: int = 1024) -> np.ndarray:
