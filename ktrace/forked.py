@@ -20,7 +20,8 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array"]
+__all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
+           "interrupts_held", "worker_ignores_interrupts"]
 
 
 def available_cores() -> int:
@@ -32,6 +33,33 @@ def available_cores() -> int:
 
 
 _SHARED: Any = None  # in a forked worker: the state fork_imap was given
+
+
+class interrupts_held:
+    """``with interrupts_held(): start workers``: SIGINT held back in this thread while workers start, so a
+    Ctrl-C (which reaches the whole process group) cannot land in a new worker before it ignores SIGINT (as
+    Python code between the fork and the worker's first line, which would print a traceback); the worker
+    inherits the held mask and calls ``worker_ignores_interrupts``. This process still sees a Ctrl-C
+    meanwhile: through another of its threads at once, else as the block ends. Where the platform cannot hold
+    signals, or off the main thread, nothing is held."""
+
+    def __enter__(self) -> "interrupts_held":
+        self._old = None
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
+def worker_ignores_interrupts() -> None:
+    """A worker's first step: SIGINT ignored (Ctrl-C reaches the whole group: the parent stops the workers),
+    then no longer held (a held one is dropped)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1,
@@ -141,7 +169,8 @@ def _new_pool(ctx, jobs: int, shared: Any):
     try:
         with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
             warnings.simplefilter("ignore", DeprecationWarning)
-            return ctx.Pool(jobs, initializer=_fork_started)
+            with interrupts_held():
+                return ctx.Pool(jobs, initializer=_fork_started)
     finally:
         _SHARED = None
 
@@ -168,7 +197,7 @@ def _reduce_dtype(d):
 
 
 def _fork_started() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+    worker_ignores_interrupts()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .forked import available_cores
+from .forked import available_cores, interrupts_held, worker_ignores_interrupts
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
 
@@ -69,7 +69,8 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_started)
     try:
-        futures = [pool.submit(_call, fn, x) for x in items]
+        with interrupts_held():  # the workers start in submit: none may see a Ctrl-C before it ignores it
+            futures = [pool.submit(_call, fn, x) for x in items]
         pending, done = set(futures), 0
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -122,7 +123,7 @@ def _worker_started() -> None:
     _worker = True
     # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_ignores_interrupts()
     signal.signal(signal.SIGTERM, _on_term)
     sys.unraisablehook = _unraisable
 

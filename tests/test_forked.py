@@ -1,12 +1,13 @@
 """fork_imap's window and the shared-memory Slots: what the numpy engine's parts come back through."""
 
 import os
+import signal
 import time
 
 import numpy as np
 import pytest
 
-from ktrace.forked import Slots, fork_context, fork_imap
+from ktrace.forked import Slots, fork_context, fork_imap, fork_map, interrupts_held, worker_ignores_interrupts
 
 pytestmark = pytest.mark.skipif(fork_context() is None, reason="the platform cannot fork")
 
@@ -130,3 +131,38 @@ def test_many_items_go_several_a_message_and_come_back_in_order():
 def test_an_error_in_a_message_of_several_items_is_raised():
     with pytest.raises(ValueError, match="part 3 is damaged"):
         list(fork_imap(_fail, None, range(200), jobs=2))
+
+
+def _signal_state(_shared, _x):
+    import signal as s
+
+    return signal.SIGINT in s.pthread_sigmask(s.SIG_BLOCK, []), s.getsignal(s.SIGINT) == s.SIG_IGN
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs signal masks")
+def test_a_ctrl_c_landing_in_a_worker_before_it_ignores_sigint_is_dropped():
+    # A Ctrl-C reaches the whole group: one landing in a new worker before its first line printed a traceback
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    with interrupts_held():
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.read(from_parent, 1)  # the parent has sent SIGINT by now: it waits, held
+                held = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+                worker_ignores_interrupts()  # ... and is dropped here
+                os.write(to_parent, b"held" if held else b"free")
+                code = 0
+            finally:
+                os._exit(code)
+    os.kill(pid, signal.SIGINT)
+    os.write(to_child, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.read(from_child, 4) == b"held"
+    for fd in (to_child, from_parent, from_child, to_parent):
+        os.close(fd)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this thread's mask is as it was
+    # the pool's workers ignore SIGINT and no longer hold it
+    assert fork_map(_signal_state, None, [0, 1], jobs=2) == [(False, True), (False, True)]

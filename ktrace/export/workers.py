@@ -23,7 +23,7 @@ import warnings
 from typing import Iterator
 
 from ..errors import KtraceError
-from ..forked import available_cores, fork_context
+from ..forked import available_cores, fork_context, interrupts_held, worker_ignores_interrupts
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
@@ -60,7 +60,8 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
             p = ctx.Process(target=_worker, args=(theirs, dec, writer, base, spool.name, [*conns, mine]), daemon=True)
             with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
                 warnings.simplefilter("ignore", DeprecationWarning)
-                p.start()
+                with interrupts_held():
+                    p.start()
             theirs.close()
             conns.append(mine)
             procs.append(p)
@@ -147,7 +148,7 @@ def _stop(conns, procs, wait_s: float = 0.5) -> None:
 def _worker(conn, dec, writer: PartWriter, base: tuple, spool: str, inherited) -> None:
     for c in inherited:  # the parent's ends of the pipes forked into this copy: EOF must reach their workers
         c.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole process group: the parent stops us
+    worker_ignores_interrupts()  # Ctrl-C goes to the whole process group: the parent stops us
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
