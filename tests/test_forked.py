@@ -140,6 +140,7 @@ def _signal_state(_shared, _x):
 
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs signal masks")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
 def test_a_ctrl_c_landing_in_a_worker_before_it_ignores_sigint_is_dropped():
     # A Ctrl-C reaches the whole group: one landing in a new worker before its first line printed a traceback
     from_parent, to_child = os.pipe()
