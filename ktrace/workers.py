@@ -7,14 +7,17 @@ each: the embedded engine runs threads, which a fork would copy half-way), so ``
 picklable (a module-level function, paths). An error in a worker is raised here as the serial loop would raise
 it: the first failing input in the order given, the same exception with the same message. Ctrl-C (or SIGTERM)
 in the parent stops the workers (each unwinds, removing its temporary files), waits for them, and re-raises:
-no process is left behind.
+no process is left behind. The workers' temporary files are made in a folder the parent removes once they
+are gone, so none is left behind either, even by a worker stopped half-way or killed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from typing import Any, Callable, Sequence
 
 from .forked import available_cores, interrupts_held, worker_ignores_interrupts
@@ -66,8 +69,14 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
     import multiprocessing
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
+    # The workers' temporary files go in a folder of ours, removed once they are gone: a worker stopped
+    # between making a temporary folder and taking charge of it (or killed) leaves nothing behind.
+    try:
+        scratch = tempfile.mkdtemp(prefix="ktrace-workers-")
+    except OSError:
+        scratch = None  # no temporary folder here: each worker says so when it needs one
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_started)
+                               initializer=_worker_started, initargs=(scratch,))
     try:
         with interrupts_held():  # the workers start in submit: none may see a Ctrl-C before it ignores it
             futures = [pool.submit(_call, fn, x) for x in items]
@@ -91,6 +100,8 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _stop(pool) -> None:
@@ -118,9 +129,12 @@ def in_worker() -> bool:
     return _worker
 
 
-def _worker_started() -> None:
+def _worker_started(scratch: str | None = None) -> None:
     global _worker
     _worker = True
+    if scratch is not None:  # this worker's temporary files, and its subprocesses', in the parent's folder
+        tempfile.tempdir = scratch
+        os.environ["TMPDIR"] = scratch
     # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
     worker_ignores_interrupts()

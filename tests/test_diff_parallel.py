@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +31,16 @@ def test_results_come_back_in_input_order():
 def test_the_first_failure_in_input_order_is_raised():
     with pytest.raises(ValueError, match="'x'"):
         run_in_workers(int, ["1", "x", "y"], jobs=2)
+
+
+def test_what_the_workers_leave_in_the_temporary_folder_is_removed(tmp_path, monkeypatch):
+    # A worker stopped between making a temporary folder and taking charge of it left the folder behind
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = run_in_workers(tempfile.mkdtemp, ["-a", "-b"], jobs=2)  # each worker makes a folder and leaves it
+    assert [Path(m).name[-2:] for m in made] == ["-a", "-b"]
+    assert all(Path(m).parent.parent == tmp_path for m in made)  # in the parent's folder for the workers...
+    assert not any(Path(m).exists() for m in made) and list(tmp_path.iterdir()) == []  # ...removed with it
 
 
 def test_small_files_stay_in_this_process(tmp_path):
@@ -111,7 +122,8 @@ def test_ctrl_c_stops_every_worker_and_removes_their_files(tmp_path):
                          env=dict(os.environ, TMPDIR=str(tmp)), preexec_fn=interruptible, start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(tmp.iterdir())) < 2:  # both workers writing their traces
+    # both workers writing their traces (in the folder the parent made for its workers)
+    while time.monotonic() < deadline and len(list(tmp.glob("ktrace-workers-*/*"))) < 2:
         time.sleep(0.2)
     workers = _children(p.pid)
     assert p.poll() is None and len(workers) >= 2
