@@ -13,7 +13,6 @@ check, diff, view, merge, the multi-GPU analysis) comes in through here.
 from __future__ import annotations
 
 import os
-import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
 from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace
 from .model import Decoded, Summary
+from .outputs import temporary_folder
 from .progress import stage
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
@@ -130,7 +130,7 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
         inp.trace = Path(source)
     with ExitStack() as stack:
         if need != "decoder" and inp.trace is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=temp_prefix))
+            tmp = stack.enter_context(temporary_folder(temp_prefix))
             inp.trace = Path(tmp) / (_stem(source) + ".perfetto-trace")
             from .export.writer import write_trace
 

@@ -11,10 +11,32 @@ from pathlib import Path
 from .errors import InputError
 from .filetypes import sibling
 
-__all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "PLOT_SUFFIXES"]
+__all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "PLOT_SUFFIXES",
+           "temporary_folder", "temporary_root", "temporary_folders_in"]
 
 # What --plot can write (matplotlib's raster and vector formats a person opens).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+
+
+_TEMPORARY_ROOT: str | None = None  # a worker's: the folder its parent made for its workers' temporary files
+
+
+def temporary_folders_in(folder: str | None) -> None:
+    """This process's temporary folders made in ``folder`` from now on (a worker of ``run_in_workers``: its
+    parent removes the folder once the workers are gone, whatever state a stopped worker left it in)."""
+    global _TEMPORARY_ROOT
+    _TEMPORARY_ROOT = folder
+
+
+def temporary_root() -> str:
+    """Where ``temporary_folder`` makes its folders: the worker's folder, else the system's temporary folder."""
+    return _TEMPORARY_ROOT or tempfile.gettempdir()
+
+
+def temporary_folder(prefix: str = "ktrace-") -> tempfile.TemporaryDirectory:
+    """A temporary folder (``tempfile.TemporaryDirectory``) for what ktrace writes on the way (a trace to load,
+    a lane-major copy), in ``temporary_root()``."""
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=_TEMPORARY_ROOT)
 
 
 def _same_file(a: Path, b: Path) -> bool:

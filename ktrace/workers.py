@@ -7,8 +7,9 @@ each: the embedded engine runs threads, which a fork would copy half-way), so ``
 picklable (a module-level function, paths). An error in a worker is raised here as the serial loop would raise
 it: the first failing input in the order given, the same exception with the same message. Ctrl-C (or SIGTERM)
 in the parent stops the workers (each unwinds, removing its temporary files), waits for them, and re-raises:
-no process is left behind. The workers' temporary files are made in a folder the parent removes once they
-are gone, so none is left behind either, even by a worker stopped half-way or killed.
+no process is left behind. The workers' temporary folders (``outputs.temporary_folder``) are made in a folder
+the parent removes once they are gone, so none is left behind either, even by a worker stopped half-way or
+killed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import tempfile
 from typing import Any, Callable, Sequence
 
 from .forked import available_cores, interrupts_held, worker_ignores_interrupts
+from .outputs import temporary_folders_in
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
 
@@ -132,9 +134,7 @@ def in_worker() -> bool:
 def _worker_started(scratch: str | None = None) -> None:
     global _worker
     _worker = True
-    if scratch is not None:  # this worker's temporary files, and its subprocesses', in the parent's folder
-        tempfile.tempdir = scratch
-        os.environ["TMPDIR"] = scratch
+    temporary_folders_in(scratch)  # this worker's temporary folders in the one its parent removes
     # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
     worker_ignores_interrupts()

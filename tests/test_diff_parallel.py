@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ktrace.decoding.encode import phase_buffer
+from ktrace.outputs import temporary_folder
 from ktrace.workers import PARALLEL_MIN_BYTES, default_jobs, run_in_workers
 
 from conftest import ROOT, interruptible, run_ktrace, sample
@@ -33,14 +34,21 @@ def test_the_first_failure_in_input_order_is_raised():
         run_in_workers(int, ["1", "x", "y"], jobs=2)
 
 
+def _leave_a_temporary_folder(suffix: str) -> str:
+    from ktrace.outputs import temporary_root
+
+    return tempfile.mkdtemp(suffix=suffix, dir=temporary_root())  # made, and never removed, by the worker
+
+
 def test_what_the_workers_leave_in_the_temporary_folder_is_removed(tmp_path, monkeypatch):
     # A worker stopped between making a temporary folder and taking charge of it left the folder behind
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    made = run_in_workers(tempfile.mkdtemp, ["-a", "-b"], jobs=2)  # each worker makes a folder and leaves it
+    made = run_in_workers(_leave_a_temporary_folder, ["-a", "-b"], jobs=2)
     assert [Path(m).name[-2:] for m in made] == ["-a", "-b"]
     assert all(Path(m).parent.parent == tmp_path for m in made)  # in the parent's folder for the workers...
     assert not any(Path(m).exists() for m in made) and list(tmp_path.iterdir()) == []  # ...removed with it
+    with temporary_folder() as mine:  # this process's own: in the system's temporary folder
+        assert Path(mine).parent == tmp_path
 
 
 def test_small_files_stay_in_this_process(tmp_path):

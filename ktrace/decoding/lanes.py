@@ -8,13 +8,13 @@ into a temporary file, so each range of lanes is one contiguous read.
 from __future__ import annotations
 
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..forked import available_cores
+from ..outputs import temporary_folder
 from .layouts import HEADER_WORDS
 from .source import Buffer
 
@@ -124,7 +124,7 @@ class LaneReader:
     def copy_lane_major(self) -> None:
         """Copy the record area lane-major into a temporary file, which ``block`` reads from then on."""
         cap, lanes = self.capacity_per_lane, self.lanes
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="ktrace-")
+        self._tmpdir = temporary_folder("ktrace-")
         self.lane_major = Path(self._tmpdir.name) / "lanes.u64"
         rows_per_block = max(1, BLOCK_WORDS // lanes)
         with open(self.lane_major, "wb") as out:
