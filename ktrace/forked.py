@@ -18,10 +18,11 @@ import mmap
 import os
 import signal
 import threading
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
-           "interrupts_held", "worker_ignores_interrupts"]
+           "starting_workers", "worker_ignores_interrupts"]
 
 
 def available_cores() -> int:
@@ -35,23 +36,26 @@ def available_cores() -> int:
 _SHARED: Any = None  # in a forked worker: the state fork_imap was given
 
 
-class interrupts_held:
-    """``with interrupts_held(): start workers``: SIGINT held back in this thread while workers start, so a
-    Ctrl-C (which reaches the whole process group) cannot land in a new worker before it ignores SIGINT (as
-    Python code between the fork and the worker's first line, which would print a traceback); the worker
-    inherits the held mask and calls ``worker_ignores_interrupts``. This process still sees a Ctrl-C
-    meanwhile: through another of its threads at once, else as the block ends. Where the platform cannot hold
-    signals, or off the main thread, nothing is held."""
+@contextmanager
+def starting_workers():
+    """``with starting_workers(): start workers``: Python 3.12+'s warning about forking with threads (a
+    progress bar's) kept quiet, and SIGINT held back in this thread while the workers start, so a Ctrl-C
+    (which reaches the whole process group) cannot land in a new worker before it ignores SIGINT (as Python
+    code between the fork and the worker's first line, which would print a traceback); the worker inherits
+    the held mask and calls ``worker_ignores_interrupts``. This process still sees a Ctrl-C meanwhile: through
+    another of its threads at once, else as the block ends. Where the platform cannot hold signals, or off
+    the main thread, nothing is held."""
+    import warnings
 
-    def __enter__(self) -> "interrupts_held":
-        self._old = None
-        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
-            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+    hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        if hold:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def worker_ignores_interrupts() -> None:
@@ -162,15 +166,12 @@ def fork_context():
 def _new_pool(ctx, jobs: int, shared: Any):
     """A pool of ``jobs`` forked workers that inherit ``shared`` (read by ``_fork_call``)."""
     global _SHARED
-    import warnings
 
     _plain_dtypes()
     _SHARED = shared
     try:
-        with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            with interrupts_held():
-                return ctx.Pool(jobs, initializer=_fork_started)
+        with starting_workers():
+            return ctx.Pool(jobs, initializer=_fork_started)
     finally:
         _SHARED = None
 

@@ -33,10 +33,10 @@ def temporary_root() -> str:
     return _TEMPORARY_ROOT or tempfile.gettempdir()
 
 
-def temporary_folder(prefix: str = "ktrace-") -> tempfile.TemporaryDirectory:
+def temporary_folder(prefix: str = "ktrace-", ignore_cleanup_errors: bool = False) -> tempfile.TemporaryDirectory:
     """A temporary folder (``tempfile.TemporaryDirectory``) for what ktrace writes on the way (a trace to load,
-    a lane-major copy), in ``temporary_root()``."""
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=_TEMPORARY_ROOT)
+    a lane-major copy, the workers' folder), in ``temporary_root()``."""
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=temporary_root(), ignore_cleanup_errors=ignore_cleanup_errors)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -15,14 +15,12 @@ killed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from typing import Any, Callable, Sequence
 
-from .forked import available_cores, interrupts_held, worker_ignores_interrupts
-from .outputs import temporary_folders_in
+from .forked import available_cores, starting_workers, worker_ignores_interrupts
+from .outputs import temporary_folder, temporary_folders_in
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
 
@@ -74,13 +72,13 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
     # The workers' temporary files go in a folder of ours, removed once they are gone: a worker stopped
     # between making a temporary folder and taking charge of it (or killed) leaves nothing behind.
     try:
-        scratch = tempfile.mkdtemp(prefix="ktrace-workers-")
+        scratch = temporary_folder("ktrace-workers-", ignore_cleanup_errors=True)
     except OSError:
         scratch = None  # no temporary folder here: each worker says so when it needs one
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_started, initargs=(scratch,))
+                               initializer=_worker_started, initargs=(scratch.name if scratch else None,))
     try:
-        with interrupts_held():  # the workers start in submit: none may see a Ctrl-C before it ignores it
+        with starting_workers():  # the workers start in submit: none may see a Ctrl-C before it ignores it
             futures = [pool.submit(_call, fn, x) for x in items]
         pending, done = set(futures), 0
         while pending:
@@ -103,7 +101,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.cleanup()
 
 
 def _stop(pool) -> None:

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from ktrace.forked import Slots, fork_context, fork_imap, fork_map, interrupts_held, worker_ignores_interrupts
+from ktrace.forked import Slots, fork_context, fork_imap, fork_map, starting_workers, worker_ignores_interrupts
 
 pytestmark = pytest.mark.skipif(fork_context() is None, reason="the platform cannot fork")
 
@@ -140,12 +140,11 @@ def _signal_state(_shared, _x):
 
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs signal masks")
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
 def test_a_ctrl_c_landing_in_a_worker_before_it_ignores_sigint_is_dropped():
     # A Ctrl-C reaches the whole group: one landing in a new worker before its first line printed a traceback
     from_parent, to_child = os.pipe()
     from_child, to_parent = os.pipe()
-    with interrupts_held():
+    with starting_workers():
         pid = os.fork()
         if pid == 0:
             code = 1

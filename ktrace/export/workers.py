@@ -19,11 +19,10 @@ import pickle
 import signal
 import tempfile
 import traceback
-import warnings
 from typing import Iterator
 
 from ..errors import KtraceError
-from ..forked import available_cores, fork_context, interrupts_held, worker_ignores_interrupts
+from ..forked import available_cores, fork_context, starting_workers, worker_ignores_interrupts
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
@@ -58,10 +57,8 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         for _ in range(min(jobs, len(work))):
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(theirs, dec, writer, base, spool.name, [*conns, mine]), daemon=True)
-            with warnings.catch_warnings():  # Python 3.12+ warns about forking with threads (a progress bar's)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                with interrupts_held():
-                    p.start()
+            with starting_workers():
+                p.start()
             theirs.close()
             conns.append(mine)
             procs.append(p)
