@@ -145,3 +145,39 @@ def test_a_description_that_is_not_ktraces_is_no_lane(tmp_path):
         register(session)
         r = session.query("INCLUDE PERFETTO MODULE ktrace.slices;\nSELECT block, grp, sm, k FROM ktrace_phase_slice")
         assert r.rows == [(3, 1, 2, 0)]
+
+
+def _top_blocks_and_groups(session) -> tuple[list, list]:
+    from ktrace.analysis.figures import _top_slices
+
+    top = _top_slices(session)
+    r = session.query("SELECT t.block, l.grp FROM _ktrace_top_slice t JOIN _ktrace_lane_track l ON l.track_id = "
+                      "(SELECT track_id FROM slice WHERE id = t.id) ORDER BY t.id")
+    assert top.block.tolist() == r.column("block").tolist()
+    return top.group.tolist(), r.column("grp").tolist()
+
+
+def test_the_evidence_reads_each_top_slices_block_and_group_from_its_track():
+    # The wait evidence takes a slice's block and group from its lane (block * num_groups + group); where a
+    # trace's tracks name a group the launch's num_groups does not hold (here the package is told one group
+    # per block, as a trace not written by ktrace could say), the lanes do not divide: the blocks are read.
+    from ktrace.analysis.sql_package import sql_modules
+
+    d = decode(SAMPLES / "warpgroups.bin")
+    with open_trace(trace_bytes(d)) as session:
+        register(session)
+        session.query("INCLUDE PERFETTO MODULE ktrace.slices;\nSELECT 1")
+        got, want = _top_blocks_and_groups(session)
+        assert got == want and set(want) == {0, 1}
+    modules = sql_modules()
+    groups = "CREATE PERFETTO TABLE _ktrace_groups AS\nSELECT COALESCE("
+    assert groups in modules["ktrace.slices"]
+    modules["ktrace.slices"] = modules["ktrace.slices"].replace(groups, "CREATE PERFETTO TABLE _ktrace_groups AS\n"
+                                                                "SELECT 1 AS n, COALESCE(").replace("1) AS n;", "1) AS m;", 1)
+    with open_trace(trace_bytes(d)) as session:
+        session.add_sql_package("ktrace", modules)
+        session.query("INCLUDE PERFETTO MODULE ktrace.slices;\nSELECT 1")
+        assert session.query("SELECT n FROM _ktrace_groups").rows == [(1,)]
+        got, want = _top_blocks_and_groups(session)
+        # Lane = block + group there: its quotient by one group would be the block plus the group.
+        assert got == want and set(want) == {0, 1}

@@ -85,15 +85,21 @@ def _top_slices(session) -> TopSlices:
     """The top-level phase slices, read once, for the wait evidence (computed with numpy: evidence.py), in
     slice id order. Read from the package's own _ktrace_top_slice, as few columns as give them all: integers
     cross the engine's boundary several times faster than the phase names, and each column costs as much
-    again (the group is the lane less block * num_groups, phase_index and k are the halves of inst). The
-    table is in lane order: sorting its ids here costs less than an ORDER BY in the engine."""
-    r = session.query(f"{_SLICES}SELECT (SELECT n FROM _ktrace_groups) AS n")
-    n = int(r.rows[0][0])
-    cols = ("id", "lane", "block", "inst", "ts", "end_ts")
+    again (the block and group are the lane's quotient and remainder by num_groups, phase_index and k are
+    the halves of inst). The table is in lane order: sorting its ids here costs less than an ORDER BY in the
+    engine."""
+    r = session.query(f"{_SLICES}SELECT (SELECT n FROM _ktrace_groups) AS n, "
+                      "(SELECT COUNT(*) FROM _ktrace_lane_track WHERE grp < 0 OR grp >= (SELECT n FROM _ktrace_groups)) "
+                      "AS outside")
+    n, outside = (int(v) for v in r.rows[0])
+    # A trace whose lane tracks name a group outside 0 .. num_groups - 1 (not one ktrace wrote) has lanes that
+    # do not divide into a block and a group: read its blocks.
+    cols = ("id", "lane", "inst", "ts", "end_ts") + (("block",) if outside else ())
     r = session.query(f"{_SLICES}SELECT {', '.join(cols)} FROM _ktrace_top_slice")
-    ids, lane, block, inst, ts, end_ts = (np.asarray(r.column(c), np.int64) for c in cols)
+    ids, lane, inst, ts, end_ts, *blocks = (np.asarray(r.column(c), np.int64) for c in cols)
     order = np.argsort(ids, kind="stable")
-    lane, block, inst, ts, end_ts = (a[order] for a in (lane, block, inst, ts, end_ts))
+    lane, inst, ts, end_ts = (a[order] for a in (lane, inst, ts, end_ts))
+    block = blocks[0][order] if blocks else lane // n
     return TopSlices(lane, block, lane - block * n, inst >> 32, inst & 0xFFFFFFFF, ts, end_ts)
 
 

@@ -79,7 +79,7 @@ WITH RECURSIVE walk(n, id, t, gap_end, gap_kind, next_phase, later) AS (
   FROM walk w
   JOIN (
     SELECT
-      t.id, t.ts, t.phase,
+      t.id, t.ts, (SELECT phase FROM _ktrace_phase_order WHERE phase_index = t.inst / 4294967296) AS phase,
       CASE
         WHEN p.id IS NULL THEN bt.slice_id
         WHEN t.ts >= i.end_ns THEN l.slice_id
@@ -125,11 +125,11 @@ CREATE PERFETTO TABLE ktrace_critical_path(
   next_phase STRING
 ) AS
 WITH visit AS MATERIALIZED (
-  SELECT w.n, w.t, w.gap_end, w.gap_kind, w.next_phase, w.later, MIN(s.ts, w.t) AS slice_begin, s.phase,
-    o.phase_index, s.k, s.block, s.grp, s.lane
+  SELECT w.n, w.t, w.gap_end, w.gap_kind, w.next_phase, w.later, MIN(s.ts, w.t) AS slice_begin, o.phase,
+    s.phase_index, s.k, s.block, s.grp, s.lane
   FROM _ktrace_walk w
   JOIN _ktrace_slice s ON s.id = w.id
-  JOIN _ktrace_phase_order o ON o.phase = s.phase
+  JOIN _ktrace_phase_order o ON o.phase_index = s.phase_index
 ),
 -- Parts counted from the end: `rev` = 0 for the latest.
 parts AS (

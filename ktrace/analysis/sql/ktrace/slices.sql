@@ -131,14 +131,14 @@ ORDER BY g.first;
 -- The phase slices with their lane's columns and their instance (`inst` = phase_index * 2^32 + k: the
 -- per-instance tables of ktrace.phases are keyed by it in their `id` column, so that joins on an instance
 -- are id lookups), in _ktrace_slice_rank's order: each run is read as one range of rows (a lookup per run,
--- not per slice). The index makes a slice id a lookup.
+-- not per slice). The index makes a slice id a lookup. The phase's name is _ktrace_phase_order's, looked up
+-- by phase_index where it is needed: a column of names costs the table's build twice one of integers.
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
   s.id,
   s.ts,
   s.dur,
   s.ts + s.dur AS end_ts,
-  s.name AS phase,
   g.block,
   g.grp,
   COALESCE(s.sm_arg, g.sm) AS sm,
@@ -155,9 +155,11 @@ CREATE PERFETTO INDEX _ktrace_slice_id ON _ktrace_slice(id);
 
 -- The top-level slices (depth 0) in lane order (by begin, then slice id): the row before a slice is the
 -- lane's previous top-level slice when it is on the same lane, the row after it the next one (a self-join
--- on the position `_auto_id` instead of a LAG window). The index makes a slice id a lookup.
+-- on the position `_auto_id` instead of a LAG window). The index makes a slice id a lookup. No phase name,
+-- index or k: they are `inst`'s (phase_index = inst / 2^32, k = inst % 2^32), and each column of a table
+-- this size costs its build about a tenth of a second at 1e6 records (a name twice that).
 CREATE PERFETTO TABLE _ktrace_top_slice AS
-SELECT id, ts, end_ts, phase, phase_index, k, inst, block, grp, lane
+SELECT id, ts, end_ts, inst, block, grp, lane
 FROM _ktrace_slice
 WHERE depth = 0
 ORDER BY lane, ts, id;
@@ -172,7 +174,7 @@ CREATE PERFETTO INDEX _ktrace_top_slice_id ON _ktrace_top_slice(id);
 CREATE PERFETTO TABLE _ktrace_top_pair AS
 SELECT
   a.inst AS prev_inst, a.block, a.grp, n.inst, n.ts, n.ts - a.end_ts AS gap_ns,
-  a.phase_index, n.phase_index AS next_phase_index
+  a.inst / 4294967296 AS phase_index, n.inst / 4294967296 AS next_phase_index
 FROM _ktrace_top_slice AS a
 CROSS JOIN _ktrace_top_slice AS n ON n._auto_id = a._auto_id + 1
 WHERE n.lane = a.lane;
@@ -205,8 +207,9 @@ CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Nesting depth on that track (slice.depth): 0 = not inside another slice of the lane (a top-level slice).
   depth LONG
 ) AS
-SELECT id, ts, dur, end_ts, phase, block, grp, sm, k, lane, track_id, depth
-FROM _ktrace_slice
+SELECT id, ts, dur, end_ts, (SELECT o.phase FROM _ktrace_phase_order o WHERE o.phase_index = s.phase_index) AS phase,
+  block, grp, sm, k, lane, track_id, depth
+FROM _ktrace_slice s
 ORDER BY id;
 
 -- Per run (a lane track's slices of one phase: rows first .. last of _ktrace_slice), their figures as a JSON
@@ -214,7 +217,8 @@ ORDER BY id;
 -- (that sorts them all).
 CREATE PERFETTO TABLE _ktrace_run_agg AS
 SELECT
-  g.phase_index, s.phase, s.block, s.grp, s.lane, g.last - g.first + 1 AS instances,
+  g.phase_index, (SELECT o.phase FROM _ktrace_phase_order o WHERE o.phase_index = g.phase_index) AS phase,
+  s.block, s.grp, s.lane, g.last - g.first + 1 AS instances,
   (SELECT json_array(MAX(sm), MIN(dur), MAX(dur), SUM(dur), SUM(depth = 0), SUM(IIF(depth = 0, dur, 0)),
      MIN(ts), MAX(end_ts))
    FROM _ktrace_slice r WHERE r._auto_id BETWEEN g.first AND g.last) AS a

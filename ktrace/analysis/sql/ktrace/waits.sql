@@ -21,9 +21,11 @@ CREATE PERFETTO VIEW ktrace_lane_wait(
   -- begins inside this one; NULL on the lane's last slice.
   gap_ns LONG
 ) AS
-SELECT a.id, a.phase, a.k, a.block, a.grp, n.phase AS next_phase, n.ts - a.end_ts AS gap_ns
+SELECT a.id, o.phase, a.inst % 4294967296 AS k, a.block, a.grp, p.phase AS next_phase, n.ts - a.end_ts AS gap_ns
 FROM _ktrace_top_slice a
+JOIN _ktrace_phase_order o ON o.phase_index = a.inst / 4294967296
 LEFT JOIN _ktrace_top_slice n ON n._auto_id = a._auto_id + 1 AND n.lane = a.lane
+LEFT JOIN _ktrace_phase_order p ON p.phase_index = n.inst / 4294967296
 ORDER BY a.id;
 
 -- Waits summarized per phase boundary ("compute -> reduce"): the gaps >= 0 from a slice of `phase` to the
