@@ -126,10 +126,10 @@ CREATE PERFETTO TABLE ktrace_critical_path(
 ) AS
 WITH visit AS MATERIALIZED (
   SELECT w.n, w.t, w.gap_end, w.gap_kind, w.next_phase, w.later, MIN(s.ts, w.t) AS slice_begin, o.phase,
-    s.phase_index, s.k, s.block, s.grp, s.lane
+    o.phase_index, s.inst % 4294967296 AS k, s.block, s.grp, s.lane
   FROM _ktrace_walk w
   JOIN _ktrace_slice s ON s.id = w.id
-  JOIN _ktrace_phase_order o ON o.phase_index = s.phase_index
+  JOIN _ktrace_phase_order o ON o.phase_index = s.inst / 4294967296
 ),
 -- Parts counted from the end: `rev` = 0 for the latest.
 parts AS (

@@ -18,13 +18,13 @@ INCLUDE PERFETTO MODULE ktrace.blocks;
 
 -- Per instance: the duration and time figures.
 CREATE PERFETTO TABLE _ktrace_instance_agg AS
-SELECT a.id, a.phase_index, o.phase, a.k, a.lanes, a.min_dur_ns, a.p50_dur_ns, a.p90_dur_ns, a.max_dur_ns,
+SELECT a.id, a.id / 4294967296 AS phase_index,
+  (SELECT o.phase FROM _ktrace_phase_order o WHERE o.phase_index = a.id / 4294967296) AS phase,
+  a.id % 4294967296 AS k, a.lanes, a.min_dur_ns, a.p50_dur_ns, a.p90_dur_ns, a.max_dur_ns,
   a.sum_dur_ns, a.begin_ns, a.max_begin_ns, a.p50_begin_ns, a.first_end_ns, a.end_ns, a.depth
 FROM (
   SELECT
     inst AS id,
-    phase_index,
-    k,
     COUNT(*) AS lanes,
     MIN(dur) AS min_dur_ns,
     CAST(percentile_disc(dur, 0.5) AS INT) AS p50_dur_ns,
@@ -42,7 +42,6 @@ FROM (
   FROM _ktrace_slice
   GROUP BY inst
 ) a
-JOIN _ktrace_phase_order o USING (phase_index)
 ORDER BY a.id;
 
 -- An instance's slices are a lookup of their key (`inst`), so the per-instance figures below that need the
@@ -102,7 +101,7 @@ WITH top_block_end AS MATERIALIZED (
   -- The top block's slices, per instance and end: the lowest lane (a bare column next to MIN).
   SELECT inst, end_ts, MIN(lane) AS lane, id, block, grp, sm
   FROM _ktrace_slice
-  WHERE (phase_index, block) IN (
+  WHERE (inst / 4294967296, block) IN (
     SELECT o.phase_index, t.top_last_block FROM _ktrace_top_last t JOIN _ktrace_phase_order o USING (phase))
   GROUP BY inst, end_ts
 ),

@@ -66,7 +66,7 @@ WITH summary AS MATERIALIZED (
 -- Among the waits as long as the boundary's longest, the lowest (lane, k): lane order is block, group.
 longest AS (
   SELECT m.phase_index, m.next_phase_index,
-    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_slice)
+    MIN((w.block * (SELECT n FROM _ktrace_groups) + w.grp) * (SELECT MAX(k) + 1 FROM _ktrace_instance_agg)
       + w.prev_inst % 4294967296) AS place,
     w.block, w.grp, w.prev_inst % 4294967296 AS k
   -- Each boundary's longest waits found by the table's own filter (CROSS JOIN: the boundaries outside).
