@@ -152,7 +152,7 @@ def _top_blocks_and_groups(session) -> tuple[list, list]:
 
     top = _top_slices(session)
     r = session.query("SELECT t.block, l.grp FROM _ktrace_top_slice t JOIN _ktrace_lane_track l ON l.track_id = "
-                      "(SELECT track_id FROM slice WHERE id = t.id) ORDER BY t.id")
+                      "(SELECT track_id FROM slice WHERE id = t.id) ORDER BY t._auto_id")
     assert top.block.tolist() == r.column("block").tolist()
     return top.group.tolist(), r.column("grp").tolist()
 

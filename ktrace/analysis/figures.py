@@ -82,24 +82,22 @@ def _phase_names(session) -> dict[int, str]:
 
 
 def _top_slices(session) -> TopSlices:
-    """The top-level phase slices, read once, for the wait evidence (computed with numpy: evidence.py), in
-    slice id order. Read from the package's own _ktrace_top_slice, as few columns as give them all: integers
-    cross the engine's boundary several times faster than the phase names, and each column costs as much
-    again (the block and group are the lane's quotient and remainder by num_groups, phase_index and k are
-    the halves of inst). The table is in lane order: sorting its ids here costs less than an ORDER BY in the
-    engine."""
+    """The top-level phase slices, read once, for the wait evidence (computed with numpy: evidence.py), in the
+    package's own _ktrace_top_slice's lane order (by begin, then slice id), the order the evidence sorts them
+    into (a check, not a sort, when they come in it). Read as few columns as give them all: integers cross
+    the engine's boundary several times faster than the phase names, and each column costs as much again
+    (the block and group are the lane's quotient and remainder by num_groups, phase_index and k are the
+    halves of inst)."""
     r = session.query(f"{_SLICES}SELECT (SELECT n FROM _ktrace_groups) AS n, "
                       "(SELECT COUNT(*) FROM _ktrace_lane_track WHERE grp < 0 OR grp >= (SELECT n FROM _ktrace_groups)) "
                       "AS outside")
     n, outside = (int(v) for v in r.rows[0])
     # A trace whose lane tracks name a group outside 0 .. num_groups - 1 (not one ktrace wrote) has lanes that
     # do not divide into a block and a group: read its blocks.
-    cols = ("id", "lane", "inst", "ts", "end_ts") + (("block",) if outside else ())
+    cols = ("lane", "inst", "ts", "end_ts") + (("block",) if outside else ())
     r = session.query(f"{_SLICES}SELECT {', '.join(cols)} FROM _ktrace_top_slice")
-    ids, lane, inst, ts, end_ts, *blocks = (np.asarray(r.column(c), np.int64) for c in cols)
-    order = np.argsort(ids, kind="stable")
-    lane, inst, ts, end_ts = (a[order] for a in (lane, inst, ts, end_ts))
-    block = blocks[0][order] if blocks else lane // n
+    lane, inst, ts, end_ts, *blocks = (np.asarray(r.column(c), np.int64) for c in cols)
+    block = blocks[0] if blocks else lane // n
     return TopSlices(lane, block, lane - block * n, inst >> 32, inst & 0xFFFFFFFF, ts, end_ts)
 
 
