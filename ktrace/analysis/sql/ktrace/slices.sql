@@ -76,7 +76,7 @@ SELECT COALESCE(
 -- slices, so they are read once per run below. sm_arg: the slice's own SM (debug.sm), where it has one.
 CREATE PERFETTO TABLE _ktrace_slice_key AS
 SELECT
-  id, ts, dur, name, depth, lane_track_id,
+  id, ts, dur, name, track_id, depth, lane_track_id,
   IIF(arg_set_id IS NULL, NULL, extract_arg(arg_set_id, 'debug.sm')) AS sm_arg
 FROM _ktrace_lane_slices!(_ktrace_source_slice);
 
@@ -85,7 +85,7 @@ FROM _ktrace_lane_slices!(_ktrace_source_slice);
 -- position minus that of the run's first row: a sort of one table (done by the engine, not by SQLite: it
 -- reads a single table) instead of a ROW_NUMBER window, which costs several times more.
 CREATE PERFETTO TABLE _ktrace_slice_rank AS
-SELECT id, ts, dur, name, depth, lane_track_id, sm_arg
+SELECT id, ts, dur, name, track_id, depth, lane_track_id, sm_arg
 FROM _ktrace_slice_key
 ORDER BY lane_track_id, name, id;
 
@@ -132,19 +132,21 @@ ORDER BY g.first;
 -- per-instance tables of ktrace.phases are keyed by it in their `id` column, so that joins on an instance
 -- are id lookups), in _ktrace_slice_rank's order: each run is read as one range of rows (a lookup per run,
 -- not per slice). The index makes a slice id a lookup. Only `inst` is kept of the instance: phase_index and
--- k are its halves (inst / 2^32, inst % 2^32), and the phase's name is _ktrace_phase_order's, looked up by
--- phase_index where it is needed (each column of a table this size costs its build about 0.05 s at 1e6
--- records, a column of names twice that). The track is the slice table's (ktrace_phase_slice).
+-- k are its halves (inst / 2^32, inst % 2^32; each column of a table this size costs its build about 0.05 s
+-- at 1e6 records). The phase's name and the track stay: ktrace_phase_slice reads them (a lookup per row
+-- would cost a query of that view three times more).
 CREATE PERFETTO TABLE _ktrace_slice AS
 SELECT
   s.id,
   s.ts,
   s.dur,
   s.ts + s.dur AS end_ts,
+  s.name AS phase,
   g.block,
   g.grp,
   COALESCE(s.sm_arg, g.sm) AS sm,
   g.lane,
+  s.track_id,
   s.depth,
   g.phase_index * 4294967296 + s._auto_id - g.first AS inst
 FROM _ktrace_slice_group AS g
@@ -206,9 +208,8 @@ CREATE PERFETTO VIEW ktrace_phase_slice(
   -- Nesting depth on that track (slice.depth): 0 = not inside another slice of the lane (a top-level slice).
   depth LONG
 ) AS
-SELECT id, ts, dur, end_ts, (SELECT o.phase FROM _ktrace_phase_order o WHERE o.phase_index = s.inst / 4294967296) AS phase,
-  block, grp, sm, inst % 4294967296 AS k, lane, (SELECT t.track_id FROM slice t WHERE t.id = s.id) AS track_id, depth
-FROM _ktrace_slice s
+SELECT id, ts, dur, end_ts, phase, block, grp, sm, inst % 4294967296 AS k, lane, track_id, depth
+FROM _ktrace_slice
 ORDER BY id;
 
 -- Per run (a lane track's slices of one phase: rows first .. last of _ktrace_slice), their figures as a JSON
@@ -216,8 +217,7 @@ ORDER BY id;
 -- (that sorts them all).
 CREATE PERFETTO TABLE _ktrace_run_agg AS
 SELECT
-  g.phase_index, (SELECT o.phase FROM _ktrace_phase_order o WHERE o.phase_index = g.phase_index) AS phase,
-  s.block, s.grp, s.lane, g.last - g.first + 1 AS instances,
+  g.phase_index, s.phase, s.block, s.grp, s.lane, g.last - g.first + 1 AS instances,
   (SELECT json_array(MAX(sm), MIN(dur), MAX(dur), SUM(dur), SUM(depth = 0), SUM(IIF(depth = 0, dur, 0)),
      MIN(ts), MAX(end_ts))
    FROM _ktrace_slice r WHERE r._auto_id BETWEEN g.first AND g.last) AS a
