@@ -21,7 +21,7 @@ Targets (issue 25): numpy at 1e7 records <= 3x the floor, at 1e8 <= 4x and <= 4 
 SQL package's analyze at 1e6 records <= 10 s; with --query, `ktrace query` warm on the 1e6 buffer's trace
 <= 3 s (timed with snapshots off, then the first query, which writes the trace's snapshot, and a repeat,
 which restores it: the target's figure). The package's bytecode is compiled first, as `pip install .` does.
-With --before OLD_CHECKOUT, every numpy measurement also runs that checkout's ktrace, alternating run by run,
+With --before OLD_CHECKOUT, every engine's measurement also runs that checkout's ktrace, alternating run by run,
 and prints the ratio after / before and whether the two JSON outputs are the same bytes.
 Each run's CPU time (user + system, worker processes included) is printed beside its wall time: on a machine
 shared with other jobs it moves less than the wall. Figures are medians over --runs runs; the core count is printed with them, and numpy1 / numpy is
@@ -138,8 +138,8 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "ktrace-bench"))
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--before", metavar="OLD_CHECKOUT",
-                   help="also run an older checkout's ktrace on every numpy measurement, alternating with this one "
-                        "run by run: its figures, the ratio after / before and whether the JSON is the same")
+                   help="also run an older checkout's ktrace on every engine's measurement, alternating with this "
+                        "one run by run: its figures, the ratio after / before and whether the JSON is the same")
     p.add_argument("--query", action="store_true",
                    help="also time `ktrace query TRACE 'SELECT 1'` on the 1e6 buffer's trace (engine warm): "
                         "snapshots off, first (writes the snapshot), repeat (restores it)")
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
                 continue
             extra = ["--jobs", "1"] if e == "numpy1" else []
             args = ["analyze", buf, "--engine", "numpy" if numpy else e, "--json", *extra]
-            if before_cmd and numpy:
+            if before_cmd:
                 m, mb = _alternate(bc, [*ktrace_cmd, *args], [*before_cmd, *args], a.runs, a.timeout)
             else:
                 m, mb = _run(bc, [*ktrace_cmd, *args], a.runs, a.timeout), None
