@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ktrace.decoding.encode import phase_buffer
-from ktrace.outputs import temporary_folder
+from ktrace.outputs import temporary_folder, temporary_root
 from ktrace.workers import PARALLEL_MIN_BYTES, default_jobs, run_in_workers
 
 from conftest import ROOT, interruptible, run_ktrace, sample
@@ -35,8 +35,6 @@ def test_the_first_failure_in_input_order_is_raised():
 
 
 def _leave_a_temporary_folder(suffix: str) -> str:
-    from ktrace.outputs import temporary_root
-
     return tempfile.mkdtemp(suffix=suffix, dir=temporary_root())  # made, and never removed, by the worker
 
 

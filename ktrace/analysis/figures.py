@@ -89,11 +89,11 @@ def _top_slices(session) -> TopSlices:
     (the block and group are the lane's quotient and remainder by num_groups, phase_index and k are the
     halves of inst)."""
     r = session.query(f"{_SLICES}SELECT (SELECT n FROM _ktrace_groups) AS n, "
-                      "(SELECT COUNT(*) FROM _ktrace_lane_track WHERE grp < 0 OR grp >= (SELECT n FROM _ktrace_groups)) "
-                      "AS outside")
+                      "(SELECT COUNT(*) FROM _ktrace_lane_track WHERE grp >= (SELECT n FROM _ktrace_groups)) AS outside")
     n, outside = (int(v) for v in r.rows[0])
-    # A trace whose lane tracks name a group outside 0 .. num_groups - 1 (not one ktrace wrote) has lanes that
-    # do not divide into a block and a group: read its blocks.
+    # A trace whose lane tracks name a group of num_groups or more (not one ktrace wrote; a group is never
+    # negative, ktrace.lanes reads digits) has lanes that do not divide into a block and a group: read its
+    # blocks. A num_groups of 0 or less puts every group there.
     cols = ("lane", "inst", "ts", "end_ts") + (("block",) if outside else ())
     r = session.query(f"{_SLICES}SELECT {', '.join(cols)} FROM _ktrace_top_slice")
     lane, inst, ts, end_ts, *blocks = (np.asarray(r.column(c), np.int64) for c in cols)
