@@ -2,6 +2,7 @@
 construction: gzip inflated a piece at a time with its ratio checked, packets checked as they are walked,
 lanes scanned a range at a time whatever the header claims, rules split in one pass."""
 
+import os
 import subprocess
 import sys
 import time
@@ -41,6 +42,19 @@ def test_a_gzip_trace_holding_one_2_gib_packet_is_refused_at_once(tmp_path):
     assert rc == 2 and "Traceback" not in err, err
     assert "a field of 2,147,483,648 bytes at byte 0: larger than any trace packet" in err
     assert seconds < 20 and mb < 600
+
+
+def test_a_trace_bad_from_its_first_bytes_is_refused_before_the_engine_starts(tmp_path):
+    # With an empty cache, starting the embedded engine would compile it (~15 s): the refusal comes first.
+    header = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08])  # a packet of 2^31 bytes
+    trace = _gzip(tmp_path / "big.perfetto-trace", [header] + [bytes(_MB)] * 4, level=1)
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "KTRACE_TP_SHELL"}
+    p = subprocess.run(["ktrace", "query", str(trace), "SELECT 1"], capture_output=True, text=True, timeout=300,
+                       env={**env, "KTRACE_CACHE_DIR": str(cache)})
+    assert p.returncode == 2 and "larger than any trace packet" in p.stderr, p.stderr
+    assert "compiling the trace processor" not in p.stderr
+    assert not cache.exists() or not [f for f in cache.rglob("*") if f.is_file()], sorted(cache.rglob("*"))
 
 
 def test_a_gzip_trace_of_millions_of_empty_packets_is_refused_at_once(tmp_path):

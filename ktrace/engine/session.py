@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import threading
@@ -144,6 +145,12 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     """
     name, total, chunks = _trace_source(trace)
     size = None if _is_gzip(trace) else total
+    # The first chunk is walked before the engine starts: a file that is no trace from its first bytes (a bomb,
+    # a packet larger than any) is refused at once, not after the engine's start (a compile on first use).
+    framing = Framing(name)
+    first = next(chunks, None)
+    if first is not None:
+        framing.feed(first)
     backend = _start_engine(engine, size)
     try:
         backend.expect(name, size)
@@ -151,7 +158,7 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     except BaseException:
         backend.close()
         raise
-    return _load(backend, name, total, chunks, progress, digest)
+    return _load(backend, name, total, chunks, progress, digest, framing, first)
 
 
 def _sha256(trace: TraceInput) -> str | None:
@@ -189,8 +196,10 @@ def _start_engine(engine: str, trace_bytes: int | None = None) -> Backend:
     return WasmTraceProcessor(wide=needs_wide_build(trace_bytes))
 
 
-def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
-          progress: Progress | None, digest: str | None = None) -> Session:
+def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes], progress: Progress | None,
+          digest: str | None = None, framing: Framing | None = None, first: bytes | None = None) -> Session:
+    """Loads the chunks (``first``, already walked by ``framing``, then the rest) or restores their snapshot."""
+    framing = Framing(name) if framing is None else framing
     try:
         if digest is not None and backend.restore(digest):
             # The snapshot was kept after a load of these very bytes passed every check below.
@@ -200,15 +209,15 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes],
             session = Session(backend, name)
             _check_trace_type(session)
             return session
-        framing = Framing(name)
         # The snapshot is kept under the digest of the bytes loaded (the file may have changed since `digest`).
         loaded = hashlib.sha256() if digest is not None else None
 
         def counted() -> Iterator[bytes]:
             done = 0
             stage(progress, "parsing the trace", total, "bytes")
-            for chunk in chunks:
-                framing.feed(chunk)
+            for i, chunk in enumerate(itertools.chain(() if first is None else (first,), chunks)):
+                if i:
+                    framing.feed(chunk)
                 if loaded is not None:
                     loaded.update(chunk)
                 yield chunk
