@@ -56,6 +56,7 @@ def test_a_freed_temporary_s_pages_are_reused_once_tuned():
     assert tuned["faults"][0] > 0 and tuned["faults"][1] <= tuned["faults"][0] // 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"])
 def test_the_user_s_own_malloc_settings_are_left_alone(setting):
     value = "glibc.malloc.trim_threshold=1000000" if setting == "GLIBC_TUNABLES" else "1000000"
@@ -107,6 +108,7 @@ def test_a_command_s_blas_library_starts_one_thread():
         assert got["threads"] == 1
 
 
+@pytest.mark.slow
 def test_the_user_s_own_blas_threads_are_left_alone():
     assert _blas(OPENBLAS_NUM_THREADS="2")["setting"] == "2"
     assert _blas(OMP_NUM_THREADS="3")["setting"] is None

@@ -398,6 +398,7 @@ def test_thresholds_parse_and_reject_unknown_names():
             Thresholds.parse([bad])
 
 
+@pytest.mark.slow
 def test_analyze_on_trace_buffer_and_decoded_agree(traces):
     d, path = traces["imbalance"]
     by_trace = analyze(path)

@@ -95,6 +95,7 @@ def check_annotated(packets, a, on_lanes: bool) -> None:
     assert len(on_lane_tracks) == (len(out) if on_lanes else 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EVERY)
 def test_annotated_trace_of_every_sample(name, tmp_path):
     done = ktrace.annotate(sample(name), tmp_path / "a.perfetto-trace")
@@ -124,6 +125,7 @@ def test_annotated_trace_of_every_sample(name, tmp_path):
         assert any("ends_kernel" in r for r in roles)
 
 
+@pytest.mark.slow
 def test_from_a_trace_the_flows_join_the_critical_path_track(tmp_path):
     trace = ktrace.convert(sample("waves_ktrace"), tmp_path / "w.perfetto-trace").path
     done = ktrace.annotate(trace, tmp_path / "a.perfetto-trace")

@@ -66,6 +66,7 @@ def _imports(name: str, package: str, tree: ast.Module):
 MODULES = list(_modules())
 
 
+@pytest.mark.slow
 def test_no_module_imports_a_layer_above_its_own():
     upward = []
     for name, package, path in MODULES:
@@ -75,6 +76,7 @@ def test_no_module_imports_a_layer_above_its_own():
     assert upward == []
 
 
+@pytest.mark.slow
 def test_module_level_imports_form_no_cycle():
     known = {n for n, _, _ in MODULES}
     graph = {n: set() for n in known}

@@ -57,6 +57,7 @@ def test_a_trace_bad_from_its_first_bytes_is_refused_before_the_engine_starts(tm
     assert not cache.exists() or not [f for f in cache.rglob("*") if f.is_file()], sorted(cache.rglob("*"))
 
 
+@pytest.mark.slow
 def test_a_gzip_trace_of_millions_of_empty_packets_is_refused_at_once(tmp_path):
     trace = _gzip(tmp_path / "empty.perfetto-trace", [b"\x0a\x00" * (_MB // 2)] * 64, level=9)
     assert trace.stat().st_size < 200_000
@@ -77,6 +78,7 @@ def test_a_gzip_stream_that_inflates_too_far_is_refused(tmp_path):
     assert rc == 2 and "inflates more than 200 times" in err and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_header_claiming_millions_of_lanes_over_a_sparse_file_stays_small(tmp_path):
     buf = tmp_path / "sparse.bin"
     lanes = 1 << 25

@@ -181,6 +181,7 @@ def test_sample_kernels_compile_against_each_header(tmp_path):
     assert not warned, "\n".join(warned)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_ktrace_header_exports_its_capacity_and_reads_the_64bit_timer(tmp_path):
     src = (KERNELS / "instants.cu").read_text()

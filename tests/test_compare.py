@@ -132,6 +132,7 @@ def test_compute_imbalance_and_wall_fall_beyond_the_noise(d, judged):
     assert abs(c.change("mean_dur_us").delta) < c.change("mean_dur_us").noise
 
 
+@pytest.mark.slow
 def test_the_wait_moves_off_the_barrier_and_the_last_finisher_starts_moving(d, judged):
     assert d.phase("compute").change("wait_after_us").before == pytest.approx(43.627, abs=1e-3)
     assert d.phase("compute").change("wait_after_us").after == pytest.approx(1.728, abs=1e-3)

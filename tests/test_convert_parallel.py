@@ -113,6 +113,7 @@ def test_jobs_option_is_checked():
     assert code == 2 and "--jobs" in err and "1 or more" in err
 
 
+@pytest.mark.slow
 def test_cli_jobs_writes_the_same_trace(tmp_path):
     outs = []
     for jobs in ("1", "2"):

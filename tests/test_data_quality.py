@@ -53,6 +53,7 @@ def test_a_buffer_cut_to_half_its_records_is_not_silent(damaged):
     assert q["unpaired_records"] == 66 and q["full_lanes"] == 132
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["numpy", "wasm"])
 def test_a_valid_header_over_random_records_is_refused(damaged, engine):
     r = _ktrace("analyze", damaged / "noise.bin", "--no-sidecar", "--engine", engine)
@@ -61,6 +62,7 @@ def test_a_valid_header_over_random_records_is_refused(damaged, engine):
     assert "--layout flashinfer" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_named_layout_analyzes_random_records_with_the_warning_first(damaged):
     r = _ktrace("analyze", damaged / "noise.bin", "--no-sidecar", "--layout", "flashinfer")
     assert r.returncode == 0, r.stderr
@@ -68,6 +70,7 @@ def test_a_named_layout_analyzes_random_records_with_the_warning_first(damaged):
     assert "records agree with their position" in head and "6,996 of 6,997 records unreadable" in head
 
 
+@pytest.mark.slow
 def test_overwritten_flashinfer_instants_are_said():
     q = _quality(_ktrace("analyze", sample("instants_flashinfer"), "--json").stdout)
     assert q["overwritten_lanes"] == 4 and "overwritten" in q["warnings"][0]

@@ -38,6 +38,7 @@ def _leave_a_temporary_folder(suffix: str) -> str:
     return tempfile.mkdtemp(suffix=suffix, dir=temporary_root())  # made, and never removed, by the worker
 
 
+@pytest.mark.slow
 def test_what_the_workers_leave_in_the_temporary_folder_is_removed(tmp_path, monkeypatch):
     # A worker stopped between making a temporary folder and taking charge of it left the folder behind
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

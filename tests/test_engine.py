@@ -290,6 +290,7 @@ def test_sql_package_fallback_when_engine_cannot_register(trace_bytes, wasm_only
         assert r.rows == TOTALS
 
 
+@pytest.mark.slow
 def test_the_analysis_runs_on_an_engine_that_inlines_the_package(wasm_only, monkeypatch, tmp_path):
     # An engine without package registration gets the modules inlined and the INCLUDEs dropped (as the
     # Perfetto UI's pasted package does): every statement the analysis sends must still be SQL.
@@ -666,6 +667,7 @@ def test_native_and_wasm_agree(trace_bytes):
 ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
 
 
+@pytest.mark.slow
 def test_endless_query_is_stopped_by_the_timeout(trace_bytes, wasm_only, monkeypatch):
     monkeypatch.setenv("KTRACE_TIMEOUT", "1")
     with open_trace(trace_bytes) as s:

@@ -24,6 +24,7 @@ def _same(a, b):
     return da == db
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["imbalance", "waves_ktrace", "worklist_flashinfer"])
 def test_numpy_and_the_sql_package_give_the_same_analysis(name):
     by_numpy = ktrace.analyze(sample(name), engine="numpy")
@@ -106,12 +107,14 @@ def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
     assert numpy_figures(lean, summary).differences(numpy_figures(whole)) == []
 
 
+@pytest.mark.slow
 def test_decoding_options_apply_whichever_engine_analyzes_the_buffer():
     for engine in ("wasm", "numpy", "auto"):
         a = ktrace.analyze(sample("imbalance"), engine=engine, events="p0,p1,p2")
         assert a.figures.phases.phase.tolist() == ["p0", "p1", "p2"], engine
 
 
+@pytest.mark.slow
 def test_diff_and_check_captures_of_a_large_buffer_are_analyzed_with_numpy(monkeypatch):
     assert api.load_capture(sample("imbalance")).analysis.engine in ("wasm", "native")
     monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)

@@ -135,6 +135,7 @@ def test_a_restored_trace_gives_exactly_what_a_fresh_load_gives(name, traces, sn
     assert restores == [False, True, True]
 
 
+@pytest.mark.slow
 def test_queries_that_create_tables_work_after_a_restore(traces, restores):
     trace = traces["blocks5000_ktrace"]
     open_trace(trace, engine="wasm").close()
@@ -186,6 +187,7 @@ def test_the_command_line_prints_the_same_with_and_without_a_snapshot(traces, sn
         run_ktrace("analyze", trace, "--json")
 
 
+@pytest.mark.slow
 def test_a_bad_snapshot_setting_is_refused_on_a_trace_too_small_to_snapshot(traces, snapshots):
     trace = traces["fi_batch_attention_decode_run1"]  # under the 4 MiB a snapshot needs
     assert os.path.getsize(trace) < 4 << 20
@@ -230,6 +232,7 @@ def _header_key(entry):
     return json.loads(data[len(wasm_snapshot.MAGIC) + 4:len(wasm_snapshot.MAGIC) + 4 + n])["key"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flipped byte", "truncated", "truncated with a matching record",
                                     "no record", "bytes appended with a matching record"])
 def test_a_damaged_snapshot_is_never_used(damage, traces, snapshots, restores, capsys, monkeypatch):
@@ -251,6 +254,7 @@ def test_a_damaged_snapshot_is_never_used(damage, traces, snapshots, restores, c
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 
+@pytest.mark.slow
 def test_a_snapshot_of_another_trace_planted_under_this_name_is_not_used(traces, snapshots, restores, capsys,
                                                                          monkeypatch):
     trace, other = traces["nested_ktrace"], traces["blocks5000_ktrace"]
@@ -279,6 +283,7 @@ def _rewrite_at(entry, marker: bytes, replace, skip: bool = False) -> None:
     _rewrite(entry, data[:at] + replace(data[at:at + size]) + data[at + size:])
 
 
+@pytest.mark.slow
 def test_a_snapshot_with_a_malformed_header_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
@@ -287,6 +292,7 @@ def test_a_snapshot_with_a_malformed_header_is_not_used(traces, snapshots, resto
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 
+@pytest.mark.slow
 def test_a_snapshot_whose_engine_state_differs_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
@@ -295,6 +301,7 @@ def test_a_snapshot_whose_engine_state_differs_is_not_used(traces, snapshots, re
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 
+@pytest.mark.slow
 def test_a_snapshot_reached_through_a_symlink_is_not_used_nor_written_through(traces, snapshots, restores, capsys,
                                                                               monkeypatch, tmp_path):
     trace = traces["nested_ktrace"]
@@ -310,6 +317,7 @@ def test_a_snapshot_reached_through_a_symlink_is_not_used_nor_written_through(tr
     assert outside.read_bytes() == kept and not entry.is_symlink()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give a file away")
 def test_a_snapshot_owned_by_another_user_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
@@ -319,6 +327,7 @@ def test_a_snapshot_owned_by_another_user_is_not_used(traces, snapshots, restore
     _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
 
 
+@pytest.mark.slow
 def test_a_snapshot_writable_by_others_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
     trace = traces["nested_ktrace"]
     fresh = _fresh(trace, monkeypatch, figures=False)
@@ -339,6 +348,7 @@ def test_a_snapshot_folder_others_can_write_is_not_read_nor_written(traces, snap
 
 # -- a cache that cannot be written, and its budget -------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_cache_that_cannot_be_written_changes_nothing(traces, snapshots, module_cache):
     trace = traces["fi_batch_attention_decode_run1"]
     sql = "SELECT count(*) AS n FROM slice"
@@ -360,6 +370,7 @@ def test_a_full_disk_is_silent(traces, snapshots, restores, capsys, monkeypatch)
     assert capsys.readouterr().err == "" and _entries(snapshots) == []
 
 
+@pytest.mark.slow
 def test_the_budget_evicts_the_least_recently_used_snapshot(traces, snapshots, restores, monkeypatch):
     a, b, c = traces["nested_ktrace"], traces["blocks5000_ktrace"], traces["fi_batch_attention_example_run1"]
     sizes = {}

@@ -38,6 +38,7 @@ def _no_fake_lines(text: str) -> None:
     assert "\\x0a## pwned" in text
 
 
+@pytest.mark.slow
 def test_analyze_markdown_has_no_live_html_and_no_injected_heading(evil):
     rc, md, err = run_ktrace("analyze", evil, "--markdown", "--all")
     assert rc == 0, err

@@ -61,6 +61,7 @@ def test_commands_refuse_a_cut_trace_with_exit_2(trace, tmp_path):
     assert run_ktrace("check", trace, "--rule", "kernel.slices > 0")[0] == 0
 
 
+@pytest.mark.slow
 def test_the_walk_counts_what_protobuf_parses_and_refuses_every_cut(trace):
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 

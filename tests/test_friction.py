@@ -12,6 +12,7 @@ def trace(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["inspect", "convert"])
 def test_a_trace_given_where_a_buffer_is_meant_is_named_a_trace(trace, cmd, tmp_path):
     args = [cmd, trace] + (["-o", tmp_path / "x.perfetto-trace"] if cmd == "convert" else [])
@@ -45,11 +46,13 @@ def test_piped_text_wraps_at_100_columns_or_at_columns():
     assert max(map(len, out.splitlines())) <= 80
 
 
+@pytest.mark.slow
 def test_a_narrow_table_folds_headers_instead_of_cutting_them():
     _, out, _ = run_ktrace("analyze", sample("imbalance"), env={"COLUMNS": "120"})
     assert "…" not in out and "imbalan" in out
 
 
+@pytest.mark.slow
 def test_columns_that_make_no_sense_are_ignored():
     rc, out, _ = run_ktrace("analyze", sample("warpgroups"), env={"COLUMNS": "3"})
     assert rc == 0 and max(map(len, _before_tables(out))) <= 100

@@ -5,9 +5,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_the_input_fuzz_finds_no_crash_on_a_fixed_seed():
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_inputs.py"), "--cases", "150", "--seed", "3",
                         "--seconds", "20"], capture_output=True, text=True, timeout=300)

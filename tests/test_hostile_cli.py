@@ -60,6 +60,7 @@ def test_a_merged_trace_is_analyzed_in_text_and_markdown(merged, fmt):
 # -- sidecar values ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, value", [("timer.anchor_ns", 1), ("timer.anchor_ns", 1e9), ("timer_anchor_ns", 1),
                                         ("timer_anchor_ns", 1e9), ("host_launch_unix_ns", 1000)])
 def test_a_time_anchor_too_small_to_be_unix_ns_exits_2(tmp_path, key, value):
@@ -72,6 +73,7 @@ def test_a_time_anchor_too_small_to_be_unix_ns_exits_2(tmp_path, key, value):
     _refused(*run_ktrace("analyze", buf)[::2], "f.json", f"'{key}'", "a time anchor is Unix ns", "--no-sidecar")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["timer_anchor_ns", "anchor_ns", "globaltimer_anchor_ns", "launch_globaltimer_ns"])
 def test_alias_anchor_keys_are_range_checked(capture, key):
     def change(m):
@@ -81,6 +83,7 @@ def test_alias_anchor_keys_are_range_checked(capture, key):
     _refused(*run_ktrace("analyze", capture)[::2], "x.json", f"'{key}' is 18446744073709551615", "--no-sidecar")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["kernel", "event_names"])
 def test_a_lone_surrogate_in_a_name_exits_2(capture, where):
     _sidecar(capture, lambda m: m.update({where: "k\ud800" if where == "kernel" else ["lo\ud800ad", "mma"]}))
@@ -106,6 +109,7 @@ def test_a_nul_event_name_exits_2(capture, engine):
 _GPUS = (sample("multigpu_gpu0"), sample("multigpu_gpu1"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offset", ["1=1e23", "1=" + "9" * 30, "1=4000000000000000000", "1=-4000000000000000000"])
 def test_an_offset_beyond_any_clock_difference_exits_2(tmp_path, offset):
     rc, _, err = run_ktrace("merge", *_GPUS, "--offset", offset, "-o", tmp_path / "m.perfetto-trace")
@@ -125,6 +129,7 @@ def test_an_offset_beyond_any_clock_difference_exits_2(tmp_path, offset):
     ('{"before": {"offsets": [{"device_index": 1, "offset_to_reference_ns": 1e30, "spread_ns": 1}]}}',
      "not an integer below"),
 ])
+@pytest.mark.slow
 def test_hostile_clocks_files_exit_2(tmp_path, body, needle):
     clocks = tmp_path / "clocks.json"
     clocks.write_text(body)
@@ -154,6 +159,7 @@ def test_mathtext_in_a_name_is_drawn_as_text(capture, where):
 # -- the environment --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ktrace_tp_wasm_naming_a_file_that_is_not_wasm_exits_3(capture, tmp_path):
     fake = tmp_path / "tp.wasm"
     fake.write_text("not wasm")
@@ -179,6 +185,7 @@ def test_no_home_and_no_passwd_entry_caches_in_a_private_temp_folder(monkeypatch
     assert wasm_cache.cache_dir().name == f"ktrace-cache-{os.getuid()}"
 
 
+@pytest.mark.slow
 def test_a_nul_or_escape_in_a_request_to_view_is_a_400_not_a_traceback(tmp_path, capfd):
     from ktrace.view import TraceServer
 
@@ -222,6 +229,7 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_without_a_traceback(module
     assert p.stderr.strip() == "ktrace: interrupted"
 
 
+@pytest.mark.slow
 def test_ctrl_c_a_moment_after_the_start_exits_130_without_a_traceback():
     for delay in (0.3, 0.6):  # and a real Ctrl-C a moment after the start (the imports, or the command)
         q = subprocess.Popen([shutil.which("ktrace") or "ktrace", "inspect", str(sample("warpgroups"))],
@@ -251,6 +259,7 @@ def test_the_start_up_hook_is_only_the_command_s():
     ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{dir}/link.md"],
     ["diff", "{buf}", "{buf}", "--markdown", "{side}"],
 ])
+@pytest.mark.slow
 def test_no_output_lands_on_an_input_its_sidecar_or_a_planted_link(capture, args):
     d = capture.parent
     victim = d / "victim.txt"
@@ -270,6 +279,7 @@ def test_two_outputs_on_one_file_are_refused(capture):
     _refused(*run_ktrace("analyze", capture, "--trace", out, "--plot", out)[::2], "would both write it")
 
 
+@pytest.mark.slow
 def test_markdown_may_still_go_to_dev_stdout(capture):
     rc, out, err = run_ktrace("check", capture, "--rule", "kernel.wall_us <= 1e9", "--markdown", "/dev/stdout")
     assert rc == 0, err
@@ -278,6 +288,7 @@ def test_markdown_may_still_go_to_dev_stdout(capture):
 # -- the compiled-module cache's lock ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cache_lock_is_a_private_file_and_a_held_lock_is_waited_for_with_a_message(tmp_path):
     import fcntl
 

@@ -49,6 +49,7 @@ def test_printable_escapes_control_characters_only():
     assert xml_safe("ok\x1b\x00") == "ok\\x1b\\x00"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["analyze"], ["analyze", "--markdown"], ["inspect"], ["convert", "-o", None]])
 def test_hostile_names_never_reach_the_terminal_raw(hostile, capsys, args, tmp_path):
     args = [str(tmp_path / "t.perfetto-trace") if a is None else a for a in args]
@@ -272,6 +273,7 @@ def _meta(**changes) -> bytes:
     (b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
     (b'{"kernel": "\xff\xfe"}', "not UTF-8"),
 ])
+@pytest.mark.slow
 def test_sidecar_values_out_of_range_exit_2(capture, capsys, text, needle):
     _with_sidecar(capture, text)
     for args in (["inspect", str(capture)], ["analyze", str(capture)]):

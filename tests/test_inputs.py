@@ -53,6 +53,7 @@ def test_open_input_kinds(tmp_path):
         assert inp.kind == "decoded" and inp.trace.is_file()
 
 
+@pytest.mark.slow
 def test_several_gpus_open_each_buffer_once(monkeypatch):
     opened = []
     real = BufferDecoder.__init__

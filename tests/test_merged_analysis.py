@@ -24,6 +24,7 @@ def merged(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_each_gpu_of_a_merged_trace_is_analyzed_alone_like_its_buffer(merged):
     assert merged_gpus(merged) == 2
     m, b = analyze_merged(merged), analyze_gpus(BUFFERS)

@@ -153,6 +153,7 @@ def test_control_timing_rules(before, after):
 
 # -- SQL rules -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sql_rules_pass_with_no_rows_and_fail_with_each_row():
     book = rule_book(sql=["SELECT phase FROM ktrace_phase WHERE imbalance > 1.5",
                           "INCLUDE PERFETTO MODULE ktrace.critical_path; SELECT * FROM ktrace_wait WHERE 0"])
@@ -244,6 +245,7 @@ def test_baseline_pairing(before, after):
 
 # -- the rules file --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_example_rules_file_fails_the_before_and_passes_the_after():
     book = rule_book(files=[EXAMPLE_RULES])
     bad = check(BEFORE, book)
@@ -359,6 +361,7 @@ def checks(after):
     return [check(BEFORE, book, baselines=[after]), check(AFTER, book, baselines=[after])]
 
 
+@pytest.mark.slow
 def test_junit_xml(checks):
     root = ET.fromstring(junit_xml(checks))
     assert root.tag == "testsuites" and root.get("tests") == "12" and root.get("failures") == "4"

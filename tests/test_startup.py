@@ -50,6 +50,7 @@ def test_ktrace_help_imports_no_layer_that_does_the_work():
     assert _of(modules, HEAVY) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["convert", "inspect", "analyze", "query", "diff", "check", "merge", "view",
                                      "run", "calibrate"])
 def test_a_command_s_help_imports_no_numpy(command):
@@ -75,6 +76,7 @@ def test_convert_of_a_real_capture_imports_no_analysis_no_engine_and_no_rich(tmp
     assert _of(modules, ANALYSIS) == [] and _of(modules, ("rich",)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_out", [False, True])
 def test_inspect_of_a_real_capture_imports_no_analysis_and_no_engine(json_out):
     rc, modules, text = _modules("inspect", sample("warpgroups"), *(["--json"] if json_out else []))
@@ -116,6 +118,7 @@ def test_an_unknown_name_is_still_an_attribute_error():
         ktrace.analysis.nonexistent  # noqa: B018
 
 
+@pytest.mark.slow
 def test_a_query_with_the_embedded_engine_imports_no_pandas():
     # perfetto.trace_processor's __init__ imports pandas (half a second); the engine reads the RPC messages
     # from the descriptor the package ships instead.

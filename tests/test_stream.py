@@ -77,7 +77,8 @@ def _random_buffer(seed: int):
     return words, ",".join(f"ev{i}" for i in range(events))
 
 
-@pytest.mark.parametrize("seed", range(40))
+# The quick lane (-m "not slow") takes the first 10 seeds; CI all 40.
+@pytest.mark.parametrize("seed", [s if s < 10 else pytest.param(s, marks=pytest.mark.slow) for s in range(40)])
 def test_parts_and_chunks_equal_one_part_on_random_shapes(seed):
     words, names = _random_buffer(seed)
     ref = numpy_figures(decode(words, events=names))
@@ -146,7 +147,8 @@ def test_the_numpy_engine_equals_the_sql_package_on_random_shapes(seed, tmp_path
         assert numpy_figures(decode(words, events=names)).differences(sql_figures(session)) == []
 
 
-@pytest.mark.parametrize("name", ["waves_ktrace", "cluster_ktrace", "pipeline_flashinfer"])
+@pytest.mark.parametrize("name", ["waves_ktrace", *(pytest.param(n, marks=pytest.mark.slow) for n in
+                                                     ("cluster_ktrace", "pipeline_flashinfer"))])
 def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     from ktrace.analysis import evidence_stream
 
@@ -200,6 +202,7 @@ def test_sweep_chunks_are_balanced_over_the_workers(n, chunk_rows, jobs):
     assert balanced_chunk_rows(n, chunk_rows, 1) == chunk_rows
 
 
+@pytest.mark.slow
 def test_analyze_with_workers_writes_the_same_json(tmp_path):
     from ktrace.cli import main
 
@@ -213,6 +216,7 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
     assert outs[0] == outs[1] and b'"engine": "numpy"' in outs[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4)])
 def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, monkeypatch, capsys):
     import ktrace.analysis as analysis
@@ -345,6 +349,7 @@ def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeyp
     assert pieces.lead_ins.rows() == whole.lead_ins.rows()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cluster_ktrace", "warpgroups_flashinfer", "fi_mla_decode_run1"])
 def test_evidence_boundaries_tested_side_by_side_give_the_rows_of_one_thread(name, monkeypatch):
     # With cores the workers leave, the evidence's boundaries are tested in threads and the lead-ins beside

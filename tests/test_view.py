@@ -170,6 +170,7 @@ def test_is_trace_by_suffix_then_by_first_byte(tmp_path, trace):
     assert not is_trace(odd)
 
 
+@pytest.mark.slow
 def test_view_opens_the_browser_and_ctrl_c_returns_0(monkeypatch, trace):
     opened, said = [], []
     monkeypatch.setattr(view_mod.webbrowser, "open", lambda url: opened.append(url) or True)

@@ -50,6 +50,7 @@ def test_a_small_trace_runs_in_the_32_bit_build_and_a_compressed_one_in_memory64
         assert narrow.query(sql).rows == wide.query(sql).rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fi_mla_decode_run1", "fi_batch_attention_mixed_run1", "pipeline_flashinfer"])
 def test_both_builds_give_the_same_figures(name, tmp_path):
     from ktrace.engine.wasm import WasmTraceProcessor
