@@ -730,3 +730,15 @@ def test_a_cache_folder_name_reaches_the_terminal_escaped(tiny_module, capsys, m
     assert folder == tmp_path / "private-tmp" / f"ktrace-cache-{os.getuid()}"
     assert "not using the cache folder" in err and "\\x1b]0;owned\\x07\\x1b[2J" in err
     assert "\x1b" not in err and "\x07" not in err
+
+
+def test_every_chunk_is_walked_whether_or_not_the_first_was_walked_before_the_engine(trace_bytes):
+    from ktrace.engine.wasm import WasmTraceProcessor
+
+    bomb = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08]) + bytes(64)  # a packet of 2^31 bytes
+    with pytest.raises(InputError, match="larger than any trace packet"):
+        open_trace(bomb)  # the first chunk walked before the engine starts
+    # Loading straight from the chunks (no chunk walked before): the first one is walked there.
+    for data in (bomb, trace_bytes + bomb):
+        with pytest.raises(InputError, match="larger than any trace packet"):
+            session_module._load(WasmTraceProcessor(), *session_module._trace_source(data), None)

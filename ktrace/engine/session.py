@@ -216,7 +216,7 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes], prog
             done = 0
             stage(progress, "parsing the trace", total, "bytes")
             for i, chunk in enumerate(itertools.chain(() if first is None else (first,), chunks)):
-                if i:
+                if i or first is None:  # ``first`` was walked already
                     framing.feed(chunk)
                 if loaded is not None:
                     loaded.update(chunk)
