@@ -57,3 +57,9 @@ def _no_terminal_width(monkeypatch):
     """Reports into a pipe are what the tests read: $COLUMNS (a developer's terminal's, or the 80 pytest-xdist
     gives its workers) would re-wrap them. A test that wants a width sets it."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def quick_first(values, n: int) -> list:
+    """``values`` as test parameters of which only the first ``n`` run in the quick lane (-m "not slow"); the
+    rest are marked slow (CI runs them all)."""
+    return [v if i < n else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 _MB = 1 << 20
+_PACKET_OF_2_GIB = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08])  # the header of a packet of 2^31 bytes
 
 
 def _gzip(path, pieces, level=6):
@@ -36,18 +37,17 @@ def _timed(*args):
 
 
 def test_a_gzip_trace_holding_one_2_gib_packet_is_refused_at_once(tmp_path):
-    header = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08])  # a packet of 2^31 bytes
-    trace = _gzip(tmp_path / "big.perfetto-trace", [header] + [bytes(_MB)] * 64, level=1)
+    trace = _gzip(tmp_path / "big.perfetto-trace", [_PACKET_OF_2_GIB] + [bytes(_MB)] * 64, level=1)
     rc, err, seconds, mb = _timed("analyze", trace)
     assert rc == 2 and "Traceback" not in err, err
     assert "a field of 2,147,483,648 bytes at byte 0: larger than any trace packet" in err
     assert seconds < 20 and mb < 600
 
 
+@pytest.mark.slow
 def test_a_trace_bad_from_its_first_bytes_is_refused_before_the_engine_starts(tmp_path):
     # With an empty cache, starting the embedded engine would compile it (~15 s): the refusal comes first.
-    header = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08])  # a packet of 2^31 bytes
-    trace = _gzip(tmp_path / "big.perfetto-trace", [header] + [bytes(_MB)] * 4, level=1)
+    trace = _gzip(tmp_path / "big.perfetto-trace", [_PACKET_OF_2_GIB] + [bytes(_MB)] * 4, level=1)
     cache = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if k != "KTRACE_TP_SHELL"}
     p = subprocess.run(["ktrace", "query", str(trace), "SELECT 1"], capture_output=True, text=True, timeout=300,

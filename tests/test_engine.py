@@ -360,8 +360,8 @@ def test_trap_kills_the_session_but_not_the_next(trace_bytes, wasm_only):
     from ktrace.engine.wasm import WasmTraceProcessor
 
     # A 64 MiB heap runs out quickly: malloc fails and the engine aborts (a trap).
-    name, total, chunks = session_module._trace_source(trace_bytes)
-    small = session_module._load(WasmTraceProcessor(heap_max_bytes=64 << 20), name, total, chunks, None)
+    small = session_module._load(WasmTraceProcessor(heap_max_bytes=64 << 20),
+                                 *session_module._walked_source(trace_bytes), None)
     with pytest.raises(KtraceError, match="ran out of memory"):
         small.query(OOM_SQL)
     with pytest.raises(KtraceError, match="cannot be used"):
@@ -732,13 +732,10 @@ def test_a_cache_folder_name_reaches_the_terminal_escaped(tiny_module, capsys, m
     assert "\x1b" not in err and "\x07" not in err
 
 
-def test_every_chunk_is_walked_whether_or_not_the_first_was_walked_before_the_engine(trace_bytes):
-    from ktrace.engine.wasm import WasmTraceProcessor
-
+def test_every_chunk_is_walked_the_first_before_the_engine_starts_the_rest_as_they_load(trace_bytes, monkeypatch):
     bomb = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08]) + bytes(64)  # a packet of 2^31 bytes
     with pytest.raises(InputError, match="larger than any trace packet"):
         open_trace(bomb)  # the first chunk walked before the engine starts
-    # Loading straight from the chunks (no chunk walked before): the first one is walked there.
-    for data in (bomb, trace_bytes + bomb):
-        with pytest.raises(InputError, match="larger than any trace packet"):
-            session_module._load(WasmTraceProcessor(), *session_module._trace_source(data), None)
+    monkeypatch.setattr(session_module, "CHUNK_BYTES", 100)
+    with pytest.raises(InputError, match="larger than any trace packet"):
+        open_trace(trace_bytes + bomb)  # in a later chunk, walked on its way to the engine

@@ -19,7 +19,7 @@ from ktrace.analysis import decoder_figures, numpy_figures, sql_figures, stream_
 from ktrace.decoding import BufferDecoder
 from ktrace.decoding.encode import encode_tags, place_records
 
-from conftest import SAMPLES
+from conftest import SAMPLES, quick_first
 
 CAPTURES = sorted(Path(p).stem for p in glob.glob(os.path.join(SAMPLES, "*.bin")))
 
@@ -77,8 +77,7 @@ def _random_buffer(seed: int):
     return words, ",".join(f"ev{i}" for i in range(events))
 
 
-# The quick lane (-m "not slow") takes the first 10 seeds; CI all 40.
-@pytest.mark.parametrize("seed", [s if s < 10 else pytest.param(s, marks=pytest.mark.slow) for s in range(40)])
+@pytest.mark.parametrize("seed", quick_first(range(40), 10))
 def test_parts_and_chunks_equal_one_part_on_random_shapes(seed):
     words, names = _random_buffer(seed)
     ref = numpy_figures(decode(words, events=names))
@@ -147,8 +146,7 @@ def test_the_numpy_engine_equals_the_sql_package_on_random_shapes(seed, tmp_path
         assert numpy_figures(decode(words, events=names)).differences(sql_figures(session)) == []
 
 
-@pytest.mark.parametrize("name", ["waves_ktrace", *(pytest.param(n, marks=pytest.mark.slow) for n in
-                                                     ("cluster_ktrace", "pipeline_flashinfer"))])
+@pytest.mark.parametrize("name", quick_first(["waves_ktrace", "cluster_ktrace", "pipeline_flashinfer"], 1))
 def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     from ktrace.analysis import evidence_stream
 

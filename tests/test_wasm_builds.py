@@ -62,7 +62,7 @@ def test_both_builds_give_the_same_figures(name, tmp_path):
     for wide in (False, True):
         tp = WasmTraceProcessor(wide=wide)
         assert tp._ptr64 is wide
-        session = session_module._load(tp, *session_module._trace_source(trace), None)
+        session = session_module._load(tp, *session_module._walked_source(trace), None)
         try:
             figures.append(sql_figures(session))
             # SQLite's date functions call the host's time-zone imports (UTC, whatever the machine's zone).

@@ -143,14 +143,8 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     or corrupt bytes), EnvironmentMissing when the engine cannot start. A file cut short in the middle
     of its last packet is not detected: the engine drops that packet silently.
     """
-    name, total, chunks = _trace_source(trace)
+    name, total, framing, chunks = _walked_source(trace)
     size = None if _is_gzip(trace) else total
-    # The first chunk is walked before the engine starts: a file that is no trace from its first bytes (a bomb,
-    # a packet larger than any) is refused at once, not after the engine's start (a compile on first use).
-    framing = Framing(name)
-    first = next(chunks, None)
-    if first is not None:
-        framing.feed(first)
     backend = _start_engine(engine, size)
     try:
         backend.expect(name, size)
@@ -158,7 +152,7 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     except BaseException:
         backend.close()
         raise
-    return _load(backend, name, total, chunks, progress, digest, framing, first)
+    return _load(backend, name, total, framing, chunks, progress, digest)
 
 
 def _sha256(trace: TraceInput) -> str | None:
@@ -196,10 +190,9 @@ def _start_engine(engine: str, trace_bytes: int | None = None) -> Backend:
     return WasmTraceProcessor(wide=needs_wide_build(trace_bytes))
 
 
-def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes], progress: Progress | None,
-          digest: str | None = None, framing: Framing | None = None, first: bytes | None = None) -> Session:
-    """Loads the chunks (``first``, already walked by ``framing``, then the rest) or restores their snapshot."""
-    framing = Framing(name) if framing is None else framing
+def _load(backend: Backend, name: str, total: int, framing: Framing, chunks: Iterator[bytes],
+          progress: Progress | None, digest: str | None = None) -> Session:
+    """Loads the chunks (``_walked_source``: each walked by ``framing`` on its way) or restores their snapshot."""
     try:
         if digest is not None and backend.restore(digest):
             # The snapshot was kept after a load of these very bytes passed every check below.
@@ -215,9 +208,7 @@ def _load(backend: Backend, name: str, total: int, chunks: Iterator[bytes], prog
         def counted() -> Iterator[bytes]:
             done = 0
             stage(progress, "parsing the trace", total, "bytes")
-            for i, chunk in enumerate(itertools.chain(() if first is None else (first,), chunks)):
-                if i or first is None:  # ``first`` was walked already
-                    framing.feed(chunk)
+            for chunk in chunks:
                 if loaded is not None:
                     loaded.update(chunk)
                 yield chunk
@@ -248,6 +239,23 @@ def _check_trace_type(session: Session) -> None:
     if kind and kind[0][0] not in ("proto", "gzip"):
         raise InputError(f"{session.trace_name}: the engine read it as a {kind[0][0]} trace, not a "
                          "Perfetto protobuf trace")
+
+
+def _walked_source(trace: TraceInput) -> tuple[str, int, Framing, Iterator[bytes]]:
+    """``_trace_source`` with each chunk walked by the Framing returned before it is yielded, the first one here,
+    before the engine starts: a file that is no trace from its first bytes (a bomb, a packet larger than any)
+    is refused at once, not after the engine's start (a compile on first use, ~15 s)."""
+    name, total, chunks = _trace_source(trace)
+    framing = Framing(name)
+
+    def walked() -> Iterator[bytes]:
+        for chunk in chunks:
+            framing.feed(chunk)
+            yield chunk
+
+    rest = walked()
+    first = next(rest, None)
+    return name, total, framing, rest if first is None else itertools.chain((first,), rest)
 
 
 def _trace_source(trace: TraceInput) -> tuple[str, int, Iterator[bytes]]:
