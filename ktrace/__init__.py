@@ -5,6 +5,8 @@
     ktrace.convert("buf.bin", "buf.perfetto-trace")
     a = ktrace.analyze("buf.bin")                 # per-phase figures and findings, via the trace processor
     ktrace.annotate("buf.bin", "buf.analyzed.perfetto-trace")   # the trace with the analysis drawn on it
+    print(a)                                      # the report ``ktrace analyze`` prints
+    ktrace.plot(a, "buf.png")                     # per-block durations and the critical path (matplotlib)
     ktrace.query / diff / check / merge / analyze_gpus   # the other commands' work (ktrace.api)
 """
 
@@ -14,7 +16,7 @@ if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not 
     _quiet_interrupts()
 
 
-from ._lazy import lazy_names  # noqa: E402
+from ._lazy import lazy_names, text_renderer  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError  # noqa: E402
 
@@ -25,6 +27,7 @@ _LAZY = {
     **{name: "api" for name in ("AnnotatedTrace", "ConvertResult", "MergedTrace", "analyze", "analyze_gpus",
                                 "analyze_merged", "analyze_runs", "annotate", "check", "convert", "diff",
                                 "inspect", "load_capture", "merge", "query", "rule_book")},
+    "plot": "report.analysis_plot",
     **{name: "decoding" for name in ("decode", "load_buffer")},
     "is_trace": "filetypes",
     **{name: "model" for name in ("Decoded", "Launch")},
@@ -32,6 +35,15 @@ _LAZY = {
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
+
+
+def _analysis_text(a) -> str:  # str(analysis): the text report, imported when first printed
+    from .report.plain_text import analysis_str
+
+    return analysis_str(a)
+
+
+text_renderer("Analysis", _analysis_text)
 
 
 __all__ = [
@@ -50,6 +62,7 @@ __all__ = [
     "load_capture",
     "analyze_runs",
     "annotate",
+    "plot",
     "is_trace",
     "Analysis",
     "Thresholds",

@@ -9,7 +9,22 @@ import importlib
 import importlib.util
 from typing import Callable
 
-__all__ = ["lazy_names"]
+__all__ = ["lazy_names", "text_renderer", "text_of"]
+
+# What ``str()`` of a result gives, by its class name: registered by the package facade (ktrace/__init__.py), so
+# that a result class (analysis, layer 3) prints its report (report, layer 4) without importing a layer above.
+_TEXT: dict[str, Callable[[object], str]] = {}
+
+
+def text_renderer(kind: str, render: Callable[[object], str]) -> None:
+    """Make ``str(x)`` of a result of class ``kind`` be ``render(x)``."""
+    _TEXT[kind] = render
+
+
+def text_of(obj) -> str:
+    """The text ``str(obj)`` gives: its registered renderer's, else ``repr(obj)``."""
+    render = _TEXT.get(type(obj).__name__)
+    return render(obj) if render is not None else repr(obj)
 
 
 def lazy_names(package: str, names: dict[str, str], public: Callable[[], list], space: dict):

@@ -126,7 +126,7 @@ def inspect(source, progress=None, **decode_options) -> dict:
     return inspect_dict(first, summary)
 
 
-def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
+def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str = "auto", progress=None,
             on_engine=None, jobs: int | None = None, **decode_options) -> Analysis:
     """Analyze a kernel capture: per-phase figures and the method's findings.
 
@@ -134,18 +134,17 @@ def analyze(source, thresholds: Thresholds | None = None, *, engine: str = "auto
     bytes, an array, a CPU or CUDA torch.Tensor, or a BufferDecoder): decoded with ``decode_options``
     (events or event_names, groups or group_names, layout, sidecar, num_blocks, num_groups), written to a
     temporary trace and analyzed the same way; an open engine Session: the SQL package is registered on it; a
-    ``Decoded``: figures from numpy. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a
-    buffer's figures computed with numpy, no trace processor), or 'auto' (numpy for a buffer of
-    NUMPY_MIN_RECORDS record slots or more, else the trace processor); progress(done_bytes, total_bytes) while
-    the trace loads; on_engine(engine, why): called once, before the work, when 'auto' takes numpy; jobs:
-    worker processes of the numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS
-    record slots or more; the figures are the same for any number).
-
-    Raises InputError for unreadable input, EnvironmentMissing when the engine cannot start.
-    """
+    ``Decoded``: figures from numpy. thresholds: ``Thresholds``, a dict ``{"imbalance": 1.2}`` or a list
+    ``["imbalance=1.2"]``. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a buffer's figures
+    computed with numpy, no trace processor), or 'auto' (numpy for a buffer of NUMPY_MIN_RECORDS record slots
+    or more, else the trace processor); progress(done_bytes, total_bytes) while the trace loads;
+    on_engine(engine, why): called once, before the work, when 'auto' takes numpy; jobs: worker processes of the
+    numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS record slots or more; the
+    figures are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
+    EnvironmentMissing when the engine cannot start."""
+    from .analysis import Thresholds, analyze_opened
+    thresholds = Thresholds.of(thresholds)  # a wrong kind fails now, not after the decoding
     if isinstance(source, Decoded) or is_session(source):
-        from .analysis import analyze_opened
-
         return analyze_opened(source, thresholds)
     buffer_options([source], decode_options)
     return _analyze(source, thresholds, engine, progress, None, decode_options, on_engine, jobs=jobs)
@@ -244,7 +243,7 @@ def _is_trace_source(source) -> bool:
 
 def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_options):
     """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
-    returns the QueryResult. A missing ktrace table without an INCLUDE gets a hint in the InputError.
+    returns the QueryResult (``.to_pandas()``: a DataFrame). A missing ktrace table gets a hint in the InputError.
     progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``)."""
     buffer_options([source], decode_options)
     from .analysis import register
@@ -310,15 +309,18 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
     return with_record(result, found) if found is not None else result
 
 
-def check(source, book: RuleBook, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
+def check(source, book: RuleBook | list | str, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
           allow_anomalies=frozenset(), **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
     ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
-    rules, matched by kernel name. InputError when no rule applies or a rule cannot be evaluated."""
+    rules, matched by kernel name. book: a RuleBook, a list of rule strings (``["compute.imbalance <= 1.2"]``)
+    or a rules file path. InputError when no rule applies or a rule cannot be evaluated."""
     from .analysis import analyze_opened
     from .analysis.catalog import Capture
     from .analysis.gates import check_capture
+    from .analysis.rules import rule_book_of
 
+    book = rule_book_of(book)
     buffer_options([source, *baselines], decode_options)
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
     with open_input(source, engine=engine, **decode_options) as inp:
@@ -354,7 +356,7 @@ _ANNOTATED_SQL = "SELECT COUNT(*) AS n FROM track WHERE name IN ('findings', 'cr
 _PHASE_SLICES_SQL = "SELECT phase, ts, end_ts FROM ktrace_phase_slice ORDER BY id"
 
 
-def annotate(source, out=None, thresholds: Thresholds | None = None, *, engine: str = "auto", tracks: str = "sm",
+def annotate(source, out=None, thresholds: Thresholds | dict | None = None, *, engine: str = "auto", tracks: str = "sm",
              progress=None, on_engine=None, **decode_options) -> AnnotatedTrace:
     """Analyze ``source`` and write the trace with the analysis drawn on its timeline (docs/trace-format.md,
     "Annotations"): a findings track first, the critical path (a track and flow arrows), counter tracks (busy

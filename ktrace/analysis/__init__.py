@@ -73,9 +73,10 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
 ANALYSIS_SCHEMA = "ktrace.analysis/2"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Analysis:
-    """What ``analyze`` found: the figures, the findings, and how they were computed.
+    """What ``analyze`` found: the figures, the findings, and how they were computed. ``print(a)`` prints the
+    report ``ktrace analyze`` prints; in Jupyter, ``a`` shows it as HTML.
 
     source: the trace or buffer analyzed; engine: 'wasm' or 'native' (SQL in the trace processor) or
     'numpy' (the numpy engine); tick_ns: the timer resolution the findings used.
@@ -197,8 +198,20 @@ class Analysis:
         return jsonfmt.dumps(self._dict(lambda t: written[id(t)]), indent=indent, ensure_ascii=False,
                              allow_nan=False)
 
+    def __str__(self) -> str:
+        """The text report, as ``ktrace analyze`` prints it (the facade registers it: ktrace/__init__.py)."""
+        from .._lazy import text_of
+
+        return text_of(self)
+
+    def __repr__(self) -> str:
+        warn = sum(f.severity == "warning" for f in self.findings)
+        return (f"<Analysis of {self.source!r} ({self.engine}): {self.figures.kernel.phases} phase(s), "
+                f"{warn} warning(s), {len(self.findings) - warn} info; print() it for the report>")
+
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the headline, findings with evidence and impact, the phase table."""
+        """Jupyter's rich display: the headline, the warnings with evidence and impact; the info findings and the
+        phase table folded."""
         from .notebook import analysis_html
 
         return analysis_html(self)
@@ -214,7 +227,7 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     Any other input goes through ``ktrace.analyze``."""
     from ..model import Decoded
 
-    th = thresholds or Thresholds()
+    th = Thresholds.of(thresholds)
     if isinstance(source, Decoded):
         from .stream import numpy_figures
 
@@ -229,7 +242,7 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
     time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
     ``numpy_figures``' of the whole buffer). jobs: worker processes decoding and reducing ranges of lanes
     side by side (the figures are the same for any number). progress(done_lanes, lanes) after each range."""
-    th = thresholds or Thresholds()
+    th = Thresholds.of(thresholds)
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
     on_part = None if progress is None else (lambda lanes: progress(lanes[1], dec.lanes))
     from .stream import decoder_figures

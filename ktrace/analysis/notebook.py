@@ -87,9 +87,20 @@ def _phase_rows(a) -> tuple[list, list]:
     return [h for _, h, _ in have], out
 
 
+def _findings_table(findings) -> str:
+    rows = []
+    for f in findings:
+        share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
+        rows.append(f"<tr><td class='{escape(f.severity)}'>{escape(f.severity)}</td><td style='text-align:left'>"
+                    f"{escape(f.message)}</td><td style='text-align:left'>{escape(f.evidence)}</td>"
+                    f"<td>{escape(_ns(f.impact_ns))}{escape(share)}</td></tr>")
+    return ("<table><tr><th>severity</th><th>finding</th><th>evidence</th><th>impact</th></tr>"
+            + "".join(rows) + "</table>")
+
+
 def analysis_html(a) -> str:
-    """An Analysis as HTML: the headline, the clock (Proton traces), data-quality warnings, the findings
-    (severity, message, evidence, impact) and the per-phase table."""
+    """An Analysis as HTML: the headline, the clock (Proton traces), data-quality warnings, the warnings
+    (severity, message, evidence, impact); the info findings and the per-phase table folded (``<details>``)."""
     L, k = a.launch, a.kernel
     head = (f"{L.get('kernel', 'kernel')}: {L.get('num_blocks', '?')} blocks x {L.get('num_groups', '?')} group(s), "
             f"{k.phases} phase(s), {k.slices:,} phase slices, wall {_ns(k.wall_ns)}")
@@ -104,18 +115,14 @@ def analysis_html(a) -> str:
     parts.append("<p><b>findings</b> (by kernel time at stake)</p>")
     if not warn:
         parts.append("<p class='pass'>no warnings: nothing costs the kernel enough time to act on</p>")
-    rows = []
-    for f in warn + info:
-        share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
-        rows.append(f"<tr><td class='{escape(f.severity)}'>{escape(f.severity)}</td><td style='text-align:left'>"
-                    f"{escape(f.message)}</td><td style='text-align:left'>{escape(f.evidence)}</td>"
-                    f"<td>{escape(_ns(f.impact_ns))}{escape(share)}</td></tr>")
-    if rows:
-        parts.append("<table><tr><th>severity</th><th>finding</th><th>evidence</th><th>impact</th></tr>"
-                     + "".join(rows) + "</table>")
+    if warn:
+        parts.append(_findings_table(warn))
+    if info:  # folded: what a reader opens, not what they must read past
+        parts.append(f"<details><summary>{len(info)} info finding(s)</summary>{_findings_table(info)}</details>")
     ph_head, ph_rows = _phase_rows(a)
     if ph_rows:
-        parts.append(_html_table(ph_head, ph_rows, "phases (means over instances)"))
+        parts.append("<details><summary>phases (means over instances)</summary>"
+                     + _html_table(ph_head, ph_rows) + "</details>")
     parts.append("</div>")
     return "".join(parts)
 

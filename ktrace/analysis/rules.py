@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os
 import math
 import operator
 import re
@@ -310,6 +311,22 @@ def _section(path: Path, pattern, where: str, body: dict, keys: set, errors: lis
         except ValueError as e:
             errors.append(str(e))
     return Section(pattern, tuple(rules), allow)
+
+
+def rule_book_of(book) -> RuleBook:
+    """A RuleBook from what ``ktrace.check`` takes: a RuleBook, a list of rule strings, one rule string, or a
+    rules file (TOML) path; InputError naming what is taken for anything else."""
+    if isinstance(book, RuleBook):
+        return book
+    if isinstance(book, (list, tuple)) and book and all(isinstance(r, str) for r in book):
+        return rule_book(list(book))
+    if isinstance(book, os.PathLike) or (isinstance(book, str) and book.endswith(".toml")):
+        return rule_book(files=[book])
+    if isinstance(book, str):
+        return rule_book([book])
+    empty = " (an empty list)" if isinstance(book, (list, tuple)) and not book else ""
+    raise InputError("rules: expected ktrace.rule_book(...), a list of rule strings such as "
+                     f"['compute.imbalance <= 1.2'] or a rules file (.toml) path, got {type(book).__name__}{empty}")
 
 
 def rule_book(rules=(), sql=(), files=()) -> RuleBook:

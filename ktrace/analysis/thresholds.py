@@ -4,6 +4,7 @@ findings (numpy), so that ``ktrace analyze --help`` can list them and their defa
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import InputError
@@ -25,6 +26,29 @@ class Thresholds:
     min_ticks: float = 2.0  # ... and at least this many timer ticks; every difference a finding rests on too
     tail_share: float = 0.05  # the tail is a finding when it costs at least this share of the wall
     tick_ns: float = 0.0  # timer resolution; 0 = from the trace (launch tick, else smallest step, else 32 ns)
+
+    @classmethod
+    def of(cls, value) -> "Thresholds":
+        """Thresholds from what ``analyze(thresholds=...)`` takes: None (the defaults), Thresholds, a dict
+        ``{"imbalance": 1.2}`` or a list of ``"NAME=VALUE"`` strings; KtraceError (InputError) for anything else."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            names = [f.name for f in fields(cls)]
+            unknown = [k for k in value if str(k).replace("-", "_") not in names]
+            if unknown:
+                raise InputError(f"thresholds: no threshold is called {unknown[0]!r}; the names are {', '.join(names)}")
+            bad = [k for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+            if bad:
+                raise InputError(f"thresholds: {bad[0]!r} must be a number, got {value[bad[0]]!r} "
+                                 f"(e.g. {{'imbalance': 1.2}})")
+            return cls.parse(f"{k}={v}" for k, v in value.items())
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return cls.parse(value)
+        raise InputError(f"thresholds: expected ktrace.Thresholds(...), a dict such as {{'imbalance': 1.2}} or a "
+                         f"list of 'NAME=VALUE' strings, got {type(value).__name__}")
 
     @classmethod
     def parse(cls, items) -> "Thresholds":

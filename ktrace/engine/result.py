@@ -67,6 +67,18 @@ class QueryResult:
 
     # -- decoding one column ----------------------------------------------------------------------------
 
+    def to_pandas(self):
+        """The rows as a pandas DataFrame, one column per result column (dtypes as ``column()`` gives them:
+        NULL is NaN in a number column, None otherwise). ImportError naming the pip command without pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("QueryResult.to_pandas() needs pandas: pip install 'ktrace[notebook]' "
+                              "(or pip install pandas)") from None
+        return pd.DataFrame({c: self.column(c) for c in self.columns}, columns=list(self.columns))
+
+    as_pandas_dataframe = to_pandas  # the name Perfetto's TraceProcessor gives it
+
     def _types(self, j: int) -> np.ndarray:
         return self._cells[j::len(self.columns)]
 

@@ -10,15 +10,30 @@ import numpy as np
 
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
+from ..errors import InputError
+from ..filetypes import sibling
+from ..outputs import check_output
 from .figure_file import pyplot, save_figure
 
-__all__ = ["plot_analysis"]
+__all__ = ["plot", "plot_analysis"]
 
 
 def _ratio(x) -> str:
     import math
 
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}x"
+
+
+def plot(analysis: Analysis, out=None) -> Path:
+    """``ktrace.plot``: write the analysis plot (a PNG: per phase, each block's slice durations; the critical
+    path as a timeline and each phase's share of the wall) and return its path. analysis: what ``ktrace.analyze``
+    returned; out: the PNG (default: the capture's path with ``.png``). Needs matplotlib
+    (``pip install 'ktrace[notebook]'``)."""
+    if not isinstance(analysis, Analysis):
+        raise InputError(f"plot: expected an Analysis, got {type(analysis).__name__}; "
+                         "e.g. ktrace.plot(ktrace.analyze('run.bin'), 'run.png')")
+    out = Path(out) if out is not None else sibling(analysis.source, ".png")
+    return plot_analysis(analysis, check_output(out, [analysis.source], "plot", "out"))
 
 
 def plot_analysis(a: Analysis, out) -> Path:

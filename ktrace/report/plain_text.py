@@ -1,0 +1,31 @@
+"""A report as plain text, for ``str()`` and ``print()`` of a result in Python: what the command prints, without
+colour, at the terminal's width ($COLUMNS; 100 columns where there is no terminal, as in a notebook)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from .safe_text import safe_console
+
+__all__ = ["analysis_str", "renderables_str"]
+
+NO_TERMINAL_WIDTH = 100
+
+
+def renderables_str(renderables, width: int | None = None) -> str:
+    """Rich renderables as plain text (no escape codes), ``width`` columns (default: the terminal's)."""
+    width = width or shutil.get_terminal_size((NO_TERMINAL_WIDTH, 24)).columns
+    out = io.StringIO()
+    con = safe_console(file=out, width=width, no_color=True, color_system=None, highlight=False,
+                       force_terminal=False, force_jupyter=False)
+    for r in renderables:
+        con.print(r)
+    return out.getvalue()
+
+
+def analysis_str(a, width: int | None = None) -> str:
+    """The text report of an Analysis, as ``ktrace analyze`` prints it."""
+    from .analysis_report import analysis_text
+
+    return renderables_str(analysis_text(a), width)
