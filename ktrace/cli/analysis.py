@@ -112,6 +112,7 @@ def _cmd_analyze(a) -> int:
 
     if is_trace(source) and Path(source).is_file() and a.engine != "numpy" and merged_gpus(source, engine=a.engine) > 1:
         return _analyze_merged(a, source, thresholds)
+    _say_buffer_beside(source)
     with progress_bar("loading into the trace processor", _is_big(source), unit="bytes") as cb:
         from ..api import analyze, annotate
 
@@ -137,6 +138,22 @@ def _cmd_analyze(a) -> int:
     else:
         print_analysis(result, show_all=a.show_all)
     return EXIT_OK
+
+
+def _say_buffer_beside(source) -> None:
+    """One line on stderr when a large trace's profiler buffer lies beside it: the buffer is analyzed with numpy,
+    without loading a trace (a 1e7-record trace: 49 s and 3 GB; its buffer: 4.5 s)."""
+    from ..filetypes import sibling
+    from ..inputs import is_trace
+
+    if not (is_trace(source) and _is_big(source)):
+        return
+    for suffix in (".bin", ".bin.gz"):
+        buf = sibling(source, suffix)
+        if buf.is_file():
+            print(printable(f"ktrace: {buf} lies beside this trace: `ktrace analyze {buf}` gives the same figures "
+                            "faster (the buffer is analyzed without loading a trace)"), file=sys.stderr)
+            return
 
 
 def _json_jobs(a, result) -> int:

@@ -200,7 +200,24 @@ def write(key: str, header: dict[str, Any], memory: np.ndarray) -> str:
             return "the cache is locked by another process"
         entry = entry_path(where, key)
         _evict(where, budget - size, keep=entry)
-        return write_entry_from(entry, pieces())
+        problem = write_entry_from(entry, pieces())
+    if not problem:
+        announce(size, where)
+    return problem
+
+
+ANNOUNCE_BYTES = 100_000_000  # a snapshot this large is said once per process: disk space the user did not ask for
+_announced: list = []
+
+
+def announce(size: int, where: Path) -> None:
+    """One line on stderr, once per process, when a snapshot of ``size`` bytes >= ANNOUNCE_BYTES was kept."""
+    if size < ANNOUNCE_BYTES or _announced:
+        return
+    _announced.append(size)
+    print(printable(f"ktrace: kept a {size / 1e6:,.0f} MB snapshot of the loaded trace in {where} (the next open "
+                    f"of this trace skips loading); `ktrace cache` lists the cache, {BUDGET_ENV}=0 turns snapshots "
+                    "off"), file=sys.stderr, flush=True)
 
 
 def touch(key: str) -> None:
