@@ -357,19 +357,19 @@ _PHASE_SLICES_SQL = "SELECT phase, ts, end_ts FROM ktrace_phase_slice ORDER BY i
 
 
 def annotate(source, out=None, thresholds: Thresholds | dict | None = None, *, engine: str = "auto", tracks: str = "sm",
-             progress=None, on_engine=None, **decode_options) -> AnnotatedTrace:
+             progress=None, on_engine=None, shift_ns: int = 0, **decode_options) -> AnnotatedTrace:
     """Analyze ``source`` and write the trace with the analysis drawn on its timeline (docs/trace-format.md,
-    "Annotations"): a findings track first, the critical path (a track and flow arrows), counter tracks (busy
-    SMs, lanes running per phase) and the slices the findings name marked with an arg ``ktrace.role``.
+    "Annotations"): findings, the critical path, counters and the slices the findings name marked.
 
     source: a buffer (path, bytes, array, BufferDecoder; decoded with ``decode_options``, written in ``tracks``
-    mode, the path's flows and the roles on the lane slices themselves), a trace (copied, the annotations
-    appended: the flows join the critical path track's parts; an already annotated trace is not written
-    again) or a Decoded. out: default ``annotated_output(source)``. Raises InputError as ``analyze`` does.
-    """
+    mode, flows and roles on the lane slices), a trace (copied, the annotations appended; an annotated trace is
+    not written again) or a Decoded. out: default ``annotated_output(source)``. shift_ns: a buffer's trace is
+    written with its times moved by as much (the Analysis and ``focus`` keep the buffer's). InputError as
+    ``analyze``."""
     from .analysis import analyze_opened
     from .analysis.sql_package import include_all
-    from .export.annotations import annotation_chunks, append_to
+    from .decoding.align import shifted
+    from .export.annotations import annotation_chunks, append_to, shift_annotations
     from .export.writer import trace_chunks, write_chunks
     from .report.trace_annotations import annotations_of
 
@@ -399,12 +399,12 @@ def annotate(source, out=None, thresholds: Thresholds | dict | None = None, *, e
             r = inp.session.query(include_all() + _PHASE_SLICES_SQL)
             slices = {c: r.column(c) for c in ("phase", "ts", "end_ts")}
         _refuse_unreadable(a, source, decode_options)
-        ann = annotations_of(a, slices)
-        got: list = []
+        shift_ns = 0 if inp.kind == "trace" else int(shift_ns)  # a trace's own slices stay: so do the annotations
+        ann, got = shift_annotations(annotations_of(a, slices), shift_ns), []
         if inp.kind == "trace":
             chunks = append_to(inp.trace, annotation_chunks(ann, on_lanes=False))
         else:
-            src = inp.decoded if inp.kind == "decoded" else dec
+            src = shifted(inp.decoded if inp.kind == "decoded" else dec, shift_ns)
             chunks = chain(trace_chunks(src, tracks, summary_out=got, marks=ann.marks),
                             annotation_chunks(ann, on_lanes=True))
         size = write_chunks(path, chunks)

@@ -261,7 +261,8 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
     Unless ``plain``, the trace shown is the annotated one (``ktrace.annotate``: the analysis drawn on it, in
     the temporary folder), with the findings track pinned and the UI opened on the top finding's time range;
     an input the analysis refuses (a merged trace of several GPUs) is shown plain, with a line saying why.
-    ``say`` receives each line meant for the user. Returns 0 once stopped by Ctrl-C.
+    ``say`` receives each line meant for the user. Returns 130 (128 + SIGINT) once stopped by Ctrl-C, 143 by
+    SIGTERM: the exit codes of an interrupted command.
     """
     say = say or _say
     src = Path(source)
@@ -280,8 +281,9 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
         else:
             online = f"ktrace convert {src}, then Open trace file -> {src.with_suffix('.perfetto-trace')}"
         trace = inp.trace
+        shift = _launch_origin(inp, say)
         if not plain:
-            trace, focus = _annotated(src, inp, stack, tracks, engine, say, decode_options)
+            trace, focus = _annotated(src, inp, shift, stack, tracks, engine, say, decode_options)
             pin = _PIN if focus else ()
             if focus:
                 from .api import annotated_output
@@ -289,7 +291,7 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
                 online = (f"ktrace analyze {src} --trace {annotated_output(src)}, then Open trace file -> "
                           f"{annotated_output(src)}")
         if trace is None:  # plain, or the analysis refused it: the bare trace
-            trace = _plain(inp, stack, tracks, say)
+            trace = _plain(inp, shift, stack, tracks, say)
         server = TraceServer(trace, port=port, ui_dir=ui, focus=focus, pin=pin)
         restore = _stop_on_sigterm()
         try:
@@ -301,22 +303,39 @@ def view(source, *, port: int = 0, open_browser: bool = True, tracks: str = "sm"
             if open_browser and not (_has_screen() and webbrowser.open(server.url)):
                 say("no browser could be started here: open the URL above in one")
             server.serve_forever()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             say("stopped")
+            return 128 + getattr(e, "signum", signal.SIGINT)
         finally:
             server.close()
             restore()
     return 0
 
 
-def _annotated(src: Path, inp, stack, tracks, engine, say, decode_options):
+def _launch_origin(inp, say) -> int:
+    """The shift (ns) that puts a buffer's first record at 0 in the view's trace, so that the UI's time axis starts
+    at the launch rather than at the GPU clock's epoch (the UI draws the trace's first timestamp as its origin:
+    ``20787d20:35:22...``). ``ktrace convert`` and ``analyze --trace`` keep the clock's own times (several GPUs
+    and runs line up on them, and the JSON's ns are theirs): only the view's temporary trace is moved, and the
+    findings drawn on it are the analysis of the times as captured. A trace given as it is keeps its times."""
+    from .decoding.align import first_record_ns
+
+    source = inp.decoder if inp.decoder is not None else inp.decoded
+    first = first_record_ns(source) if source is not None else None
+    if not first:
+        return 0
+    say(f"times are shown from the launch's first record: 0 = {first:,} ns on the GPU's clock")
+    return -first
+
+
+def _annotated(src: Path, inp, shift: int, stack, tracks, engine, say, decode_options):
     """(the annotated trace, the window to open on), or (None, None) when the analysis refuses the input."""
     from .api import annotate
 
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
     try:
         done = annotate(inp.decoder or src, tmp / (src.name.split(".")[0] + ".analyzed.perfetto-trace"),
-                        engine=engine, tracks=tracks, **decode_options)
+                        engine=engine, tracks=tracks, shift_ns=shift, **decode_options)
     except (InputError, EnvironmentMissing) as e:  # a merged trace, no trace processor: the bare trace still shows
         say(f"not annotated ({e}); showing the plain trace")
         return None, None
@@ -328,18 +347,23 @@ def _annotated(src: Path, inp, stack, tracks, engine, say, decode_options):
         + (f"; opening on the top one: {a.findings[0].message}" if a.findings else "")
         + " (--plain for the bare trace)")
     bounds = (int(k.begin_ns or 0), int(k.end_ns or 0))
-    return done.path, focus_window(done.focus, bounds) if bounds[1] > bounds[0] else None
+    if bounds[1] <= bounds[0]:
+        return done.path, None
+    begin, end = focus_window(done.focus, bounds)
+    return done.path, (begin + shift, end + shift)  # in the view's trace: its times moved by shift
 
 
-def _plain(inp, stack, tracks, say) -> Path:
-    """The bare trace: the given one, or the buffer converted into a temporary folder."""
+def _plain(inp, shift: int, stack, tracks, say) -> Path:
+    """The bare trace: the given one, or the buffer converted into a temporary folder, its times moved by
+    ``shift`` (ns)."""
     if inp.trace is not None:
         return inp.trace
+    from .decoding.align import shifted
     from .export.writer import write_trace
 
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ktrace-view-")))
     trace = tmp / (buffer_stem(inp.name) + ".perfetto-trace")
-    _, sm = write_trace(inp.decoder if inp.decoder is not None else inp.decoded, trace, tracks=tracks)
+    _, sm = write_trace(shifted(inp.decoder if inp.decoder is not None else inp.decoded, shift), trace, tracks=tracks)
     _say_summary(say, inp.name, sm)
     return trace
 
@@ -357,8 +381,16 @@ def _has_screen() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+class _Stopped(KeyboardInterrupt):
+    """A signal other than Ctrl-C stopping the server (SIGTERM): the exit code says which (128 + signum)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise _Stopped(signum)
 
 
 def _stop_on_sigterm():

@@ -263,7 +263,7 @@ def opened(browser):
         if isinstance(r, UI):
             r.close()
         else:
-            assert stop_view(r)[0] == 0
+            assert stop_view(r)[0] == 130
 
 
 def test_warpgroups_capture_in_the_perfetto_ui(opened, artifacts):
@@ -363,7 +363,10 @@ def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, sho
     assert rc == 0
     js = json.loads(out)
     findings, steps = js["findings"], js["critical_path"]["steps"]
-    t0 = js["kernel"]["begin_ns"]  # times below are from the kernel's begin: exact in a double
+    # ktrace view shows times from the launch's first record (its time axis starts at 0); the JSON keeps the
+    # GPU clock's. Times below are from the kernel's begin: exact in a double.
+    t0 = js["kernel"]["begin_ns"]
+    u0 = t0 - _first_record_ns(sample(name))  # the kernel's begin in the view's trace
     ui = opened(sample(name))  # the annotated trace: ktrace view's default
     assert ui.query("select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0") == []
 
@@ -373,7 +376,7 @@ def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, sho
     assert [n for n, _ in tree[2:4]] == ["critical path", "busy SMs"]
     assert ui.page.evaluate("() => window.app.trace.workspace.pinnedTracks.map(t => t.name)") == ["findings"]
     assert ui.rendered_tree()[0] == ("findings", 0)
-    rows = ui.query(f"select s.id, s.name, s.ts - {t0} as ts, s.dur, extract_arg(s.arg_set_id, 'debug.kind') as kind, "
+    rows = ui.query(f"select s.id, s.name, s.ts - {u0} as ts, s.dur, extract_arg(s.arg_set_id, 'debug.kind') as kind, "
                     "extract_arg(s.arg_set_id, 'debug.severity') as severity, "
                     "extract_arg(s.arg_set_id, 'debug.impact_ns') as impact_ns, "
                     "extract_arg(s.arg_set_id, 'debug.evidence') as evidence "
@@ -384,27 +387,27 @@ def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, sho
     assert [r["impact_ns"] for r in rows] == pytest.approx([f["impact_ns"] for f in findings])
 
     # Busy SMs over time: the counter track holds the figure's series.
-    busy = ui.query(f"select c.ts - {t0} as ts, cast(c.value as int) as v from counter c join counter_track t on c.track_id = t.id "
+    busy = ui.query(f"select c.ts - {u0} as ts, cast(c.value as int) as v from counter c join counter_track t on c.track_id = t.id "
                     "where t.name = 'busy SMs' order by c.ts")
     assert [(r["ts"], r["v"]) for r in busy] == [(b["ts"] - t0, b["busy_sms"]) for b in js["busy_sms"]]
 
     # The critical path: its parts on their track, and one flow arrow per hop between the lanes' slices.
     hops = max(sum(s["kind"] == "slice" for s in steps) - 1, 0)
     assert ui.query("select count(*) as n from flow")[0]["n"] == hops
-    parts = ui.query(f"select s.ts - {t0} as ts, s.dur from slice s join track t on s.track_id = t.id "
+    parts = ui.query(f"select s.ts - {u0} as ts, s.dur from slice s join track t on s.track_id = t.id "
                      "where t.name = 'critical path' order by s.ts")
     assert [(p["ts"], p["ts"] + p["dur"]) for p in parts] == [(s["begin_ns"] - t0, s["end_ns"] - t0) for s in steps]
 
     # Opened on the top finding: the visible window holds its slice and is narrower than the kernel when the
     # finding is.
     top = rows[0]
-    start, end = ui.page.evaluate(_VISIBLE_JS, str(t0))
+    start, end = ui.page.evaluate(_VISIBLE_JS, str(u0))
     assert start <= top["ts"] and top["ts"] + top["dur"] <= end
     if top["dur"] < js["kernel"]["wall_ns"] // 2:
         assert end - start < js["kernel"]["wall_ns"]
 
     # The slices a finding names carry ktrace.role: the UI's own search ("Slice arguments") finds them.
-    marked = ui.query(f"select s.ts - {t0} as ts, s.dur, t.name as track, "
+    marked = ui.query(f"select s.ts - {u0} as ts, s.dur, t.name as track, "
                       f"substr({_LANE}, instr({_LANE}, ' · SM ') + 6) as sm from slice s join track t on s.track_id = t.id "
                       f"where extract_arg(s.arg_set_id, 'debug.ktrace.role') glob '*{role}*' order by s.ts")
     assert marked
@@ -422,11 +425,34 @@ def test_annotated_capture_in_the_perfetto_ui(opened, artifacts, name, role, sho
         ui.expand(f"SM {m['sm']}")
     assert ui.page.evaluate(_MARK_TRACK_JS, m["track"])
     ui.page.locator(f"{_TARGET} .pf-track__canvas").scroll_into_view_if_needed()
-    ui.click_at(m["track"], t0 + m["ts"] + m["dur"] // 2)
+    ui.click_at(m["track"], u0 + m["ts"] + m["dur"] // 2)
     details = ui.details_text()
     assert role in details and "flow" in details.lower()
     if shot_on == "slice":  # the marked slice selected: its flow arrows drawn
         _screenshot(ui, artifacts, shot)
+    assert ui.errors == []
+
+
+def _first_record_ns(buf) -> int:
+    from ktrace.decoding import open_source
+    from ktrace.decoding.align import first_record_ns
+
+    return first_record_ns(open_source(buf))
+
+
+def test_the_time_axis_starts_at_the_launch_and_counters_name_their_units(opened, artifacts):
+    """A real capture's times are the GPU clock's (~1.8e18 ns): the UI draws its time axis from the trace's first
+    timestamp, so ktrace view's trace starts at 0 at the launch's first record, not at 20787d20:35:22."""
+    first = _first_record_ns(sample("waves_ktrace"))
+    assert first > 10**18
+    ui = opened(sample("waves_ktrace"))
+    assert ui.page.evaluate("() => window.app.trace.timeline.timestampFormat") == "timecode"
+    assert ui.page.evaluate("() => Number(window.app.trace.timeline.getTimeAxisOrigin())") == 0
+    assert ui.page.evaluate("() => Number(window.app.trace.traceInfo.start)") == 0
+    assert ui.query("select min(ts) as t from slice")[0]["t"] == 0
+    units = {r["name"]: r["unit"] for r in ui.query("select name, unit from counter_track")}
+    assert units["busy SMs"] == "SMs" and units["lanes running: compute"] == "lanes"
+    _screenshot(ui, artifacts, "perfetto-ui-time-from-launch.png")
     assert ui.errors == []
 
 

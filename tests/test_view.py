@@ -171,7 +171,7 @@ def test_is_trace_by_suffix_then_by_first_byte(tmp_path, trace):
 
 
 @pytest.mark.slow
-def test_view_opens_the_browser_and_ctrl_c_returns_0(monkeypatch, trace):
+def test_view_opens_the_browser_and_ctrl_c_returns_130(monkeypatch, trace):
     opened, said = [], []
     monkeypatch.setattr(view_mod.webbrowser, "open", lambda url: opened.append(url) or True)
     monkeypatch.setenv("DISPLAY", ":0")
@@ -180,18 +180,18 @@ def test_view_opens_the_browser_and_ctrl_c_returns_0(monkeypatch, trace):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(TraceServer, "serve_forever", interrupted)
-    assert view_mod.view(trace, say=said.append) == 0
+    assert view_mod.view(trace, say=said.append) == 130
     assert len(opened) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/open", opened[0])
     text = "\n".join(said)
     assert opened[0] in text and "https://ui.perfetto.dev" in text and "Open trace file" in text
     assert said[-1] == "stopped"
     monkeypatch.setattr(view_mod.webbrowser, "open", lambda url: pytest.fail("--no-browser opened one"))
-    assert view_mod.view(trace, open_browser=False, say=said.append) == 0
+    assert view_mod.view(trace, open_browser=False, say=said.append) == 130
     if sys.platform.startswith("linux"):  # no screen (a node over SSH): no text browser in the terminal
         monkeypatch.delenv("DISPLAY")
         monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
         said.clear()
-        assert view_mod.view(trace, say=said.append) == 0
+        assert view_mod.view(trace, say=said.append) == 130
         assert "no browser could be started here" in "\n".join(said)
 
 
@@ -254,7 +254,7 @@ def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
         assert "ktrace-view-" not in location  # served by name: the temporary folder's path does not leak
     finally:
         rc, out = stop_view(p)
-    assert rc == 0 and "stopped" in out
+    assert rc == 130 and "stopped" in out
     time.sleep(0.2)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", u.port), timeout=5).close()
@@ -263,23 +263,37 @@ def test_buffer_is_converted_served_and_ctrl_c_stops_cleanly(trace):
 @pytest.mark.slow
 def test_a_buffer_is_shown_annotated_and_opened_on_the_top_finding(tmp_path):
     done = ktrace.annotate(sample("waves_ktrace"), tmp_path / "w.perfetto-trace")
+    first = int(ktrace.query(done.path, "SELECT MIN(ts) AS t FROM slice").rows[0][0])
+    assert first > 10**18  # the GPU's globaltimer: what ktrace convert and analyze --trace keep
     p, url, lines = start_view("--port", "0", sample("waves_ktrace"))
     try:
         u = urllib.parse.urlsplit(url)
         text = "".join(lines)
         assert "5 findings (1 warnings) drawn on the timeline" in text and "--plain" in text
+        assert f"times are shown from the launch's first record: 0 = {first:,} ns on the GPU's clock" in text
         path = trace_path(u.port)
         assert path.endswith("/waves_ktrace.analyzed.perfetto-trace")
         status, _, body = get(u.port, path)
-        assert status == 200 and body == done.path.read_bytes()  # what ktrace analyze --trace writes
+        assert status == 200
+        served = tmp_path / "served.perfetto-trace"
+        served.write_bytes(body)
+        every = ("SELECT s.ts, s.dur, s.name, t.name AS track, s.arg_set_id IS NULL AS bare FROM slice s "
+                 "JOIN track t ON s.track_id = t.id ORDER BY 1, 2, 3, 4")
+        ours, theirs = ktrace.query(served, every), ktrace.query(done.path, every)
+        # what ktrace analyze --trace writes (the findings, the path, the lane slices, each on its track), its
+        # times from the launch's first record
+        assert len(ours) == len(theirs) > 2000 and ours.column("ts").min() == 0
+        assert ours.rows == [(t - first, *rest) for t, *rest in theirs.rows]
+        counters = "SELECT t.name, c.ts, c.value FROM counter c JOIN counter_track t ON c.track_id = t.id ORDER BY 1, 2"
+        assert ktrace.query(served, counters).rows == [(n, t - first, v) for n, t, v in ktrace.query(done.path, counters).rows]
         location = urllib.parse.unquote(get(u.port, "/open")[1]["location"])
         k = done.analysis.kernel
         start, end = view_mod.focus_window(done.focus, (k.begin_ns, k.end_ns))
-        assert f"&visStart={start}&visEnd={end}&" in location
+        assert f"&visStart={start - first}&visEnd={end - first}&" in location  # the same window, from the launch
         assert k.begin_ns <= start <= done.focus[0] and done.focus[1] <= end <= k.end_ns
         assert '"dev.perfetto.PinTracksByRegex","args":["^findings$"]' in location
     finally:
-        assert stop_view(p)[0] == 0
+        assert stop_view(p)[0] == 130
 
 
 def test_focus_window_pads_the_finding_inside_the_kernel():
@@ -300,7 +314,7 @@ def test_installed_command_serves_a_trace_on_the_port_asked(trace):
         assert f"ssh -L {port}:127.0.0.1:{port}" in text and "ui.perfetto.dev" in text and str(trace) in text
         assert get(port, trace_path(port))[2] == trace.read_bytes()
     finally:
-        assert stop_view(p)[0] == 0
+        assert stop_view(p)[0] == 130
 
 
 @pytest.mark.slow
@@ -325,6 +339,6 @@ def test_an_input_the_analysis_refuses_is_shown_plain(monkeypatch, trace):
         real_init(self, t, **kw)
 
     monkeypatch.setattr(TraceServer, "__init__", init)
-    assert view_mod.view(trace, open_browser=False, say=said.append) == 0
+    assert view_mod.view(trace, open_browser=False, say=said.append) == 130
     assert "not annotated (no trace processor here); showing the plain trace" in "\n".join(said)
     assert seen == [(trace, None, ())]

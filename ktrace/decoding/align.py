@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..model import Decoded
 from ..sidecar import read_sidecar
 
-__all__ = ["ALIGN_MODES", "GpuClock", "Alignment", "Shifted", "align", "shift_decoded", "open_decoders"]
+__all__ = ["first_record_ns", "shifted", "ALIGN_MODES", "GpuClock", "Alignment", "Shifted", "align", "shift_decoded", "open_decoders"]
 
 UNANCHORED = "first record"
 
@@ -96,6 +96,11 @@ class Shifted:
 
     def __getattr__(self, name):
         return getattr(self.source, name)
+
+
+def shifted(source, shift_ns: int):
+    """``source`` (a BufferDecoder or Decoded) with its times moved by ``shift_ns``: itself when that is 0."""
+    return Shifted(source, shift_ns) if shift_ns else source
 
 
 def open_decoders(sources, **decode_options) -> list:
@@ -270,6 +275,12 @@ def _unique_labels(facts: list[dict]) -> list[str]:
         who = f"GPU {f['index']}" if f["index"] is not None else f"buffer {f['position']}"
         labels.append(f"{who} ({f['name']})" if f["name"] else who)
     return [f"{lab} {Path(f['source']).name}" if labels.count(lab) > 1 else lab for lab, f in zip(labels, facts)]
+
+
+def first_record_ns(d) -> int | None:
+    """The earliest time (ns) of any record of a buffer (a BufferDecoder, decoded a range of lanes at a time, or
+    a Decoded); None without records."""
+    return _first_ns(d)
 
 
 def _first_ns(d) -> int | None:

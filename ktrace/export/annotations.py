@@ -16,7 +16,7 @@ sequence of their own (``ANNOTATION_SEQ``, inline names, no interning), under th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -53,12 +53,14 @@ class Span:
 
 @dataclass(frozen=True)
 class CounterSeries:
-    """A counter track: from ``ts[i]`` on (trace ns) the value is ``values[i]``."""
+    """A counter track: from ``ts[i]`` on (trace ns) the value is ``values[i]``, counted in ``unit`` (the
+    viewer's axis says "132 SMs", not "132 count")."""
 
     name: str
     ts: np.ndarray
     values: np.ndarray
     description: str = ""
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,15 @@ class Annotations:
     description: str = ""
 
 
+def shift_annotations(ann: Annotations, shift_ns: int) -> Annotations:
+    """``ann`` with every time moved by ``shift_ns`` (a trace written from a decoder shifted by as much)."""
+    def move(spans):
+        return tuple(replace(s, begin_ns=int(s.begin_ns) + shift_ns, end_ns=int(s.end_ns) + shift_ns) for s in spans)
+
+    return replace(ann, findings=move(ann.findings), path=move(ann.path),
+                   counters=tuple(replace(c, ts=np.asarray(c.ts) + shift_ns) for c in ann.counters))
+
+
 def set_arg(te, name: str, value) -> None:
     """A debug annotation with an inline name on TrackEvent ``te``."""
     a = te.debug_annotations.add(name=name)
@@ -113,7 +124,7 @@ def set_arg(te, name: str, value) -> None:
 
 
 def _track(uuid: int, name: str, rank: int, parent: int, description: str = "", counter: bool = False,
-           merge_key: str | None = None) -> bytes:
+           merge_key: str | None = None, unit: str = "") -> bytes:
     pb = _pb2()
     p = pb.TracePacket()
     p.trusted_packet_sequence_id = ANNOTATION_SEQ
@@ -124,7 +135,9 @@ def _track(uuid: int, name: str, rank: int, parent: int, description: str = "", 
     td.sibling_order_rank = rank
     if description:
         td.description = description
-    if counter:
+    if counter and unit:  # what is counted, by name: the viewer shows it beside every value
+        td.counter.unit_name = unit
+    elif counter:
         td.counter.unit = pb.CounterDescriptor.UNIT_COUNT
     if merge_key:
         td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
@@ -212,7 +225,7 @@ def annotation_chunks(ann: Annotations, on_lanes: bool, uuid_offset: int = 0) ->
     rank += 1
     for i, c in enumerate(ann.counters):
         uuid = COUNTER_UUID + uuid_offset + i
-        yield _track(uuid, c.name, rank + i, launch, c.description, counter=True)
+        yield _track(uuid, c.name, rank + i, launch, c.description, counter=True, unit=c.unit)
         yield _counter_values(uuid, c)
 
 

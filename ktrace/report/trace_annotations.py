@@ -197,7 +197,7 @@ def lanes_running(phase, ts, end_ts, order=()) -> list[CounterSeries]:
         t, level = t[last], level[last]
         keep = np.r_[True, level[1:] != level[:-1]]
         out.append(CounterSeries(f"lanes running: {name}", t[keep], level[keep],
-                                 f"slices of phase {name} running (one per lane at a time)"))
+                                 f"slices of phase {name} running (one per lane at a time)", unit="lanes"))
     return out
 
 
@@ -210,7 +210,8 @@ def annotations_of(a, phase_slices: dict | None = None) -> Annotations:
     counters = []
     if len(fig.busy_sms):
         counters.append(CounterSeries("busy SMs", fig.busy_sms.ts, fig.busy_sms.busy_sms,
-                                      "SMs running a block (from each block's first begin to its last end)"))
+                                      "SMs running a block (from each block's first begin to its last end)",
+                                      unit="SMs"))
     if phase_slices is not None:
         counters += lanes_running(phase_slices["phase"], phase_slices["ts"], phase_slices["end_ts"],
                                   order=fig.phases.phase.tolist())
