@@ -95,7 +95,7 @@ def test_printed_package_gives_the_same_figures_in_the_ui(opened, tmp_path, name
     assert ui.errors == []
 
 
-# The README's query, run after pasting the package (README.md, "The analysis in the Perfetto UI").
+# The docs' query, run after pasting the package (docs/viewer.md, "The analysis tables in the UI's query page").
 README_QUERY = ("SELECT phase, top_last_block, top_last_count, imbalance, mean_excess_ns "
                 "FROM ktrace_phase ORDER BY phase_index")
 
