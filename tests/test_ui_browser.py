@@ -11,7 +11,7 @@ findings track pinned first with one slice per finding of ``ktrace analyze --jso
 series, one flow per hop of the critical path, the UI opened on the top finding's time range, the slices
 the findings name marked; with ``KTRACE_UPDATE_DOCS_IMG=1`` those screenshots also go to docs/img/ (the README's).
 
-Needs ``apt-get install -y chromium`` and ``pip install -e '.[dev]'`` (Playwright; never ``playwright
+Needs ``apt-get install -y --no-install-recommends chromium`` and ``pip install -e '.[dev]'`` (Playwright; never ``playwright
 install``). A browser that cannot start fails these tests: they never skip.
 """
 
@@ -90,7 +90,7 @@ def browser(tmp_path_factory):
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (then no 'playwright install': "
                     "the tests drive Debian's chromium)")
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} not found: apt-get install -y chromium (or set KTRACE_CHROMIUM to a Chromium)")
+        pytest.fail(f"{CHROMIUM} not found: apt-get install -y --no-install-recommends chromium (or set KTRACE_CHROMIUM to a Chromium)")
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
