@@ -37,13 +37,18 @@ _LAZY = {
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
 
 
-def _analysis_text(a) -> str:  # str(analysis): the text report, imported when first printed
-    from .report.plain_text import analysis_str
+def _text(name: str):  # str(result): the report its command prints, imported when first printed
+    def render(result) -> str:
+        from .report import plain_text
 
-    return analysis_str(a)
+        return getattr(plain_text, name)(result)
+
+    return render
 
 
-text_renderer("Analysis", _analysis_text)
+text_renderer("Analysis", _text("analysis_str"))
+text_renderer("Diff", _text("diff_str"))
+text_renderer("Check", _text("check_str"))
 
 
 __all__ = [

@@ -113,3 +113,14 @@ def test_plot_is_public_and_writes_a_png(analysis, tmp_path):
     with pytest.raises(ktrace.KtraceError, match=r"plot: expected an Analysis, got str; e.g. ktrace.plot\(ktrace"):
         ktrace.plot(str(IMBALANCE), tmp_path / "b.png")
     assert not (tmp_path / "b.png").exists()
+
+
+def test_print_of_a_diff_and_a_check_gives_what_the_commands_print():
+    from conftest import run_ktrace
+
+    before, after = ROOT / "samples" / "imbalance_ktrace.bin", ROOT / "samples" / "balanced_ktrace.bin"
+    d = ktrace.diff(before, after)
+    rc, out, _ = run_ktrace("diff", before, after, env={"COLUMNS": "100"})
+    assert rc == 0 and str(d).splitlines()[0] == out.splitlines()[0] and "Diff(" not in str(d)
+    c = ktrace.check(after, ["compute.imbalance <= 1.2"])
+    assert "compute.imbalance <= 1.2" in str(c) and "ktrace check passed" in str(c) and "Check(" not in str(c)

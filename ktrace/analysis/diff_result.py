@@ -270,6 +270,12 @@ class Diff:
     def kernel_change(self, figure: str) -> Change:
         return _find(self.kernel, "figure", figure, f"no kernel figure {figure!r}")
 
+    def __str__(self) -> str:
+        """The text ``ktrace diff`` prints (registered by the facade: ktrace/__init__.py)."""
+        from .._lazy import text_of
+
+        return text_of(self)
+
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the headline, the cost line and every figure's change and verdict."""
         from .notebook import diff_html

@@ -157,6 +157,12 @@ class Check:
     def passed(self) -> bool:
         return not self.failures
 
+    def __str__(self) -> str:
+        """The text ``ktrace check`` prints (registered by the facade: ktrace/__init__.py)."""
+        from .._lazy import text_of
+
+        return text_of(self)
+
     def _repr_html_(self) -> str:
         """Jupyter's rich display: passed or failed, and each rule's measured value and limit."""
         from .notebook import check_html

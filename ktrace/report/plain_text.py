@@ -8,7 +8,7 @@ import shutil
 
 from .safe_text import safe_console
 
-__all__ = ["analysis_str", "renderables_str"]
+__all__ = ["analysis_str", "diff_str", "check_str", "renderables_str"]
 
 NO_TERMINAL_WIDTH = 100
 
@@ -29,3 +29,17 @@ def analysis_str(a, width: int | None = None) -> str:
     from .analysis_report import analysis_text
 
     return renderables_str(analysis_text(a), width)
+
+
+def diff_str(d, width: int | None = None) -> str:
+    """A Diff as ``ktrace diff`` prints it."""
+    from .compare_report import diff_text
+
+    return renderables_str(diff_text(d), width)
+
+
+def check_str(c, width: int | None = None) -> str:
+    """A Check as ``ktrace check`` prints it."""
+    from .compare_report import check_text
+
+    return renderables_str(check_text([c]), width)
