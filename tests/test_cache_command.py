@@ -36,8 +36,13 @@ def cache(tmp_path):
     return c
 
 
+def _env(cache) -> dict:
+    """The cache folder, and a temporary folder of the test's own: no fallback cache of this machine's is listed."""
+    return {"KTRACE_CACHE_DIR": str(cache), "TMPDIR": str(cache.parent)}
+
+
 def test_cache_lists_each_entry_with_its_size_and_the_total(cache):
-    rc, out, err = run_ktrace("cache", env={"KTRACE_CACHE_DIR": str(cache)})
+    rc, out, err = run_ktrace("cache", env=_env(cache))
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0] == f"ktrace cache: {cache}"
@@ -50,18 +55,18 @@ def test_cache_lists_each_entry_with_its_size_and_the_total(cache):
 
 
 def test_cache_clear_removes_only_its_own_files_and_never_follows_a_link(cache, tmp_path):
-    rc, out, err = run_ktrace("cache", "clear", env={"KTRACE_CACHE_DIR": str(cache)})
+    rc, out, err = run_ktrace("cache", "clear", env=_env(cache))
     assert rc == 0, err
     assert out.splitlines()[0] == f"ktrace cache clear: removed 5 file(s), 5.5 MB, from {cache}"
     left = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
     assert left == ["notes.txt", "snapshots", "snapshots/trace-link.tpsnap", "trace_processor-v52-link.cwasm"]
     assert (tmp_path / "precious.cwasm").read_bytes() == b"p" * 1000
-    rc, out, _ = run_ktrace("cache", env={"KTRACE_CACHE_DIR": str(cache)})
+    rc, out, _ = run_ktrace("cache", env=_env(cache))
     assert rc == 0 and "total: 0 compiled engine(s), 0 snapshot(s), 0.0 MB" in out
 
 
 def test_an_empty_or_missing_cache_is_not_an_error(tmp_path):
-    env = {"KTRACE_CACHE_DIR": str(tmp_path / "none")}
+    env = _env(tmp_path / "none")
     assert run_ktrace("cache", env=env)[:2] == (0, f"ktrace cache: {tmp_path / 'none'} (empty)\n"
                                                 "total: 0 compiled engine(s), 0 snapshot(s), 0.0 MB\n"
                                                 "ktrace cache clear empties it; KTRACE_SNAPSHOT_GIB=0 turns "
@@ -75,10 +80,24 @@ def test_an_empty_or_missing_cache_is_not_an_error(tmp_path):
 def test_a_file_that_cannot_be_removed_exits_2_with_its_name(cache):
     (cache / "snapshots").chmod(0o500)
     try:
-        rc, _, err = run_ktrace("cache", "clear", env={"KTRACE_CACHE_DIR": str(cache)})
+        rc, _, err = run_ktrace("cache", "clear", env=_env(cache))
     finally:
         (cache / "snapshots").chmod(0o700)
     assert rc == 2 and "trace-1111.tpsnap" in err and "Traceback" not in err
+
+
+def test_a_file_that_cannot_be_removed_exits_2_naming_it(cache, monkeypatch, capsys):
+    from ktrace.engine import cache_contents
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setenv("KTRACE_CACHE_DIR", str(cache))
+    monkeypatch.setattr(cache_contents.tempfile, "tempdir", str(cache.parent))  # no fallback cache of the machine's
+    monkeypatch.setattr(cache_contents.os, "unlink", refused)
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err
+    assert "trace_processor-v52-abc.cwasm: Permission denied" in err and "Traceback" not in err
 
 
 def test_a_large_snapshot_is_announced_once_with_how_to_turn_snapshots_off(tmp_path, monkeypatch, capsys):
