@@ -258,7 +258,7 @@ def test_view_serves_a_proton_trace_with_the_analysis_drawn(monkeypatch, plain):
     monkeypatch.setattr(view_mod, "TraceServer", Server)
     said = []
     assert view_mod.view(SAMPLES / "triton_imbalance.chrome_trace", open_browser=False, plain=plain,
-                         say=said.append) == 0
+                         say=said.append) == 130  # stopped by Ctrl-C
     (trace, data, kw), = served
     text = "\n".join(said)
     if plain:
