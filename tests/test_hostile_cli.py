@@ -274,6 +274,103 @@ def test_no_output_lands_on_an_input_its_sidecar_or_a_planted_link(capture, args
     assert {p.name: p.read_bytes() for p in d.glob("x.*")} == before and victim.read_text() == "precious"
 
 
+def _two_captures(capture):
+    d = capture.parent
+    for name in ("imbalance", "balanced"):
+        shutil.copy(capture, d / f"{name}.bin")
+        shutil.copy(capture.with_suffix(".json"), d / f"{name}.json")
+    return d
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--junit", "{d}/imbalance.bin"],
+    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{d}/imbalance.json"],
+    ["check", "{d}/x.bin", "--baseline", "{d}/bal*.bin", "--rule", "kernel.wall_us <= baseline * 2",
+     "--junit", "{d}/balanced.json"],
+    ["diff", "{d}/x.bin", "{d}/bal*.bin", "--markdown", "{d}/balanced.json"],
+    ["diff", "--before", "{d}/x.bin", "--after", "{d}/[bi]*.bin", "--markdown", "{d}/imbalance.bin"],
+    ["analyze", "--runs", "{d}/*.bin", "--trace", "{d}/balanced.bin"],
+])
+def test_no_output_lands_on_a_file_a_quoted_glob_matches_or_its_sidecar(capture, args):
+    d = _two_captures(capture)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    rc, _, err = run_ktrace(*[a.format(d=d) for a in args], timeout=120)
+    _refused(rc, err, "would destroy it", "choose another")
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_no_output_lands_on_a_hard_link_to_an_input(capture):
+    d = _two_captures(capture)
+    os.link(d / "imbalance.bin", d / "results.xml")
+    os.link(d / "imbalance.json", d / "summary.md")
+    before = (d / "imbalance.bin").read_bytes(), (d / "imbalance.json").read_bytes()
+    for option, out in (("--junit", "results.xml"), ("--markdown", "summary.md")):
+        rc, _, err = run_ktrace("check", d / "imb*.bin", "--rule", "kernel.wall_us <= 1e9", option, d / out)
+        _refused(rc, err, "would destroy it")
+    assert ((d / "imbalance.bin").read_bytes(), (d / "imbalance.json").read_bytes()) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args", [
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{fifo}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{fifo}"],
+    ["diff", "{buf}", "{buf}", "--markdown", "{fifo}"],
+    ["convert", "{buf}", "-o", "{fifo}"],
+    ["analyze", "{buf}", "--plot", "{fifo}.png"],
+])
+def test_a_fifo_as_an_output_is_refused_at_once(capture, args):
+    fifo = capture.parent / "out.fifo"
+    os.mkfifo(fifo)
+    os.mkfifo(f"{fifo}.png")
+    # a regression would block on opening the FIFO: the timeout fails the test instead of hanging it
+    rc, _, err = run_ktrace(*[a.format(buf=capture, fifo=fifo) for a in args], timeout=60)
+    _refused(rc, err, "FIFO (named pipe), not a regular file", "choose another")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args", [
+    ["analyze", "--runs", "{d}/*.bin"], ["analyze", "{d}/run2.bin"], ["check", "{d}/*.bin", "--rule", "x.wall_us < 1"],
+    ["diff", "{d}/x.bin", "{d}/run2.bin"], ["convert", "{d}/run2.bin"],
+])
+def test_a_fifo_among_the_inputs_is_refused_at_once(capture, args):
+    d = capture.parent
+    shutil.copy(capture, d / "run1.bin")
+    os.mkfifo(d / "run2.bin")
+    rc, _, err = run_ktrace(*[a.format(d=d) for a in args], timeout=60)
+    _refused(rc, err, "run2.bin: the input is a FIFO (named pipe), not a regular file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_a_sidecar_is_refused_at_once(capture):
+    capture.with_suffix(".json").unlink()
+    os.mkfifo(capture.with_suffix(".json"))
+    rc, _, err = run_ktrace("analyze", capture, timeout=60)
+    _refused(rc, err, "x.json: the sidecar of", "is a FIFO")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_given_to_the_python_api_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "run.bin"
+    os.mkfifo(fifo)
+    code = f"from ktrace import analyze\ntry:\n    analyze({str(fifo)!r})\nexcept Exception as e:\n    print(e)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "is a FIFO (named pipe), not a regular file" in p.stdout, p.stderr
+
+
+def test_the_junit_file_is_written_whole_or_not_at_all(capture, tmp_path):
+    """A file size limit below the XML's size: the write fails (exit 2) and no truncated XML is left."""
+    code = ("import resource, sys\nfrom ktrace.report import compare_report as rep\nxml = rep.junit_xml\n"
+            "def limited(checks):  # once the analysis is done: the limit hits the JUnit file only\n"
+            "    resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))\n    return xml(checks)\n"
+            "rep.junit_xml = limited\nfrom ktrace.cli import main\nsys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "results.xml"
+    out.write_text("old")
+    p = subprocess.run([sys.executable, "-c", code, "check", str(capture), "--rule", "kernel.wall_us <= 1e9",
+                        "--junit", str(out)], capture_output=True, text=True, timeout=120)
+    _refused(p.returncode, p.stderr, "results.xml: cannot write the JUnit file (File too large)")
+    assert out.read_text() == "old" and not list(tmp_path.glob("*.part"))
+
+
 def test_two_outputs_on_one_file_are_refused(capture):
     out = capture.parent / "both.png"
     _refused(*run_ktrace("analyze", capture, "--trace", out, "--plot", out)[::2], "would both write it")

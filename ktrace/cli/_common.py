@@ -273,19 +273,16 @@ def quiet_stdout() -> None:
         pass
 
 
-def append(path: str, text: str) -> None:
-    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY; never through a symbolic
-    link to a file (one to a terminal or a pipe, /dev/stdout, is fine)."""
-    from ..outputs import planted_link
+def append(path: str, text: str, what: str = "Markdown summary") -> None:
+    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY, atomically
+    (``ktrace.outputs.append_file``); never through a symbolic link to a file (/dev/stdout, this process's own
+    stdout, is fine); never to a FIFO or a device (refused, never opened)."""
+    from ..outputs import append_file, planted_link
 
     if planted_link(path):
         raise InputError(f"{path}: is a symbolic link to a file; ktrace never writes through one: remove it or "
                          "choose another file")
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write it ({e.strerror or e})") from None
+    append_file(path, text if text.endswith("\n") else text + "\n", what)
 
 
 _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "after", "baseline", "sidecar", "clocks",
@@ -293,11 +290,12 @@ _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "afte
 # (argument, what it writes, the option, the name endings it takes)
 _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
                 ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
-                ("markdown", "Markdown summary", "--markdown", None))
+                ("markdown", "Markdown summary", "--markdown", None, True))
 
 
 def command_files(a) -> tuple[list[str], list[tuple]]:
-    """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them)."""
+    """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them). A
+    quoted glob among the inputs stands for the files it matches (as the command expands it)."""
     from ..outputs import PLOT_SUFFIXES
 
     inputs: list[str] = []
@@ -306,22 +304,33 @@ def command_files(a) -> tuple[list[str], list[tuple]]:
         for x in v if isinstance(v, (list, tuple)) else [v]:
             if isinstance(x, str) and x and x != "-":
                 inputs.append(x)
+                if any(ch in x for ch in "*?[") and not _exists(x):
+                    inputs += sorted(glob.glob(x))
     for name in ("events", "groups"):
         v = getattr(a, name, None)
         if isinstance(v, str) and v.startswith("@"):
             inputs.append(v[1:])
     outputs = []
-    for name, what, option, suffixes in _OUTPUT_ARGS:
+    for name, what, option, suffixes, *stream_ok in _OUTPUT_ARGS:
         v = getattr(a, name, None)
         if isinstance(v, str) and v and v != "-":
-            outputs.append((v, what, option, PLOT_SUFFIXES if suffixes == "plots" else None))
+            outputs.append((v, what, option, PLOT_SUFFIXES if suffixes == "plots" else None, *stream_ok))
     return inputs, outputs
 
 
+def _exists(path: str) -> bool:
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return False
+
+
 def guard_outputs(a) -> None:
-    """Every file the command will write checked against every file it reads, before any work: never an
-    input or its sidecar, never through a symbolic link, never a folder or a plot of a format it cannot
-    write (ktrace.outputs.check_output)."""
+    """Every file the command will write checked against every file it reads (quoted globs expanded), before
+    any work: never an input or its sidecar (nor a hard link to one), never through a symbolic link, never a
+    folder, a FIFO or a device, or a plot of a format it cannot write (ktrace.outputs.check_output). An input
+    or sidecar that is a FIFO, a device or a socket is refused too, without opening it (it could block)."""
+    from ..filetypes import refuse_special_input, sibling
     from ..outputs import check_outputs
 
     inputs, outputs = command_files(a)
@@ -331,6 +340,9 @@ def guard_outputs(a) -> None:
 
             raise InputError(f"{printable(path.encode('utf-8', 'backslashreplace').decode())}: a file name cannot "
                              "hold a NUL or bytes that are not UTF-8; rename the file or give another path")
+    for path in inputs:
+        refuse_special_input(path)
+        refuse_special_input(sibling(path, ".json"), f"sidecar of {path}")
     if outputs:
         check_outputs(outputs, inputs)
 

@@ -170,11 +170,9 @@ def _cmd_check(a) -> int:
     if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
         raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))
     if a.junit:
-        try:
-            Path(a.junit).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.junit).write_text(rep.junit_xml(checks), encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
+        from ..outputs import write_atomically
+
+        write_atomically(a.junit, rep.junit_xml(checks).encode("utf-8"), "JUnit file")
     if a.markdown and a.markdown != "-":
         append(a.markdown, rep.check_markdown(checks))
     code = EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
