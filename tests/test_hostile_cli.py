@@ -382,6 +382,65 @@ def test_markdown_may_still_go_to_dev_stdout(capture):
     assert rc == 0, err
 
 
+# -- query results bounded: rows printed and bytes read ------------------------------------------------------
+
+_COUNT = "with recursive c(x) as (select 1 union all select x + 1 from c where x < {n}) select x, 'row' || x as s from c"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("query") / "t.perfetto-trace"
+    rc, _, err = run_ktrace("convert", sample("warpgroups_ktrace"), "-o", out)
+    assert rc == 0, err
+    return out
+
+
+@pytest.mark.parametrize("command", [["query", "{t}"], ["check", "{t}", "--sql"]])
+def test_a_result_of_one_huge_value_is_refused_with_the_limit_and_the_option(trace, command):
+    rc, out, err = run_ktrace(*[c.format(t=trace) for c in command], "select zeroblob(100000000) as x", timeout=120)
+    _refused(rc, err, "first rows alone are over 32 MiB (the result size limit)", "--max-result-mb")
+    assert len(out) < 10_000
+
+
+def test_a_long_result_is_cut_at_the_byte_limit_with_a_note(trace):
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=400_000), "--csv", "--max-result-mb", "1",
+                              "--max-rows", "0", timeout=120)
+    assert rc == 0 and "Traceback" not in err, err
+    lines = out.splitlines()
+    assert lines[0] == "x,s" and 1000 < len(lines) - 1 < 400_000
+    assert lines[1:3] == ["1,row1", "2,row2"] and lines[-1] == f"{len(lines) - 1},row{len(lines) - 1}"  # whole rows
+    assert "the result is longer than 1 MiB (the limit read)" in err and "--max-result-mb" in err
+
+
+def test_the_rows_printed_are_bounded_and_the_option_prints_every_one(trace):
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=12_000), "--csv", timeout=120)
+    assert rc == 0 and len(out.splitlines()) == 1 + 10_000, err
+    assert "printed the first 10,000 of 12,000 rows; --max-rows N prints more" in err
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=12_000), "--csv", "--max-rows", "0", timeout=120)
+    assert rc == 0 and len(out.splitlines()) == 1 + 12_000 and "note" not in err, err
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=30), "--max-rows", "5", timeout=120)
+    assert rc == 0 and "5 of 30 rows" in out and "row6" not in out, out
+
+
+def test_a_sql_rule_with_a_long_result_says_it_was_cut(trace):
+    rc, out, err = run_ktrace("check", trace, "--sql", _COUNT.format(n=400_000), "--max-result-mb", "1", timeout=120)
+    assert rc == 1 and "Traceback" not in err, err
+    text = " ".join(out.split())  # the report wraps its lines
+    assert "at least" in text and "the result was cut at 1 MiB, --max-result-mb raises the limit" in text
+
+
+def test_a_cut_result_is_the_first_rows_of_the_whole_one(trace):
+    from ktrace.engine import open_trace
+
+    sql = _COUNT.format(n=100_000)
+    with open_trace(trace) as s:
+        whole, cut = s.query(sql), s.query(sql, max_bytes=200_000)
+        assert whole.cut_at_bytes is None and cut.cut_at_bytes == 200_000
+        assert 0 < len(cut) < len(whole)
+        assert cut.rows == whole.rows[:len(cut)] and cut.head(3) == [(1, "row1"), (2, "row2"), (3, "row3")]
+        assert s.query("select 7 as y").rows == [(7,)]  # the session is still usable
+
+
 # -- the compiled-module cache's lock ---------------------------------------------------------------------------
 
 

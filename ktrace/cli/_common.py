@@ -15,7 +15,7 @@ from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, Ktrac
 
 __all__ = ["Parser", "EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
            "process_count",
-           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
+           "engine_option", "result_options", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
            "console", "append", "report_error", "guard_outputs", "command_files", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
@@ -92,6 +92,36 @@ def engine_option(p, numpy: bool = False) -> None:
                    help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
 
+def result_options(p, rows: bool = False) -> None:
+    """--max-result-mb (and with ``rows``, --max-rows): how much of a query's result is read and printed."""
+    p.add_argument("--max-result-mb", type=_mebibytes, metavar="MB",
+                   help="read at most this much of a query's result (its first rows; the output says what was left "
+                   "out; default 32)")
+    if rows:
+        p.add_argument("--max-rows", type=_row_count, default=10_000, metavar="N",
+                       help="print at most N rows (default 10,000; 0: every row read)")
+
+
+def _row_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
+    return n
+
+
+def _mebibytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1 << 30:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB above 0")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -148,22 +178,21 @@ def stop_on_signals():
 
 @contextmanager
 def apply_timeout(a):
-    """Hands --timeout to the embedded engine (it reads $KTRACE_TIMEOUT when a query starts) while the
-    command runs."""
-    import os
-
-    if getattr(a, "timeout", None) is None:
-        yield
-        return
-    old = os.environ.get("KTRACE_TIMEOUT")
-    os.environ["KTRACE_TIMEOUT"] = repr(a.timeout)
+    """Hands --timeout and --max-result-mb to the engine layer ($KTRACE_TIMEOUT, read when a query starts;
+    $KTRACE_MAX_RESULT_MB) while the command runs."""
+    given = {env: repr(v) for env, v in (("KTRACE_TIMEOUT", getattr(a, "timeout", None)),
+                                         ("KTRACE_MAX_RESULT_MB", getattr(a, "max_result_mb", None)))
+             if v is not None}
+    old = {env: os.environ.get(env) for env in given}
+    os.environ.update(given)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("KTRACE_TIMEOUT", None)
-        else:
-            os.environ["KTRACE_TIMEOUT"] = old
+        for env, value in old.items():
+            if value is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = value
 
 
 def align_option(p) -> None:

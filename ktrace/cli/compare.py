@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
 from ._common import (append, console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
-                      progress_bar, quiet_stdout)
+                      progress_bar, quiet_stdout, result_options)
 
 __all__ = ["register", "HANDLERS"]
 
@@ -86,6 +86,7 @@ def register(sub) -> None:
                    "$GITHUB_STEP_SUMMARY) and the table still printed")
     c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
     engine_option(c)
+    result_options(c)
     decode_options(c)
 
 
