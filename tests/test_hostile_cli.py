@@ -422,6 +422,17 @@ def test_the_rows_printed_are_bounded_and_the_option_prints_every_one(trace):
     assert rc == 0 and "5 of 30 rows" in out and "row6" not in out, out
 
 
+def test_the_table_shows_a_long_value_cut_and_csv_writes_it_whole(trace):
+    sql = "select printf('%.5000c', 'v') as s, zeroblob(3000000) as b"
+    rc, out, err = run_ktrace("query", trace, sql, timeout=120)
+    assert rc == 0 and "Traceback" not in err, err
+    text = " ".join(out.split())
+    assert "(5,000 characters; --csv or --json for all)" in text and "(3,000,000 bytes; --csv or --json" in text
+    assert "v" * 1001 not in out.replace("\n", "").replace("│", "").replace(" ", "") and len(out) < 20_000
+    rc, out, err = run_ktrace("query", trace, sql, "--csv", timeout=120)
+    assert rc == 0 and "v" * 5000 in out, err
+
+
 def test_a_sql_rule_with_a_long_result_says_it_was_cut(trace):
     rc, out, err = run_ktrace("check", trace, "--sql", _COUNT.format(n=400_000), "--max-result-mb", "1", timeout=120)
     assert rc == 1 and "Traceback" not in err, err

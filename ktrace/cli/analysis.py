@@ -324,8 +324,22 @@ def _print_result(result, a) -> None:
     for c in result.columns:
         t.add_column(printable(c))
     for row in rows:  # a line break in a value never fakes a row
-        t.add_row(*("NULL" if v is None else printable(v) for v in row))
+        t.add_row(*("NULL" if v is None else _table_cell(v) for v in row))
     console().print(t)
+
+
+TABLE_CELL_CHARS = 1000  # what the table shows of one value (--csv and --json write it whole)
+
+
+def _table_cell(v) -> str:
+    """A value for the table: printable, a long one cut to its start and its length (rendering a 30 MB value
+    in a terminal table took a minute)."""
+    if isinstance(v, (bytes, bytearray, memoryview)) and len(v) > TABLE_CELL_CHARS // 4:
+        return f"{printable(bytes(v[:TABLE_CELL_CHARS // 4]))}... ({len(v):,} bytes; --csv or --json for all)"
+    text = printable(v)
+    if len(text) > TABLE_CELL_CHARS:
+        return f"{text[:TABLE_CELL_CHARS]}... ({len(text):,} characters; --csv or --json for all)"
+    return text
 
 
 def _json_value(v):
