@@ -92,6 +92,8 @@ def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffi
         for protected in (src, src.with_suffix(".json"), sibling(src, ".json")):
             if protected.exists() and _same_file(out, protected):
                 kind = "input" if protected == src else f"sidecar of the input {src}"
+                if os.path.abspath(out) != os.path.abspath(protected):  # a link to it, a glob's match
+                    kind = f"{kind} {protected} (the same file)" if protected == src else f"{kind} (the same file)"
                 raise InputError(f"{out}: that is the {kind}; writing the {what} there would destroy it: "
                                  f"choose another {option}")
     if planted_link(out):
