@@ -194,6 +194,12 @@ def _named_record(buffer: Path) -> Path | None:
     return buffer.parent / name if isinstance(name, str) and Path(name).name == name else None
 
 
+def _shown(path: Path) -> str:
+    """A path for a note: a name past 80 characters cut to its start and its length."""
+    text = str(path)
+    return text if len(path.name) <= 80 else f"{path.parent / path.name[:60]}... ({len(path.name):,} characters)"
+
+
 def find_record(before, after) -> Found | None:
     """The A/B record that holds exactly these two captures (paths of buffers, or of traces beside their
     buffers), matched by each buffer's SHA-256: the one their sidecars name, else one in their folders.
@@ -210,9 +216,16 @@ def find_record(before, after) -> Found | None:
     hashes = None
     notes = []
     for cand in dict.fromkeys(named + scanned):
-        if not cand.is_file():
+        try:
+            present = cand.is_file()
+        except (OSError, ValueError) as e:  # a name too long for the file system, or one it cannot hold
+            present, why = False, getattr(e, "strerror", None) or str(e)
+        else:
+            why = "is missing"
+        if not present:
             if cand in named:
-                notes.append(f"{cand} (named by a capture's sidecar) is missing")
+                notes.append(f"{_shown(cand)} (named by a capture's sidecar) "
+                             f"{why if why == 'is missing' else f'cannot be read: {why}'}")
             continue
         try:
             rec = read_record(cand)

@@ -241,10 +241,12 @@ def _is_trace_source(source) -> bool:
     return isinstance(source, (str, Path)) and is_trace(source)
 
 
-def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_options):
+def query(source, sql: str, *, engine: str = "auto", progress=None, max_result_bytes: int | None = None,
+          **decode_options):
     """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
     returns the QueryResult (``.to_pandas()``: a DataFrame). A missing ktrace table gets a hint in the InputError.
-    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``)."""
+    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``).
+    max_result_bytes: read at most that many bytes of the result (its first rows; ``cut_at_bytes`` set)."""
     buffer_options([source], decode_options)
     from .analysis import register
 
@@ -252,7 +254,7 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, **decode_opt
         register(inp.session)
         stage(progress, "running the query")
         try:
-            return inp.session.query(sql)
+            return inp.session.query(sql, max_result_bytes)
         except InputError as e:
             msg = str(e)
             if inp.name and inp.session.trace_name != inp.name:  # a buffer's temporary trace: name the buffer

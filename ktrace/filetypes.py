@@ -10,10 +10,15 @@ the buffer reader says what is wrong with it.
 from __future__ import annotations
 
 import gzip
+import os
 import re
+import stat
 from pathlib import Path
 
-__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling"]
+from .errors import InputError
+
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
+           "special_kind", "refuse_special_input"]
 
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
 _OTHER_TRACE_SUFFIXES = (".pb", ".trace", ".json", ".gz")
@@ -85,3 +90,27 @@ def sibling(path, suffix: str) -> Path:
     """``dir/name<suffix>`` for ``dir/name.bin`` (or ``.bin.gz``, ``.npy``): the sidecar, the default trace."""
     p = Path(str(path))
     return p.with_name(buffer_stem(p) + suffix)
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path) -> str | None:
+    """What ``path`` is when it is no regular file nor folder ("a FIFO (named pipe)", "a character device", ...),
+    else None (also when it does not exist). Found with ``os.stat``: nothing is opened, so a FIFO with no writer
+    never blocks the caller."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def refuse_special_input(path, what: str = "input") -> None:
+    """Raises InputError when ``path`` is a FIFO, a device or a socket: reading one could block forever or
+    never end; ktrace reads regular files only."""
+    kind = special_kind(path)
+    if kind:
+        raise InputError(f"{path}: the {what} is {kind}, not a regular file; ktrace reads regular files only "
+                         "(a pipe or device could block or never end): save it to a file first and give that")

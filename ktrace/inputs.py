@@ -22,7 +22,7 @@ from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .errors import InputError
-from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace
+from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace, refuse_special_input
 from .model import Decoded, Summary
 from .outputs import temporary_folder
 from .progress import stage
@@ -112,6 +112,8 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
     """
     if need not in NEEDS:
         raise ValueError(f"need {need!r}: one of {', '.join(NEEDS)}")
+    if isinstance(source, (str, os.PathLike)):
+        refuse_special_input(source)  # a FIFO would block the first read: refused before it is opened
     kind = _kind(source)
     inp = Input(source, _name(source), kind)
     if kind == "session":

@@ -15,7 +15,7 @@ __all__ = ["dumps", "escape_raw", "EncodedRows", "EncodedLines", "encode_basestr
 # (0x9b is CSI on some terminals), the bidirectional controls that make text read differently from how it is
 # stored, and the line separators JavaScript reads as line ends. Only ever inside strings: escaping them as
 # \uXXXX keeps the same value.
-_RAW_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_RAW_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_raw(text: str) -> str:

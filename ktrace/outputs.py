@@ -4,15 +4,20 @@ fails at once with a message naming the file and the fix (exit 2), not a traceba
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from .errors import InputError
-from .filetypes import sibling
+from .filetypes import sibling, special_kind
 
-__all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "PLOT_SUFFIXES",
-           "temporary_folder", "temporary_root", "temporary_folders_in"]
+__all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "write_file",
+           "append_file", "standard_stream", "PLOT_SUFFIXES", "temporary_folder", "temporary_root",
+           "temporary_folders_in"]
 
 # What --plot can write (matplotlib's raster and vector formats a person opens).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
@@ -55,11 +60,30 @@ def planted_link(path) -> bool:
     return not os.path.exists(real) or os.path.isfile(real) or os.path.isdir(real)
 
 
-def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffixes=None) -> Path:
+def standard_stream(path) -> bool:
+    """True when ``path`` is this process's own stdout or stderr (``/dev/stdout``, ``/dev/fd/2``, the terminal
+    or pipe they are): writing there is printing, it never blocks on a missing reader."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    return False
+
+
+def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffixes=None,
+                 stream_ok: bool = False) -> Path:
     """Returns ``out`` as a Path, or raises InputError when it is an input (or an input's ``.json`` sidecar,
-    through any link), a symbolic link to a file (never written through), a folder, in a folder that does not
-    exist, or in one this user cannot write; with ``suffixes``, when its name ends with none of them.
-    ``option`` names the option in the fix (``-o``, ``--plot``)."""
+    through any link, a hard link included), a symbolic link to a file (never written through), a folder, a
+    FIFO, a device or a socket (``stream_ok``: except this process's own stdout or stderr), in a folder that does
+    not exist, or in one this user cannot write; with ``suffixes``, when its name ends with none of them.
+    ``option`` names the option in the fix (``-o``, ``--plot``). Nothing is opened: a FIFO never blocks."""
     out = Path(out)
     for src in inputs:
         if not isinstance(src, (str, os.PathLike)):
@@ -68,11 +92,17 @@ def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffi
         for protected in (src, src.with_suffix(".json"), sibling(src, ".json")):
             if protected.exists() and _same_file(out, protected):
                 kind = "input" if protected == src else f"sidecar of the input {src}"
+                if os.path.abspath(out) != os.path.abspath(protected):  # a link to it, a glob's match
+                    kind = f"{kind} {protected} (the same file)" if protected == src else f"{kind} (the same file)"
                 raise InputError(f"{out}: that is the {kind}; writing the {what} there would destroy it: "
                                  f"choose another {option}")
     if planted_link(out):
         raise InputError(f"{out}: is a symbolic link; ktrace never writes through one (it could point anywhere): "
                          f"remove it or choose another {option}")
+    kind = special_kind(out)
+    if kind and not (stream_ok and standard_stream(out)):
+        raise InputError(f"{out}: is {kind}, not a regular file; ktrace writes the {what} to a regular file only "
+                         f"(a pipe or device could block or take part of it): choose another {option}")
     if out.is_dir():
         example = out / ("out" + (suffixes[0] if suffixes else ".perfetto-trace"))
         raise InputError(f"{out}: cannot write the {what} there: it is a folder; give a file name, e.g. {option} "
@@ -93,10 +123,11 @@ def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffi
 
 def check_outputs(outputs, inputs) -> None:
     """Every output of a command checked before any work (``check_output``): outputs is ``[(path, what,
-    option, suffixes)]``, inputs every file the command reads. Two outputs on one file are refused too."""
+    option, suffixes)]`` or ``[(path, what, option, suffixes, stream_ok)]``, inputs every file the command reads.
+    Two outputs on one file are refused too."""
     seen: dict = {}
-    for path, what, option, suffixes in outputs:
-        out = check_output(path, inputs, what, option, suffixes)
+    for path, what, option, suffixes, *stream_ok in outputs:
+        out = check_output(path, inputs, what, option, suffixes, bool(stream_ok and stream_ok[0]))
         for other, opt in seen.items():
             if other.exists() and out.exists() and _same_file(out, other) or os.path.abspath(out) == os.path.abspath(other):
                 raise InputError(f"{out}: {opt} and {option} would both write it; give each its own file")
@@ -112,23 +143,119 @@ def cannot_write(out, e: OSError, what: str = "output") -> InputError:
     return InputError(f"{out}: cannot write the {what} ({reason}); {hint}")
 
 
-def write_atomically(path, data: bytes) -> Path:
-    """Writes ``data`` to ``path`` through a temporary file created exclusively beside it (a planted file or
-    symlink is never written through), renamed into place: a reader never sees half a file."""
+def write_atomically(path, data: bytes, what: str = "output") -> Path:
+    """Writes ``data`` to ``path`` atomically (``write_file``); returns the path."""
+    write_file(path, [data], what)
+    return Path(path)
+
+
+def write_file(path, chunks: Iterable[bytes], what: str = "output") -> int:
+    """The one way ktrace writes a file: byte chunks into a temporary file created exclusively beside ``path``
+    (O_EXCL, a fresh random name: a planted file or symlink is never written through), renamed into place at
+    the end, so a reader never sees half a file and an error part-way (a full disk) leaves none. Temporary files
+    a killed run left behind are removed first. Returns the bytes written; an OSError while writing is an
+    InputError naming the file and the fix (one raised by ``chunks`` itself, reading an input, is not)."""
     path = Path(path)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+    _remove_stale_temps(path)
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.tmp{os.getpid()}.", suffix=".part")
+    except OSError as e:
+        raise cannot_write(path, e, what) from None
+    tmp = Path(name)
+    size = 0
+    writing = False
     try:
         with os.fdopen(fd, "wb") as f:
-            mask = os.umask(0o022)
-            os.umask(mask)
             if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), 0o666 & ~mask)
-            f.write(data)
-        os.replace(name, path)
-    except BaseException:
+                os.fchmod(fd, 0o666 & ~_umask())  # the mode open() would have given it (mkstemp makes 600)
+            for chunk in chunks:
+                writing = True
+                f.write(chunk)
+                writing = False
+                size += len(chunk)
+            writing = True  # closing flushes the last bytes
+        os.replace(tmp, path)
+    except OSError as e:
+        if not writing:
+            raise
+        raise cannot_write(path, e, what) from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return size
+
+
+def append_file(path, text: str, what: str = "output") -> None:
+    """Appends ``text`` to ``path`` (e.g. $GITHUB_STEP_SUMMARY): printed when ``path`` is this process's stdout
+    or stderr; else the file's bytes and the new text written through ``write_file`` (atomic: a full disk leaves
+    the file as it was). A FIFO, device or socket is refused without being opened."""
+    import sys
+
+    data = text.encode("utf-8")
+    if standard_stream(path):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                same = os.path.samestat(os.fstat(stream.fileno()), os.stat(path))
+            except (OSError, ValueError, AttributeError):
+                continue
+            if same:
+                stream.write(text)
+                stream.flush()
+                return
+    kind = special_kind(path)
+    if kind:
+        raise InputError(f"{path}: is {kind}, not a regular file; ktrace writes the {what} to a regular file only")
+    old = None
+    if os.path.lexists(path):
         try:
-            os.unlink(name)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO put there since: no wait
+        except OSError as e:
+            raise cannot_write(path, e, what) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InputError(f"{path}: is not a regular file; ktrace writes the {what} to a regular file only")
+        old = os.fdopen(fd, "rb")
+
+    def pieces():
+        if old is not None:
+            with old:
+                while chunk := old.read(1 << 20):
+                    yield chunk
+        yield data
+
+    write_file(path, pieces(), what)
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_temps(out: Path) -> None:
+    """Removes ``OUT.tmpPID.*.part`` files whose process is gone (a run killed by SIGKILL or a crash)."""
+    try:
+        leftovers = list(out.parent.glob(f"{glob.escape(out.name)}.tmp*.part"))
+    except OSError:
+        return
+    for path in leftovers:
+        pid = path.name[len(out.name) + 4:].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            path.unlink()
         except OSError:
             pass
-        raise
-    return path
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no signal-0 probe: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True

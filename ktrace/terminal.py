@@ -11,10 +11,11 @@ import re
 
 __all__ = ["printable", "escape_match"]
 
-# C0 controls, DEL, C1 controls (0x9b is CSI on some terminals) and the bidirectional overrides that make text
-# read differently from how it is stored.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls, DEL, C1 controls (0x9b is CSI on some terminals), the bidirectional marks and overrides that make
+# text read differently from how it is stored (U+061C the Arabic letter mark among them) and the line and
+# paragraph separators U+2028/U+2029 (a line break to many viewers: a table row would split on one).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_UNSAFE_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def escape_match(m: re.Match) -> str:  # one character of a regex match, as \x1b or \u202e

@@ -217,6 +217,21 @@ def test_a_buffer_changed_since_the_session_is_not_judged_by_it(tmp_path):
     assert abrecord.find_record(SAMPLES / "balanced_ktrace.bin", SAMPLES / "imbalance_ktrace.bin") is None
 
 
+def test_a_300_character_record_name_in_a_sidecar_gives_the_note_not_an_error(tmp_path):
+    shutil.copy(SAMPLES / "balanced_ktrace.bin", tmp_path / "b.bin")
+    shutil.copy(SAMPLES / "imbalance_ktrace.bin", tmp_path / "a.bin")
+    for name in ("b", "a"):
+        meta = json.loads((SAMPLES / "balanced_ktrace.json").read_text())
+        meta["checks"] = {"ab_record": "r" * 300 + ".ab.json", "ab_side": "before"}
+        (tmp_path / f"{name}.json").write_text(json.dumps(meta))
+    found = abrecord.find_record(tmp_path / "b.bin", tmp_path / "a.bin")
+    assert found.record is None and "A/B record not used" in found.note and "cannot be read" in found.note
+    assert "r" * 100 not in found.note and "(308 characters)" in found.note
+    rc, out, err = run_ktrace("diff", tmp_path / "b.bin", tmp_path / "a.bin")
+    assert rc == 0 and "Traceback" not in err and "File name too long" not in err, err
+    assert "A/B record not used" in " ".join(out.split())
+
+
 def test_identical_buffers_are_told_apart_by_their_names(tmp_path):
     (b, a), path = _copy_pair(tmp_path, names=("balanced_ktrace", "balanced_ktrace"))
     assert not abrecord.find_record(b, a).flipped and abrecord.find_record(a, b).flipped

@@ -732,6 +732,25 @@ def test_a_cache_folder_name_reaches_the_terminal_escaped(tiny_module, capsys, m
     assert "\x1b" not in err and "\x07" not in err
 
 
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
+def test_the_cache_folder_note_is_said_once_per_run(tiny_module, capsys, monkeypatch, tmp_path):
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setattr(wasm_cache, "cache_dir", lambda: shared)
+    monkeypatch.setattr(wasm_cache.tempfile, "tempdir", str(tmp_path / "private-tmp"))
+    (tmp_path / "private-tmp").mkdir(mode=0o700)
+    monkeypatch.setattr(wasm_cache, "_warned", {})
+    monkeypatch.delenv("KTRACE_CACHE_FOLDER_NOTED", raising=False)
+    capsys.readouterr()
+    for _ in range(3):  # the compile, the load, the snapshot each ask
+        wasm_cache.usable_folder()
+    assert capsys.readouterr().err.count("not using the cache folder") == 1
+    monkeypatch.setattr(wasm_cache, "_warned", {})  # a worker process: its own module state, the run's environment
+    wasm_cache.usable_folder()
+    assert "not using the cache folder" not in capsys.readouterr().err
+
+
 def test_every_chunk_is_walked_the_first_before_the_engine_starts_the_rest_as_they_load(trace_bytes, monkeypatch):
     bomb = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x80, 0x08]) + bytes(64)  # a packet of 2^31 bytes
     with pytest.raises(InputError, match="larger than any trace packet"):

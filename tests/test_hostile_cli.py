@@ -274,6 +274,103 @@ def test_no_output_lands_on_an_input_its_sidecar_or_a_planted_link(capture, args
     assert {p.name: p.read_bytes() for p in d.glob("x.*")} == before and victim.read_text() == "precious"
 
 
+def _two_captures(capture):
+    d = capture.parent
+    for name in ("imbalance", "balanced"):
+        shutil.copy(capture, d / f"{name}.bin")
+        shutil.copy(capture.with_suffix(".json"), d / f"{name}.json")
+    return d
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--junit", "{d}/imbalance.bin"],
+    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{d}/imbalance.json"],
+    ["check", "{d}/x.bin", "--baseline", "{d}/bal*.bin", "--rule", "kernel.wall_us <= baseline * 2",
+     "--junit", "{d}/balanced.json"],
+    ["diff", "{d}/x.bin", "{d}/bal*.bin", "--markdown", "{d}/balanced.json"],
+    ["diff", "--before", "{d}/x.bin", "--after", "{d}/[bi]*.bin", "--markdown", "{d}/imbalance.bin"],
+    ["analyze", "--runs", "{d}/*.bin", "--trace", "{d}/balanced.bin"],
+])
+def test_no_output_lands_on_a_file_a_quoted_glob_matches_or_its_sidecar(capture, args):
+    d = _two_captures(capture)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    rc, _, err = run_ktrace(*[a.format(d=d) for a in args], timeout=120)
+    _refused(rc, err, "would destroy it", "choose another")
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_no_output_lands_on_a_hard_link_to_an_input(capture):
+    d = _two_captures(capture)
+    os.link(d / "imbalance.bin", d / "results.xml")
+    os.link(d / "imbalance.json", d / "summary.md")
+    before = (d / "imbalance.bin").read_bytes(), (d / "imbalance.json").read_bytes()
+    for option, out in (("--junit", "results.xml"), ("--markdown", "summary.md")):
+        rc, _, err = run_ktrace("check", d / "imb*.bin", "--rule", "kernel.wall_us <= 1e9", option, d / out)
+        _refused(rc, err, "would destroy it")
+    assert ((d / "imbalance.bin").read_bytes(), (d / "imbalance.json").read_bytes()) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args", [
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{fifo}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{fifo}"],
+    ["diff", "{buf}", "{buf}", "--markdown", "{fifo}"],
+    ["convert", "{buf}", "-o", "{fifo}"],
+    ["analyze", "{buf}", "--plot", "{fifo}.png"],
+])
+def test_a_fifo_as_an_output_is_refused_at_once(capture, args):
+    fifo = capture.parent / "out.fifo"
+    os.mkfifo(fifo)
+    os.mkfifo(f"{fifo}.png")
+    # a regression would block on opening the FIFO: the timeout fails the test instead of hanging it
+    rc, _, err = run_ktrace(*[a.format(buf=capture, fifo=fifo) for a in args], timeout=60)
+    _refused(rc, err, "FIFO (named pipe), not a regular file", "choose another")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args", [
+    ["analyze", "--runs", "{d}/*.bin"], ["analyze", "{d}/run2.bin"], ["check", "{d}/*.bin", "--rule", "x.wall_us < 1"],
+    ["diff", "{d}/x.bin", "{d}/run2.bin"], ["convert", "{d}/run2.bin"],
+])
+def test_a_fifo_among_the_inputs_is_refused_at_once(capture, args):
+    d = capture.parent
+    shutil.copy(capture, d / "run1.bin")
+    os.mkfifo(d / "run2.bin")
+    rc, _, err = run_ktrace(*[a.format(d=d) for a in args], timeout=60)
+    _refused(rc, err, "run2.bin: the input is a FIFO (named pipe), not a regular file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_a_sidecar_is_refused_at_once(capture):
+    capture.with_suffix(".json").unlink()
+    os.mkfifo(capture.with_suffix(".json"))
+    rc, _, err = run_ktrace("analyze", capture, timeout=60)
+    _refused(rc, err, "x.json: the sidecar of", "is a FIFO")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_given_to_the_python_api_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "run.bin"
+    os.mkfifo(fifo)
+    code = f"from ktrace import analyze\ntry:\n    analyze({str(fifo)!r})\nexcept Exception as e:\n    print(e)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "is a FIFO (named pipe), not a regular file" in p.stdout, p.stderr
+
+
+def test_the_junit_file_is_written_whole_or_not_at_all(capture, tmp_path):
+    """A file size limit below the XML's size: the write fails (exit 2) and no truncated XML is left."""
+    code = ("import resource, sys\nfrom ktrace.report import compare_report as rep\nxml = rep.junit_xml\n"
+            "def limited(checks):  # once the analysis is done: the limit hits the JUnit file only\n"
+            "    resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))\n    return xml(checks)\n"
+            "rep.junit_xml = limited\nfrom ktrace.cli import main\nsys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "results.xml"
+    out.write_text("old")
+    p = subprocess.run([sys.executable, "-c", code, "check", str(capture), "--rule", "kernel.wall_us <= 1e9",
+                        "--junit", str(out)], capture_output=True, text=True, timeout=120)
+    _refused(p.returncode, p.stderr, "results.xml: cannot write the JUnit file (File too large)")
+    assert out.read_text() == "old" and not list(tmp_path.glob("*.part"))
+
+
 def test_two_outputs_on_one_file_are_refused(capture):
     out = capture.parent / "both.png"
     _refused(*run_ktrace("analyze", capture, "--trace", out, "--plot", out)[::2], "would both write it")
@@ -283,6 +380,76 @@ def test_two_outputs_on_one_file_are_refused(capture):
 def test_markdown_may_still_go_to_dev_stdout(capture):
     rc, out, err = run_ktrace("check", capture, "--rule", "kernel.wall_us <= 1e9", "--markdown", "/dev/stdout")
     assert rc == 0, err
+
+
+# -- query results bounded: rows printed and bytes read ------------------------------------------------------
+
+_COUNT = "with recursive c(x) as (select 1 union all select x + 1 from c where x < {n}) select x, 'row' || x as s from c"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("query") / "t.perfetto-trace"
+    rc, _, err = run_ktrace("convert", sample("warpgroups_ktrace"), "-o", out)
+    assert rc == 0, err
+    return out
+
+
+@pytest.mark.parametrize("command", [["query", "{t}"], ["check", "{t}", "--sql"]])
+def test_a_result_of_one_huge_value_is_refused_with_the_limit_and_the_option(trace, command):
+    rc, out, err = run_ktrace(*[c.format(t=trace) for c in command], "select zeroblob(100000000) as x", timeout=120)
+    _refused(rc, err, "first rows alone are over 32 MiB (the result size limit)", "--max-result-mb")
+    assert len(out) < 10_000
+
+
+def test_a_long_result_is_cut_at_the_byte_limit_with_a_note(trace):
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=400_000), "--csv", "--max-result-mb", "1",
+                              "--max-rows", "0", timeout=120)
+    assert rc == 0 and "Traceback" not in err, err
+    lines = out.splitlines()
+    assert lines[0] == "x,s" and 1000 < len(lines) - 1 < 400_000
+    assert lines[1:3] == ["1,row1", "2,row2"] and lines[-1] == f"{len(lines) - 1},row{len(lines) - 1}"  # whole rows
+    assert "the result is longer than 1 MiB (the limit read)" in err and "--max-result-mb" in err
+
+
+def test_the_rows_printed_are_bounded_and_the_option_prints_every_one(trace):
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=12_000), "--csv", timeout=120)
+    assert rc == 0 and len(out.splitlines()) == 1 + 10_000, err
+    assert "printed the first 10,000 of 12,000 rows; --max-rows N prints more" in err
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=12_000), "--csv", "--max-rows", "0", timeout=120)
+    assert rc == 0 and len(out.splitlines()) == 1 + 12_000 and "note" not in err, err
+    rc, out, err = run_ktrace("query", trace, _COUNT.format(n=30), "--max-rows", "5", timeout=120)
+    assert rc == 0 and "5 of 30 rows" in out and "row6" not in out, out
+
+
+def test_the_table_shows_a_long_value_cut_and_csv_writes_it_whole(trace):
+    sql = "select printf('%.5000c', 'v') as s, zeroblob(3000000) as b"
+    rc, out, err = run_ktrace("query", trace, sql, timeout=120)
+    assert rc == 0 and "Traceback" not in err, err
+    text = " ".join(out.split())
+    assert "(5,000 characters; --csv or --json for all)" in text and "(3,000,000 bytes; --csv or --json" in text
+    assert "v" * 1001 not in out.replace("\n", "").replace("│", "").replace(" ", "") and len(out) < 20_000
+    rc, out, err = run_ktrace("query", trace, sql, "--csv", timeout=120)
+    assert rc == 0 and "v" * 5000 in out, err
+
+
+def test_a_sql_rule_with_a_long_result_says_it_was_cut(trace):
+    rc, out, err = run_ktrace("check", trace, "--sql", _COUNT.format(n=400_000), "--max-result-mb", "1", timeout=120)
+    assert rc == 1 and "Traceback" not in err, err
+    text = " ".join(out.split())  # the report wraps its lines
+    assert "at least" in text and "the result was cut at 1 MiB, --max-result-mb raises the limit" in text
+
+
+def test_a_cut_result_is_the_first_rows_of_the_whole_one(trace):
+    from ktrace.engine import open_trace
+
+    sql = _COUNT.format(n=100_000)
+    with open_trace(trace) as s:
+        whole, cut = s.query(sql), s.query(sql, max_bytes=200_000)
+        assert whole.cut_at_bytes is None and cut.cut_at_bytes == 200_000
+        assert 0 < len(cut) < len(whole)
+        assert cut.rows == whole.rows[:len(cut)] and cut.head(3) == [(1, "row1"), (2, "row2"), (3, "row3")]
+        assert s.query("select 7 as y").rows == [(7,)]  # the session is still usable
 
 
 # -- the compiled-module cache's lock ---------------------------------------------------------------------------

@@ -212,7 +212,7 @@ def test_a_full_disk_exits_2_with_the_fix(capture, tmp_path, monkeypatch):
         os.dup2(os.open("/dev/full", os.O_WRONLY), fd)
         return fd, name
 
-    monkeypatch.setattr(writer.tempfile, "mkstemp", full)
+    monkeypatch.setattr(tempfile_mod, "mkstemp", full)
     out = tmp_path / "t.perfetto-trace"
     with pytest.raises(InputError, match=r"t\.perfetto-trace: cannot write the trace \(No space left on device\); "
                                          r"free some space"):

@@ -137,14 +137,19 @@ def _sql_result(rule: SqlRule, session, phases=()) -> RuleResult:
     typos = _phase_typos(rule.query, list(phases))
     if typos:
         raise InputError(f"{rule.origin}{_label(rule)}: " + "; ".join(typos))
+    from ..engine.session import result_limit_bytes
+
     try:
-        r = session.query(rule.query)
+        r = session.query(rule.query, result_limit_bytes())
     except InputError as e:
         why = str(e).removeprefix(f"{session.trace_name}: ")  # the temporary trace's path says nothing
         raise InputError(f"{rule.origin}{_label(rule)}: {why}") from None
     n = len(r)
-    rows = tuple(r.to_dicts()[:_SHOWN_ROWS])
+    rows = tuple(dict(zip(r.columns, row)) for row in r.head(_SHOWN_ROWS))
     msg = "no rows" if not n else f"{n} row{'s' if n != 1 else ''} returned (each is a violation)"
+    if r.cut_at_bytes is not None:
+        msg = (f"at least {n} rows returned (each is a violation; the result was cut at "
+               f"{r.cut_at_bytes / 2**20:g} MiB, --max-result-mb raises the limit)")
     return RuleResult(rule.name, rule.origin, rule.name, "pass" if not n else "fail", msg, measured=float(n),
                       op="==", limit=0.0, unit="rows", row_count=n, rows=rows)
 

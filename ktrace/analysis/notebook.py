@@ -9,7 +9,9 @@ Every string is escaped (names in a capture are the user's data, never markup). 
 
 from __future__ import annotations
 
-from html import escape
+import html
+
+from ..terminal import printable
 
 __all__ = ["analysis_html", "diff_html", "check_html", "table_html", "to_pandas", "PANDAS_HINT"]
 
@@ -29,6 +31,12 @@ def to_pandas(table):
     except ImportError:
         raise ImportError(f"Table.to_pandas() needs pandas: {PANDAS_HINT} (or pip install pandas)") from None
     return pd.DataFrame({name: getattr(table, name) for name in table.columns()}, columns=list(table.columns()))
+
+
+def escape(text) -> str:
+    """``text`` as HTML: every control character (ESC, BEL), bidirectional override and line separator shown
+    escaped (``\x1b``, ``\u202e``) as in every other output, then ``<``, ``&`` and quotes escaped."""
+    return html.escape(printable(text, keep_newlines=True))
 
 
 def _cell(v) -> str:

@@ -40,7 +40,9 @@ __all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", 
 
 OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
              "!=": operator.ne}
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# Unambiguous (each digit can belong to one part only): a failed match backtracks in linear time. The former
+# "\d+\.?\d*" could split a run of digits between its two parts in n ways: 40,000 digits hung `check`.
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _BASELINE = re.compile(rf"^baseline(?:\s*(?P<op>[*+-])\s*(?P<k>{_NUM}))?$|^(?P<k2>{_NUM})\s*\*\s*baseline$")
 
 
@@ -178,8 +180,7 @@ class Check:
 def parse_rule(text: str, origin: str = "rule") -> Rule:
     """A Rule from its text; InputError saying what is wrong with it."""
     def bad(why: str) -> InputError:
-        shown = text if not isinstance(text, str) or len(text) <= 200 else f"{text[:120]}... ({len(text):,} characters)"
-        return InputError(f"{origin} {shown!r}: {why}")
+        return InputError(f"{origin} {_cut(text, 200)!r}: {why}")
 
     if not isinstance(text, str):
         raise InputError(f"{origin}: a rule is a string such as 'compute.imbalance <= 1.2', not {text!r}")
@@ -189,7 +190,7 @@ def parse_rule(text: str, origin: str = "rule") -> Rule:
     op, rhs = m["op"], m["rhs"].strip()
     if op not in OPERATORS:
         hint = " (use == to compare equal)" if op == "=" else ""
-        raise bad(f"unknown operator {op!r}: use one of {' '.join(OPERATORS)}{hint}")
+        raise bad(f"unknown operator {_cut(op)!r}: use one of {' '.join(OPERATORS)}{hint}")
     scope, group, figure = _parse_metric(m["metric"].strip(), bad)
     if not rhs:
         raise bad("no limit after the operator")
@@ -197,14 +198,21 @@ def parse_rule(text: str, origin: str = "rule") -> Rule:
     if b:
         k = b["k"] or b["k2"]
         if k and not math.isfinite(float(k)):
-            raise bad(f"factor {k!r} is too large to be a number")
+            raise bad(f"factor {_cut(k)!r} is too large to be a number")
         return Rule(text.strip(), origin, scope, group, figure, op, baseline_op=b["op"] or "*",
                     baseline_k=float(k) if k else 1.0)
     if not re.fullmatch(_NUM, rhs):
-        raise bad(f"limit {rhs!r} is not a number nor baseline, baseline * K, baseline + C, baseline - C")
+        raise bad(f"limit {_cut(rhs)!r} is not a number nor baseline, baseline * K, baseline + C, baseline - C")
     if not math.isfinite(float(rhs)):
-        raise bad(f"limit {rhs!r} is too large to be a number")
+        raise bad(f"limit {_cut(rhs)!r} is too large to be a number")
     return Rule(text.strip(), origin, scope, group, figure, op, value=float(rhs))
+
+
+def _cut(text, keep: int = 60):
+    """``text`` as a message shows it: a long value cut to its start and its length (never 40,000 digits echoed)."""
+    if not isinstance(text, str) or len(text) <= keep:
+        return text
+    return f"{text[:keep * 3 // 5]}... ({len(text):,} characters)"
 
 
 _OP_CHARS = re.compile(r"[<>=!]+")
@@ -222,12 +230,12 @@ def _split_rule(text: str) -> dict | None:
 def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
     scope, dot, figure = metric.rpartition(".")
     if not dot or not scope or not figure:
-        raise bad(f"metric {metric!r}: write kernel.FIGURE, PHASE.FIGURE, PHASE@GROUP.FIGURE or *.FIGURE")
+        raise bad(f"metric {_cut(metric)!r}: write kernel.FIGURE, PHASE.FIGURE, PHASE@GROUP.FIGURE or *.FIGURE")
     group = None
     if "@" in scope:
         scope, _, g = scope.rpartition("@")
         if not re.fullmatch(r"[0-9]{1,6}", g) or not scope:
-            raise bad(f"metric {metric!r}: after '@' give a warp group index, e.g. mma@1.wall_us")
+            raise bad(f"metric {_cut(metric)!r}: after '@' give a warp group index, e.g. mma@1.wall_us")
         group = int(g)
     if scope == "kernel":
         if group is not None:
@@ -239,8 +247,8 @@ def _parse_metric(metric: str, bad) -> tuple[str, int | None, str]:
         near = difflib.get_close_matches(figure, catalog, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         if group is None and figure in GROUP_FIGURES:
-            raise bad(f"{figure} is a per-group figure: write {scope}@GROUP.{figure}")
-        raise bad(f"unknown {'kernel' if scope == 'kernel' else 'phase'} figure {figure!r}{hint}; figures: "
+            raise bad(f"{figure} is a per-group figure: write {_cut(scope)}@GROUP.{figure}")
+        raise bad(f"unknown {'kernel' if scope == 'kernel' else 'phase'} figure {_cut(figure)!r}{hint}; figures: "
                   f"{', '.join(catalog)}")
     return scope, group, figure
 

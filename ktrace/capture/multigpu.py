@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..outputs import write_atomically
 from ._cuda import device_index
 from .clocksync import ENV_SYNC, ClockSync, clock_keys, measure_clock_offsets, sidecar_clock
 
@@ -131,7 +132,7 @@ def run_on_devices(devices, command_for, out_dir, *, rounds: int = 50, env=None)
     out_dir.mkdir(parents=True, exist_ok=True)
     sync_file = out_dir / "clock_sync.json"
     before = measure_clock_offsets(devices, rounds)
-    sync_file.write_text(json.dumps({"before": before.as_dict()}, indent=1) + "\n")
+    write_atomically(sync_file, (json.dumps({"before": before.as_dict()}, indent=1) + "\n").encode())
     with tempfile.TemporaryDirectory(prefix="ktrace-run-") as tmp:
         barrier = Path(tmp) / "barrier"
         barrier.mkdir()
@@ -154,7 +155,7 @@ def run_on_devices(devices, command_for, out_dir, *, rounds: int = 50, env=None)
             r.close()
     after = measure_clock_offsets(devices, rounds)
     record = {"before": before.as_dict(), "after": after.as_dict()}
-    sync_file.write_text(json.dumps(record, indent=1) + "\n")
+    write_atomically(sync_file, (json.dumps(record, indent=1) + "\n").encode())
     for run in runs:
         for b in run.saved:
             apply_clock_sync(b.with_suffix(".json"), record)

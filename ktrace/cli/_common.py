@@ -15,7 +15,7 @@ from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, Ktrac
 
 __all__ = ["Parser", "EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
            "process_count",
-           "engine_option", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
+           "engine_option", "result_options", "align_option", "apply_timeout", "stop_on_signals", "Terminated", "progress_bar",
            "console", "append", "report_error", "guard_outputs", "command_files", "PROGRESS_MIN_RECORDS"]
 
 PROGRESS_MIN_RECORDS = 1_000_000
@@ -92,6 +92,36 @@ def engine_option(p, numpy: bool = False) -> None:
                    help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
 
+def result_options(p, rows: bool = False) -> None:
+    """--max-result-mb (and with ``rows``, --max-rows): how much of a query's result is read and printed."""
+    p.add_argument("--max-result-mb", type=_mebibytes, metavar="MB",
+                   help="read at most this much of a query's result (its first rows; the output says what was left "
+                   "out; default 32)")
+    if rows:
+        p.add_argument("--max-rows", type=_row_count, default=10_000, metavar="N",
+                       help="print at most N rows (default 10,000; 0: every row read)")
+
+
+def _row_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
+    return n
+
+
+def _mebibytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1 << 30:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB above 0")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -148,22 +178,21 @@ def stop_on_signals():
 
 @contextmanager
 def apply_timeout(a):
-    """Hands --timeout to the embedded engine (it reads $KTRACE_TIMEOUT when a query starts) while the
-    command runs."""
-    import os
-
-    if getattr(a, "timeout", None) is None:
-        yield
-        return
-    old = os.environ.get("KTRACE_TIMEOUT")
-    os.environ["KTRACE_TIMEOUT"] = repr(a.timeout)
+    """Hands --timeout and --max-result-mb to the engine layer ($KTRACE_TIMEOUT, read when a query starts;
+    $KTRACE_MAX_RESULT_MB) while the command runs."""
+    given = {env: repr(v) for env, v in (("KTRACE_TIMEOUT", getattr(a, "timeout", None)),
+                                         ("KTRACE_MAX_RESULT_MB", getattr(a, "max_result_mb", None)))
+             if v is not None}
+    old = {env: os.environ.get(env) for env in given}
+    os.environ.update(given)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("KTRACE_TIMEOUT", None)
-        else:
-            os.environ["KTRACE_TIMEOUT"] = old
+        for env, value in old.items():
+            if value is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = value
 
 
 def align_option(p) -> None:
@@ -273,19 +302,16 @@ def quiet_stdout() -> None:
         pass
 
 
-def append(path: str, text: str) -> None:
-    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY; never through a symbolic
-    link to a file (one to a terminal or a pipe, /dev/stdout, is fine)."""
-    from ..outputs import planted_link
+def append(path: str, text: str, what: str = "Markdown summary") -> None:
+    """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY, atomically
+    (``ktrace.outputs.append_file``); never through a symbolic link to a file (/dev/stdout, this process's own
+    stdout, is fine); never to a FIFO or a device (refused, never opened)."""
+    from ..outputs import append_file, planted_link
 
     if planted_link(path):
         raise InputError(f"{path}: is a symbolic link to a file; ktrace never writes through one: remove it or "
                          "choose another file")
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write it ({e.strerror or e})") from None
+    append_file(path, text if text.endswith("\n") else text + "\n", what)
 
 
 _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "after", "baseline", "sidecar", "clocks",
@@ -293,11 +319,12 @@ _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "afte
 # (argument, what it writes, the option, the name endings it takes)
 _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
                 ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
-                ("markdown", "Markdown summary", "--markdown", None))
+                ("markdown", "Markdown summary", "--markdown", None, True))
 
 
 def command_files(a) -> tuple[list[str], list[tuple]]:
-    """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them)."""
+    """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them). A
+    quoted glob among the inputs stands for the files it matches (as the command expands it)."""
     from ..outputs import PLOT_SUFFIXES
 
     inputs: list[str] = []
@@ -306,22 +333,33 @@ def command_files(a) -> tuple[list[str], list[tuple]]:
         for x in v if isinstance(v, (list, tuple)) else [v]:
             if isinstance(x, str) and x and x != "-":
                 inputs.append(x)
+                if any(ch in x for ch in "*?[") and not _exists(x):
+                    inputs += sorted(glob.glob(x))
     for name in ("events", "groups"):
         v = getattr(a, name, None)
         if isinstance(v, str) and v.startswith("@"):
             inputs.append(v[1:])
     outputs = []
-    for name, what, option, suffixes in _OUTPUT_ARGS:
+    for name, what, option, suffixes, *stream_ok in _OUTPUT_ARGS:
         v = getattr(a, name, None)
         if isinstance(v, str) and v and v != "-":
-            outputs.append((v, what, option, PLOT_SUFFIXES if suffixes == "plots" else None))
+            outputs.append((v, what, option, PLOT_SUFFIXES if suffixes == "plots" else None, *stream_ok))
     return inputs, outputs
 
 
+def _exists(path: str) -> bool:
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return False
+
+
 def guard_outputs(a) -> None:
-    """Every file the command will write checked against every file it reads, before any work: never an
-    input or its sidecar, never through a symbolic link, never a folder or a plot of a format it cannot
-    write (ktrace.outputs.check_output)."""
+    """Every file the command will write checked against every file it reads (quoted globs expanded), before
+    any work: never an input or its sidecar (nor a hard link to one), never through a symbolic link, never a
+    folder, a FIFO or a device, or a plot of a format it cannot write (ktrace.outputs.check_output). An input
+    or sidecar that is a FIFO, a device or a socket is refused too, without opening it (it could block)."""
+    from ..filetypes import refuse_special_input, sibling
     from ..outputs import check_outputs
 
     inputs, outputs = command_files(a)
@@ -331,6 +369,9 @@ def guard_outputs(a) -> None:
 
             raise InputError(f"{printable(path.encode('utf-8', 'backslashreplace').decode())}: a file name cannot "
                              "hold a NUL or bytes that are not UTF-8; rename the file or give another path")
+    for path in inputs:
+        refuse_special_input(path)
+        refuse_special_input(sibling(path, ".json"), f"sidecar of {path}")
     if outputs:
         check_outputs(outputs, inputs)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import EXIT_OK, InputError
 from ..report.safe_text import printable
 from ._common import (align_option, console, decode_kwargs, decode_options, engine_option, process_count,
-                      progress_bar)
+                      progress_bar, result_options)
 
 __all__ = ["register", "HANDLERS", "print_analysis"]
 
@@ -72,6 +72,7 @@ def register(sub) -> None:
                       help="print the ktrace package as one script (paste it into ui.perfetto.dev's query page) "
                       "and exit")
     engine_option(q)
+    result_options(q, rows=True)
     decode_options(q)
 
 
@@ -272,11 +273,31 @@ def _cmd_query(a) -> int:
     if not a.source:
         raise InputError("query: give a TRACE (or BUF) and the SQL, e.g. ktrace query run.perfetto-trace "
                          "\"INCLUDE PERFETTO MODULE ktrace.phases; SELECT * FROM ktrace_phase\"")
+    from ..engine.session import result_limit_bytes
+
     sql = _query_text(a)
     with progress_bar("loading into the trace processor", _is_big(a.source), unit="bytes") as cb:
-        result = query(a.source, sql, engine=a.engine, progress=cb, **decode_kwargs(a))
+        result = query(a.source, sql, engine=a.engine, progress=cb, max_result_bytes=result_limit_bytes(),
+                       **decode_kwargs(a))
     _print_result(result, a)
+    cut = _what_was_cut(result, a.max_rows)
+    if cut:
+        sys.stdout.flush()
+        print(f"ktrace: note: {cut}", file=sys.stderr)
     return EXIT_OK
+
+
+def _what_was_cut(result, max_rows: int) -> str:
+    """The note on what of the result was not printed and the option that shows more; "" when nothing."""
+    n = len(result)
+    shown = n if not max_rows else min(n, max_rows)
+    if result.cut_at_bytes is not None:
+        mib = f"{result.cut_at_bytes / 2**20:g} MiB"
+        return (f"printed {shown:,} rows: the result is longer than {mib} (the limit read); the rest was not "
+                f"read. Select less (LIMIT, fewer columns) or raise the limit with --max-result-mb MB")
+    if shown < n:
+        return f"printed the first {shown:,} of {n:,} rows; --max-rows N prints more (0: every row)"
+    return ""
 
 
 def _query_text(a) -> str:
@@ -299,24 +320,43 @@ def _query_text(a) -> str:
 def _print_result(result, a) -> None:
     from ..report.safe_text import csv_cell, json_text
 
+    max_rows = getattr(a, "max_rows", 0)
+    rows = result.head(max_rows) if max_rows else result.rows
     if a.json:
-        print(json_text(json.dumps(result.to_dicts(), indent=2, ensure_ascii=False, default=_json_value)))
+        dicts = [dict(zip(result.columns, row)) for row in rows]
+        print(json_text(json.dumps(dicts, indent=2, ensure_ascii=False, default=_json_value)))
         return
     if a.csv:  # a cell's escape sequences never reach the terminal; its line breaks are quoted
         import csv
 
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(map(csv_cell, result.columns))
-        w.writerows(["" if v is None else csv_cell(v) for v in row] for row in result.rows)
+        w.writerows(["" if v is None else csv_cell(v) for v in row] for row in rows)
         return
     from rich.table import Table
 
-    t = Table(caption=f"{len(result):,} rows", caption_justify="left")
+    more = "+" if result.cut_at_bytes is not None else ""
+    shown = f"{len(rows):,} of {len(result):,}{more} rows" if len(rows) < len(result) or more else f"{len(result):,} rows"
+    t = Table(caption=shown, caption_justify="left")
     for c in result.columns:
         t.add_column(printable(c))
-    for row in result.rows:  # a line break in a value never fakes a row
-        t.add_row(*("NULL" if v is None else printable(v) for v in row))
+    for row in rows:  # a line break in a value never fakes a row
+        t.add_row(*("NULL" if v is None else _table_cell(v) for v in row))
     console().print(t)
+
+
+TABLE_CELL_CHARS = 1000  # what the table shows of one value (--csv and --json write it whole)
+
+
+def _table_cell(v) -> str:
+    """A value for the table: printable, a long one cut to its start and its length (rendering a 30 MB value
+    in a terminal table took a minute)."""
+    if isinstance(v, (bytes, bytearray, memoryview)) and len(v) > TABLE_CELL_CHARS // 4:
+        return f"{printable(bytes(v[:TABLE_CELL_CHARS // 4]))}... ({len(v):,} bytes; --csv or --json for all)"
+    text = printable(v)
+    if len(text) > TABLE_CELL_CHARS:
+        return f"{text[:TABLE_CELL_CHARS]}... ({len(text):,} characters; --csv or --json for all)"
+    return text
 
 
 def _json_value(v):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import EXIT_GATE, EXIT_OK, InputError
 from ._common import (append, console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
-                      progress_bar, quiet_stdout)
+                      progress_bar, quiet_stdout, result_options)
 
 __all__ = ["register", "HANDLERS"]
 
@@ -86,6 +86,7 @@ def register(sub) -> None:
                    "$GITHUB_STEP_SUMMARY) and the table still printed")
     c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
     engine_option(c)
+    result_options(c)
     decode_options(c)
 
 
@@ -170,11 +171,9 @@ def _cmd_check(a) -> int:
     if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
         raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))
     if a.junit:
-        try:
-            Path(a.junit).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.junit).write_text(rep.junit_xml(checks), encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"{a.junit}: cannot write the JUnit file ({e.strerror or e})") from None
+        from ..outputs import write_atomically
+
+        write_atomically(a.junit, rep.junit_xml(checks).encode("utf-8"), "JUnit file")
     if a.markdown and a.markdown != "-":
         append(a.markdown, rep.check_markdown(checks))
     code = EXIT_OK if all(c.passed for c in checks) else EXIT_GATE

@@ -7,8 +7,8 @@ import dataclasses
 import functools
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Backend", "RawQueryResult", "UnsupportedRequest", "rpc_protos", "split_rpc_stream", "proto_fields",
-           "read_varint"]
+__all__ = ["Backend", "RawQueryResult", "UnsupportedRequest", "rpc_protos", "split_rpc_stream", "whole_payloads",
+           "proto_fields", "read_varint"]
 
 
 class UnsupportedRequest(Exception):
@@ -23,6 +23,7 @@ class RawQueryResult:
     columns: tuple[str, ...]
     error: str
     batches: list[Any]
+    cut_at_bytes: int | None = None  # the reply was longer than this limit: the batches are its first ones only
 
 
 class Backend(abc.ABC):
@@ -55,9 +56,10 @@ class Backend(abc.ABC):
         Returns the engine's first parse error, "" if none."""
 
     @abc.abstractmethod
-    def query(self, sql: str) -> RawQueryResult:
+    def query(self, sql: str, max_bytes: int | None = None) -> RawQueryResult:
         """Runs SQL (one or more statements); the result is the last statement's. Its batches are
-        serialized ``QueryResult.CellsBatch`` messages."""
+        serialized ``QueryResult.CellsBatch`` messages. ``max_bytes``: keep at most that many bytes of the
+        reply (its first whole batches; ``cut_at_bytes`` says it was cut), never more in memory."""
 
     @abc.abstractmethod
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
@@ -119,6 +121,26 @@ def split_rpc_stream(data: bytes | bytearray) -> Iterator[memoryview]:
         if field != 1 or not isinstance(value, memoryview):
             raise ValueError(f"unexpected field {field} in a trace processor reply stream")
         yield value
+
+
+def whole_payloads(data: bytes | bytearray) -> list[memoryview]:
+    """The payloads of a ``TraceProcessorRpcStream`` cut short somewhere: every whole one, in order (a last one
+    the data holds only part of is left out)."""
+    view = memoryview(data)
+    out, pos, end = [], 0, len(data)
+    while pos < end:
+        try:
+            key, at = read_varint(data, pos)
+            length, at = read_varint(data, at)
+        except IndexError:
+            break
+        if key != 0x0A:
+            raise ValueError(f"unexpected field {key >> 3} in a trace processor reply stream")
+        if at + length > end:
+            break
+        out.append(view[at:at + length])
+        pos = at + length
+    return out
 
 
 def proto_fields(buf: bytes) -> Iterator[tuple[int, Any]]:

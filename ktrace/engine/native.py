@@ -57,13 +57,21 @@ class NativeTraceProcessor(Backend):
             return str(exc).replace("Failed while parsing trace. Error message: ", "")
         return ""
 
-    def query(self, sql: str) -> RawQueryResult:
+    def query(self, sql: str, max_bytes: int | None = None) -> RawQueryResult:
         try:
             result = self._http().execute_query(sql)
         except OSError as exc:
             raise KtraceError(f"lost the connection to {self._path}: {exc}; open the trace again") from exc
-        return RawQueryResult(columns=tuple(result.column_names), error=result.error,
-                              batches=[batch.SerializeToString() for batch in result.batch])
+        batches, size, cut = [], 0, None
+        for batch in result.batch:  # the shell's HTTP reply is read whole; what is kept is bounded still
+            data = batch.SerializeToString()
+            size += len(data)
+            if max_bytes is not None and size > max_bytes:
+                cut = max_bytes
+                break
+            batches.append(data)
+        return RawQueryResult(columns=tuple(result.column_names), error=result.error, batches=batches,
+                              cut_at_bytes=cut)
 
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
         # The shell's HTTP server takes any RPC request on /rpc and answers with the reply stream.

@@ -42,6 +42,7 @@ class QueryResult:
     _strings: np.ndarray = dataclasses.field(repr=False)
     _blobs: np.ndarray = dataclasses.field(repr=False)
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    cut_at_bytes: int | None = None  # the engine's reply was over this limit: these are its first rows only
 
     def __len__(self) -> int:
         return len(self._cells) // len(self.columns) if self.columns else 0
@@ -64,6 +65,11 @@ class QueryResult:
     def to_dicts(self) -> list[dict[str, Any]]:
         """All rows as dicts keyed by column name."""
         return [dict(zip(self.columns, row)) for row in self.rows]
+
+    def head(self, n: int) -> list[tuple[Any, ...]]:
+        """The first ``n`` rows as tuples of Python values, without building the others."""
+        n = max(0, min(n, len(self)))
+        return list(zip(*(self._object_column(j, n).tolist() for j in range(len(self.columns)))))
 
     # -- decoding one column ----------------------------------------------------------------------------
 
@@ -118,18 +124,27 @@ class QueryResult:
         self._cache[key] = out
         return out
 
-    def _object_column(self, j: int) -> np.ndarray:
+    def _object_column(self, j: int, n: int | None = None) -> np.ndarray:
         types = self._types(j)
+        if n is not None:
+            types = types[:n]
         out = np.empty(len(types), dtype=object)  # None everywhere: NULL cells stay None
         for cell_type in (_VARINT, _FLOAT64, _STRING, _BLOB):
             mask = types == cell_type
             if mask.any():
-                values = self._values(j, cell_type, mask)
+                values = self._values(j, cell_type, mask if n is None else _padded(mask, len(self)))
                 out[mask] = values.tolist() if cell_type in (_VARINT, _FLOAT64) else values
         return out
 
     def _python_values(self, j: int) -> list[Any]:
         return self._object_column(j).tolist()
+
+
+def _padded(mask: np.ndarray, rows: int) -> np.ndarray:
+    """A mask over a column's first rows, as long as the whole column (False beyond)."""
+    out = np.zeros(rows, bool)
+    out[:len(mask)] = mask
+    return out
 
 
 def _exceeds_float64(ints: np.ndarray) -> bool:
@@ -154,6 +169,9 @@ def decode(raw: RawQueryResult) -> QueryResult:
                 # Each string ends with a NUL, so the last split piece is the empty remainder.
                 strings.extend(text.split("\0")[:-1])
     all_cells = np.concatenate(cells) if cells else np.empty(0, np.uint8)
+    cut = getattr(raw, "cut_at_bytes", None)
+    if cut is not None and raw.columns:  # a cut reply keeps whole rows only
+        all_cells = all_cells[:len(all_cells) - len(all_cells) % len(raw.columns)]
     if raw.columns and len(all_cells) % len(raw.columns):
         raise ValueError(f"malformed query result: {len(all_cells)} cells for {len(raw.columns)} columns")
     string_array = np.empty(len(strings), dtype=object)
@@ -167,6 +185,7 @@ def decode(raw: RawQueryResult) -> QueryResult:
         _floats=np.concatenate(floats) if floats else np.empty(0, np.float64),
         _strings=string_array,
         _blobs=blob_array,
+        cut_at_bytes=cut,
     )
 
 

@@ -19,7 +19,24 @@ from ktrace.engine.package_registration import check_package, dependency_order, 
 from ktrace.errors import InputError, KtraceError
 from ktrace.progress import stage
 
-__all__ = ["Session", "open_trace", "ENGINES"]
+__all__ = ["Session", "open_trace", "ENGINES", "result_limit_bytes", "RESULT_LIMIT_MIB"]
+
+RESULT_LIMIT_MIB = 32  # what `ktrace query` and SQL rules read of a result at most, unless --max-result-mb says
+
+
+def result_limit_bytes() -> int:
+    """The most bytes of a query's result that ``ktrace query`` and SQL rules read: $KTRACE_MAX_RESULT_MB (set
+    by ``--max-result-mb``), else RESULT_LIMIT_MIB MiB."""
+    text = os.environ.get("KTRACE_MAX_RESULT_MB", "")
+    if not text:
+        return RESULT_LIMIT_MIB << 20
+    try:
+        mib = float(text)
+    except ValueError:
+        mib = float("nan")
+    if not 0 < mib <= 1 << 30:
+        raise InputError(f"result size limit {text!r}: give a number of MiB above 0, e.g. --max-result-mb 256")
+    return int(mib * 2**20)
 
 CHUNK_BYTES = 32 << 20
 _PACKET_TAG = 0x0A  # Trace.packet: field 1, length-delimited. Every protobuf trace starts with it.
@@ -53,18 +70,24 @@ class Session:
         """The trace's file path, or ``"<bytes>"``."""
         return self._trace_name
 
-    def query(self, sql: str) -> QueryResult:
+    def query(self, sql: str, max_bytes: int | None = None) -> QueryResult:
         """Runs PerfettoSQL (one or more statements) and returns the last statement's rows.
 
-        Raises InputError with the engine's message when the SQL is wrong.
+        ``max_bytes``: at most that many bytes of the engine's reply are read (its first whole batches of
+        rows; ``QueryResult.cut_at_bytes`` then says the result was cut); a reply whose first rows alone are
+        longer raises InputError. Raises InputError with the engine's message when the SQL is wrong.
         """
         if self._inlined_packages:
             sql = strip_includes(sql, self._inlined_packages)
         with self._lock:
             self._check_open()
-            raw = self._backend.query(sql)
+            raw = self._backend.query(sql, max_bytes) if max_bytes is not None else self._backend.query(sql)
         if raw.error:
             raise InputError(f"{self._trace_name}: query failed: {engine_error(raw.error)}")
+        if raw.cut_at_bytes is not None and not raw.batches:
+            raise InputError(f"{self._trace_name}: the query's first rows alone are over {_mib(raw.cut_at_bytes)} "
+                             "(the result size limit); select less (LIMIT, fewer columns, substr() of long "
+                             "values) or raise the limit with --max-result-mb MB")
         return decode(raw)
 
     def add_sql_package(self, name: str, modules: dict[str, str]) -> None:
@@ -312,3 +335,7 @@ def _sniff(name: str, head: bytes) -> None:
         what = f"it starts with the bytes {first[:8].hex(' ')}"
     raise InputError(f"{name}: not a Perfetto protobuf trace ({what}); ktrace reads the .perfetto-trace "
                      "files that `ktrace convert` writes")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n:,} bytes"

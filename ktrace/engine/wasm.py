@@ -20,7 +20,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
-                                   rpc_protos, split_rpc_stream)
+                                   rpc_protos, split_rpc_stream, whole_payloads)
 from ktrace._version import __version__
 from ktrace.engine import wasm_snapshot
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
@@ -63,6 +63,8 @@ class WasmTraceProcessor(Backend):
         self._wasmtime = wasmtime
         self._dead: str | None = None
         self._reply = bytearray()
+        self._reply_limit: int | None = None  # a query's max_bytes: the reply's pieces past it are not kept
+        self._reply_cut = False
         self._gave_up = False
         engine, module = load_module(wide)
         self._wasm_sha256, self._mutable_globals = module_facts(wide)
@@ -146,14 +148,14 @@ class WasmTraceProcessor(Backend):
         (reply,) = self._call(rpc)
         return reply.finalize_data_result.error if reply.HasField("finalize_data_result") else ""
 
-    def query(self, sql: str) -> RawQueryResult:
+    def query(self, sql: str, max_bytes: int | None = None) -> RawQueryResult:
         rpc = self._request(rpc_protos().TraceProcessorRpc.TPM_QUERY_STREAMING)
         rpc.msg[0].query_args.sql_query = sql
         columns: list[str] = []
         errors: list[str] = []
         batches: list[bytes] = []
         # Decoded by hand: protobuf would build a Python object per cell of a large result.
-        for payload in self._call_raw(rpc):
+        for payload in self._call_raw(rpc, max_bytes):
             for field, value in proto_fields(payload):
                 if field != _QUERY_RESULT_FIELD:
                     continue
@@ -164,7 +166,8 @@ class WasmTraceProcessor(Backend):
                         errors.append(bytes(item).decode("utf-8", "replace"))
                     elif result_field == 3:
                         batches.append(bytes(item))
-        return RawQueryResult(columns=tuple(columns), error="".join(errors), batches=batches)
+        return RawQueryResult(columns=tuple(columns), error="".join(errors), batches=batches,
+                              cut_at_bytes=max_bytes if self._reply_cut else None)
 
     def register_sql_package(self, name: str, modules: dict[str, str], replace: bool) -> str:
         (reply,) = self._call(register_sql_package_rpc(name, modules, replace))
@@ -250,6 +253,9 @@ class WasmTraceProcessor(Backend):
         if ptr == 0 and length == 0:
             self._gave_up = True  # the engine's framing error: it closes the session
             return
+        if self._reply_cut or (self._reply_limit is not None and len(self._reply) + length > self._reply_limit):
+            self._reply_cut = True  # the engine still runs the query to its end; what it sends is not kept
+            return
         self._reply += self._host.read(ptr, length)
 
     def _call(self, stream: Any) -> list[Any]:
@@ -257,13 +263,15 @@ class WasmTraceProcessor(Backend):
         parse = rpc_protos().TraceProcessorRpc.FromString
         return [parse(bytes(payload)) for payload in self._call_raw(stream)]
 
-    def _call_raw(self, stream: Any) -> list[memoryview]:
-        """Sends one request; returns the serialized TraceProcessorRpc replies, in order."""
+    def _call_raw(self, stream: Any, max_bytes: int | None = None) -> list[memoryview]:
+        """Sends one request; returns the serialized TraceProcessorRpc replies, in order. ``max_bytes``: the
+        replies kept are those of the reply's first ``max_bytes`` bytes (``_reply_cut`` then says so)."""
         if self._dead:
             raise KtraceError(f"the trace processor session cannot be used: {self._dead}; "
                               "open the trace again")
         data = stream.SerializeToString()
         self._reply = bytearray()
+        self._reply_limit, self._reply_cut = max_bytes, False
 
         def send() -> None:
             for offset in range(0, len(data), _REQUEST_BUFFER_BYTES):
@@ -285,15 +293,15 @@ class WasmTraceProcessor(Backend):
             self._dead = "a query ran past its timeout"
             raise InputError(f"the query was stopped after {timeout_s:g} s (the timeout); "
                              "simplify it, or allow longer with --timeout SECONDS")
-        replies = list(split_rpc_stream(self._reply))
-        self._reply = bytearray()
+        replies = whole_payloads(self._reply) if self._reply_cut else list(split_rpc_stream(self._reply))
+        self._reply, self._reply_limit = bytearray(), None
         for reply in replies:
             for field, value in proto_fields(reply):
                 if field == _FATAL_ERROR_FIELD:
                     self._fail(bytes(value).decode("utf-8", "replace"))
                 if field == _INVALID_REQUEST_FIELD:
                     raise UnsupportedRequest(rpc_protos().TraceProcessorRpc.TraceProcessorMethod.Name(value))
-        if self._gave_up or not replies:
+        if self._gave_up or not (replies or self._reply_cut):
             self._fail("it closed the session without a reply")
         return replies
 

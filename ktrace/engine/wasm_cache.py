@@ -55,6 +55,7 @@ _lock = threading.Lock()
 _loaded: dict[str, tuple[Any, Any]] = {}
 _facts: dict[str, tuple[str, int]] = {}  # module_facts() of each module in _loaded
 _warned: dict[str, bool] = {}
+_NOTED_ENV = "KTRACE_CACHE_FOLDER_NOTED"  # the folder whose "not using" note this run has shown
 
 
 def import_wasmtime() -> Any:
@@ -272,7 +273,10 @@ def usable_folder() -> tuple[Path | None, str]:
         return configured, ""
     fallback = Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid()}" if hasattr(os, "getuid") else None
     if fallback is not None and not ensure_private_folder(fallback):
-        if _warned.setdefault(str(configured), True):
+        # Once per run: this process says it once, and its workers (which inherit the environment) not again.
+        if str(configured) not in _warned and os.environ.get(_NOTED_ENV) != str(configured):
+            _warned[str(configured)] = True
+            os.environ[_NOTED_ENV] = str(configured)
             print(printable(f"ktrace: not using the cache folder {configured} ({problem}); using {fallback}"),
                   file=sys.stderr, flush=True)
         return fallback, ""

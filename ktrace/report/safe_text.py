@@ -19,6 +19,11 @@ __all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text"
 from ..terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
 
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|file):|\bwww\.")
+# What a spreadsheet reads as a formula when a cell starts with it (and tab / carriage return, which some
+# strip before looking); a plain number such as -1.5 or +3e4 stays a number.
+_FORMULA_START = frozenset("=+-@\t\r")
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 # What XML 1.0 cannot hold at all, even escaped.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -31,8 +36,10 @@ def md_cell(text: object) -> str:
 
 def md_text(text: object) -> str:
     """Text inside a Markdown line (a heading, a bullet, a sentence): printable (a line break is shown as
-    ``\\x0a``, never starting a ``##`` heading), no live HTML, no image (``![``)."""
-    return _TAG_START.sub("&lt;", printable(text)).replace("![", "!\\[")
+    ``\\x0a``, never starting a ``##`` heading), no live HTML, no image or link (``[`` and ``]`` escaped), no
+    autolinked address (``https://`` and ``www.`` written with an entity the autolinker does not match)."""
+    t = _TAG_START.sub("&lt;", printable(text)).replace("[", "\\[").replace("]", "\\]")
+    return _AUTOLINK.sub(lambda m: m.group()[:-1] + ("&#58;" if m.group().endswith(":") else "&#46;"), t)
 
 
 def md_code(text: object) -> str:
@@ -46,9 +53,16 @@ def md_code(text: object) -> str:
 
 
 def csv_cell(value: object) -> object:
-    """A CSV cell for a terminal: a string keeps its line breaks and tabs (the csv module quotes them), its
-    other control characters shown escaped; anything else as it is."""
-    return printable(value, keep_newlines=True) if isinstance(value, str) else value
+    """A CSV cell for a terminal and a spreadsheet: a string keeps its line breaks and tabs (the csv module
+    quotes them), its other control characters shown escaped, and one that starts with ``=``, ``+``, ``-``,
+    ``@`` (a formula to a spreadsheet) gets a leading ``'`` unless it is a plain number (``-1.5``); anything
+    else as it is."""
+    if not isinstance(value, str):
+        return value
+    text = printable(value, keep_newlines=True)
+    if text[:1] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
 
 
 def json_text(text: str) -> str:
