@@ -10,7 +10,8 @@ import pytest
 
 from ktrace.analysis.catalog import Capture, Timing
 from ktrace.analysis.compare import diff
-from ktrace.analysis.noise import ALPHA, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
+from ktrace.analysis.noise import (ALPHA, FAMILIES as FIGURE_FAMILIES, MIN_TICKS, MODEL_PATH, SESSION_NOISE, Bound, NoiseModel, assumed,
+                                  noise_margin, noise_model, reps_test, runs_needed, runs_test, t_test)
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 
@@ -230,3 +231,43 @@ def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
     own = diff([_timed(base[0], 20.0, 19.0), _timed(base[1], 20.1, 19.1)],
                [_timed(base[0], 20.2, 21.0), _timed(base[1], 20.3, 21.1)])
     assert own.kernel_change("control_us").test == "runs" and own.verdict == "worse"
+
+
+# -- the measured noise model (noise_model.json, scripts/build_noise_model.py) -------------------------------
+
+def _build_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_noise_model", SAMPLES.parent / "scripts" / "build_noise_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_shipped_model_covers_every_family_and_names_its_sources():
+    m = noise_model()
+    assert m.runs >= 60 and m.kernels >= 15
+    for fam in set(FIGURE_FAMILIES.values()) | {"kernel_wall"}:
+        b = m.bound(fam)
+        assert b is not None and b.seen > 0 and 0 < b.relative <= 1 and b.ticks >= MIN_TICKS, fam
+    assert {s[0] for s in m.sets} >= {"fi_mla_decode", "imbalance", "cluster", "ab_noop"}
+    # the sets' runs are files of samples/
+    assert all((SAMPLES / r).exists() for s in m.sets for r in s[1:])
+
+
+def test_noise_margin_is_the_smallest_bound():
+    m = NoiseModel({"wall": Bound(0.5, 10.0, 0.1, 1)}, 2, 1)
+    assert noise_margin("wall", 1000.0, 32.0, model=m) == pytest.approx(320.0)  # 10 ticks < 50% of 1000 ns
+    assert noise_margin("wall", 100.0, 32.0, model=m) == pytest.approx(50.0)  # 50% of 100 ns < 10 ticks
+    # the kernel time it stands for: 8 instances of a 1000 ns mean against a 20 µs wall: 10% = 2 µs = 250 ns each
+    assert noise_margin("wall", 10000.0, 320.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(250.0)
+    assert noise_margin("nothing", 1.0, 32.0, model=m) is None
+    wider = m.refine([("wall", 0.8, 4.0, 0.05, "x.wall_us", "mine")])
+    assert wider.bound("wall") == Bound(0.8, 10.0, 0.1, 2, "mine: x.wall_us") and wider.refined == 1
+
+
+@pytest.mark.slow
+def test_the_shipped_model_is_what_the_script_builds(tmp_path):
+    out = tmp_path / "model.json"
+    assert _build_script().main(["-o", str(out)]) == 0
+    assert out.read_bytes() == MODEL_PATH.read_bytes()
