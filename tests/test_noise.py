@@ -88,10 +88,15 @@ def test_the_real_fix_is_judged_by_the_control():
     assert c.figure == "control_us" and c.verdict == "better" and c.test == "reps" and c.p_value < ALPHA
     assert d.verdict == "better" and d.headline.startswith("better: unprofiled control -53.")
     assert "beside it: profiled wall -53." in d.headline and "probes' cost" in d.headline
-    # one run per side: the timeline's figures are shown, not judged
-    imb = d.phase("compute").change("imbalance")
-    assert imb.verdict == "not judged" and imb.after < 1.2 and not imb.significant
-    assert "not judged: one run per side" in d.headline and "runs per side would settle" in d.headline
+    # one run per side: the timeline's figures are judged against the largest same-input change seen
+    c = d.phase("compute")
+    imb = c.change("imbalance")
+    assert imb.verdict == "better" and imb.test == "model" and imb.after < 1.2 and imb.significant
+    for fig in ("wall_us", "wait_after_us", "critical_us"):
+        assert c.change(fig).verdict == "better" and c.change(fig).test == "model", fig
+    assert d.phase("reduce").change("wait_before_us").verdict == "better"
+    assert {x.verdict for x in d.phase("load").changes} <= {"same", "moved"}  # untouched: no change
+    assert d.unjudged == () and "runs per side would settle" not in d.headline
 
 
 def _timed(cap: Capture, profiled: float, control: float, reps: int = 30, spread: float = 1.0) -> Capture:
@@ -104,25 +109,28 @@ def test_the_control_decides_and_the_profiled_wall_is_beside_it():
     d = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 19.1))  # the control: +0.5%, within the noise
     assert d.verdict == "no change" and d.headline.startswith("no change: unprofiled control +0.5%")
     assert "beside it: profiled wall +" in d.headline and "probes' cost +4.5%" in d.headline
-    assert d.kernel_change("wall_us").verdict == "not judged"
+    assert d.kernel_change("wall_us").test == "model"  # beside the verdict, not the verdict
     worse = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 20.5))
     assert worse.verdict == "worse" and worse.headline.startswith("WORSE: unprofiled control +7.9%")
     untested = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 20.5, reps=0))  # no reps in the sidecar
-    assert untested.verdict == "not judged" and untested.headline.startswith("not judged: one run per side")
+    # +7.9%: beyond the largest change between sessions of the same inputs (1.4%)
+    assert untested.verdict == "worse" and untested.verdict_change.test == "model"
     assert any("without their repetitions" in n for n in untested.notes)
+    small = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 19.2, reps=0))  # +1.05%: within it
+    assert small.verdict == "no change" and small.verdict_change.test == "model"
 
 
-def test_one_run_per_side_is_not_judged_whatever_its_instances_say():
+def test_one_run_per_side_is_judged_by_the_model_whatever_its_instances_say():
     before = numpy_capture([960, 1920, 320] * 4, EV)
     after = numpy_capture([960, 2880, 320] * 4, EV)
     d = diff(before, after)
     c = d.phase("compute").change("wall_us")
-    assert c.delta == pytest.approx(0.96) and c.verdict == "not judged" and not c.significant and c.test == "none"
-    assert d.significant == () and d.verdict == "not judged"
-    assert d.headline.startswith("not judged: one run per side: kernel wall +")
-    assert "ktrace run --repeat 3" in d.headline or "--assume-noise" in d.headline
-    md = diff_markdown(d)
-    assert "not judged" in md and "**WORSE**" not in md and "**better**" not in md
+    # +50%: within the largest change of a phase wall seen between same-input runs (58%), whatever the
+    # instances (all alike here) say
+    assert c.delta == pytest.approx(0.96) and c.test == "model" and c.verdict == "same" and not c.significant
+    m = noise_model().bound("wall")
+    assert c.noise == pytest.approx(m.relative * 2.88, rel=1e-6)
+    assert d.unjudged == ()
     # the user's assumption judges it
     a = diff(before, after, assume_noise_pct=5)
     assert a.phase("compute").change("wall_us").verdict == "worse" and a.verdict == "worse"
@@ -160,7 +168,7 @@ def test_a_figure_and_its_total_share_a_verdict():
     assert c.change("total_wall_us").test == "tied"
     assert c.change("critical_share").significant == c.change("critical_us").significant
     one = diff(runs[0], slower[0])
-    assert one.phase("compute").change("total_wall_us").verdict == "not judged"
+    assert one.phase("compute").change("total_wall_us").verdict == one.phase("compute").change("wall_us").verdict
 
 
 def test_cost_rising_on_the_critical_path_is_named():
@@ -188,8 +196,10 @@ def test_several_runs_per_side_are_tested_across_runs():
     imb = d.phase("compute").change("imbalance")
     assert imb.verdict == "better" and imb.test == "runs" and imb.p_value < ALPHA
     assert d.phase("load").change("wall_us").verdict == "same"
-    two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs
-    assert two.verdict == "not judged" and any("too few for a test across runs" in n for n in two.notes)
+    two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs; the model judges
+    assert two.verdict == "better" and two.verdict_change.test == "model"
+    assert any("too few for a test across runs" in n for n in two.notes) and "of yours" in two.model
+    assert two.phase("compute").change("imbalance").verdict == "better"
 
 
 @pytest.mark.slow
@@ -271,3 +281,21 @@ def test_the_shipped_model_is_what_the_script_builds(tmp_path):
     out = tmp_path / "model.json"
     assert _build_script().main(["-o", str(out)]) == 0
     assert out.read_bytes() == MODEL_PATH.read_bytes()
+
+
+def _same_input_sets():
+    return list(_build_script().same_input_sets(SAMPLES).items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,runs", _same_input_sets(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_same_input_pair_reads_no_change_on_every_figure(name, runs):
+    """One run per side, judged by the model: every pair of runs of the same inputs in samples/, both ways."""
+    import itertools
+
+    caps = [load_capture(p) for p in runs]
+    for i, j in itertools.permutations(range(len(caps)), 2):
+        d = diff(caps[i], caps[j])
+        assert d.verdict == "no change" and d.significant == () and d.unjudged == (), (i, j, d.headline)
+        assert all(c.verdict in ("same", "moved", "undefined") for p in d.phases for c in p.changes)
+        assert d.cost_shift is None and not d.findings_new and not d.findings_resolved

@@ -30,6 +30,7 @@ class Change:
     test: str = "spread"
     p_value: float | None = None
     reps: tuple | None = None
+    basis: str = ""  # test 'model': the same-input bound it was measured against, in words
 
     @property
     def delta(self) -> float | None:
@@ -135,6 +136,7 @@ class Diff:
     # of the unprofiled builds timed against each other, which the kernel verdict then rests on, and its path
     paired: object = None
     paired_record: str = ""
+    model: str = ""  # one run per side judged by the noise model: what it was measured on ('64 same-input runs ...')
 
     @property
     def significant(self) -> tuple[str, ...]:
@@ -156,7 +158,7 @@ class Diff:
     def judged(self) -> bool:
         """Whether the timeline's figures had an estimate of run-to-run noise: runs, or an assumed noise."""
         nb, na = self.runs
-        return min(nb, na) >= 2 or max(nb, na) >= 3 or self.assumed_noise is not None
+        return min(nb, na) >= 2 or max(nb, na) >= 3 or self.assumed_noise is not None or bool(self.model)
 
     @property
     def why_unjudged(self) -> str:
@@ -194,6 +196,9 @@ class Diff:
             return f"t-test across {nb}+{na} runs, {p}"
         if c.test == "assumed":
             return f"assumed noise {self.assumed_noise:.1%}"
+        if c.test == "model":
+            where = "beyond" if c.significant else "within"
+            return f"{where} the largest change seen between same-input runs ({self.model}): {c.basis}"
         return f"not judged: {self.why_unjudged}"
 
     def settle(self) -> str:

@@ -210,7 +210,10 @@ def _up(x: float) -> float:
     if not x or not math.isfinite(x):
         return float(x)
     e = math.floor(math.log10(abs(x))) - 3
-    return float(f"{math.ceil(round(x / 10.0 ** e, 9))}e{e}")
+    m = math.ceil(x / 10.0 ** e)
+    while float(f"{m}e{e}") < x:
+        m += 1
+    return float(f"{m}e{e}")
 
 
 @dataclass(frozen=True)
@@ -246,10 +249,10 @@ class NoiseModel:
     def bound(self, family: str | None) -> Bound | None:
         return self.families.get(family) if family else None
 
-    def refine(self, obs: list[tuple]) -> "NoiseModel":
-        """The model widened by the user's own same-input observations (``observations``): a family's bound is
-        the larger of the shipped one and theirs."""
-        if not obs:
+    def refine(self, obs: list[tuple], runs: int = 0) -> "NoiseModel":
+        """The model widened by the user's own same-input observations (``observations`` of ``runs`` runs): a
+        family's bound is the larger of the shipped one and theirs."""
+        if not obs and not runs:
             return self
         mine = fit(obs)
         fams = dict(self.families)
@@ -261,7 +264,7 @@ class NoiseModel:
                 fams[name] = Bound(max(old.relative, b.relative), max(old.ticks, b.ticks),
                                    max(old.wall_share, b.wall_share), old.seen + b.seen,
                                    b.worst if b.relative > old.relative else old.worst)
-        return replace(self, families=fams, refined=self.refined + len({o[5] for o in obs}))
+        return replace(self, families=fams, refined=self.refined + (runs or len({o[5] for o in obs})))
 
     def describe(self) -> str:
         """'64 same-input runs of 15 kernels' (+ 'and N of yours')."""
