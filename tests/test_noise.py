@@ -95,7 +95,7 @@ def test_the_real_fix_is_judged_by_the_control():
     for fig in ("wall_us", "wait_after_us", "critical_us"):
         assert c.change(fig).verdict == "better" and c.change(fig).test == "model", fig
     assert d.phase("reduce").change("wait_before_us").verdict == "better"
-    assert {x.verdict for x in d.phase("load").changes} <= {"same", "moved"}  # untouched: no change
+    assert {x.detail for x in d.phase("load").changes} <= {"same", "moved", "info"}  # untouched: no change
     assert d.unjudged == () and "runs per side would settle" not in d.headline
 
 
@@ -111,7 +111,7 @@ def test_the_control_decides_and_the_profiled_wall_is_beside_it():
     assert "beside it: profiled wall +" in d.headline and "probes' cost +4.5%" in d.headline
     assert d.kernel_change("wall_us").test == "model"  # beside the verdict, not the verdict
     worse = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 20.5))
-    assert worse.verdict == "worse" and worse.headline.startswith("WORSE: unprofiled control +7.9%")
+    assert worse.verdict == "worse" and worse.headline.startswith("worse: unprofiled control +7.9%")
     untested = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 20.5, reps=0))  # no reps in the sidecar
     # +7.9%: beyond the largest change between sessions of the same inputs (1.4%)
     assert untested.verdict == "worse" and untested.verdict_change.test == "model"
@@ -127,22 +127,22 @@ def test_one_run_per_side_is_judged_by_the_model_whatever_its_instances_say():
     c = d.phase("compute").change("wall_us")
     # +50%: within the largest change of a phase wall seen between same-input runs (58%), whatever the
     # instances (all alike here) say
-    assert c.delta == pytest.approx(0.96) and c.test == "model" and c.verdict == "same" and not c.significant
+    assert c.delta == pytest.approx(0.96) and c.test == "model" and c.verdict == "no change" and not c.significant
     m = noise_model().bound("wall")
     assert c.noise == pytest.approx(m.relative * 2.88, rel=1e-6)
     assert d.unjudged == ()
     # the user's assumption judges it
     a = diff(before, after, assume_noise_pct=5)
     assert a.phase("compute").change("wall_us").verdict == "worse" and a.verdict == "worse"
-    assert a.headline.startswith("WORSE: kernel wall") and "assumed noise 5.0%" in a.headline
-    assert diff(before, after, assume_noise_pct=90).phase("compute").change("wall_us").verdict == "same"
+    assert a.headline.startswith("worse: kernel wall") and "assumed noise 5.0%" in a.headline
+    assert diff(before, after, assume_noise_pct=90).phase("compute").change("wall_us").verdict == "no change"
 
 
 def test_a_change_under_the_floors_is_no_change_even_unjudged():
     base = [960, 1920, 320] * 4
     d = diff(numpy_capture(base, EV), numpy_capture(base, EV))
     assert d.verdict == "no change" and d.significant == ()
-    assert {c.verdict for p in d.phases for c in p.changes} == {"same"}
+    assert {c.verdict for p in d.phases for c in p.changes} == {"no change"}
 
 
 def test_the_last_finisher_is_information_never_a_change():
@@ -154,7 +154,7 @@ def test_the_last_finisher_is_information_never_a_change():
     for runs in ((kernel(0, 960),), (kernel(0, 960), kernel(0, 960))):
         d = diff(list(runs), [kernel(1, 960), kernel(1, 960)])  # a clear straggler that moved to another block
         c = d.phase("compute").change("last_block")
-        assert (c.before, c.after) == (0, 1) and c.verdict == "moved" and not c.significant
+        assert (c.before, c.after) == (0, 1) and c.detail == "moved" and not c.significant
         assert not any(s.startswith("compute.last_block") or "distinct_last" in s for s in d.significant)
 
 
@@ -195,7 +195,7 @@ def test_several_runs_per_side_are_tested_across_runs():
     assert d.verdict == "better" and d.verdict_change.test == "runs"
     imb = d.phase("compute").change("imbalance")
     assert imb.verdict == "better" and imb.test == "runs" and imb.p_value < ALPHA
-    assert d.phase("load").change("wall_us").verdict == "same"
+    assert d.phase("load").change("wall_us").verdict == "no change"
     two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs; the model judges
     assert two.verdict == "better" and two.verdict_change.test == "model"
     assert any("too few for a test across runs" in n for n in two.notes) and "of yours" in two.model
@@ -236,7 +236,7 @@ def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
     shared = diff([_timed(c, 20.0, 19.0) for c in base], [_timed(c, 20.2, 19.2) for c in base])
     c = shared.kernel_change("control_us")
     # not two runs of zero spread (any change "significant"): one session per side, judged by its reps
-    assert c.test == "reps" and c.verdict == "same"  # +1.1%: within the 2% sessions may differ by
+    assert c.test == "reps" and c.verdict == "no change"  # +1.1%: within the 2% sessions may differ by
     assert shared.phase("compute").change("wall_us").test == "runs"  # the timelines are runs all the same
     own = diff([_timed(base[0], 20.0, 19.0), _timed(base[1], 20.1, 19.1)],
                [_timed(base[0], 20.2, 21.0), _timed(base[1], 20.3, 21.1)])
@@ -297,5 +297,25 @@ def test_every_same_input_pair_reads_no_change_on_every_figure(name, runs):
     for i, j in itertools.permutations(range(len(caps)), 2):
         d = diff(caps[i], caps[j])
         assert d.verdict == "no change" and d.significant == () and d.unjudged == (), (i, j, d.headline)
-        assert all(c.verdict in ("same", "moved", "undefined") for p in d.phases for c in p.changes)
+        assert d.headline.startswith("no change: ") and "p<" not in d.headline and "p=" not in d.headline
+        assert all(c.detail in ("same", "info", "moved", "undefined") for p in d.phases for c in p.changes)
         assert d.cost_shift is None and not d.findings_new and not d.findings_resolved
+
+
+def test_the_first_line_of_every_diff_starts_with_one_of_four_words():
+    from ktrace.analysis.diff_result import VERDICTS
+
+    base = numpy_capture([960, 1920, 320] * 4, EV)
+    slower = numpy_capture([960, 5760, 320] * 4, EV)
+    cases = [diff(base, base), diff(base, slower), diff(slower, base), diff(base, slower, assume_noise_pct=1),
+             diff(_timed(base, 20.0, 19.0), _timed(slower, 21.0, 19.1)),
+             diff(_timed(base, 20.0, 19.0, reps=0), _timed(slower, 21.0, 25.0, reps=0)),
+             diff([base, base], [slower, slower]), diff(base, numpy_capture([960, 1920] * 4, [0, 1] * 4))]
+    words = set()
+    for d in cases:
+        first = d.headline.split(": ", 1)[0]
+        assert first in VERDICTS, d.headline
+        assert diff_markdown(d).startswith(f"### ktrace diff: {first}: ")
+        assert str(diff_text(d)[0]).startswith(f"{first}: ") and json.loads(d.to_json())["verdict"]["verdict"] == first
+        words.add(first)
+    assert words >= {"better", "worse", "no change"}
