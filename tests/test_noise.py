@@ -4,6 +4,7 @@ reads as the fix, the last finisher is information, several runs per side are te
 outputs say what was not judged."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -297,7 +298,9 @@ def test_every_same_input_pair_reads_no_change_on_every_figure(name, runs):
     for i, j in itertools.permutations(range(len(caps)), 2):
         d = diff(caps[i], caps[j])
         assert d.verdict == "no change" and d.significant == () and d.unjudged == (), (i, j, d.headline)
-        assert d.headline.startswith("no change: ") and "p<" not in d.headline and "p=" not in d.headline
+        # no p-value beside words it contradicts: none under ALPHA beside 'no change'
+        assert d.headline.startswith("no change: ") and "p<" not in d.headline
+        assert all(float(p) >= ALPHA for p in re.findall(r"p=([0-9.]+)", d.headline)), d.headline
         assert all(c.detail in ("same", "info", "moved", "undefined") for p in d.phases for c in p.changes)
         assert d.cost_shift is None and not d.findings_new and not d.findings_resolved
 

@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = ["MIN_TICKS", "MIN_IMPACT", "ALPHA", "SESSION_NOISE", "MAX_RUNS", "Judgement", "t_test", "runs_test",
            "reps_test", "assumed", "not_judged", "runs_needed", "SD_PER_P10_P90", "FAMILIES", "KERNEL_FAMILIES",
-           "Bound", "NoiseModel", "noise_model", "noise_margin", "family_of", "observations", "fit", "modelled",
+           "Bound", "NoiseModel", "noise_model", "noise_margin", "family_of", "observations", "fit", "modelled", "margin_for",
            "MODEL_SCHEMA", "MODEL_PATH"]
 
 MIN_TICKS = 2
@@ -331,19 +331,31 @@ def _scales(figure: str, kernel: bool, ctx: dict) -> tuple[float, float]:
     return 1.0, (ctx["n"] if figure in PER_INSTANCE else 1.0)
 
 
+def margin_for(figure: str, before: float, after: float, ctx: dict, *, kernel: bool = False,
+               model: NoiseModel | None = None) -> tuple[float, str] | None:
+    """The model's margin for a change of ``figure`` from ``before`` to ``after`` (the smallest of its family's
+    bounds, on the larger of the two values) and its words ('34.4% of the figure'); None: not modelled.
+    ctx: 'tick_us', 'wall_us', 'n' (instances), 'mean_dur_us'."""
+    model = model or noise_model()
+    b = model.bound(family_of(figure, kernel))
+    unit, per = _scales(figure, kernel, ctx)
+    if b is None or not unit:
+        return None
+    value = max(abs(before), abs(after))
+    bounds = _bounds(b, value, ctx["tick_us"] * 1e3, unit * 1e3, per * 1e3, None if kernel else ctx["wall_us"] * 1e3)
+    return min(bounds, key=lambda x: x[0])
+
+
 def modelled(figure: str, before: float, after: float, floors: list[float], ctx: dict, *, kernel: bool = False,
              model: NoiseModel | None = None) -> Judgement:
     """One run per side judged by the model: significant when the change clears the floors and is beyond the
     largest same-input change of its family (``noise_margin``); ``basis`` names the bound in words.
     ctx: 'tick_us', 'wall_us', 'n', 'mean_dur_us'. Not modelled: not judged."""
-    model = model or noise_model()
-    b = model.bound(family_of(figure, kernel))
-    unit, per = _scales(figure, kernel, ctx)
-    if b is None or not unit:
+    m = margin_for(figure, before, after, ctx, kernel=kernel, model=model)
+    if m is None:
         return not_judged(after - before, floors)
-    delta, value = abs(after - before), max(abs(before), abs(after))
-    bounds = _bounds(b, value, ctx["tick_us"] * 1e3, unit * 1e3, per * 1e3, None if kernel else ctx["wall_us"] * 1e3)
-    margin, words = min(bounds, key=lambda x: x[0])
+    margin, words = m
+    delta = abs(after - before)
     floor = max(floors, default=0.0)
     significant = delta > 0 and delta >= floor and delta > margin
     return Judgement(significant, max(margin, floor), "model", None, words)
@@ -380,7 +392,8 @@ def observations(captures, label: str = "") -> list[tuple]:
                 continue
             d, v = abs(a - b), max(abs(a), abs(b))
             if v and d >= MIN_IMPACT * v and (fig != "wall_us" or d >= MIN_TICKS * tick):
-                out.append((fam, d / v, d / tick if fig != "overhead_ratio" else 0.0, d / v, f"kernel.{fig}", label))
+                # the timings are CUDA-event medians, not timeline ticks: no tick bound for them
+                out.append((fam, d / v, d / tick if fig == "wall_us" else 0.0, d / v, f"kernel.{fig}", label))
         for ph in r1[4]:
             p1, p2 = r1[4][ph], r2[4].get(ph)
             if p2 is None:
