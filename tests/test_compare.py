@@ -169,8 +169,9 @@ def test_kernel_wall_findings_and_notes(d, judged):
     assert w.before == pytest.approx(602.208) and w.after == pytest.approx(267.008) and w.verdict == "better"
     # one cause, one finding: block 17's imbalance is listed in its straggler finding
     assert "stable_straggler: compute" in judged.findings_resolved
-    # one run per side, judged by the model: the straggler's evidence fell beyond the noise
-    assert "stable_straggler: compute" in d.findings_resolved and not d.findings_gone
+    # one run per side, judged by the model: the wait after compute fell beyond the noise; the straggler's
+    # lead over the next lane (a skew: up to 100% between same-input runs of FlashInfer's kernels) did not
+    assert "large_wait: compute" in d.findings_resolved and not d.findings_gone
     assert any("only the before capture" in n for n in d.notes)  # the synthetic after has no timings
     assert all(c.figure not in ("control_us", "profiled_us") for c in d.kernel)
 
@@ -367,7 +368,7 @@ def test_the_real_before_after_pair(after):
     assert c.change("last_block").after != 17 or c.change("last_block_stability").after < 1.0
     assert d.cost_shift is None and d.cost_message.startswith("no cost moved to other phases: compute fell")
     assert "large_wait: load" not in d.findings_new  # the same wait, a larger share of a shorter kernel
-    assert not d.findings_new and "stable_straggler: compute" in d.findings_resolved  # its imbalance is in it
+    assert not d.findings_new and "large_wait: compute" in d.findings_resolved
 
 
 # -- cost that moved -------------------------------------------------------------------------------------

@@ -266,12 +266,14 @@ def test_the_shipped_model_covers_every_family_and_names_its_sources():
     assert all((SAMPLES / r).exists() for s in m.sets for r in s[1:])
 
 
-def test_noise_margin_is_the_smallest_bound():
+def test_noise_margin_is_the_relative_or_the_kernel_time_bound():
     m = NoiseModel({"wall": Bound(0.5, 10.0, 0.1, 1)}, 2, 1)
-    assert noise_margin("wall", 1000.0, 32.0, model=m) == pytest.approx(320.0)  # 10 ticks < 50% of 1000 ns
-    assert noise_margin("wall", 100.0, 32.0, model=m) == pytest.approx(50.0)  # 50% of 100 ns < 10 ticks
-    # the kernel time it stands for: 8 instances of a 1000 ns mean against a 20 µs wall: 10% = 2 µs = 250 ns each
-    assert noise_margin("wall", 10000.0, 320.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(250.0)
+    assert noise_margin("wall", 1000.0, 32.0, model=m) == pytest.approx(500.0)  # no wall: 50% of the value
+    # the kernel time it stands for: 8 instances against a 20 µs wall: 10% = 2 µs = 250 ns each, under 50%
+    assert noise_margin("wall", 1000.0, 1.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(250.0)
+    # ... but never under 10 ticks (320 ns): on a short kernel a share is a few ticks
+    assert noise_margin("wall", 1000.0, 32.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(320.0)
+    assert noise_margin("wall", 100.0, 32.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(50.0)
     assert noise_margin("nothing", 1.0, 32.0, model=m) is None
     wider = m.refine([("wall", 0.8, 4.0, 0.05, "x.wall_us", "mine")])
     assert wider.bound("wall") == Bound(0.8, 10.0, 0.1, 2, "mine: x.wall_us") and wider.refined == 1

@@ -158,7 +158,8 @@ def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tup
         if name in out and to in out and not (name == "total_wall_us" and nb != na):
             t = out[to]
             defined = None not in (out[name].before, out[name].after)
-            out[name] = replace(out[name], decided=t.decided if defined else None,
+            # a total or a share gets its figure's verdict, and its figure's better direction with it
+            out[name] = replace(out[name], decided=t.decided if defined else None, lower_is_better=t.lower_is_better,
                                 test=t.test if t.test in ("none", "floor") else "tied", p_value=t.p_value)
     for f in _LAST:  # which block is last is information: reported, never a significant change
         if f in out:

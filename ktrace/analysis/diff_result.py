@@ -259,6 +259,8 @@ class Diff:
             return "under 2 timer ticks and 1% of the kernel wall"
         if c.test == "exact":
             return "counted"
+        if c.test == "tied":
+            return "follows its figure (a total its mean, a share its time on the critical path)"
         if c.test == "info":
             return "information: which block finishes last is never a change"
         if c.before is None or c.after is None:

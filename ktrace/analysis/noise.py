@@ -18,7 +18,8 @@ does not bound what a second run does. What is one:
    critical-path time, ...) has three bounds: relative to the figure's value, in timer ticks, and in the
    kernel time it stands for as a share of the kernel wall. Every same-input change that cleared the floors
    stayed within all three, so a change beyond any one of them was never seen between runs of the same
-   inputs: ``noise_margin`` is the smallest of the three.
+   inputs: ``noise_margin`` is the relative bound or, where smaller, the kernel-time bound (the wall share,
+   never under the tick bound).
 
 Without any of them a timing change is *not judged* (``test: "none"``), unless it is under the floors
 (``test: "floor"``, not significant). Every judged change must also exceed the floors: ``MIN_TICKS`` (2) timer ticks and, in the kernel time it stands for, ``MIN_IMPACT`` (1%)
@@ -294,32 +295,35 @@ def noise_model() -> NoiseModel:
     return NoiseModel.from_dict(json.loads(MODEL_PATH.read_text(encoding="utf-8")))
 
 
-def _bounds(b: Bound, value: float, tick_ns: float, unit_ns: float, per_ns: float | None,
-            wall_ns: float | None) -> list[tuple[float, str]]:
-    """A family's bounds for one figure, in its unit, each with its words."""
-    out = [(b.relative * abs(value), f"{b.relative:.1%} of the figure")]
-    if tick_ns and unit_ns and b.ticks:
-        out.append((b.ticks * tick_ns / unit_ns, f"{b.ticks:,.0f} timer ticks"))
+def _margin(b: Bound, value: float, tick_ns: float, unit_ns: float, per_ns: float | None,
+            wall_ns: float | None) -> tuple[float, str]:
+    """A family's margin for one figure, in its unit, and its words: the relative bound, or, where smaller, the
+    kernel time bound (the wall share, never under the tick bound: on a short kernel a few ticks are most of
+    what a share allows). Every same-input change stayed within each bound, so within this too."""
+    rel = (b.relative * abs(value), f"{b.relative:.1%} of the figure")
+    kernel = []
     if wall_ns and per_ns and b.wall_share:
-        out.append((b.wall_share * wall_ns / per_ns, f"{b.wall_share:.1%} of the kernel wall"))
-    return out
+        kernel.append((b.wall_share * wall_ns / per_ns, f"{b.wall_share:.1%} of the kernel wall"))
+        if tick_ns and unit_ns and b.ticks:
+            kernel.append((b.ticks * tick_ns / unit_ns, f"{b.ticks:,.0f} timer ticks"))
+    return min([rel, max(kernel, key=lambda x: x[0])] if kernel else [rel], key=lambda x: x[0])
 
 
 def noise_margin(family: str, value: float, tick_ns: float, *, unit_ns: float = 1.0,
                  kernel_ns_per_unit: float | None = None, wall_ns: float | None = None,
                  model: NoiseModel | None = None) -> float | None:
-    """How far a figure of ``family`` with ``value`` moves between runs of the same inputs, at most: the
-    smallest of its bounds (relative x |value|, ticks x ``tick_ns``, wall share x ``wall_ns``), in the
-    figure's own unit. ``unit_ns``: ns per unit of the figure (1 for ns, 1000 for µs, the mean slice for a
-    ratio); ``kernel_ns_per_unit``: kernel time one unit stands for (default ``unit_ns``; x instances for a
-    per-instance mean); ``wall_ns``: the kernel wall (without it, no wall-share bound). None: the family is
-    not modelled. A change beyond it was never seen between same-input runs (above the floors: 2 ticks,
-    1% of the kernel wall)."""
+    """How far a figure of ``family`` with ``value`` moves between runs of the same inputs, at most, in the
+    figure's own unit: the smaller of its relative bound (x |value|) and its kernel-time bound (wall share x
+    ``wall_ns``, never under ticks x ``tick_ns``). ``unit_ns``: ns per unit of the figure (1 for ns, 1000 for
+    µs, the mean slice for a ratio); ``kernel_ns_per_unit``: kernel time one unit stands for (default
+    ``unit_ns``; x instances for a per-instance mean); ``wall_ns``: the kernel wall (without it, the relative
+    bound alone). None: the family is not modelled. A change beyond it was never seen between same-input runs
+    (above the floors: 2 ticks, 1% of the kernel wall)."""
     b = (model or noise_model()).bound(family)
     if b is None:
         return None
     per = kernel_ns_per_unit if kernel_ns_per_unit is not None else unit_ns
-    return min(m for m, _ in _bounds(b, value, tick_ns, unit_ns, per, wall_ns))
+    return _margin(b, value, tick_ns, unit_ns, per, wall_ns)[0]
 
 
 def _scales(figure: str, kernel: bool, ctx: dict) -> tuple[float, float]:
@@ -342,8 +346,7 @@ def margin_for(figure: str, before: float, after: float, ctx: dict, *, kernel: b
     if b is None or not unit:
         return None
     value = max(abs(before), abs(after))
-    bounds = _bounds(b, value, ctx["tick_us"] * 1e3, unit * 1e3, per * 1e3, None if kernel else ctx["wall_us"] * 1e3)
-    return min(bounds, key=lambda x: x[0])
+    return _margin(b, value, ctx["tick_us"] * 1e3, unit * 1e3, per * 1e3, None if kernel else ctx["wall_us"] * 1e3)
 
 
 def modelled(figure: str, before: float, after: float, floors: list[float], ctx: dict, *, kernel: bool = False,
