@@ -251,10 +251,10 @@ class Diff:
                 return f"across {nb}+{na} runs, under the floors: 2 timer ticks, 1% of the kernel wall"
             return f"t-test across {nb}+{na} runs, {p}"
         if c.test == "assumed":
-            return f"{'beyond' if c.significant else 'within'} the assumed noise {self.assumed_noise:.1%} (--assume-noise)"
+            return f"{'beyond' if c.significant else 'within'} the assumed noise {self.assumed_noise:.1%}, --assume-noise"
         if c.test == "model":
             where = "beyond" if c.significant else "within"
-            return f"{where} the largest change seen between same-input runs ({self.model}): {c.basis}"
+            return f"{where} the largest change seen between {self.model}: {c.basis}"
         if c.test == "floor":
             return "under 2 timer ticks and 1% of the kernel wall"
         if c.test == "exact":

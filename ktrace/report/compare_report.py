@@ -138,7 +138,7 @@ def _judged_by(d: Diff) -> str:
     if d.assumed_noise is not None:
         return f"judged by the assumed noise {d.assumed_noise:.1%}"
     if d.model:
-        return f"judged against the largest change seen between same-input runs ({d.model})"
+        return f"judged against the largest change seen between {d.model}"
     return "not judged"
 
 
