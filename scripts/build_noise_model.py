@@ -9,7 +9,7 @@ ktrace kernels' NAME_ktrace with NAME_run2/_run3_ktrace beside them or NAME_runK
 and the A/B session's no-op pair (samples/ab/noop_before, noop_after). Every pair of runs within a set is
 compared; per figure family, the largest change that cleared the floors (2 timer ticks, 1% of the kernel
 wall) is the bound, relative to the figure's value, in ticks and as a share of the kernel wall
-(ktrace/analysis/noise.py). The output depends on the samples alone: a rebuild is byte-identical.
+(ktrace/analysis/noise_model.py). The output depends on the samples alone: a rebuild is byte-identical.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ktrace.analysis.noise import MODEL_PATH, NoiseModel, fit, observations  # noqa: E402
+from ktrace.analysis.noise_model import MODEL_PATH, NoiseModel, fit, observations  # noqa: E402
 
 
 def same_input_sets(samples: Path) -> dict[str, list[Path]]:

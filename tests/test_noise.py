@@ -11,8 +11,8 @@ import pytest
 
 from ktrace.analysis.catalog import Capture, Timing
 from ktrace.analysis.compare import diff
-from ktrace.analysis.noise import (ALPHA, FAMILIES as FIGURE_FAMILIES, MIN_TICKS, MODEL_PATH, SESSION_NOISE, Bound, NoiseModel, assumed,
-                                  noise_margin, noise_model, reps_test, runs_needed, runs_test, t_test)
+from ktrace.analysis.noise import ALPHA, MIN_TICKS, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
+from ktrace.analysis.noise_model import FAMILIES as FIGURE_FAMILIES, MODEL_PATH, Bound, NoiseModel, noise_margin, noise_model
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 

@@ -533,7 +533,7 @@ def test_cli_a_buffer_whose_layout_barely_matches_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_baseline_rule_fails_only_beyond_the_noise(tmp_path):
-    from ktrace.analysis.noise import noise_model
+    from ktrace.analysis.noise_model import noise_model
     from ktrace.api import load_capture
     from ktrace.report.compare_report import junit_xml
     import ktrace

@@ -28,8 +28,9 @@ from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Fig
                       group_values, kernel_values, phase_values, read_timing)
 from .diff_result import DIFF_SCHEMA, Change, CostShift, Diff, PhaseChange
 from .input_problems import input_problems
-from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, modelled, noise_model, not_judged,
-                    observations, reps_test, runs_needed, runs_test)
+from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, not_judged, reps_test, runs_needed,
+                    runs_test)
+from .noise_model import modelled, noise_model, observations
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "CostShift", "Diff",
            "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing",

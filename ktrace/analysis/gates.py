@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..filetypes import is_trace
 from .catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Value
 from .input_problems import input_problems
-from .noise import margin_for, noise_model
+from .noise_model import margin_for, noise_model
 from .rules import OPERATORS, Check, Rule, RuleBook, RuleResult, SqlRule
 
 __all__ = ["resolve", "evaluate", "baseline_for", "check_capture", "edit_distance", "unmatched_sections",
