@@ -324,3 +324,19 @@ def test_the_first_line_of_every_diff_starts_with_one_of_four_words():
         assert str(diff_text(d)[0]).startswith(f"{first}: ") and json.loads(d.to_json())["verdict"]["verdict"] == first
         words.add(first)
     assert words >= {"better", "worse", "no change"}
+
+
+@pytest.mark.slow
+def test_runs_of_the_same_inputs_are_compared_with_the_model():
+    import ktrace
+    from ktrace.report.runs_report import runs_markdown
+
+    r = ktrace.analyze_runs(sorted(SAMPLES.glob("fi_mla_decode_run*.bin.gz")))
+    noise = r.noise()
+    assert {"imbalance", "wall", "critical"} <= set(noise)
+    # the model was measured on these runs among others: it covers every family they moved
+    assert all(model is not None and 0 < mine <= model for mine, model in noise.values())
+    assert noise["wall"][0] == pytest.approx(0.5841, abs=1e-4)  # the model's wall bound came from these runs
+    md = runs_markdown(r)
+    assert "run-to-run noise, largest relative change between these runs: " in md
+    assert "within the noise model" in md and json.loads(r.to_json())["noise"]["imbalance"]["model"] == 0.3442
