@@ -249,14 +249,14 @@ def test_diff_of_the_two_captures_leads_with_the_paired_verdict(tmp_path):
     rc, out, err = run_ktrace("diff", b, a)
     assert rc == 0, err
     first = out.splitlines()[0]
-    assert first.startswith("SLOWER: unprofiled +1.0"), out
+    assert first.startswith("worse: unprofiled +1.0"), out
     flat = " ".join(out.split())  # the text wraps at 100 columns, wherever the temporary folder's path falls
     assert "paired t-test on 200 interleaved pairs" in flat and f"A/B record {path}" in flat
     rc, out, err = run_ktrace("diff", "--json", a, b)
     d = json.loads(out)
     assert d["verdict"]["verdict"] == "better" and d["verdict"]["test"] == "paired"
     assert d["paired"]["change"] == "faster" and d["paired"]["record"] == str(path)
-    assert d["headline"].startswith("FASTER: unprofiled -")
+    assert d["headline"].startswith("better: unprofiled -")
     control = next(k for k in d["kernel"] if k["figure"] == "control_us")
     assert control["verdict"] == "better" and control["test"] == "paired"
 
@@ -267,6 +267,19 @@ def test_diff_of_a_no_op_session_says_no_change(tmp_path):
     rc, out, err = run_ktrace("diff", "--json", b, a)
     d = json.loads(out)
     assert d["verdict"]["verdict"] == "no change" and d["headline"].startswith("no change: unprofiled")
+    assert "p<" not in d["headline"] and "p=" not in d["headline"]  # no p-value beside words it contradicts
+
+
+def test_the_committed_no_op_session_says_no_change_without_a_p_value():
+    from ktrace.analysis.diff_result import paired_line
+
+    rec = abrecord.read_record(SAMPLES / "ab" / "noop_vs_noop.ab.json")
+    line = paired_line(rec.test)
+    assert rec.test.significant and rec.test.change == "no change"  # the t-test alone would call it a change
+    assert line.startswith("no change: unprofiled -0.03% [") and "within +-0.25%" in line
+    assert "p=" not in line and "p<" not in line
+    worse = paired_line(abrecord.read_record(SAMPLES / "ab" / "more_work_vs_more_work_plus2.ab.json").test)
+    assert worse.startswith("worse: unprofiled +1.18% [+1.16%, +1.20%] (paired t-test on 200 interleaved pairs")
 
 
 @pytest.mark.slow

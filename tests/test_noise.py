@@ -4,13 +4,15 @@ reads as the fix, the last finisher is information, several runs per side are te
 outputs say what was not judged."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from ktrace.analysis.catalog import Capture, Timing
 from ktrace.analysis.compare import diff
-from ktrace.analysis.noise import ALPHA, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
+from ktrace.analysis.noise import ALPHA, MIN_TICKS, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
+from ktrace.analysis.noise_model import FAMILIES as FIGURE_FAMILIES, MODEL_PATH, Bound, NoiseModel, noise_margin, noise_model
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 
@@ -87,10 +89,15 @@ def test_the_real_fix_is_judged_by_the_control():
     assert c.figure == "control_us" and c.verdict == "better" and c.test == "reps" and c.p_value < ALPHA
     assert d.verdict == "better" and d.headline.startswith("better: unprofiled control -53.")
     assert "beside it: profiled wall -53." in d.headline and "probes' cost" in d.headline
-    # one run per side: the timeline's figures are shown, not judged
-    imb = d.phase("compute").change("imbalance")
-    assert imb.verdict == "not judged" and imb.after < 1.2 and not imb.significant
-    assert "not judged: one run per side" in d.headline and "runs per side would settle" in d.headline
+    # one run per side: the timeline's figures are judged against the largest same-input change seen
+    c = d.phase("compute")
+    imb = c.change("imbalance")
+    assert imb.verdict == "better" and imb.test == "model" and imb.after < 1.2 and imb.significant
+    for fig in ("wall_us", "wait_after_us", "critical_us"):
+        assert c.change(fig).verdict == "better" and c.change(fig).test == "model", fig
+    assert d.phase("reduce").change("wait_before_us").verdict == "better"
+    assert {x.detail for x in d.phase("load").changes} <= {"same", "moved", "info"}  # untouched: no change
+    assert d.unjudged == () and "runs per side would settle" not in d.headline
 
 
 def _timed(cap: Capture, profiled: float, control: float, reps: int = 30, spread: float = 1.0) -> Capture:
@@ -103,37 +110,40 @@ def test_the_control_decides_and_the_profiled_wall_is_beside_it():
     d = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 19.1))  # the control: +0.5%, within the noise
     assert d.verdict == "no change" and d.headline.startswith("no change: unprofiled control +0.5%")
     assert "beside it: profiled wall +" in d.headline and "probes' cost +4.5%" in d.headline
-    assert d.kernel_change("wall_us").verdict == "not judged"
+    assert d.kernel_change("wall_us").test == "model"  # beside the verdict, not the verdict
     worse = diff(_timed(before, 20.0, 19.0), _timed(after, 21.0, 20.5))
-    assert worse.verdict == "worse" and worse.headline.startswith("WORSE: unprofiled control +7.9%")
+    assert worse.verdict == "worse" and worse.headline.startswith("worse: unprofiled control +7.9%")
     untested = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 20.5, reps=0))  # no reps in the sidecar
-    assert untested.verdict == "not judged" and untested.headline.startswith("not judged: one run per side")
+    # +7.9%: beyond the largest change between sessions of the same inputs (1.4%)
+    assert untested.verdict == "worse" and untested.verdict_change.test == "model"
     assert any("without their repetitions" in n for n in untested.notes)
+    small = diff(_timed(before, 20.0, 19.0, reps=0), _timed(after, 21.0, 19.2, reps=0))  # +1.05%: within it
+    assert small.verdict == "no change" and small.verdict_change.test == "model"
 
 
-def test_one_run_per_side_is_not_judged_whatever_its_instances_say():
+def test_one_run_per_side_is_judged_by_the_model_whatever_its_instances_say():
     before = numpy_capture([960, 1920, 320] * 4, EV)
     after = numpy_capture([960, 2880, 320] * 4, EV)
     d = diff(before, after)
     c = d.phase("compute").change("wall_us")
-    assert c.delta == pytest.approx(0.96) and c.verdict == "not judged" and not c.significant and c.test == "none"
-    assert d.significant == () and d.verdict == "not judged"
-    assert d.headline.startswith("not judged: one run per side: kernel wall +")
-    assert "ktrace run --repeat 3" in d.headline or "--assume-noise" in d.headline
-    md = diff_markdown(d)
-    assert "not judged" in md and "**WORSE**" not in md and "**better**" not in md
+    # +50%: within the largest change of a phase wall seen between same-input runs (58%), whatever the
+    # instances (all alike here) say
+    assert c.delta == pytest.approx(0.96) and c.test == "model" and c.verdict == "no change" and not c.significant
+    m = noise_model().bound("wall")
+    assert c.noise == pytest.approx(m.relative * 2.88, rel=1e-6)
+    assert d.unjudged == ()
     # the user's assumption judges it
     a = diff(before, after, assume_noise_pct=5)
     assert a.phase("compute").change("wall_us").verdict == "worse" and a.verdict == "worse"
-    assert a.headline.startswith("WORSE: kernel wall") and "assumed noise 5.0%" in a.headline
-    assert diff(before, after, assume_noise_pct=90).phase("compute").change("wall_us").verdict == "same"
+    assert a.headline.startswith("worse: kernel wall") and "assumed noise 5.0%" in a.headline
+    assert diff(before, after, assume_noise_pct=90).phase("compute").change("wall_us").verdict == "no change"
 
 
 def test_a_change_under_the_floors_is_no_change_even_unjudged():
     base = [960, 1920, 320] * 4
     d = diff(numpy_capture(base, EV), numpy_capture(base, EV))
     assert d.verdict == "no change" and d.significant == ()
-    assert {c.verdict for p in d.phases for c in p.changes} == {"same"}
+    assert {c.verdict for p in d.phases for c in p.changes} == {"no change"}
 
 
 def test_the_last_finisher_is_information_never_a_change():
@@ -145,7 +155,7 @@ def test_the_last_finisher_is_information_never_a_change():
     for runs in ((kernel(0, 960),), (kernel(0, 960), kernel(0, 960))):
         d = diff(list(runs), [kernel(1, 960), kernel(1, 960)])  # a clear straggler that moved to another block
         c = d.phase("compute").change("last_block")
-        assert (c.before, c.after) == (0, 1) and c.verdict == "moved" and not c.significant
+        assert (c.before, c.after) == (0, 1) and c.detail == "moved" and not c.significant
         assert not any(s.startswith("compute.last_block") or "distinct_last" in s for s in d.significant)
 
 
@@ -159,7 +169,7 @@ def test_a_figure_and_its_total_share_a_verdict():
     assert c.change("total_wall_us").test == "tied"
     assert c.change("critical_share").significant == c.change("critical_us").significant
     one = diff(runs[0], slower[0])
-    assert one.phase("compute").change("total_wall_us").verdict == "not judged"
+    assert one.phase("compute").change("total_wall_us").verdict == one.phase("compute").change("wall_us").verdict
 
 
 def test_cost_rising_on_the_critical_path_is_named():
@@ -186,9 +196,11 @@ def test_several_runs_per_side_are_tested_across_runs():
     assert d.verdict == "better" and d.verdict_change.test == "runs"
     imb = d.phase("compute").change("imbalance")
     assert imb.verdict == "better" and imb.test == "runs" and imb.p_value < ALPHA
-    assert d.phase("load").change("wall_us").verdict == "same"
-    two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs
-    assert two.verdict == "not judged" and any("too few for a test across runs" in n for n in two.notes)
+    assert d.phase("load").change("wall_us").verdict == "no change"
+    two = diff(runs[:2], [after])  # two runs and one: too few for a test across runs; the model judges
+    assert two.verdict == "better" and two.verdict_change.test == "model"
+    assert any("too few for a test across runs" in n for n in two.notes) and "of yours" in two.model
+    assert two.phase("compute").change("imbalance").verdict == "better"
 
 
 @pytest.mark.slow
@@ -225,8 +237,106 @@ def test_runs_that_share_one_timing_session_are_one_sample_of_the_control():
     shared = diff([_timed(c, 20.0, 19.0) for c in base], [_timed(c, 20.2, 19.2) for c in base])
     c = shared.kernel_change("control_us")
     # not two runs of zero spread (any change "significant"): one session per side, judged by its reps
-    assert c.test == "reps" and c.verdict == "same"  # +1.1%: within the 2% sessions may differ by
+    assert c.test == "reps" and c.verdict == "no change"  # +1.1%: within the 2% sessions may differ by
     assert shared.phase("compute").change("wall_us").test == "runs"  # the timelines are runs all the same
     own = diff([_timed(base[0], 20.0, 19.0), _timed(base[1], 20.1, 19.1)],
                [_timed(base[0], 20.2, 21.0), _timed(base[1], 20.3, 21.1)])
     assert own.kernel_change("control_us").test == "runs" and own.verdict == "worse"
+
+
+# -- the measured noise model (noise_model.json, scripts/build_noise_model.py) -------------------------------
+
+def _build_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_noise_model", SAMPLES.parent / "scripts" / "build_noise_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_shipped_model_covers_every_family_and_names_its_sources():
+    m = noise_model()
+    assert m.runs >= 60 and m.kernels >= 15
+    for fam in set(FIGURE_FAMILIES.values()) | {"kernel_wall"}:
+        b = m.bound(fam)
+        assert b is not None and b.seen > 0 and 0 < b.relative <= 1 and b.ticks >= MIN_TICKS, fam
+    assert {s[0] for s in m.sets} >= {"fi_mla_decode", "imbalance", "cluster", "ab_noop"}
+    # the sets' runs are files of samples/
+    assert all((SAMPLES / r).exists() for s in m.sets for r in s[1:])
+
+
+def test_noise_margin_is_the_relative_or_the_kernel_time_bound():
+    m = NoiseModel({"wall": Bound(0.5, 10.0, 0.1, 1)}, 2, 1)
+    assert noise_margin("wall", 1000.0, 32.0, model=m) == pytest.approx(500.0)  # no wall: 50% of the value
+    # the kernel time it stands for: 8 instances against a 20 µs wall: 10% = 2 µs = 250 ns each, under 50%
+    assert noise_margin("wall", 1000.0, 1.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(250.0)
+    # ... but never under 10 ticks (320 ns): on a short kernel a share is a few ticks
+    assert noise_margin("wall", 1000.0, 32.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(320.0)
+    assert noise_margin("wall", 100.0, 32.0, kernel_ns_per_unit=8, wall_ns=20000.0, model=m) == pytest.approx(50.0)
+    assert noise_margin("nothing", 1.0, 32.0, model=m) is None
+    wider = m.refine([("wall", 0.8, 4.0, 0.05, "x.wall_us", "mine")])
+    assert wider.bound("wall") == Bound(0.8, 10.0, 0.1, 2, "mine: x.wall_us") and wider.refined == 1
+
+
+@pytest.mark.slow
+def test_the_shipped_model_is_what_the_script_builds(tmp_path):
+    out = tmp_path / "model.json"
+    assert _build_script().main(["-o", str(out)]) == 0
+    assert out.read_bytes() == MODEL_PATH.read_bytes()
+
+
+def _same_input_sets():
+    return list(_build_script().same_input_sets(SAMPLES).items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,runs", _same_input_sets(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_same_input_pair_reads_no_change_on_every_figure(name, runs):
+    """One run per side, judged by the model: every pair of runs of the same inputs in samples/, both ways."""
+    import itertools
+
+    caps = [load_capture(p) for p in runs]
+    for i, j in itertools.permutations(range(len(caps)), 2):
+        d = diff(caps[i], caps[j])
+        assert d.verdict == "no change" and d.significant == () and d.unjudged == (), (i, j, d.headline)
+        # no p-value beside words it contradicts: none under ALPHA beside 'no change'
+        assert d.headline.startswith("no change: ") and "p<" not in d.headline
+        assert all(float(p) >= ALPHA for p in re.findall(r"p=([0-9.]+)", d.headline)), d.headline
+        assert all(c.detail in ("same", "info", "moved", "undefined") for p in d.phases for c in p.changes)
+        assert d.cost_shift is None and not d.findings_new and not d.findings_resolved
+
+
+def test_the_first_line_of_every_diff_starts_with_one_of_four_words():
+    from ktrace.analysis.diff_result import VERDICTS
+
+    base = numpy_capture([960, 1920, 320] * 4, EV)
+    slower = numpy_capture([960, 5760, 320] * 4, EV)
+    cases = [diff(base, base), diff(base, slower), diff(slower, base), diff(base, slower, assume_noise_pct=1),
+             diff(_timed(base, 20.0, 19.0), _timed(slower, 21.0, 19.1)),
+             diff(_timed(base, 20.0, 19.0, reps=0), _timed(slower, 21.0, 25.0, reps=0)),
+             diff([base, base], [slower, slower]), diff(base, numpy_capture([960, 1920] * 4, [0, 1] * 4))]
+    words = set()
+    for d in cases:
+        first = d.headline.split(": ", 1)[0]
+        assert first in VERDICTS, d.headline
+        assert diff_markdown(d).startswith(f"### ktrace diff: {first}: ")
+        assert str(diff_text(d)[0]).startswith(f"{first}: ") and json.loads(d.to_json())["verdict"]["verdict"] == first
+        words.add(first)
+    assert words >= {"better", "worse", "no change"}
+
+
+@pytest.mark.slow
+def test_runs_of_the_same_inputs_are_compared_with_the_model():
+    import ktrace
+    from ktrace.report.runs_report import runs_markdown
+
+    r = ktrace.analyze_runs(sorted(SAMPLES.glob("fi_mla_decode_run*.bin.gz")))
+    noise = r.noise()
+    assert {"imbalance", "wall", "critical"} <= set(noise)
+    # the model was measured on these runs among others: it covers every family they moved
+    assert all(model is not None and 0 < mine <= model for mine, model in noise.values())
+    assert noise["wall"][0] == pytest.approx(0.5841, abs=1e-4)  # the model's wall bound came from these runs
+    md = runs_markdown(r)
+    assert "run-to-run noise, largest relative change between these runs: " in md
+    assert "within the noise model" in md and json.loads(r.to_json())["noise"]["imbalance"]["model"] == 0.3442

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from html import escape
 
 import ktrace
 
@@ -43,6 +44,13 @@ def test_names_are_escaped(tmp_path):
 def test_diff_and_check_render():
     d = ktrace.diff(SAMPLES / "triton_imbalance.chrome_trace", SAMPLES / "triton_balanced.chrome_trace")
     assert d.headline.split(":")[0] in d._repr_html_() and "kernel.wall_us" in d._repr_html_()
+    h = d._repr_html_()
+    # what the text shows first: the verdict, the cost line, the changes beyond the noise; the rest folded
+    first, folded = h.split("<details>", 1)
+    assert escape(d.headline) in first and escape(d.cost_message) in first
+    beyond = [f"{p.phase}.{c.figure}" for p in d.phases for c in p.changes if c.significant]
+    assert beyond and all(f"<td>{escape(b)}</td>" in first for b in beyond)
+    assert "<td>compute.mean_dur_us</td>" not in first and "<td>compute.mean_dur_us</td>" in folded
     c = ktrace.check(SAMPLES / "triton_imbalance.chrome_trace", ktrace.rule_book(["compute.imbalance <= 1.2"]))
     assert "FAILED: 1 of 1 rules" in c._repr_html_()
 

@@ -19,7 +19,7 @@ from ktrace.errors import InputError
 from ktrace.report.compare_report import CHECK_SCHEMA, check_json, check_markdown, check_text, junit_xml
 from ktrace.decoding.encode import phase_buffer
 
-from conftest import ROOT, run_ktrace, sample
+from conftest import ROOT, SAMPLES, run_ktrace, sample
 from test_compare import REAL_AFTER, real_before
 
 BEFORE = sample("imbalance")
@@ -92,9 +92,14 @@ def test_a_failure_within_the_noise_says_so(before):
 def test_baseline_forms(before, after, text, limit):
     r = one(text, before, baseline=after)
     assert r.limit == pytest.approx(limit) and r.baseline == pytest.approx(22.48)
-    assert r.status == ("pass" if 64.38 <= limit else "fail")
+    # a baseline rule compares two runs: past its limit by no more than the noise model's margin (a phase
+    # wall: 58.4% of the larger value) it passes
+    assert r.noise == pytest.approx(0.5841 * 64.38, rel=1e-3)
+    assert r.status == ("pass" if 64.38 - limit <= r.noise else "fail")
     assert "baseline 22.48 µs" in r.message
-    assert one(text.replace("<=", ">="), after, baseline=after).status == ("pass" if limit <= 22.48 else "fail")
+    ge = one(text.replace("<=", ">="), after, baseline=after)
+    assert ge.noise == pytest.approx(0.5841 * 22.48, rel=1e-3)
+    assert ge.status == ("pass" if limit - 22.48 <= ge.noise else "fail")
 
 
 def test_wildcards_expand_to_every_phase(before):
@@ -549,3 +554,35 @@ def test_cli_a_buffer_whose_layout_barely_matches_is_refused(tmp_path):
     rc, _, err = run_ktrace("check", bad, "--rule", "kernel.wall_us > 0")
     assert rc == 2 and "unreadable records (tag_mismatch" in err and "matches only 94." in err, err
     assert "--allow-anomalies unpaired_records,unreadable_records,layout_match" in err
+
+
+# -- baseline rules judged against the noise model ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_baseline_rule_fails_only_beyond_the_noise(tmp_path):
+    from ktrace.analysis.noise_model import noise_model
+    from ktrace.api import load_capture
+    from ktrace.report.compare_report import junit_xml
+    import ktrace
+
+    runs = [load_capture(SAMPLES / f"imbalance{n}_ktrace.bin") for n in ("", "_run2", "_run3")]
+    fixed = load_capture(SAMPLES / "balanced_ktrace.bin")
+    rules = [parse_rule(r) for r in ("*.imbalance <= baseline", "*.wall_us <= baseline", "*.wait_after_us <= baseline",
+                                     "*.critical_us <= baseline", "kernel.wall_us <= baseline",
+                                     "kernel.control_us <= baseline")]
+    # runs of the same inputs against each other: whatever moved, it moved within the noise
+    for a in runs:
+        for b in runs:
+            assert all(r.status == "pass" for r in evaluate(rules, a, b)), [r.message for r in evaluate(rules, a, b)
+                                                                            if r.status != "pass"]
+    # a rule past its limit by less than the noise says so
+    r = one("load.wall_us <= baseline", runs[0], baseline=fixed)
+    assert r.measured > r.limit and r.status == "pass" and "within the noise" in r.message
+    # the fix undone: compute's imbalance is far beyond the noise; the message gives figure, bound and noise
+    bad = one("compute.imbalance <= baseline", runs[0], baseline=fixed)
+    assert bad.status == "fail" and bad.message.startswith("compute.imbalance = 2.93x, limit <= 1.003x (baseline")
+    assert "beyond the noise ±" in bad.message and noise_model().describe() in bad.message
+    assert bad.noise == pytest.approx(0.3028, abs=1e-3)  # the imbalance's kernel-time bound, on this kernel
+    xml = junit_xml([ktrace.check(SAMPLES / "imbalance_ktrace.bin", ktrace.rule_book(["compute.imbalance <= baseline"]),
+                                  baselines=[fixed])])
+    assert 'message="compute.imbalance = 2.93x, limit &lt;= 1.003x (baseline 1.003x); beyond the noise ±' in xml

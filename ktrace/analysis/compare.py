@@ -30,6 +30,7 @@ from .diff_result import DIFF_SCHEMA, Change, CostShift, Diff, PhaseChange
 from .input_problems import input_problems
 from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, not_judged, reps_test, runs_needed,
                     runs_test)
+from .noise_model import modelled, noise_model, observations
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "CostShift", "Diff",
            "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing",
@@ -123,7 +124,7 @@ def _floors(name: str, fig: Figure, b: float, a: float, ctx: dict) -> list[float
     return []
 
 
-def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict) -> Change:
+def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict, kernel: bool = False) -> Change:
     b, a = _finite(vb.value), _finite(va.value)
     base = Change(name, fig.unit, b, a, max(vb.noise, va.noise), fig.lower_is_better)
     if b is None or a is None:
@@ -138,10 +139,12 @@ def _judged(name: str, fig: Figure, vb: Value, va: Value, ctx: dict) -> Change:
         j = assumed(b, a, ctx["assume"], floors)
     elif name in _MEDIANS and vb.reps and va.reps and nb == na == 1:  # one timing session per side
         j = reps_test(b, vb.sd, vb.reps, a, va.sd, va.reps, SESSION_NOISE)
+    elif ctx.get("model") is not None:  # one run per side (or too few): the largest same-input change seen
+        j = modelled(name, b, a, floors, ctx, kernel=kernel, model=ctx["model"])
     else:
         j = not_judged(a - b, floors)
     return replace(base, noise=j.noise, decided=j.significant, test=j.test, p_value=j.p_value,
-                   reps=(vb.reps, va.reps) if j.test == "reps" else None)
+                   reps=(vb.reps, va.reps) if j.test == "reps" else None, basis=j.basis)
 
 
 def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tuple[Change, ...]:
@@ -156,7 +159,8 @@ def _phase_changes(pb: dict[str, Value], pa: dict[str, Value], ctx: dict) -> tup
         if name in out and to in out and not (name == "total_wall_us" and nb != na):
             t = out[to]
             defined = None not in (out[name].before, out[name].after)
-            out[name] = replace(out[name], decided=t.decided if defined else None,
+            # a total or a share gets its figure's verdict, and its figure's better direction with it
+            out[name] = replace(out[name], decided=t.decided if defined else None, lower_is_better=t.lower_is_better,
                                 test=t.test if t.test in ("none", "floor") else "tied", p_value=t.p_value)
     for f in _LAST:  # which block is last is information: reported, never a significant change
         if f in out:
@@ -196,7 +200,8 @@ def _notes(sb: _Side, sa: _Side, assume, runs: bool) -> list[str]:
     elif timed_b and sb.n == sa.n == 1 and assume is None and not (sb.first.timing.control_reps and
                                                                  sa.first.timing.control_reps):
         notes.append("control timings without their repetitions (sidecar timing.without_profiler.reps, p10_us, "
-                     "p90_us): nothing to judge the control's change by")
+                     "p90_us): the control's change is judged against the largest change between sessions of the "
+                     "same inputs")
     if assume is not None and runs:
         notes.append("--assume-noise not used: the runs give the run-to-run noise")
     elif assume is not None:
@@ -238,11 +243,16 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
                      "tell them apart; the verdict is the profiled wall's")
     if not runs and sb.n + sa.n > 2:
         notes.append(f"{sb.n} run(s) before, {sa.n} after: too few for a test across runs (2 on each side, or 3 "
-                     "on one); not judged")
+                     "on one); judged by the noise model, widened by the spread of these runs")
+    model = None
+    if not runs and assume is None:  # one run per side, or too few: the model, widened by the user's own runs
+        mine = [s for s in (sb, sa) if s.n > 1 and len({c.kernel_name for c in s.captures}) == 1]
+        model = noise_model().refine([o for s in mine for o in observations(s.captures, "yours")],
+                                     sum(s.n for s in mine))
     ctx = {"tick_us": max(sb.tick_ns, sa.tick_ns) / 1e3, "wall_us": max(sb.wall_us, sa.wall_us),
-           "runs": runs, "assume": None if runs else assume, "n": 1,
+           "runs": runs, "assume": None if runs else assume, "n": 1, "model": model,
            "why": "one run per side" if sb.n == sa.n == 1 else "too few runs"}
-    kernel = tuple(_judged(name, fig, kb.get(name, Value(None)), ka.get(name, Value(None)), ctx)
+    kernel = tuple(_judged(name, fig, kb.get(name, Value(None)), ka.get(name, Value(None)), ctx, kernel=True)
                    for name, fig in KERNEL_FIGURES.items() if name in kb or name in ka)
     pb, pa = sb.phases(), sa.phases()
     phases = []
@@ -250,7 +260,8 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
         present = "both" if name in pb and name in pa else "before" if name in pb else "after"
         phases.append(PhaseChange(name, present, _phase_changes(pb.get(name, {}), pa.get(name, {}), ctx)))
     resolved, new = _findings(sb, sa, ctx, phases)
-    judged = ctx["runs"] or ctx["assume"] is not None  # else a warning gone or new is not a verdict either
+    # else a warning gone or new is not a verdict either
+    judged = ctx["runs"] or ctx["assume"] is not None or ctx["model"] is not None
     gone, appeared = ((), ()) if judged else (resolved, new)
     resolved, new = (resolved, new) if judged else ((), ())
     wall = next(c for c in kernel if c.figure == "wall_us")
@@ -263,7 +274,7 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
                 float(max(sb.tick_ns, sa.tick_ns)), kernel, tuple(phases), shift,
                 resolved, new, tuple(notes), tuple(str(c.analysis.source) for c in sb.captures),
                 tuple(str(c.analysis.source) for c in sa.captures), ctx["assume"], needed, cost_line, gone, appeared,
-                same_timing)
+                same_timing, model=model.describe() if model is not None else "")
 
 
 # The figure each finding kind rests on: a finding is new (resolved) only when it got significantly worse
@@ -312,7 +323,7 @@ def _cost(phases: list[PhaseChange], wall: Change, ctx: dict) -> tuple[CostShift
     that clear the floors (2 ticks, 1% of the kernel wall) as not judged, and there is no CostShift."""
     floor = max(MIN_IMPACT * ctx["wall_us"], MIN_TICKS * ctx["tick_us"])
     fell, rose = {}, {}
-    judged = ctx["runs"] or ctx["assume"] is not None
+    judged = ctx["runs"] or ctx["assume"] is not None or ctx["model"] is not None
     for p in phases:
         c = p.change("critical_us")
         if p.present == "both":  # not judged: a move beyond the floors ('none', not 'floor')

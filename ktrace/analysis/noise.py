@@ -11,7 +11,15 @@ does not bound what a second run does. What is one:
    session do not bound how much another session (machine, clocks, temperature) moves either, the change
    must also exceed ``SESSION_NOISE`` (2%) of the median, the most that sessions of the same inputs have
    been measured to differ by (docs/ci.md);
-3. **assumed**: a relative noise the user gives (``--assume-noise PCT``), where ktrace has no estimate.
+3. **assumed**: a relative noise the user gives (``--assume-noise PCT``);
+4. **model** (noise_model.py): one run per side (or too few for a test): the largest change seen between
+   runs of the same inputs (``noise_model.json``, built by ``scripts/build_noise_model.py`` from the same-input sets in
+   samples/, refined by the user's own runs). Each figure family (imbalance, walls, skews, waits,
+   critical-path time, ...) has three bounds: relative to the figure's value, in timer ticks, and in the
+   kernel time it stands for as a share of the kernel wall. Every same-input change that cleared the floors
+   stayed within all three, so a change beyond any one of them was never seen between runs of the same
+   inputs: ``noise_margin`` is the relative bound or, where smaller, the kernel-time bound (the wall share,
+   never under the tick bound).
 
 Without any of them a timing change is *not judged* (``test: "none"``), unless it is under the floors
 (``test: "floor"``, not significant). Every judged change must also exceed the floors: ``MIN_TICKS`` (2) timer ticks and, in the kernel time it stands for, ``MIN_IMPACT`` (1%)
@@ -50,6 +58,7 @@ class Judgement:
     noise: float
     test: str
     p_value: float | None = None
+    basis: str = ""  # 'model': the bound the change was measured against, in words
 
 
 def _betainc(a: float, b: float, x: float) -> float:

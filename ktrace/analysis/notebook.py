@@ -136,17 +136,26 @@ def analysis_html(a) -> str:
 
 
 def diff_html(d) -> str:
-    """A Diff as HTML: the headline, the cost line and each figure's before, after, change and verdict."""
-    rows = [["kernel." + c.figure, c.before, c.after, c.delta,
-             "" if c.relative is None else f"{c.relative:+.1%}", c.verdict] for c in d.kernel]
-    for p in d.phases:
-        rows += [[f"{p.phase}.{c.figure}", c.before, c.after, c.delta,
-                  "" if c.relative is None else f"{c.relative:+.1%}", c.verdict] for c in p.changes]
+    """A Diff as HTML, as the text shows it: the verdict (its first line), the cost line, what changed beyond
+    the noise with its evidence; every figure, the notes and the sources folded (<details>)."""
+    def row(scope, c):
+        return [f"{scope}.{c.figure}", c.before, c.after, c.delta, "" if c.relative is None else f"{c.relative:+.1%}",
+                c.verdict, d.how_judged(c)]
+
+    subjects = [("kernel", c) for c in d.kernel] + [(p.phase, c) for p in d.phases for c in p.changes]
+    beyond = [row(scope, c) for scope, c in subjects if c.detail in ("better", "worse", "changed", "unjudged")]
+    rows = [row(scope, c) for scope, c in subjects]
+    found = [f"resolved: {'; '.join(d.findings_resolved)}"] if d.findings_resolved else []
+    found += [f"new: {'; '.join(d.findings_new)}"] if d.findings_new else []
+    head = ["figure", "before", "after", "change", "relative", "verdict", "evidence"]
     return (f"<div class='ktrace'>{_STYLE}<p><b>{escape(d.headline)}</b></p>"
-            f"<p>before: {escape(str(d.before_source))} &nbsp; after: {escape(str(d.after_source))}</p>"
-            f"<p>{escape(d.cost_message)}</p>"
+            f"<p>{escape(d.cost_message)}</p>" + "".join(f"<p>{escape(x)}</p>" for x in found)
+            + (_html_table(head, beyond, f"beyond the noise ({len(beyond)})") if beyond
+               else "<p>nothing changed beyond the noise</p>")
+            + f"<details><summary>every figure ({len(rows)}), the notes and the sources</summary>"
+            + f"<p>before: {escape(str(d.before_source))} &nbsp; after: {escape(str(d.after_source))}</p>"
             + "".join(f"<p class='info'>note: {escape(n)}</p>" for n in d.notes)
-            + _html_table(["figure", "before", "after", "change", "relative", "verdict"], rows) + "</div>")
+            + _html_table(head, rows) + "</details></div>")
 
 
 def check_html(c) -> str:

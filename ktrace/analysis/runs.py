@@ -109,6 +109,18 @@ class RunsAnalysis:
                     seen.append(p)
         return seen
 
+    def noise(self) -> dict:
+        """Family -> (the largest relative change between these runs that cleared the floors, the shipped noise
+        model's): how these runs of the same inputs compare with what ``ktrace diff`` judges one run per side
+        by (noise_model.py). Only families these runs moved beyond the floors."""
+        from .catalog import as_capture
+        from .noise_model import fit, noise_model, observations
+
+        model = noise_model()
+        mine = fit(observations([as_capture(a) for a in self.analyses], "yours"))
+        return {fam: (b.relative, model.bound(fam).relative if model.bound(fam) else None)
+                for fam, b in mine.items()}
+
     def to_dict(self) -> dict:
         mean, lo, hi = self.wall()
         return {
@@ -117,6 +129,7 @@ class RunsAnalysis:
             "phases": [{"phase": p, **{n: dict(zip(("mean", "min", "max"), self.figure(p, n) or (None,) * 3))
                                        for n in PHASE_FIGURES}} for p in self.phases()],
             "findings": [f.to_dict() for f in self.findings],
+            "noise": {fam: {"runs": mine, "model": model} for fam, (mine, model) in self.noise().items()},
             "per_run": [{"source": s, "warnings": [{"kind": f.kind, "phase": f.phase, "block": named_block(f),
                                                     "impact_ns": f.impact_ns} for f in a.findings
                                                    if f.severity == "warning"]}

@@ -6,6 +6,7 @@ Nothing here computes a figure; ``ktrace.paired`` and ``ktrace.abrecord`` do.
 from __future__ import annotations
 
 from ..abrecord import Record, placement
+from ..analysis.diff_result import paired_line
 from .safe_text import printable
 
 __all__ = ["ab_lines"]
@@ -45,7 +46,7 @@ def ab_lines(rec: Record) -> list[str]:
         f"{t.ci_us[1]:+,.3f} µs ({t.interval_text}); t = {t.t:+.2f}, {t.dof} degrees of freedom, {t.p_text}; median "
         f"{t.median_diff_us:+,.3f} µs, {t.median_ci_us[0]:+,.3f} to {t.median_ci_us[1]:+,.3f} (sign test)",
         _buffers(d),
-        f"verdict: {t.text}",
+        f"verdict: {paired_line(t)}",
         f"profiler overhead (each side's instrumented build against its own control, interleaved): before "
         f"{_overhead(b)}, after {_overhead(a)}",
         f"record: {rec.path} (captures {rec.capture_path('before')}, {rec.capture_path('after')})",

@@ -17,7 +17,7 @@ from ..errors import EnvironmentMissing
 from .figure_file import save_figure
 from .safe_text import json_text, md_cell, md_text, plot_text, printable, xml_safe
 
-__all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "plot_diff", "check_text", "check_markdown",
+__all__ = ["DIFF_FIGURES", "diff_text", "diff_markdown", "beyond_rows", "plot_diff", "check_text", "check_markdown",
            "check_json", "junit_xml", "CHECK_SCHEMA"]
 
 CHECK_SCHEMA = "ktrace.check/1"
@@ -25,12 +25,13 @@ CHECK_SCHEMA = "ktrace.check/1"
 DIFF_FIGURES = ("wall_us", "max_dur_us", "mean_dur_us", "imbalance", "excess_us", "start_skew_us", "end_skew_us",
                 "wait_before_us", "wait_after_us", "last finisher", "critical_us", "critical_share")
 _LAST = ("last_block", "last_block_stability", "distinct_last_blocks")
-_STYLE = {"better": "green", "worse": "bold red", "changed": "yellow", "same": "dim", "undefined": "dim",
-          "not judged": "yellow", "moved": "cyan", "pass": "green", "fail": "bold red", "skip": "dim"}
-_MARK = {"better": "better", "worse": "WORSE", "changed": "changed", "same": "~", "undefined": "",
-         "not judged": "not judged", "moved": "moved (info)"}
+_STYLE = {"better": "green", "worse": "bold red", "no change": "dim", "not judged": "yellow",
+          "pass": "green", "fail": "bold red", "skip": "dim"}
+# The verdict cell: one of the four words (VERDICTS), and what lies behind it where the word alone misleads.
+_MARK = {"info": "no change (information)", "moved": "not judged (information: moved)", "undefined": "not judged (one side)",
+         "changed": "not judged (changed, no better direction)", "unjudged": "not judged"}
 _STATUS = {"pass": "✅ pass", "fail": "❌ FAIL", "skip": "➖ skip"}
-_JUDGED = ("runs", "reps", "assumed", "tied")
+_JUDGED = ("runs", "reps", "assumed", "tied", "model")
 
 
 def _nan(v) -> bool:
@@ -79,8 +80,8 @@ def _last_cells(p: PhaseChange) -> list[str]:
     before = side(blk.before, stab.before, dist.before, n.before or 0)
     after = side(blk.after, stab.after, dist.after, n.after or 0)
     moved = any(c.before != c.after for c in (blk, stab, dist))  # information, never a significant change
-    verdict = "undefined" if "—" in (before, after) else "moved" if moved else "same"
-    return ["last finisher", before, after, "", "", verdict]
+    detail = "undefined" if "—" in (before, after) else "moved" if moved else "info"
+    return ["last finisher", before, after, "", "", detail]
 
 
 def _phase_rows(p: PhaseChange, figures) -> list[list[str]]:
@@ -91,8 +92,13 @@ def _phase_rows(p: PhaseChange, figures) -> list[list[str]]:
             continue
         c = p.change(f)
         absolute, rel = _delta(c)
-        rows.append([_label(f, c.unit), _val(c.before, c.unit), _val(c.after, c.unit), absolute, rel, c.verdict])
+        rows.append([_label(f, c.unit), _val(c.before, c.unit), _val(c.after, c.unit), absolute, rel, c.detail])
     return rows
+
+
+def _word(detail: str) -> str:
+    """The verdict word of a Change.detail."""
+    return {"better": "better", "worse": "worse", "same": "no change", "info": "no change"}.get(detail, "not judged")
 
 
 def _figures(all_figures: bool, p: PhaseChange) -> tuple[str, ...]:
@@ -107,13 +113,13 @@ def _kernel_rows(d: Diff) -> list[list[str]]:
                                         and not c.significant):
             continue
         absolute, rel = _delta(c)
-        rows.append([_label(c.figure, c.unit), _val(c.before, c.unit), _val(c.after, c.unit), absolute, rel, c.verdict])
+        rows.append([_label(c.figure, c.unit), _val(c.before, c.unit), _val(c.after, c.unit), absolute, rel, c.detail])
     return rows
 
 
 def _one(label: str, c: Change) -> str:
     rel = "" if c.relative is None else f", {c.relative:+.1%}"
-    ch = "" if c.delta is None else f" ({c.delta:+,.2f} µs{rel}: {_MARK[c.verdict]})"
+    ch = "" if c.delta is None else f" ({c.delta:+,.2f} µs{rel}: {c.verdict})"
     return f"{label} {_val(c.before, 'µs')} µs -> {_val(c.after, 'µs')} µs{ch}"
 
 
@@ -125,14 +131,25 @@ def _headline(d: Diff) -> str:
     return f"{kernel}: {_one('kernel wall', w)}"
 
 
+def _judged_by(d: Diff) -> str:
+    nb, na = d.runs
+    if min(nb, na) >= 2 or max(nb, na) >= 3:
+        return "judged by a t-test across the runs"
+    if d.assumed_noise is not None:
+        return f"judged by the assumed noise {d.assumed_noise:.1%}"
+    if d.model:
+        return f"judged against the largest change seen between {d.model}"
+    return "not judged"
+
+
 def _story(d: Diff) -> list[str]:
     before = ", ".join(d.before_sources or (d.before_source,))
     after = ", ".join(d.after_sources or (d.after_source,))
     out = [f"before: {before}   after: {after}",
-           f"timer tick {d.tick_ns:.0f} ns; runs per side {d.runs[0]} / {d.runs[1]}; '~': within the noise "
-           "(a t-test across runs, or on the timed reps for the kernel's medians, 2 ticks, 1% of the kernel "
-           "wall: docs/ci.md); 'not judged': no estimate of run-to-run noise (the instances of one run are not "
-           "runs); figures are named as `ktrace check` rules name them (PHASE.FIGURE, kernel.FIGURE)"]
+           f"timer tick {d.tick_ns:.0f} ns; runs per side {d.runs[0]} / {d.runs[1]}; {_judged_by(d)}; "
+           "'no change': within the noise or under the floors (2 ticks, 1% of the kernel wall); 'not judged': "
+           "no estimate of the noise (docs/ci.md); figures are named as `ktrace check` rules name them "
+           "(PHASE.FIGURE, kernel.FIGURE)"]
     out += [f"note: {n}" for n in d.notes]
     out.append(d.cost_message)
     if d.findings_resolved:
@@ -159,8 +176,9 @@ def diff_text(d: Diff, all_figures: bool = False) -> list:
         for i, h in enumerate(_HEAD):
             t.add_column(h, justify="left" if i in (0, 5) else "right")
         for r in rows:
-            t.add_row(*map(Text, r[:5]), Text(_MARK.get(r[5], r[5]), style=_STYLE.get(r[5], "")),
-                      style="dim" if r[5] == "same" else None)
+            word = _word(r[5])
+            t.add_row(*map(Text, r[:5]), Text(_MARK.get(r[5], word), style=_STYLE.get(word, "")),
+                      style="dim" if word == "no change" else None)
         return t
 
     out: list = [Text(printable(d.headline), style="bold"), Text(printable(_headline(d)), style="bold")]
@@ -181,17 +199,45 @@ def _md_table(head, rows) -> str:
 
 
 def _md_rows(rows) -> list[list[str]]:
-    return [r[:5] + [f"**{_MARK[r[5]]}**" if r[5] in ("better", "worse") else _MARK.get(r[5], r[5])]
+    return [r[:5] + [f"**{_word(r[5])}**" if r[5] in ("better", "worse") else _MARK.get(r[5], _word(r[5]))]
             for r in rows]
 
 
+def beyond_rows(d: Diff) -> list[list[str]]:
+    """Every change beyond the noise (and every one not judged), as PHASE.FIGURE rows with their evidence:
+    what the views show first."""
+    rows = []
+    subjects = [("kernel", c) for c in d.kernel] + [(p.phase, c) for p in d.phases if p.present == "both"
+                                                    for c in p.changes]
+    for scope, c in subjects:
+        if c.detail in ("better", "worse", "changed", "unjudged"):
+            absolute, rel = _delta(c)
+            rows.append([f"{scope}.{c.figure}", _val(c.before, c.unit), _val(c.after, c.unit), absolute, rel,
+                         _MARK.get(c.detail, c.verdict), d.how_judged(c)])
+    rows += [[f"{p.phase}", "—" if p.present == "after" else "present", "—" if p.present == "before" else "present",
+              "", "", f"only {p.present}", ""] for p in d.phases if p.present != "both"]
+    return rows
+
+
 def diff_markdown(d: Diff, all_figures: bool = False) -> str:
-    """The comparison as GitHub Markdown: headline, notes, kernel and one table per phase."""
-    parts = [f"### ktrace diff: {md_text(d.headline)}", "", md_text(_headline(d)), ""]
-    parts += [f"- {md_text(s)}" for s in _story(d)] + ["", "**kernel**", "", _md_table(_HEAD, _md_rows(_kernel_rows(d))), ""]
+    """The comparison as GitHub Markdown: the verdict, what changed beyond the noise and the cost that moved
+    first; the notes and every phase's table folded (<details>)."""
+    parts = [f"### ktrace diff: {md_text(d.headline)}", "", md_text(_headline(d)), "", f"- {md_text(d.cost_message)}"]
+    if d.findings_resolved:
+        parts.append(f"- resolved: {md_text('; '.join(d.findings_resolved))}")
+    if d.findings_new:
+        parts.append(f"- new: {md_text('; '.join(d.findings_new))}")
+    beyond = beyond_rows(d)
+    parts += ["", f"**Beyond the noise** ({len(beyond)})", ""]
+    parts += [_md_table(_HEAD + ["evidence"], [r[:5] + [f"**{r[5]}**" if r[5] in ("better", "worse") else r[5], r[6]]
+                                               for r in beyond]) if beyond else "nothing changed beyond the noise", ""]
+    parts += ["<details><summary>every figure, the notes and how it was judged</summary>", ""]
+    parts += [f"- {md_text(s)}" for s in _story(d) if s != d.cost_message and not s.startswith(("resolved:", "new:"))]
+    parts += ["", "**kernel**", "", _md_table(_HEAD, _md_rows(_kernel_rows(d))), ""]
     for p in d.phases:
         parts += [f"**{md_text(p.phase)}**" + ("" if p.present == "both" else f" (only {p.present})"), "",
                   _md_table(_HEAD, _md_rows(_phase_rows(p, _figures(all_figures, p)))), ""]
+    parts += ["</details>", ""]
     return printable("\n".join(parts), keep_newlines=True)
 
 
@@ -221,7 +267,7 @@ def plot_diff(d: Diff, out) -> Path:
         axis.bar(x - 0.2, b, 0.4, yerr=err, label="before", color="#999999", capsize=3)
         bars = axis.bar(x + 0.2, a, 0.4, yerr=err, label="after", color="#1f77b4", capsize=3)
         for bar, c in zip(bars, cs):
-            mark = "" if c.significant else " ?" if c.verdict == "not judged" else " ~"
+            mark = "" if c.significant else " ?" if c.verdict == "not judged" else " ="
             text = "" if c.relative is None else f"{c.relative:+.0%}{mark}"
             color = {"better": "green", "worse": "red"}.get(c.verdict, "gray")
             axis.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
@@ -232,8 +278,8 @@ def plot_diff(d: Diff, out) -> Path:
         axis.legend(fontsize=8)
     ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
     verdict = plot_text(d.headline.split(" (", 1)[0])  # the kernel verdict; how it was judged is in the text report
-    ax.set_title(textwrap.fill(f"{verdict}. '~': within the noise; '?': not judged (no estimate of run-to-run "
-                               "noise); error bars: the threshold each judged change had to exceed", 100),
+    ax.set_title(textwrap.fill(f"{verdict}. '=': no change (within the noise); '?': not judged (no estimate of "
+                               "run-to-run noise); error bars: the threshold each judged change had to exceed", 100),
                  fontsize=8, loc="left")
     fig.tight_layout()
     return save_figure(fig, out)

@@ -24,6 +24,19 @@ def _headline(r: RunsAnalysis) -> str:
             f"({format_ns(lo)} to {format_ns(hi)}, a {spread:.1%} spread)")
 
 
+def _noise(r: RunsAnalysis) -> str:
+    """These runs' largest same-input change per figure family, beside the noise model's (ktrace diff)."""
+    fams = r.noise()
+    if not fams:
+        return "run-to-run noise: nothing moved beyond the floors (2 timer ticks, 1% of the kernel wall)"
+    parts = [f"{fam} {mine:.1%}" + ("" if model is None else f" (model {model:.1%})") for fam, (mine, model) in
+             fams.items()]
+    wider = [fam for fam, (mine, model) in fams.items() if model is not None and mine > model]
+    tail = (f"; beyond the model in {', '.join(wider)}: give these runs to `ktrace diff --before/--after` to widen it"
+            if wider else "; within the noise model `ktrace diff` judges one run per side by")
+    return "run-to-run noise, largest relative change between these runs: " + ", ".join(parts) + tail
+
+
 def _blocks(f) -> str:
     if not f.blocks:
         return ""
@@ -72,6 +85,7 @@ def runs_text(r: RunsAnalysis) -> list:
         for f in r.unstable:
             out.append(Text("  " + printable(_line(f)), style="dim"))
     out.append(rich_table("phases: mean over the runs (min..max)", *_phase_rows(r)))
+    out.append(Text(printable(_noise(r))))
     out.append(Text("runs: " + printable(", ".join(r.sources)), style="dim"))
     return out
 
@@ -85,4 +99,5 @@ def runs_markdown(r: RunsAnalysis) -> str:
     head, rows = _phase_rows(r)
     parts += ["", "| " + " | ".join(map(md_cell, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
     parts += ["| " + " | ".join(map(md_cell, row)) + " |" for row in rows]
+    parts += ["", md_text(_noise(r))]
     return printable("\n".join(parts) + "\n", keep_newlines=True)
