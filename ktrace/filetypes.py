@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from pathlib import Path
 
 __all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling"]
@@ -60,7 +61,7 @@ def is_proton(path) -> bool:
     try:
         with open_maybe_gzip(path) as f:
             head = f.read(1 << 16)
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return False
     return len(set(m.group(0)[:3] for m in _SNIFF.finditer(head))) == 2
 

@@ -46,6 +46,8 @@ LANE_NOTES = {
     "proton_dropped": "Proton's circular buffer was full: the lane's first records were overwritten (Proton's "
     "'first N events are dropped' warning counts them), and Proton placed the CTA's earliest kept scope at the "
     "CTA's start, so the lane's times are shifted",
+    "proton_unused": "events of the Proton trace that are not read (counted here in events, not lanes): not "
+    "complete events, or an id, ts or dur that is damaged or past its limit; they are in no figure",
     "overflow": "the lane was full and ktrace's capacity guard dropped records instead of writing past the "
     "buffer (see 'records lost'); give the capture more records per lane",
 }

@@ -27,7 +27,7 @@ class DataQuality:
     dropped by ktrace's capacity guard (None when the buffer has no guard to count them); full_lanes: lanes
     whose last slot is written with no guard counting (records after it may be lost, or written past the
     buffer); overwritten_lanes: lanes ending with a FlashInfer instant (earlier instants were overwritten,
-    uncountable); anomalies: record-level anomaly kind -> count. warnings: one sentence per problem, with the
+    uncountable); unread_events: events of a Proton trace not read; anomalies: record-level anomaly kind -> count. warnings: one sentence per problem, with the
     counts and what to do, in the order a report shows them.
     """
 
@@ -40,6 +40,7 @@ class DataQuality:
     unreadable_records: int = 0
     full_lanes: int = 0
     overwritten_lanes: int = 0
+    unread_events: int = 0  # events of a Proton trace that could not be read (not complete events, damaged)
     anomalies: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -85,6 +86,10 @@ def data_quality(launch: dict) -> DataQuality:
         w.append("Proton's trace holds SM cycles printed as ns at an assumed 1 GHz and no SM clock was given: every "
                  "duration is cycles / 1000 ns; give --sm-clock MHZ (or sm_clock_mhz in the sidecar, or run ktrace "
                  "calibrate on the GPU) for true times")
+    unused = _int(launch.get("note_proton_unused"))
+    if unused:
+        w.append(f"{unused:,} events of the Proton trace not read (not complete events, or a damaged id, ts or dur): "
+                 "they are in no figure (ktrace inspect says why, by cause)")
     if lost and proton:
         w.append(f"{lost:,} records lost: Proton's circular buffer was full on {proton_lanes:,} lane(s) and dropped "
                  "their first records (Proton's 'first N events are dropped' warnings), and Proton placed each such "
@@ -110,7 +115,7 @@ def data_quality(launch: dict) -> DataQuality:
                  "known)")
     return DataQuality(known=True, records=records, layout=layout, layout_match=match, lost_records=lost,
                        unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
-                       overwritten_lanes=overwritten, anomalies=anomalies, warnings=tuple(w))
+                       overwritten_lanes=overwritten, unread_events=unused, anomalies=anomalies, warnings=tuple(w))
 
 
 def _pct(x: float) -> str:

@@ -21,6 +21,8 @@ PROBLEM_KINDS = {
     "written past the buffer",
     "records_lost": "records ktrace's capacity guard dropped",
     "layout_match": f"a layout that matches fewer than {LAYOUT_WARN:.0%} of the records",
+    "unread_events": "events of a Proton trace that could not be read (not complete events, or a damaged id, ts "
+    "or dur)",
 }
 _FIX = {
     "unpaired_records": "copy the whole buffer, or capture again with more records per lane",
@@ -28,6 +30,7 @@ _FIX = {
     "full_lanes": "give each lane more records (a larger profiler buffer) and capture again",
     "records_lost": "give each lane more records (a larger profiler buffer) and capture again",
     "layout_match": "check --layout, --num-blocks and --num-groups: the file may not be this layout's buffer",
+    "unread_events": "copy the trace Proton wrote again",
 }
 
 
@@ -61,6 +64,7 @@ def input_problems(launch: dict) -> tuple[Problem, ...]:
         "layout_match": (dq.layout_match if dq.layout_match is not None and dq.layout_match < LAYOUT_WARN
                          and dq.records else 0,
                          f"layout {dq.layout} matches only {dq.layout_match or 0:.1%} of the records"),
+        "unread_events": (dq.unread_events, f"{dq.unread_events:,} events of the Proton trace not read"),
     }
     return tuple(Problem(kind, n, text, _FIX[kind]) for kind, (n, text) in found.items() if n)
 
