@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from .inflate import inflated_pieces, open_regular
 
 __all__ = ["read_events", "MAX_TRACE_BYTES", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT"]
 
@@ -29,74 +28,33 @@ _PID = re.compile(r"^(?P<kernel>.*) Core(?P<core>\d+) CTA(?P<cta>\d+)$")
 _TID = re.compile(r"^warp (?P<warp>\d+) \(line (?P<line>\d+)\)$")
 
 
-def _read(path: Path) -> bytes | bytearray:
+_FIX = "copy the trace Proton wrote again"
+
+
+def _read(path: Path) -> bytes:
     """The trace's bytes, inflated when gzip-compressed: only a regular file, checked before it is read, and a
     gzip stream inflated a piece at a time and refused as soon as it passes its bound."""
-    try:
-        # O_NONBLOCK: a FIFO opens without waiting for a writer, and is refused below
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot be read ({e.strerror}); copy the trace Proton wrote again") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
-        raise InputError(f"{path}: {kind}: a Proton trace is read from a file; save the trace to a file and "
-                         "pass that")
-    with os.fdopen(fd, "rb") as f:
+    with open_regular(path, "a Proton trace", _FIX) as f:
+        size = os.fstat(f.fileno()).st_size
         try:
-            if f.read(2) == b"\x1f\x8b":
-                f.seek(0)
-                return _inflate(path, f, st.st_size)
-            if st.st_size > MAX_TRACE_BYTES:
-                raise InputError(f"{path}: {st.st_size:,} bytes, more than {MAX_TRACE_BYTES >> 30} GiB: not one "
-                                 "kernel's Proton trace (profile one kernel per Proton session)")
+            gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
-            raw = f.read(MAX_TRACE_BYTES + 1)
+            if not gz and size > MAX_TRACE_BYTES:
+                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 30} GiB: not one kernel's "
+                                 "Proton trace (profile one kernel per Proton session)")
+            if not gz:
+                raw = f.read(MAX_TRACE_BYTES + 1)
         except OSError as e:
-            raise InputError(f"{path}: cannot be read ({e}); copy the trace Proton wrote again") from None
+            raise InputError(f"{path}: cannot be read ({e}); {_FIX}") from None
+        if gz:
+            limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
+            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 30} GiB: a gzip bomb, or not "
+                   "one kernel's Proton trace; check what it holds with gunzip -l")
+            # the pieces, joined once at the end: a refused stream never holds more than its limit
+            return b"".join(list(inflated_pieces(path, f, limit, why, _FIX)))
     if len(raw) > MAX_TRACE_BYTES:  # it grew while read
         raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 30} GiB: not one kernel's Proton trace")
     return raw
-
-
-def _inflate(path: Path, f, size: int) -> bytes:
-    """A gzip stream (one member or several) inflated a MiB at a time, refused once it passes
-    MAX_INFLATE_RATIO times the file (at least MIN_INFLATE_LIMIT) or MAX_TRACE_BYTES."""
-    limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
-    out, total = [], 0  # pieces, joined once at the end: a refused stream never holds more than its limit
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    data, fed = b"", False  # fed: the current member has begun
-    try:
-        while True:
-            if not fed:
-                data = data.lstrip(b"\0")  # zeros may pad a gzip file after a member, as gzip(1) allows
-            if not data:
-                data = f.read(1 << 20)
-                if not data:
-                    break
-                continue
-            piece = d.decompress(data, min(16 << 20, limit + 1 - total))
-            out.append(piece)
-            total += len(piece)
-            fed = True
-            if total > limit:
-                raise InputError(
-                    f"{path}: inflates to more than {limit:,} bytes ({MAX_INFLATE_RATIO} times the file, at most "
-                    f"{MAX_TRACE_BYTES >> 30} GiB): a gzip bomb, or not one kernel's Proton trace; check what it "
-                    "holds (gunzip -l)")
-            data = d.unconsumed_tail
-            if d.eof:  # the next member, if any
-                data, fed = d.unused_data + data, False
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    except zlib.error as e:
-        raise InputError(f"{path}: not a readable gzip file ({e}): a damaged copy; copy the trace Proton wrote "
-                         "again") from None
-    if fed:
-        raise InputError(f"{path}: the gzip stream ends early: a truncated copy; copy the trace Proton wrote again")
-    return b"".join(out)
 
 
 # Proton's writer (nlohmann::json, keys sorted) prints every event's fields in this order; a file that is
