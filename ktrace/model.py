@@ -77,6 +77,7 @@ class Launch:
     probe_cost_ns: float | None = None  # one probe's cost measured by `ktrace calibrate`
     profiled_median_us: float | None = None  # the instrumented build's median kernel time
     control_median_us: float | None = None  # the unprofiled control's median kernel time
+    records_written: int | None = None  # the non-empty slots the sidecar says the capture read back
 
     @property
     def instants_advance(self) -> bool:

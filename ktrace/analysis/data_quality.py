@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-__all__ = ["DataQuality", "data_quality", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
+__all__ = ["DataQuality", "data_quality", "records_written_warning", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
 
 # Below this share of records agreeing with their position under the layout, a buffer is not analyzed (it is
 # not a profiler buffer of that layout, or its header is wrong) unless --layout names the layout.
@@ -41,6 +41,7 @@ class DataQuality:
     full_lanes: int = 0
     overwritten_lanes: int = 0
     unread_events: int = 0  # events of a Proton trace that could not be read (not complete events, damaged)
+    records_written: int | None = None  # what the sidecar says the capture read back (None: not said)
     anomalies: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -86,6 +87,10 @@ def data_quality(launch: dict) -> DataQuality:
         w.append("Proton's trace holds SM cycles printed as ns at an assumed 1 GHz and no SM clock was given: every "
                  "duration is cycles / 1000 ns; give --sm-clock MHZ (or sm_clock_mhz in the sidecar, or run ktrace "
                  "calibrate on the GPU) for true times")
+    written = launch.get("records_written")
+    written = _int(written) if written is not None else None
+    if written is not None and written != records:
+        w.append(records_written_warning(records, written))
     unused = _int(launch.get("note_proton_unused"))
     if unused:
         w.append(f"{unused:,} events of the Proton trace not read (not complete events, or a damaged id, ts or dur): "
@@ -115,7 +120,18 @@ def data_quality(launch: dict) -> DataQuality:
                  "known)")
     return DataQuality(known=True, records=records, layout=layout, layout_match=match, lost_records=lost,
                        unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
-                       overwritten_lanes=overwritten, unread_events=unused, anomalies=anomalies, warnings=tuple(w))
+                       overwritten_lanes=overwritten, unread_events=unused, records_written=written, anomalies=anomalies,
+                       warnings=tuple(w))
+
+
+def records_written_warning(records: int, written: int) -> str:
+    """The sentence for a buffer that holds other than the records its sidecar says were written."""
+    if records < written:
+        return (f"the sidecar says {written:,} records were written but the buffer holds {records:,}: "
+                f"{written - records:,} missing (a copy cut short or zeroed in part, or the sidecar of another "
+                "capture); copy the buffer again with its own sidecar")
+    return (f"the buffer holds {records:,} records but the sidecar says {written:,} were written: "
+            f"{records - written:,} more (stale data in a buffer not zeroed, or the sidecar of another capture)")
 
 
 def _pct(x: float) -> str:
