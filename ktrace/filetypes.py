@@ -58,6 +58,8 @@ def is_proton(path) -> bool:
         return True
     if not name.endswith((".json", ".gz")) or name.endswith((".bin.gz", ".perfetto-trace.gz")):
         return False
+    if not Path(str(path)).is_file():  # a FIFO or device is not sniffed (opening a FIFO waits for a writer)
+        return False
     try:
         with open_maybe_gzip(path) as f:
             head = f.read(1 << 16)
