@@ -68,7 +68,7 @@ KEYS = ["kernel", "grid", "block", "event_names", "group_names", "num_blocks", "
         "timer.tick_ns", "timer.anchor_ns", "timer.probe_cost_ns", "timer.offset_to_reference_ns", "timer_tick_ns",
         "timer_anchor_ns", "anchor_ns", "globaltimer_anchor_ns", "launch_globaltimer_ns", "device.name",
         "device.multiprocessors", "device.index", "device.pci_bus_id", "buffer.records_per_lane_capacity",
-        "buffer.trailer", "producer", "timing.with_profiler.median_us", "timing.without_profiler.median_us",
+        "buffer.trailer", "buffer.records_written", "producer", "timing.with_profiler.median_us", "timing.without_profiler.median_us",
         "timer", "device", "buffer"]
 RULES = ["kernel.wall_us <= {v}", "*.imbalance < {v}", "compute@{v}.wall_us <= 1", "kernel.wall_us <= baseline * {v}",
          "{v}.wall_us <= 1", "kernel.{v} <= 1", "{v}"]
