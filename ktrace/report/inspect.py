@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..analysis.data_quality import records_written_warning
 from ..model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
 from .safe_text import printable
 
@@ -99,6 +98,8 @@ def inspect_text(info: dict) -> list:
     _row(t, "records", str(info["records"]))
     written = info.get("records_written")
     if written is not None and written != info["records"]:
+        from ..analysis.data_quality import records_written_warning  # here: convert imports no analysis
+
         _row(t, "data quality", records_written_warning(info["records"], written))
     _row(t, "slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
     _row(t, "instants", str(info["instants"]))
