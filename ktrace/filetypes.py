@@ -13,6 +13,7 @@ import gzip
 import os
 import re
 import stat
+import zlib
 from pathlib import Path
 
 from .errors import InputError
@@ -62,10 +63,12 @@ def is_proton(path) -> bool:
         return True
     if not name.endswith((".json", ".gz")) or name.endswith((".bin.gz", ".perfetto-trace.gz")):
         return False
+    if not Path(str(path)).is_file():  # a FIFO or device is not sniffed (opening a FIFO waits for a writer)
+        return False
     try:
         with open_maybe_gzip(path) as f:
             head = f.read(1 << 16)
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return False
     return len(set(m.group(0)[:3] for m in _SNIFF.finditer(head))) == 2
 

@@ -46,6 +46,8 @@ LANE_NOTES = {
     "proton_dropped": "Proton's circular buffer was full: the lane's first records were overwritten (Proton's "
     "'first N events are dropped' warning counts them), and Proton placed the CTA's earliest kept scope at the "
     "CTA's start, so the lane's times are shifted",
+    "proton_unused": "events of the Proton trace that are not read (counted here in events, not lanes): not "
+    "complete events, or an id, ts or dur that is damaged or past its limit; they are in no figure",
     "overflow": "the lane was full and ktrace's capacity guard dropped records instead of writing past the "
     "buffer (see 'records lost'); give the capture more records per lane",
 }
@@ -75,6 +77,7 @@ class Launch:
     probe_cost_ns: float | None = None  # one probe's cost measured by `ktrace calibrate`
     profiled_median_us: float | None = None  # the instrumented build's median kernel time
     control_median_us: float | None = None  # the unprofiled control's median kernel time
+    records_written: int | None = None  # the non-empty slots the sidecar says the capture read back
 
     @property
     def instants_advance(self) -> bool:

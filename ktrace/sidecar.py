@@ -33,6 +33,7 @@ _RANGES = {
     **{keys: (0, _INT64 - 1) for keys in _ANCHORS},
     ("device", "multiprocessors"): (1, 1 << 20),
     ("buffer", "records_per_lane_capacity"): (0, 1 << 40),
+    ("buffer", "records_written"): (0, 1 << 60),
     ("timer", "probe_cost_ns"): (0, 10**9),
     ("timer", "offset_to_reference_ns"): (-_INT64, _INT64 - 1),
 }
@@ -170,6 +171,7 @@ def launch_fields(meta: dict) -> dict:
         "producer": meta.get("producer") if isinstance(meta.get("producer"), str) else None,
         "capacity_per_lane": _int_or_none(bufmeta.get("records_per_lane_capacity")),
         "trailer": bufmeta.get("trailer") is True,
+        "records_written": _int_or_none(bufmeta.get("records_written")),
         "probe_cost_ns": _float_or_none(timer.get("probe_cost_ns")),
         "profiled_median_us": _float_or_none(_get(meta, "timing", "with_profiler", "median_us")),
         "control_median_us": _float_or_none(_get(meta, "timing", "without_profiler", "median_us")),

@@ -1,7 +1,7 @@
 """Fuzz what users and other programs hand ktrace: sidecars, rules files, clocks files, traces and command-line
 values (as fuzz_decode.py does buffers).
 
-    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli]
+    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli,proton,gzbuf,fifo]
                                   [--seconds 60] [--json summary.json]
 
 Each case damages one input and runs what reads it:
@@ -12,11 +12,21 @@ Each case damages one input and runs what reads it:
   clock_sync.json form with hostile entries) and --offset values; then they are read.
 - trace: a small converted trace cut, flipped, given a huge length, gzipped, or replaced by random bytes;
   then its framing is walked as it would stream to the engine (every 25th case: loaded by the engine).
+- proton: a small Triton Proton trace with one thing made hostile: a CTA, core or warp id past any GPU's
+  (4e9, 20 or 5,000 digits), a ts or dur of 1e16, -1, NaN or a string, a lone surrogate or a NUL in a name, a
+  phase that is not 'X', a missing key, non-events, invalid UTF-8, deep nesting, a cut; or gzipped (whole, cut,
+  flipped, several members, a bomb of spaces); then read, and every 8th case analyzed by the command line into
+  a strict UTF-8 stream (a surrogate that reaches the terminal raises there).
+- gzbuf: a ``.bin.gz`` buffer cut, flipped, with a header claiming up to 2^64 lanes, trailing garbage or zeros,
+  several members, inflating to a length that is no whole record, or (rarely) a bomb of 1 GiB; then inspected.
+- fifo: a FIFO (no writer), /dev/zero or a folder named as a Proton trace or a .bin.gz, given to analyze or
+  inspect under a 20 s alarm: a hang is a crash.
 - cli: ``ktrace`` run in this process with hostile option values (thresholds, offsets, names, counts, ports,
   paths with NULs, outputs onto the inputs); stdout and stderr discarded.
 
 The only exceptions allowed are ktrace's own (KtraceError, with a message) and argparse's usage exit (2);
-anything else is a crash, printed with its input. The summary counts cases, outcomes and exit codes per kind.
+anything else is a crash, printed with its input. The summary counts cases, outcomes and exit codes per kind,
+and the process's peak memory (``peak_rss_mb``).
 """
 
 from __future__ import annotations
@@ -26,12 +36,16 @@ import contextlib
 import gzip
 import io
 import json
+import os
 import random
+import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import traceback
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -42,7 +56,7 @@ from ktrace.api import inspect  # noqa: E402
 from ktrace.analysis.rules import rule_book  # noqa: E402
 from ktrace.errors import KtraceError  # noqa: E402
 
-KINDS = ("sidecar", "rules", "clocks", "trace", "cli")
+KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo")
 SAMPLES = sorted((REPO / "samples").glob("*.bin"))
 SMALL = REPO / "samples" / "warpgroups_ktrace.bin"
 VALUES = [None, True, -1, 0, 1, 1e9, 2**31, 2**63, 2**64 - 1, 2**64 + 5, -(2**64), 1e30, -1e30, 1.5, "x", "",
@@ -54,7 +68,7 @@ KEYS = ["kernel", "grid", "block", "event_names", "group_names", "num_blocks", "
         "timer.tick_ns", "timer.anchor_ns", "timer.probe_cost_ns", "timer.offset_to_reference_ns", "timer_tick_ns",
         "timer_anchor_ns", "anchor_ns", "globaltimer_anchor_ns", "launch_globaltimer_ns", "device.name",
         "device.multiprocessors", "device.index", "device.pci_bus_id", "buffer.records_per_lane_capacity",
-        "buffer.trailer", "producer", "timing.with_profiler.median_us", "timing.without_profiler.median_us",
+        "buffer.trailer", "buffer.records_written", "producer", "timing.with_profiler.median_us", "timing.without_profiler.median_us",
         "timer", "device", "buffer"]
 RULES = ["kernel.wall_us <= {v}", "*.imbalance < {v}", "compute@{v}.wall_us <= 1", "kernel.wall_us <= baseline * {v}",
          "{v}.wall_us <= 1", "kernel.{v} <= 1", "{v}"]
@@ -235,6 +249,172 @@ def cli_case(rng: random.Random, tmp: Path) -> list[str]:
     return args
 
 
+def _pev(cta=0, warp=0, name="a", ts=0.0, dur=0.1, core=None):
+    return {"args": {"Frequency (MHz)": 1000.0}, "cat": "k", "dur": dur, "name": name, "ph": "X",
+            "pid": f"k Core{cta if core is None else core} CTA{cta}", "tid": f"warp {warp} (line 0)", "ts": ts}
+
+
+PROTON_PIDS = ["k Core2 CTA4000000000", "k Core2 CTA2000000000", "k Core2 CTA" + "9" * 20, "k Core" + "9" * 20 + " CTA1",
+               "k Core2 CTA" + "9" * 5000, "k Core-1 CTA1", "k Core1 CTA1 x", "\ud800 Core1 CTA1", "j Core1 CTA1",
+               "k\x1b[2J Core1 CTA1", "k Core70000 CTA1", " Core1 CTA1", "k Core1 CTA", 5, None, ["k Core1 CTA1"]]
+PROTON_TIDS = ["warp 2000000000 (line 0)", "warp " + "9" * 20 + " (line 0)", "warp " + "9" * 5000 + " (line 0)",
+               "warp 1 (line " + "9" * 30 + ")", "warp -1 (line 0)", "warp 1023 (line 0)", "warp 1024 (line 0)",
+               "warp\ud800", 7, None]
+PROTON_NAMES = ["\ud800", "a\udfff", "\x00", "\x1b[2J\x1b]0;t\x07", "[bold]x[/bold]", "x" * 100_000, "\u202eexe", "", 5,
+                None, ["a"], "a\nb\u2028c", "<img src=x>"]
+PROTON_TIMES = [1e16, -1.0, -1e16, 1e300, 2**64, 2**63, 86_400e6, 86_401e6, 1e-300, "x", None, [], True, "1e3"]
+PROTON_RAW = ["NaN", "Infinity", "-Infinity", "1e999", "-0", "1" * 5000, "18446744073709551621"]
+
+
+def _bomb_gz(body: bytes, mib: int, fill: bytes = b" ") -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [c.compress(body[: len(body) // 2])]
+    chunk = fill * (1 << 20)
+    out += [c.compress(chunk) for _ in range(mib)]
+    out += [c.compress(body[len(body) // 2:]), c.flush()]
+    return b"".join(out)
+
+
+def proton_case(rng: random.Random) -> tuple[str, bytes]:
+    """(the file's name, its bytes): a small Proton trace with one thing made hostile."""
+    events = [_pev(c, w, n, ts=c * 0.5 + i * 0.2) for c in range(rng.choice([1, 2, 3])) for w in range(2)
+              for i, n in enumerate("ab")]
+    marker = None
+    how = rng.random()
+    e = rng.choice(events)
+    if how < 0.15:
+        e["pid"] = rng.choice(PROTON_PIDS)
+    elif how < 0.25:
+        e["tid"] = rng.choice(PROTON_TIDS)
+    elif how < 0.35:
+        e["name"] = rng.choice(PROTON_NAMES)
+    elif how < 0.5:
+        e[rng.choice(["ts", "dur"])] = rng.choice(PROTON_TIMES)
+    elif how < 0.58:
+        e[rng.choice(["ts", "dur"])] = marker = "__RAW__"
+    elif how < 0.66:
+        e["ph"] = rng.choice(["B", "E", "i", "M", "C", None, 5, "x"])
+    elif how < 0.72:
+        del e[rng.choice(["ph", "pid", "tid", "name", "ts", "dur"])]
+    elif how < 0.78:
+        events.insert(rng.randrange(len(events)), rng.choice([1, "x", None, [1, 2], {}, {"ph": "M", "name": "n"},
+                                                              {"ph": "X"}]))
+    elif how < 0.82:
+        events = events * rng.choice([1, 100, 2000])  # the same scopes many times: many instances per lane
+    doc = rng.choice([{"displayTimeUnit": "ns", "traceEvents": events}] * 8 + [events, {"traceEvents": 5}, {}, []])
+    body = json.dumps(doc).encode("utf-8", "surrogatepass")
+    if marker:
+        body = body.replace(b'"__RAW__"', rng.choice(PROTON_RAW).encode())
+    how = rng.random()
+    if how < 0.05:
+        depth = rng.choice([1000, 100_000])
+        body = b'{"traceEvents": ' + b"[" * depth + b"]" * depth + b"}"
+    elif how < 0.1:
+        at = rng.randrange(len(body))
+        body = body[:at] + bytes([rng.choice([0xFF, 0xC0, 0x80, 0x00])]) + body[at + 1:]
+    elif how < 0.15:
+        body = body[:rng.randrange(len(body))]
+    elif how < 0.18:
+        body = rng.choice([b"\xef\xbb\xbf" + body, body.decode("utf-8", "surrogatepass").encode("utf-16", "surrogatepass")])
+    gz = rng.random()
+    if gz < 0.6:
+        return "t.chrome_trace", body
+    if gz < 0.72:
+        return "t.chrome_trace.gz", gzip.compress(body, mtime=0)
+    if gz < 0.78:
+        g = gzip.compress(body, mtime=0)
+        return "t.chrome_trace.gz", g[:rng.randrange(len(g))]
+    if gz < 0.86:
+        g = bytearray(gzip.compress(body, mtime=0))
+        for _ in range(rng.randrange(1, 5)):
+            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
+        return "t.chrome_trace.gz", bytes(g)
+    if gz < 0.9:
+        cut = rng.randrange(len(body))
+        pad = rng.choice([b"", bytes(rng.randrange(1, 100)), b"garbage", b"\x1f\x8b"])
+        return "t.chrome_trace.gz", gzip.compress(body[:cut], mtime=0) + gzip.compress(body[cut:], mtime=0) + pad
+    if gz < 0.96:  # a bomb: spaces (valid JSON whitespace) or zeros, 1,000 times smaller compressed
+        return "t.chrome_trace.gz", _bomb_gz(body, rng.choice([8, 64, 256]), rng.choice([b" ", b"\0"]))
+    return "t.json", body  # known by its content
+
+
+def read_proton_case(path: Path, rng: random.Random, cli: bool) -> None:
+    from ktrace.decoding.proton import read_proton
+
+    read_proton(path, sidecar=False, lanes=rng.choice(["warp", "warpgroup"]))
+    if cli:  # the whole report, into a stream that refuses what a UTF-8 terminal would
+        out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                main_rc = __import__("ktrace.cli", fromlist=["main"]).main(["analyze", str(path), "--engine", "numpy"])
+            except SystemExit as e:
+                main_rc = e.code
+            out.flush()
+        if main_rc not in (0, 2):
+            raise RuntimeError(f"analyze exited {main_rc}")
+
+
+def gzbuf_case(rng: random.Random, raw: bytes) -> bytes:
+    """A .bin.gz's bytes: a small real buffer, gzipped, with one thing made hostile."""
+    words = bytearray(raw)
+    how = rng.random()
+    if how < 0.3:  # the header claims another launch: up to 2^32 blocks x 2^32 groups
+        nb, ng = rng.choice([0, 1, 2, 132, 1 << 20, (1 << 32) - 1]), rng.choice([0, 1, 2, 1 << 28, (1 << 32) - 1])
+        words[:8] = (nb | ng << 32).to_bytes(8, "little")
+    elif how < 0.4:
+        words = words[:rng.randrange(len(words))]  # no whole number of records, or too few
+    elif how < 0.5:
+        for _ in range(rng.randrange(1, 20)):
+            words[rng.randrange(len(words))] = rng.randrange(256)
+    body = bytes(words)
+    how = rng.random()
+    if how < 0.4:
+        return gzip.compress(body, mtime=0)
+    if how < 0.55:
+        g = gzip.compress(body, mtime=0)
+        return g[:rng.randrange(len(g))]
+    if how < 0.7:
+        g = bytearray(gzip.compress(body, mtime=0))
+        for _ in range(rng.randrange(1, 5)):
+            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
+        return bytes(g)
+    if how < 0.85:
+        cut = rng.randrange(len(body))
+        pad = rng.choice([b"", bytes(rng.randrange(1, 100)), b"garbage", b"\x1f\x8b\x08"])
+        return gzip.compress(body[:cut], mtime=0) + gzip.compress(body[cut:], mtime=0) + pad
+    if how < 0.97:  # zeros after the header: a claimed capacity far past the records
+        return _bomb_gz(body[:8], rng.choice([1, 16, 64]), b"\0")
+    return _bomb_gz(body[:8], 1024, b"\0")  # 1 GiB of zeros in 1 MB: stops at the limit
+
+
+def fifo_case(rng: random.Random, tmp: Path) -> list[str]:
+    """A command on a FIFO with no writer, /dev/zero or a folder, named as an input ktrace reads."""
+    where = tmp / "fifo"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    p = where / rng.choice(["x.chrome_trace", "x.chrome_trace.gz", "x.bin.gz", "x.json"])
+    what = rng.choice(["fifo", "fifo", "zero", "folder"])
+    if what == "fifo":
+        os.mkfifo(p)
+    elif what == "zero":
+        p.symlink_to("/dev/zero")
+    else:
+        p.mkdir()
+    if p.name == "x.json" and what != "folder":  # a .json is sniffed for Proton's content: only safe as a folder
+        p.unlink()
+        p.mkdir()
+    return [rng.choice(["analyze", "inspect", "convert"]), str(p)] + (["--engine", "numpy"] if rng.random() < 0.5
+                                                                       else [])
+
+
+class _Alarm(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Alarm("no answer within 20 s: a hang")
+
+
 def run_cli(args: list[str]) -> int:
     from ktrace.cli import main
 
@@ -270,6 +450,8 @@ def main() -> int:
             from ktrace.api import convert
 
             convert(SMALL, good)
+        small_raw = SMALL.read_bytes()
+        signal.signal(signal.SIGALRM, _alarm)
         for i in range(a.cases):
             if a.seconds is not None and time.perf_counter() - t0 > a.seconds:
                 break
@@ -296,6 +478,32 @@ def main() -> int:
                     body = trace_case(rng, good.read_bytes())
                     trace.write_bytes(body)
                     walk_trace(trace, a.engine and c["cases"] % 25 == 0)
+                elif kind == "proton":
+                    name, body = proton_case(rng)
+                    p = tmp / name
+                    p.write_bytes(body)
+                    try:
+                        read_proton_case(p, rng, c["cases"] % 8 == 0)
+                    finally:
+                        p.unlink()
+                elif kind == "gzbuf":
+                    from ktrace.api import inspect as inspect_buffer
+
+                    body = gzbuf_case(rng, small_raw)
+                    p = tmp / "g.bin.gz"
+                    p.write_bytes(body)
+                    inspect_buffer(p, sidecar=False)
+                elif kind == "fifo":
+                    body = fifo_case(rng, tmp)
+                    signal.alarm(20)
+                    try:
+                        rc = run_cli(body)
+                    finally:
+                        signal.alarm(0)
+                    c[f"exit_{rc}"] += 1
+                    if rc != 2:
+                        raise RuntimeError(f"exit {rc} from {body[0]} on a {Path(body[1]).name} that is no file")
+                    continue
                 else:
                     shutil.copy(SMALL, tmp / "cap.bin")
                     shutil.copy(SMALL.with_suffix(".json"), tmp / "cap.json")
@@ -309,7 +517,7 @@ def main() -> int:
             except KtraceError as e:
                 assert str(e), "an error with no message"
                 c["refused"] += 1
-            except Exception:  # noqa: BLE001 - what the fuzzer is looking for
+            except (Exception, _Alarm):  # noqa: BLE001 - what the fuzzer is looking for
                 crashes += 1
                 c["crashes"] += 1
                 shown = body[:200] if isinstance(body, (bytes, str)) else [str(x)[:80] for x in body or ()]
@@ -317,6 +525,7 @@ def main() -> int:
     summary = {k: dict(sorted(v.items())) for k, v in counts.items()}
     summary["crashes"] = crashes
     summary["seconds"] = round(time.perf_counter() - t0, 1)
+    summary["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(json.dumps(summary))
     if a.json:
         Path(a.json).write_text(json.dumps(summary, indent=1) + "\n")

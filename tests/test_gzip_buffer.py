@@ -57,3 +57,61 @@ def test_inflating_past_the_limit_stops(tmp_path):
         f.write(bytes(1 << 20))
     with pytest.raises(InputError, match="inflates to more than"):
         source._load_gzip(p, limit=1 << 16)
+
+
+def _zeros_gz(path, header: int, mib: int):
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(path, "wb") as f:
+        f.write(c.compress(np.array([header], "<u8").tobytes()))
+        for _ in range(mib):
+            f.write(c.compress(bytes(1 << 20)))
+        f.write(c.flush())
+    return path
+
+
+def _peak(*args):
+    """(rc, stderr, peak RSS of the child in MB)."""
+    code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024); "
+            "sys.stderr.write(p.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "ktrace", *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    rc, mb = p.stdout.split()
+    return int(rc), p.stderr, int(mb)
+
+
+def test_a_header_claiming_more_lanes_than_the_file_could_hold_is_refused_before_inflating(tmp_path):
+    p = _zeros_gz(tmp_path / "claims.bin.gz", 1 | (1 << 28) << 32, 64)  # 268M lanes claimed, 64 KB of file
+    rc, err, mb = _peak("inspect", p, "--no-sidecar")
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert "its header claims 1 blocks x 268,435,456 groups = 268,435,456 lanes, more than a" in err
+    assert str(p) in err and "--num-blocks" in err
+    assert mb < 150  # the header's word, not the 64 MiB after it
+
+
+@pytest.mark.slow
+def test_a_gzip_bomb_buffer_stops_at_the_limit_in_that_much_memory(tmp_path):
+    p = _zeros_gz(tmp_path / "bomb.bin.gz", 2 | 1 << 32, 1024)  # a sane header, then 1 GiB of zeros in 1 MB
+    rc, err, mb = _peak("inspect", p, "--no-sidecar")
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert f"inflates to more than {source.MAX_GZIP_BUFFER_BYTES:,} bytes" in err and "gunzip -k" in err
+    assert mb < source.MAX_GZIP_BUFFER_BYTES / 2**20 + 150  # filled once, never copied
+
+
+def test_a_fifo_named_like_a_gzip_buffer_is_refused_not_waited_on(tmp_path):
+    import os
+
+    p = tmp_path / "pipe.bin.gz"
+    os.mkfifo(p)
+    r = subprocess.run([sys.executable, "-m", "ktrace", "inspect", str(p)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "not a regular file" in r.stderr and str(p) in r.stderr, r.stderr[-2000:]
+
+
+def test_a_gzip_buffer_of_two_members_reads_whole(tmp_path, gz_copy):
+    raw = (SAMPLES / "imbalance_ktrace.bin").read_bytes()
+    p = tmp_path / "two.bin.gz"
+    p.write_bytes(gzip.compress(raw[:1000]) + gzip.compress(raw[1000:]))
+    assert np.array_equal(source.load_buffer(p).words, np.frombuffer(raw, "<u8"))

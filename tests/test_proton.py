@@ -270,12 +270,12 @@ def test_view_serves_a_proton_trace_with_the_analysis_drawn(monkeypatch, plain):
 
 
 def test_protons_own_print_is_read_in_one_pass_with_the_same_slices_as_the_json_parser(monkeypatch):
-    from ktrace.decoding import proton
+    from ktrace.decoding import proton_events
 
     p = SAMPLES / "triton_matmul.chrome_trace.gz"
-    assert proton._fast_columns(proton._read(p)) is not None
+    assert proton_events._fast_columns(proton_events._read(p)) is not None
     fast = read_proton(p, lanes="warpgroup")
-    monkeypatch.setattr(proton, "_fast_columns", lambda raw: None)
+    monkeypatch.setattr(proton_events, "_fast_columns", lambda raw: None)
     slow = read_proton(p, lanes="warpgroup")
     assert fast.launch == slow.launch
     for k in fast.slices.__dataclass_fields__:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-__all__ = ["DataQuality", "data_quality", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
+__all__ = ["DataQuality", "data_quality", "records_written_warning", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
 
 # Below this share of records agreeing with their position under the layout, a buffer is not analyzed (it is
 # not a profiler buffer of that layout, or its header is wrong) unless --layout names the layout.
@@ -27,7 +27,7 @@ class DataQuality:
     dropped by ktrace's capacity guard (None when the buffer has no guard to count them); full_lanes: lanes
     whose last slot is written with no guard counting (records after it may be lost, or written past the
     buffer); overwritten_lanes: lanes ending with a FlashInfer instant (earlier instants were overwritten,
-    uncountable); anomalies: record-level anomaly kind -> count. warnings: one sentence per problem, with the
+    uncountable); unread_events: events of a Proton trace not read; anomalies: record-level anomaly kind -> count. warnings: one sentence per problem, with the
     counts and what to do, in the order a report shows them.
     """
 
@@ -40,6 +40,8 @@ class DataQuality:
     unreadable_records: int = 0
     full_lanes: int = 0
     overwritten_lanes: int = 0
+    unread_events: int = 0  # events of a Proton trace that could not be read (not complete events, damaged)
+    records_written: int | None = None  # what the sidecar says the capture read back (None: not said)
     anomalies: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -85,6 +87,14 @@ def data_quality(launch: dict) -> DataQuality:
         w.append("Proton's trace holds SM cycles printed as ns at an assumed 1 GHz and no SM clock was given: every "
                  "duration is cycles / 1000 ns; give --sm-clock MHZ (or sm_clock_mhz in the sidecar, or run ktrace "
                  "calibrate on the GPU) for true times")
+    written = launch.get("records_written")
+    written = _int(written) if written is not None else None
+    if written is not None and written != records:
+        w.append(records_written_warning(records, written))
+    unused = _int(launch.get("note_proton_unused"))
+    if unused:
+        w.append(f"{unused:,} events of the Proton trace not read (not complete events, or a damaged id, ts or dur): "
+                 "they are in no figure (ktrace inspect says why, by cause)")
     if lost and proton:
         w.append(f"{lost:,} records lost: Proton's circular buffer was full on {proton_lanes:,} lane(s) and dropped "
                  "their first records (Proton's 'first N events are dropped' warnings), and Proton placed each such "
@@ -110,7 +120,18 @@ def data_quality(launch: dict) -> DataQuality:
                  "known)")
     return DataQuality(known=True, records=records, layout=layout, layout_match=match, lost_records=lost,
                        unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
-                       overwritten_lanes=overwritten, anomalies=anomalies, warnings=tuple(w))
+                       overwritten_lanes=overwritten, unread_events=unused, records_written=written, anomalies=anomalies,
+                       warnings=tuple(w))
+
+
+def records_written_warning(records: int, written: int) -> str:
+    """The sentence for a buffer that holds other than the records its sidecar says were written."""
+    if records < written:
+        return (f"the sidecar says {written:,} records were written but the buffer holds {records:,}: "
+                f"{written - records:,} missing (a copy cut short or zeroed in part, or the sidecar of another "
+                "capture); copy the buffer again with its own sidecar")
+    return (f"the buffer holds {records:,} records but the sidecar says {written:,} were written: "
+            f"{records - written:,} more (stale data in a buffer not zeroed, or the sidecar of another capture)")
 
 
 def _pct(x: float) -> str:

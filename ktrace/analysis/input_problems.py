@@ -21,6 +21,10 @@ PROBLEM_KINDS = {
     "written past the buffer",
     "records_lost": "records ktrace's capacity guard dropped",
     "layout_match": f"a layout that matches fewer than {LAYOUT_WARN:.0%} of the records",
+    "records_written": "a buffer holding other than the records its sidecar says were written (a copy cut "
+    "short, stale data, or another capture's sidecar)",
+    "unread_events": "events of a Proton trace that could not be read (not complete events, or a damaged id, ts "
+    "or dur)",
 }
 _FIX = {
     "unpaired_records": "copy the whole buffer, or capture again with more records per lane",
@@ -28,6 +32,8 @@ _FIX = {
     "full_lanes": "give each lane more records (a larger profiler buffer) and capture again",
     "records_lost": "give each lane more records (a larger profiler buffer) and capture again",
     "layout_match": "check --layout, --num-blocks and --num-groups: the file may not be this layout's buffer",
+    "records_written": "copy the buffer again with its own sidecar",
+    "unread_events": "copy the trace Proton wrote again",
 }
 
 
@@ -61,6 +67,10 @@ def input_problems(launch: dict) -> tuple[Problem, ...]:
         "layout_match": (dq.layout_match if dq.layout_match is not None and dq.layout_match < LAYOUT_WARN
                          and dq.records else 0,
                          f"layout {dq.layout} matches only {dq.layout_match or 0:.1%} of the records"),
+        "records_written": (abs(dq.records - dq.records_written) if dq.records_written is not None else 0,
+                            f"{dq.records or 0:,} records where the sidecar says {dq.records_written or 0:,} were "
+                            "written"),
+        "unread_events": (dq.unread_events, f"{dq.unread_events:,} events of the Proton trace not read"),
     }
     return tuple(Problem(kind, n, text, _FIX[kind]) for kind, (n, text) in found.items() if n)
 

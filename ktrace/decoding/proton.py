@@ -21,7 +21,6 @@ scope instance spans its warps' earliest begin to their latest end).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -30,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..filetypes import is_proton, open_maybe_gzip as _opened
+from ..filetypes import is_proton
 from ..model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
+from .proton_events import LANES_FREE, LANES_PER_EVENT, read_events
 
 __all__ = ["is_proton", "read_proton", "PROTON_OPTIONS", "LANE_MODES", "PROTON_MHZ", "parse_drops"]
 
@@ -39,68 +39,7 @@ PROTON_OPTIONS = ("lanes", "sm_clock_mhz", "proton_log")
 LANE_MODES = ("warp", "warpgroup")
 PROTON_MHZ = 1000.0  # the clock Proton's writer assumes when it prints cycles as time
 WARPS_PER_GROUP = 4
-MAX_TRACE_BYTES = 4 << 30  # a gzip trace inflated past this is refused (a bomb, or not one kernel's trace)
-
-_PID = re.compile(r"^(?P<kernel>.*) Core(?P<core>\d+) CTA(?P<cta>\d+)$")
-_TID = re.compile(r"^warp (?P<warp>\d+) \(line (?P<line>\d+)\)$")
 _DROP = re.compile(r"\(cta(\d+), warp(\d+)\): first (\d+) events are dropped[^(]*\((\d+)/(\d+)\)")
-
-
-def _read(path: Path) -> bytes:
-    try:
-        with _opened(path) as f:
-            raw = f.read(MAX_TRACE_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise InputError(f"{path}: cannot be read ({e}); copy the trace Proton wrote again") from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise InputError(f"{path}: inflates past {MAX_TRACE_BYTES >> 30} GiB: not one kernel's Proton trace")
-    return raw
-
-
-# Proton's writer (nlohmann::json, keys sorted) prints every event's fields in this order; a file that is
-# exactly that is read in one regex pass (about 4x faster than building a dict per event), else by json
-_FAST = re.compile(rb'"dur":([0-9.eE+-]+),"name":"([^"\\]*)","ph":"X","pid":"([^"\\]*)","tid":"([^"\\]*)",'
-                   rb'"ts":([0-9.eE+-]+)')
-
-
-def _fast_columns(raw: bytes):
-    """_columns' answer straight from Proton's bytes, or None when they are not exactly its print."""
-    if not raw.rstrip().endswith(b"]}") or b"\\" in raw:
-        return None
-    found = _FAST.findall(raw)
-    if not found or len(found) != raw.count(b'"ph":'):
-        return None
-    dur, name, pid, tid, ts = (np.array(c) for c in zip(*found))
-    del found
-    try:
-        ts, dur = ts.astype(np.float64), dur.astype(np.float64)
-    except ValueError:
-        return None
-    if not (np.isfinite(ts).all() and np.isfinite(dur).all()) or (dur < 0).any() or (ts < 0).any():
-        return None
-    out = [ts, dur]
-    strings = []
-    for col in (pid, tid, name):
-        uniq, code = np.unique(col, return_inverse=True)
-        out.append(code.astype(np.int64).reshape(-1))
-        strings.append([u.decode("utf-8", "replace") for u in uniq.tolist()])
-    return (*out, *strings, 0)
-
-
-def _load(path: Path, raw: bytes) -> list:
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        where = f" at line {e.lineno}, column {e.colno}" if hasattr(e, "lineno") else ""
-        raise InputError(f"{path}: not valid JSON{where} ({getattr(e, 'msg', e)}): a truncated copy? Proton "
-                         "writes the whole trace at proton.finalize(); copy it again after that") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise InputError(f"{path}: JSON without a 'traceEvents' list: not a Chrome trace; Proton writes one with "
-                         "proton.start(NAME, data='trace', backend='instrumentation')")
-    return events
 
 
 def parse_drops(text: str) -> dict:
@@ -170,46 +109,6 @@ def _clock(path, meta: dict, side, given, device) -> tuple[float, str]:
                         "are cycles / 1000, too long by the SM clock's ratio to 1 GHz")
 
 
-def _columns(path: Path, events: list):
-    """(ts_us, dur_us, pid code, tid code, name code) arrays and the pid, tid and name strings."""
-    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
-    other = len(events) - len(xs)
-    if not xs:
-        raise InputError(f"{path}: no complete events ('ph': 'X'): not a Proton instrumentation trace, or its "
-                         "kernel had no scopes (pl.scope / pl.enter_scope in the kernel, then proton.finalize())")
-    pc: dict = {}
-    tc: dict = {}
-    nc: dict = {}
-    try:
-        pid = np.array([pc.setdefault(e["pid"], len(pc)) for e in xs], np.int64)
-        tid = np.array([tc.setdefault(e["tid"], len(tc)) for e in xs], np.int64)
-        name = np.array([nc.setdefault(e["name"], len(nc)) for e in xs], np.int64)
-        ts = np.array([e["ts"] for e in xs], np.float64)
-        dur = np.array([e["dur"] for e in xs], np.float64)
-    except KeyError as e:
-        raise InputError(f"{path}: a complete event without {e}: not a Proton trace (each scope has pid, tid, name, "
-                         "ts and dur)") from None
-    except (TypeError, ValueError):
-        raise InputError(f"{path}: an event's ts or dur is not a number (or a pid, tid or name not hashable): a "
-                         "damaged trace; copy the one Proton wrote again") from None
-    if not (np.isfinite(ts).all() and np.isfinite(dur).all()) or (dur < 0).any() or (ts < 0).any():
-        raise InputError(f"{path}: events with negative or non-finite ts/dur: a damaged trace; copy the one "
-                         "Proton wrote again")
-    return ts, dur, pid, tid, name, list(pc), list(tc), [str(n) for n in nc], other
-
-
-def _parse_names(path, strings, rx, what):
-    out = []
-    for s in strings:
-        m = rx.match(s) if isinstance(s, str) else None
-        if m is None:
-            raise InputError(f"{path}: {what} {str(s)[:80]!r} is not Proton's ('KERNEL CoreN CTAm' per CTA, "
-                             "'warp i (line j)' per warp): a Chrome trace of another tool? Open it in the Perfetto "
-                             "UI as it is")
-        out.append(m)
-    return out
-
-
 def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log=None, sidecar=None,
                 events=None, groups=None, name: str | None = None, **ignored) -> Decoded:
     """The Decoded of a Proton trace: a slice per scope instance, on lane (CTA, warp) or (CTA, warp group).
@@ -225,23 +124,15 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
                          "Proton traces (their CTAs, warps and scope names are in the trace)")
-    raw = _read(path)
-    cols = _fast_columns(raw)
-    if cols is None:
-        evs, raw = _load(path, raw), None
-        cols = _columns(path, evs)
-        del evs
-    ts, dur, pid, tid, ev, pid_names, tid_names, names, other = cols
-    del cols, raw
-    pids = _parse_names(path, pid_names, _PID, "process")
-    tids = _parse_names(path, tid_names, _TID, "thread")
-    kernels = sorted({m.group("kernel") for m in pids})
+    ts, dur, cta, core, warp, ev, names, kernels, unused = read_events(path)
     if len(kernels) > 1:
         raise InputError(f"{path}: holds {len(kernels)} kernels ({', '.join(kernels[:4])}): ktrace reads one "
                          "launch; profile one kernel per Proton session (proton.start ... proton.finalize)")
-    cta = np.array([int(m.group("cta")) for m in pids], np.int64)[pid]
-    core = np.array([int(m.group("core")) for m in pids], np.int64)[pid]
-    warp = np.array([int(m.group("warp")) for m in tids], np.int64)[tid]
+    ncta, nwarps = int(cta.max()) + 1, int(warp.max()) + 1
+    if ncta * nwarps > LANES_FREE + LANES_PER_EVENT * len(ts):
+        raise InputError(f"{path}: CTA ids up to {ncta - 1:,} and warp ids up to {nwarps - 1:,} make "
+                         f"{ncta * nwarps:,} lanes for {len(ts):,} events: not Proton's numbering (CTAs and warps "
+                         "are counted from 0); a damaged trace? Copy the one Proton wrote again")
 
     meta, side = _sidecar(path, sidecar)
     device = meta.get("device") if isinstance(meta.get("device"), str) else None
@@ -250,14 +141,12 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
     # cycles since the CTA's earliest scope (Proton's print: cycles / 1000 as float32 us); each CTA's start is
     # a %globaltimer offset in ns
     b_cyc, d_cyc = np.rint(ts * 1000.0).astype(np.int64), np.rint(dur * 1000.0).astype(np.int64)
-    ncta = int(cta.max()) + 1
     base = np.full(ncta, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(base, cta, b_cyc)
     scale = 1000.0 / mhz
     begin = base[cta] + np.rint((b_cyc - base[cta]) * scale).astype(np.int64)
     end = begin + np.rint(d_cyc * scale).astype(np.int64)
 
-    nwarps = int(warp.max()) + 1
     drops = _drops(meta, proton_log, path)
     if lanes == "warpgroup":
         group = warp // WARPS_PER_GROUP
@@ -280,6 +169,9 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
     slices = _slices(cta * ng + group, cta, group, core, ev, begin, end)
     kept = np.bincount(slices.lane, minlength=ncta * ng) * 2
     notes, examples, lost = _drop_notes(drops, lanes, ng, kept)
+    if unused:
+        notes["proton_unused"] = sum(unused.values())
+        examples["proton_unused"] = [f"{n:,} {why}" for why, n in unused.items()]
     launch = Launch(
         num_blocks=ncta, num_groups=ng, kernel=kernels[0],
         grid=tuple(meta["grid"]) if isinstance(meta.get("grid"), list) else (ncta,),

@@ -3,6 +3,7 @@ files, or anything array-like."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,13 +11,18 @@ import numpy as np
 
 from ..errors import InputError
 from ..filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_trace
+from .inflate import inflated_pieces, open_regular
 from .layouts import split_header
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
 
 _MAP_MIN_BYTES = 64 << 20
-# A compressed buffer is inflated in memory: at most this much (a bomb stops here, not in swap).
-MAX_GZIP_BUFFER_BYTES = 8 << 30
+# A compressed buffer is inflated in memory: at most this much (a bomb stops here, not in swap); a larger
+# buffer is passed as its .bin, which is mapped, not read.
+MAX_GZIP_BUFFER_BYTES = 512 << 20
+# A header may claim at most this many lanes, plus so many per byte of the .bin.gz (an empty lane compresses to
+# about a hundredth of a byte; a lane with records to several bytes)
+GZIP_LANES_FREE, GZIP_LANES_PER_BYTE = 1 << 20, 16
 
 
 @dataclass(frozen=True)
@@ -137,28 +143,41 @@ def _load_path(path: Path) -> Buffer:
 
 
 def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
-    import gzip
-    import zlib
+    """A .bin.gz inflated a piece at a time into one array, its header checked as soon as it is out: a header
+    claiming more lanes than the file could hold is refused before the rest is inflated. The array is reserved
+    at the limit and never copied: only the pages filled are taken."""
+    fix = "pass the raw .bin or a whole .bin.gz"
+    with open_regular(path, "a profiler buffer", fix) as f:
+        size = os.fstat(f.fileno()).st_size
+        out = np.empty(limit, np.uint8)
+        n = 0
+        why = ("the most a .bin.gz may inflate to; decompress it yourself (gunzip -k) and pass the .bin, which is "
+               "read without holding it in memory")
+        for piece in inflated_pieces(path, f, limit, why, fix):
+            end = n + len(piece)
+            out[n:end] = np.frombuffer(piece, np.uint8)
+            if n < 8 <= end:
+                _check_claim(path, int(out[:8].view("<u8")[0]), size, limit)
+            n = end
+    if n % 8:
+        raise InputError(f"{path}: inflates to {n} bytes, not a whole number of 8-byte records (truncated copy?)")
+    return Buffer(out[:n].view("<u8").astype(np.uint64, copy=False), str(path), path)
 
-    chunks, total = [], 0
-    try:
-        with gzip.open(path, "rb") as f:
-            while True:
-                chunk = f.read(16 << 20)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > limit:
-                    raise InputError(f"{path}: inflates to more than {limit >> 30} GiB; decompress it yourself "
-                                     "(gunzip -k) and pass the .bin, which is read without holding it in memory")
-                chunks.append(chunk)
-    except (OSError, EOFError, zlib.error) as e:
-        raise InputError(f"{path}: not a readable gzip file ({e}); pass the raw .bin or a whole .bin.gz") from None
-    raw = b"".join(chunks)
-    if len(raw) % 8:
-        raise InputError(f"{path}: inflates to {len(raw)} bytes, not a whole number of 8-byte records "
-                         "(truncated copy?)")
-    return Buffer(np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False), str(path), path)
+
+def _check_claim(path: Path, header: int, size: int, limit: int) -> None:
+    """InputError when a .bin.gz's header claims more lanes than its file or the inflate limit could hold."""
+    nb, ng = split_header(header)
+    lanes = nb * ng
+    fix = ("a damaged file, or a header never written (then gunzip -k and pass the .bin with --num-blocks and "
+           "--num-groups)")
+    if lanes > GZIP_LANES_FREE + GZIP_LANES_PER_BYTE * size:
+        raise InputError(f"{path}: its header claims {nb:,} blocks x {ng:,} groups = {lanes:,} lanes, more than a "
+                         f"{size:,}-byte .bin.gz can hold (at most {GZIP_LANES_FREE:,} + {GZIP_LANES_PER_BYTE} per "
+                         f"byte): {fix}")
+    if 8 * (lanes + 1) > limit:
+        raise InputError(f"{path}: its header claims {lanes:,} lanes, {8 * (lanes + 1):,} bytes at least, more than "
+                         f"the {limit:,} bytes a .bin.gz may inflate to; gunzip -k and pass the .bin (read without "
+                         "holding it in memory)")
 
 
 def parse_header(buf: Buffer, num_blocks: int | None = None, num_groups: int | None = None) -> tuple[int, int]:

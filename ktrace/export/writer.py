@@ -84,6 +84,8 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
         facts["min_step_ns"] = summary.min_step_ns
     facts["time_origin"] = d.time_origin
     facts["records"] = summary.records
+    if L.records_written is not None:
+        facts["records_written"] = L.records_written  # what the sidecar says was read back
     facts["slices"] = summary.slices
     facts["instants"] = summary.instants
     facts["anomalous_records"] = summary.anomalous_records

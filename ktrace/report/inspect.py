@@ -44,6 +44,7 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
             "capacity_per_lane": d.capacity_per_lane,
         },
         "records": sm.records,
+        "records_written": L.records_written,  # what the sidecar says was read back (None: not said)
         "slices": sm.slices,
         "slices_per_event": {L.event_name(ev): n for ev, n in sorted(sm.slices_per_event.items())},
         "instants": sm.instants,
@@ -95,6 +96,11 @@ def inspect_text(info: dict) -> list:
     names = ", ".join(L["event_names"]) or "none: events are named event_<i>"
     _row(t, "event names", f"{names}  (from {L['names_source']})")
     _row(t, "records", str(info["records"]))
+    written = info.get("records_written")
+    if written is not None and written != info["records"]:
+        from ..analysis.data_quality import records_written_warning  # here: convert imports no analysis
+
+        _row(t, "data quality", records_written_warning(info["records"], written))
     _row(t, "slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))
     _row(t, "instants", str(info["instants"]))
     _row(t, "anomalous records", str(info["anomalous_records"]))
