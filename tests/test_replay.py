@@ -14,7 +14,8 @@ import pytest
 
 from conftest import quick_first
 from ktrace import decode
-from ktrace.analysis.replay import Change, replay, timeline_of, whatif
+from ktrace.analysis.replay import replay, timeline_of
+from ktrace.analysis.whatif import Change, predict, whatif
 from ktrace.analysis.stream import numpy_figures
 from ktrace.decoding.encode import encode_tags, place_records
 
@@ -154,4 +155,4 @@ def test_the_balanced_kernel_is_predicted_within_ten_percent_of_its_measured_wal
 def test_an_unknown_phase_is_refused_with_the_phases_named():
     tl, _ = timeline_of_path(SAMPLES / "late_start_ktrace.bin")
     with pytest.raises(ValueError, match="no top-level phase 'nope'; the phases: compute, store"):
-        replay(tl, Change(balance=("nope",)))
+        predict(tl, Change(balance=("nope",)))
