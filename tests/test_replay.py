@@ -156,3 +156,54 @@ def test_an_unknown_phase_is_refused_with_the_phases_named():
     tl, _ = timeline_of_path(SAMPLES / "late_start_ktrace.bin")
     with pytest.raises(ValueError, match="no top-level phase 'nope'; the phases: compute, store"):
         predict(tl, Change(balance=("nope",)))
+
+
+@pytest.mark.parametrize("session,change", [("imbalance_vs_balanced", Change(balance=("compute",))),
+                                            ("more_work_vs_more_work_plus2", Change(speedup=(("compute", 1 / 1.02),)))])
+def test_the_predicted_change_matches_the_paired_unprofiled_measurement(session, change):
+    # The A/B sessions timed both builds unprofiled, 200 pairs: the relative change of the wall they measured.
+    import json
+
+    ab = json.loads((SAMPLES / "ab" / f"{session}.ab.json").read_text())
+    measured = ab["verdict"]["relative"]
+    tl, _ = timeline_of_path(SAMPLES / "ab" / ab["before"]["capture"])
+    w = whatif(tl, change)
+    predicted = -w.saving_ns / w.replayed_wall_ns
+    assert abs(predicted - measured) <= 0.10 * abs(measured), (predicted, measured)
+
+
+def _ktrace(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ktrace", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_after():
+    p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), "--no-late-start")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].endswith("what if no late start (late lanes begin at their group's median first begin)")
+    assert lines[1].split() == ["measured", "wall", "53.8", "µs"]
+    assert lines[3].split() == ["predicted", "wall", "34.2", "µs"]
+    assert "lead-in before the path's first slice 20 µs" in lines[5]  # block 17's 20 us spin before its probes
+    assert "compute 34 µs (99%)" in lines[6]
+    j = _ktrace("whatif", str(SAMPLES / "imbalance_ktrace.bin"), "--balance", "compute", "--json")
+    import json
+
+    d = json.loads(j.stdout)
+    assert d["measured_wall_ns"] == d["replayed_wall_ns"] == 525728
+    assert d["change"] == {"balance": ["compute"]}
+    assert d["saving_ns"] == d["replayed_wall_ns"] - d["predicted_wall_ns"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "whatif: give a change: --balance PHASE"),
+    (("--balance", "nope"), "no top-level phase 'nope'; the phases: compute, store"),
+    (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
+    (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),
+    (("--block", "3"), "--block limits --straggler-to-median or --no-late-start"),
+])
+def test_whatif_command_refuses_a_question_it_cannot_answer(args, message):
+    p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), *args)
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr

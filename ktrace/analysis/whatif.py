@@ -204,13 +204,13 @@ def path_parts(tl: Timeline, r: Replayed) -> list[dict]:
     rows = critical_rows(tl, r)
     if not rows:
         return []
-    by_phase: dict[str, float] = {}
-    by_wait: dict[str, float] = {}
+    by_phase: dict[str, int] = {}
+    by_wait: dict[str, int] = {}
     t = int(r.end[rows[0][0]])
     for row, b in rows:
         bgn = min(int(r.begin[row]), t)
         nm = tl.names[tl.phase[row]]
-        by_phase[nm] = by_phase.get(nm, 0.0) + (t - bgn)
+        by_phase[nm] = by_phase.get(nm, 0) + (t - bgn)
         t = bgn
         if b == 0:
             break
@@ -219,8 +219,8 @@ def path_parts(tl: Timeline, r: Replayed) -> list[dict]:
             s0 = tl.set_starts[tl.rel_set[row]]
             s1 = tl.set_starts[tl.rel_set[row] + 1] if tl.rel_set[row] + 1 < len(tl.set_starts) else len(tl.members)
             src_end = int(r.end[tl.members[s0:s1]].max())
-        g = max(t - min(src_end, t), 0.0)
-        by_wait[RELEASES[b]] = by_wait.get(RELEASES[b], 0.0) + g
+        g = max(t - min(src_end, t), 0)
+        by_wait[RELEASES[b]] = by_wait.get(RELEASES[b], 0) + g
         t = min(src_end, t)
     lead = t - min(int(r.begin.min()), int(tl.kernel_begin))
     out = [{"part": "phase", "name": k, "ns": v} for k, v in sorted(by_phase.items(), key=lambda x: -x[1])]
