@@ -1,0 +1,56 @@
+"""Findings read right on the committed captures and on hand-built timelines with known truth: no negative
+duration in any message, consequence lists short, whole and said once, the warnings' impacts within the wall,
+waits between overlapping slices never a negative wait, equal gaps on every lane the lanes' own work, and the
+stakes that the replay (ktrace/analysis/replay.py) bounds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import quick_first
+from ktrace import analyze, decode
+from ktrace.decoding.encode import encode_tags, place_records
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+CAPTURES = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.bin*") if "proton" not in p.parts
+                  and p.name.endswith((".bin", ".bin.gz")))
+NEGATIVE = re.compile(r"(?<![\w.+-])-\d[\d.,]*\s?(ns|µs|ms|s)\b")
+T0 = 1_000_000
+
+
+def analyzed(path):
+    return analyze(decode(path))
+
+
+def build(lanes: dict, events: list[str]):
+    """{(block, group): [(event, begin, end), ...]} -> the numpy engine's Analysis of the buffer."""
+    rows = []
+    for (b, g), steps in lanes.items():
+        recs = [r for ev, t0, t1 in steps for r in ((0, ev, t0), (1, ev, t1))]
+        rows += [(b, g, i, t, e, ts) for i, (t, e, ts) in enumerate(recs)]
+    block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))
+    groups = max(g for _, g in lanes) + 1
+    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=block.copy())
+    cap = max(2 * len(s) for s in lanes.values())
+    buf = place_records(max(b for b, _ in lanes) + 1, groups, block, group, seq, tag, ts, cap)
+    return analyze(decode(buf, events=",".join(events)))
+
+
+@pytest.mark.parametrize("name", quick_first(CAPTURES, 6))
+def test_findings_say_no_negative_duration_and_list_each_consequence_once(name):
+    a = analyzed(SAMPLES / name)
+    for f in a.findings:
+        for text in (f.message, f.evidence):
+            assert not NEGATIVE.search(text), text
+        if "the same cause shows as: " in f.message:
+            listed = f.message.split("the same cause shows as: ", 1)[1].split("; ")
+            assert len(listed) == len(set(listed)) and len(listed) <= 5, listed
+            assert all(not x.endswith("...") or x[-4] != " " for x in listed)
+    warned = sum(f.impact_ns for f in a.findings if f.severity == "warning")
+    assert warned <= a.kernel.wall_ns
+    for r in a.to_dict()["wait_causes"]:
+        assert r["mean_ns"] >= 0 and r["p50_ns"] >= 0, r
