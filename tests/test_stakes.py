@@ -54,3 +54,25 @@ def test_findings_say_no_negative_duration_and_list_each_consequence_once(name):
     assert warned <= a.kernel.wall_ns
     for r in a.to_dict()["wait_causes"]:
         assert r["mean_ns"] >= 0 and r["p50_ns"] >= 0, r
+
+
+def _top(rows):
+    """TopSlices of [(lane, phase, k, begin, end)] (one group, a block per lane)."""
+    from ktrace.analysis.evidence import TopSlices
+
+    lane, ph, k, b, e = (np.array(c, np.int64) for c in zip(*rows))
+    return TopSlices.of(lane, lane, np.zeros_like(lane), ph, k, b, e)
+
+
+def test_overlapping_top_level_slices_are_no_wait_and_equal_gaps_are_the_lanes_own_work():
+    from ktrace.analysis.evidence import wait_causes
+
+    rows = []
+    for lane in range(16):
+        t = T0 + 4 * (lane % 2)  # the lanes end within a tick of each other: too close for the slope
+        rows += [(lane, 0, 0, t, t + 5000), (lane, 1, 0, t + 4500, t + 8000),  # b overlaps a's last 500 ns
+                 (lane, 2, 0, t + 8000 + 4576, t + 8000 + 4576 + 2000)]  # 4576 ns of untimed work on every lane
+    wc = wait_causes(_top(rows), 32.0, {0: "a", 1: "b", 2: "c"})
+    got = {(r["phase"], r["next_phase"]): r for r in wc.rows()}
+    assert ("a", "b") not in got  # every a -> b "gap" is an overlap: no wait, not a negative one
+    assert got[("b", "c")]["cause"] == "own" and got[("b", "c")]["mean_ns"] == 4576
