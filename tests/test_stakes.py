@@ -76,3 +76,22 @@ def test_overlapping_top_level_slices_are_no_wait_and_equal_gaps_are_the_lanes_o
     got = {(r["phase"], r["next_phase"]): r for r in wc.rows()}
     assert ("a", "b") not in got  # every a -> b "gap" is an overlap: no wait, not a negative one
     assert got[("b", "c")]["cause"] == "own" and got[("b", "c")]["mean_ns"] == 4576
+
+
+def test_a_cta_with_nothing_to_do_before_a_grid_barrier_is_idle_not_late():
+    # 12 CTAs: 11 run `attn` (5-6 us), then a grid barrier, then every CTA runs `merge`. CTA 11 has no attention
+    # work: its first slice is `merge`, after the barrier. It ends 64 ns after the next lane: no more is at stake.
+    lanes, ends = {}, []
+    for c in range(11):
+        e = T0 + 5000 + 96 * c
+        lanes[(c, 0)] = [(0, T0, e)]
+        ends.append(e)
+    release = max(ends)
+    for c in range(12):
+        b = release + 640 + 32 * (c % 3)
+        lanes.setdefault((c, 0), []).append((1, b, b + 800 + (64 if c == 11 else 0)))
+    a = build(lanes, ["attn", "merge"])
+    assert not [f for f in a.findings if f.kind == "late_start"], [f.message for f in a.findings]
+    idle = [f for f in a.findings if f.kind == "idle_lanes"]
+    assert idle and idle[0].figures["idle"] == [[11, 0]]
+    assert all(f.impact_ns <= 64 + 64 for f in a.findings if f.severity == "warning" and "block 11" in f.message)

@@ -107,9 +107,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
         lane, block, group = s.lane[order], s.block[order], s.group[order]
         ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     same = lane[1:] == lane[:-1]
-    # Gap i: between slice g[i] and g[i] + 1. A slice that begins before its lane's previous one ended overlaps it
-    # (a partial overlap: both top-level): no wait between them, as in the Waits table (gaps >= 0).
-    same[same] = begin[1:][same] >= end[:-1][same]
+    same[same] = begin[1:][same] >= end[:-1][same]  # an overlap is no wait (the Waits table's gaps are >= 0)
     g = np.flatnonzero(same)
     if not len(g):
         return WaitCauses.empty()
@@ -340,8 +338,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
                        waited_gaps=int(released.sum()))
             _waited(row, cwho[idx][waiting])
             return row
-    # Gaps of one length on every lane (within 2 ticks or a tenth of the median) are the lanes' own untimed work:
-    # a release would reach lanes that ended at different times after different gaps.
+    # Gaps of one length on every lane (to 2 ticks or a tenth) are the lanes' own work, not a release.
     equal = _kth(gp_, int(0.9 * (len(idx) - 1))) - _kth(gp_, int(0.1 * (len(idx) - 1))) <= max(eps, 0.1 * median_gap)
     if equal and len(idx) >= 2:
         row["cause"] = "own"

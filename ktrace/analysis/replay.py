@@ -219,6 +219,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             release[fr] = 5
             rel_key[fr] = (freed << 3) | 4
             latency[fr] = begin[fr] - rel_end
+    _idle_before_barrier(lane, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key, latency)
     # Compact the referenced sets; their members.
     used = np.unique(rel_key[rel_key >= 0])
     mem_key = np.concatenate(member_keys) if n else np.zeros(0, np.int64)
@@ -233,9 +234,37 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     rel_set = np.where(rel_key >= 0, np.searchsorted(used, rel_key), -1)
     kb = int(fig.kernel.begin_ns) if fig.kernel.begin_ns is not None else (int(begin.min()) if n else 0)
     ke = int(fig.kernel.end_ns) if fig.kernel.end_ns is not None else (int(end.max()) if n else 0)
-    start = np.where(first, begin, _NEG)
+    start = np.where(first & (release == 0), begin, _NEG)  # a released first slice: its release bounds it
     return Timeline(lane, block, group, ph, k, begin, end, tuple(names), first, gap, release, rel_set, latency,
                     start, mrow, set_starts, later, kb, ke, tick)
+
+
+def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
+    """A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
+    never did (a CTA with nothing to do before a grid barrier) was released by that instance's end: it was
+    idle, not late. Marks those first slices as grid releases, in place."""
+    fr = np.flatnonzero(cand)
+    if not len(fr):
+        return
+    ukey, inv = np.unique(inst, return_inverse=True)
+    iend = np.full(len(ukey), np.iinfo(np.int64).min)
+    np.maximum.at(iend, inv, end)
+    big = np.flatnonzero(np.bincount(inv) * 2 >= len(np.unique(lane)))
+    big = big[np.argsort(iend[big], kind="stable")]
+    pos = np.searchsorted(iend[big], begin[fr], side="right") - 1
+    fr, pos = fr[pos >= 0], pos[pos >= 0]
+    if not len(fr):
+        return
+    who = big[pos]  # the latest-ending such instance before the begin
+    first_row = np.full(len(ukey), -1, np.int64)
+    first_row[inv[::-1]] = np.arange(len(inv))[::-1]  # a row of each instance: its phase
+    nph = int(ph.max()) + 1
+    ran = np.unique(lane * nph + ph)
+    never = ~np.isin(lane[fr] * nph + ph[first_row[who]], ran)
+    fr, who = fr[never], who[never]
+    release[fr] = 2
+    rel_key[fr] = (ukey[who] << 3) | 1
+    latency[fr] = begin[fr] - iend[who]
 
 
 def _set_max(key: np.ndarray, end: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -272,17 +301,17 @@ def _handoff(block, group, end, h: int, rows, begin, tick):
 
 # -- the replay -----------------------------------------------------------------------------------------------
 
-def replay(tl: Timeline, dur=None, start=None, latency=None, *, max_rounds: int | None = None) -> Replayed:
+def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_rounds: int | None = None) -> Replayed:
     """Every slice's begin and end (None: as measured): dur, each slice's duration (ns); start, the first slices'
-    bounds in ns after the kernel's begin (-inf: none); latency, from each release to the begin (ns).
-    whatif.py turns a Change into these."""
+    bounds in ns after the kernel's begin (-inf: none); latency, from each release to the begin (ns); gap, the
+    lane edge's own gap (ns). whatif.py turns a Change into these."""
     n = len(tl)
     if not n:
         return Replayed(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8), 0, 0)
     dur = tl.dur.astype(np.float64) if dur is None else np.asarray(dur, np.float64)
     start = measured_starts(tl) if start is None else np.asarray(start, np.float64)
     lat = tl.latency.astype(np.float64) if latency is None else np.asarray(latency, np.float64)
-    gap = tl.gap.astype(np.float64)
+    gap = tl.gap.astype(np.float64) if gap is None else np.asarray(gap, np.float64)
     has_rel = tl.rel_set >= 0
     rs = np.maximum(tl.rel_set, 0)
     a = np.where(tl.first, 0.0, gap + dur)
@@ -339,7 +368,7 @@ def measured_starts(tl: Timeline) -> np.ndarray:
     """The first slices' measured begins, ns after the kernel's begin (float64 holds integers exactly only below
     2**53: Unix-epoch times are beyond it); -inf for the rest."""
     start = (tl.start - tl.kernel_begin).astype(np.float64)
-    start[~tl.first] = -np.inf
+    start[tl.start == _NEG] = -np.inf
     return start
 
 
