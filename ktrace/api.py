@@ -38,6 +38,7 @@ from .report.inspect import inspect_dict
 from .forked import available_cores
 from .workers import in_worker, run_in_workers
 from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
+from .replays import whatif  # noqa: F401
 
 if TYPE_CHECKING:
     from .analysis import Analysis, Thresholds
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "analyze", "analyze_gpus", "analyze_merged", "merged_gpus", "query",
            "load_capture", "diff", "check", "rule_book", "merge", "default_output", "merge_output", "summarize",
-           "annotate", "AnnotatedTrace", "annotated_output"]
+           "annotate", "AnnotatedTrace", "annotated_output", "whatif"]
 
 
 @dataclass(frozen=True)

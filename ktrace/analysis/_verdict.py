@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["Verdict", "format_ns", "fmt", "num"]
+__all__ = ["Verdict", "format_ns", "fmt", "num", "signed"]
 
 
 @dataclass
@@ -41,6 +41,11 @@ def format_ns(ns) -> str:
 
 
 fmt = format_ns
+
+
+def signed(ns, more: str, less: str) -> str:
+    """A difference in words, never a negative duration: '1.2 µs longer', '40 ns shorter'."""
+    return f"{format_ns(abs(float(ns)))} {more if float(ns) >= 0 else less}"
 
 
 def num(x, default=0.0) -> float:

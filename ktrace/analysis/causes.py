@@ -21,6 +21,10 @@ LEAD_ORDER = ("stable_straggler", "late_start", "straggler_change", "rotating_im
               "start_skew", "idle_lanes", "critical_path")
 
 
+SHORT_CHARS = 90  # a consequence's words in the lead's message
+MAX_CONSEQUENCES = 4  # listed in the message; figures.consequences holds them all
+
+
 def _rank(v: Verdict) -> tuple:
     basis = v.figures.get("basis")
     kind = LEAD_ORDER.index(v.kind) if v.kind in LEAD_ORDER else len(LEAD_ORDER)
@@ -45,8 +49,27 @@ def _short(v: Verdict) -> str:
         return f"its first slice begins {_fmt(g['late_ns'])} after the median lane's"
     if v.kind in ("stable_straggler", "late_start"):
         return f"{v.phase}: last in {g.get('top_last_count')} of {g.get('instances')} instances"
-    text = v.message.split(": ", 1)[-1]
-    return text if len(text) <= 90 else text[:87] + "..."
+    if v.kind == "idle_lanes":
+        return f"{v.phase}: {g['idle_lanes']} of {g['idle_lanes'] + g['lanes']} lanes never ran it"
+    if v.kind == "start_skew":
+        return f"{v.phase}: begins {_fmt(g['mean_start_skew_ns'])} apart ({g.get('cause')})"
+    text = v.message.split(": ", 1)[-1].split("; ", 1)[0]  # the claim, not its advice
+    if len(text) <= SHORT_CHARS:
+        return text
+    cut = text[:SHORT_CHARS - 3].rsplit(" ", 1)[0].rstrip(",;:(")  # whole words only
+    return cut + "..."
+
+
+def _consequences(rest: list[Verdict]) -> str:
+    """The consequences in a few words each: each said once, at most ``MAX_CONSEQUENCES``, the rest counted."""
+    shorts: list[str] = []
+    for m in rest:
+        t = _short(m)
+        if t not in shorts:
+            shorts.append(t)
+    more = len(shorts) - MAX_CONSEQUENCES
+    text = "; ".join(shorts[:MAX_CONSEQUENCES])
+    return text + (f"; and {more} more (figures.consequences)" if more > 0 else "")
 
 
 def _claims(v: Verdict, steps: int) -> np.ndarray:
@@ -95,7 +118,7 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
         if rest:
             figs["consequences"] = [{"kind": m.kind, "phase": m.phase, "message": m.message,
                                      "impact_ns": float(m.impact_ns)} for m in rest]
-            message += "; the same cause shows as: " + "; ".join(_short(m) for m in rest)
+            message += "; the same cause shows as: " + _consequences(rest)
         if lead.claims is None and all(m.claims is None for m in members):
             raw = float(lead.impact_ns)
             warn = False

@@ -107,7 +107,8 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
         lane, block, group = s.lane[order], s.block[order], s.group[order]
         ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     same = lane[1:] == lane[:-1]
-    g = np.flatnonzero(same)  # gap i: between slice g[i] and g[i] + 1
+    same[same] = begin[1:][same] >= end[:-1][same]  # an overlap is no wait (the Waits table's gaps are >= 0)
+    g = np.flatnonzero(same)
     if not len(g):
         return WaitCauses.empty()
     nxt = g + 1
@@ -337,6 +338,11 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
                        waited_gaps=int(released.sum()))
             _waited(row, cwho[idx][waiting])
             return row
+    # Gaps of one length on every lane (to 2 ticks or a tenth) are the lanes' own work, not a release.
+    equal = _kth(gp_, int(0.9 * (len(idx) - 1))) - _kth(gp_, int(0.1 * (len(idx) - 1))) <= max(eps, 0.1 * median_gap)
+    if equal and len(idx) >= 2:
+        row["cause"] = "own"
+        return row
     if enough and row["instances"] and row["synced_instances"] >= SYNC_FRACTION * row["instances"] and np.isnan(slope):
         row["cause"], row["ambiguous"] = "unexplained", 1  # synchronized, but the ends lie too close to tell why
         return row

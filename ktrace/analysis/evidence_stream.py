@@ -157,9 +157,10 @@ def _pass1(plan: _Plan, cut: tuple[int, int]):
         same = t.lane[1:] == t.lane[:-1]
         gap = (t.begin[1:] - t.end[:-1])[same]
         bk = ((t.phase_index[:-1] * nph + t.phase_index[1:]) * ng + t.group[:-1])[same]
-        n += np.bincount(bk, minlength=size)
-        sums += np.bincount(bk, weights=gap, minlength=size).astype(np.int64)
-        np.maximum.at(most, bk, gap)
+        wait = gap >= 0  # an overlap is no wait (evidence.wait_causes)
+        n += np.bincount(bk[wait], minlength=size)
+        sums += np.bincount(bk[wait], weights=gap[wait], minlength=size).astype(np.int64)
+        np.maximum.at(most, bk[wait], gap[wait])
         nxt = np.flatnonzero(same) + 1
         r = plan.row_of[key[nxt]]
         mine = (r >= 0) & (t.lane[nxt] == plan.last_lane[np.maximum(r, 0)])

@@ -58,7 +58,7 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
             ("busy_sms", BusySms), ("occupancy", Occupancy))}
         leads = lead_ins(top, instances.phase_index, instances.k, instances.last_lane)
         return Figures(kernel=kernel, launch=launch, phases=phases, instances=instances, **tables,
-                       wait_causes=causes.result(), lead_ins=leads)
+                       wait_causes=causes.result(), lead_ins=leads, top=top)
 
 
 def _include(session, progress, modules, done: int) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .results import Figures
 from .thresholds import Thresholds
 from . import causes, verdicts
+from .stakes import Stakes
 from ._verdict import format_ns
 
 __all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
@@ -57,10 +58,15 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
     raw = verdicts.all_verdicts(fig, th, tick)
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
+    stakes = Stakes(fig)
     for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns):
         impact = float(max(impact, 0.0))
-        severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
         figs = dict(v.figures)
+        saving = stakes.saving(v)
+        if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
+            figs["replayed_saving_ns"] = saving  # within min_ticks of it is the same figure, to the timer's steps)
+            impact = saving if impact > saving + th.min_ticks * tick else impact
+        severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
         if claimed != impact:
             figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, v.message, v.evidence, impact,

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ._verdict import Verdict, fmt as _fmt, num as _num
+from ._verdict import Verdict, fmt as _fmt, signed, num as _num
 
 __all__ = ["last_finisher"]
 
@@ -77,20 +77,22 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         if not late_[0]:
             return None
         msg = (f"{label}: block {top} finishes last because it starts late: it begins {_fmt(float(late[0]))} after the "
-               f"median lane while its slice is within {_fmt(max(float(work[0]), 0))} of the median; look at what "
-               "delays its start, not its work")
-        ev = (f"last finisher's begin - median begin {_fmt(float(late[0]))} > its slice - median slice "
-              f"{_fmt(float(work[0]))}; nothing ran before it on its lane, or the gap before it is its own")
+               f"median lane while its slice is {_near(float(work[0]))}; look at what delays its start, not its "
+               "work")
+        ev = (f"the last finisher begins {_fmt(float(late[0]))} after the median begin, more than its slice's "
+              f"{signed(float(work[0]), 'over', 'under')} the median slice; nothing ran before it on its lane, or the "
+              "gap before it is its own")
         return late_verdict(msg, ev, top)
     if count / n >= th.stable_fraction:
         m = seq == top
         w, lt = float(work[m].mean()), float(late[m].mean())
         if late_[m].mean() > 0.5:
             msg = (f"{label}: block {top} is the last finisher in {count} of {n} instances because it starts late: "
-                   f"it begins {_fmt(lt)} after the median lane while its slice is within {_fmt(max(w, 0))} of the "
-                   f"median; look at what delays its start (the gap before it on its own lane), not its work")
-            ev = (f"last finisher's begin - median begin {_fmt(lt)} > its slice - median slice {_fmt(w)}, and the gap "
-                  "before it on its lane exceeds the lanes' median gap by most of that")
+                   f"it begins {_fmt(lt)} after the median lane while its slice is {_near(w)}; look at what delays its "
+                   f"start (the gap before it on its own lane), not its work")
+            ev = (f"the last finisher begins {_fmt(lt)} after the median begin, more than its slice's "
+                  f"{signed(w, 'over', 'under')} the median slice, and the gap before it on its lane exceeds the lanes' "
+                  "median gap by most of that")
             return late_verdict(msg, ev, top)
         if lag_[m].mean() > 0.5:
             cause = "lag"
@@ -103,8 +105,9 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                       "it both starts late and works longer" if cause == "both" else
                       "neither its work nor its start stands out; the margin is small")
         msg = f"{label}: block {top} is the last finisher in {count} of {n} instances, {lead_txt}: a stable straggler; {advice}"
-        ev = (f"same block last in {count}/{n} instances (ties count as that block); its slice exceeds the median by "
-              f"{_fmt(w)} on average, its begin by {_fmt(lt)}")
+        ev = (f"same block last in {count}/{n} instances (ties count as that block); on average its slice is "
+              f"{signed(w, 'longer', 'shorter')} than the median and it begins {signed(lt, 'after', 'before')} the "
+              "median begin")
         return Verdict("stable_straggler", p["phase"], msg, ev, impact, cause != "small",
                        {**base, "block": top, "cause": cause}, claims, f"block {top}")
     min_run = max(2, math.ceil(0.1 * n))
@@ -134,10 +137,15 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         ev = "last finisher's begin - median begin > its slice - median slice in most instances, by its own gap"
         return late_verdict(msg, ev, None)
     msg = (f"{label}: the last finisher moves ({p['distinct_last_blocks']} blocks in {n} instances; the most "
-           f"frequent, block {top}, in {count}) and no lane is long (its slice is {_fmt(float(work.mean()))} over "
-           f"the median on average) yet the ends spread over {_fmt(p['mean_end_skew_ns'])}: contention or "
+           f"frequent, block {top}, in {count}) and no lane is long (its slice is "
+           f"{signed(float(work.mean()), 'over', 'under')} the median on average) yet the ends spread over {_fmt(p['mean_end_skew_ns'])}: contention or "
            "synchronization")
     ev = "no long lane and no late start in most instances; the last block changes"
     return Verdict("moving_last_finisher", p["phase"], msg, ev, impact, True, base, claims)
 
 
+
+
+def _near(work_ns: float) -> str:
+    """How the late starter's slice compares with the median slice: 'no longer than the median' or 'within X of it'."""
+    return "no longer than the median" if work_ns <= 0 else f"within {_fmt(work_ns)} of the median"

@@ -268,6 +268,8 @@ def _late_lane(ctx) -> Verdict | None:
     ws = ctx.slots.get("waves", 1.0) if ctx.slots else 1.0
     if ws > 1.05:
         return None  # a block of a later wave begins late by design: the tail and waves findings speak
+    if _idle_before_barrier(ctx, int(lt.lane[row]), float(lt.begin_ns[row])):
+        return None  # nothing to do before a barrier: idle (the idle lanes finding), not late
     b = int(lt.block[row])
     claims = ctx.claim_window(float(k.begin_ns), float(k.begin_ns) + late)
     first = fig.lanes.phase[fig.lanes.lane == lt.lane[row]]
@@ -280,6 +282,17 @@ def _late_lane(ctx) -> Verdict | None:
     return Verdict("late_start", phase, msg, ev, float(claims.sum()), True, {
         "block": b, "group": int(g), "late_ns": late, "behind_ns": behind, "busy_ns": int(lt.busy_ns[row]),
         "cause": "late_start", "basis": "lane", "tick_ns": ctx.tick}, claims, f"block {b}")
+
+
+def _idle_before_barrier(ctx, lane: int, begin: float) -> bool:
+    """The lane's first slice begins after the end of a phase instance that half the lanes or more ran and it
+    never did: it waited at a barrier with nothing to do before it (replay.py releases it there)."""
+    fig = ctx.fig
+    ran = set(fig.lanes.phase[fig.lanes.lane == lane].tolist())
+    inst = fig.instances
+    other = np.array([p not in ran for p in inst.phase.tolist()], bool)
+    big = inst.lanes * 2 >= (fig.kernel.lanes or 0)
+    return bool((other & big & (inst.end_ns <= begin)).any())
 
 
 def _cluster_waits_on(ctx, block: int) -> list[dict]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .evidence import LeadIns, WaitCauses
+from .evidence import LeadIns, TopSlices, WaitCauses
 from .structure_tables import Blocks, BusySms, LaneTotals, Occupancy
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 
@@ -155,7 +155,8 @@ class Kernel:
 class Figures:
     """Every figure of the analysis, from SQL (figures.py) or from the numpy engine (stream.py).
 
-    launch: the launch facts (the launch slice's args without 'debug.'), in the order written.
+    launch: the launch facts (the launch slice's args without 'debug.'), in the order written. top: the
+    top-level slices the wait evidence read, when it read every one (the replay's input; not a figure).
     """
 
     kernel: Kernel
@@ -172,6 +173,7 @@ class Figures:
     occupancy: Occupancy
     wait_causes: WaitCauses
     lead_ins: LeadIns
+    top: TopSlices | None = None  # every top-level slice, for the replay (replay.py); None: a sample was read
 
     TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
                                          "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy",

@@ -370,6 +370,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
         per_range = max(per_range, min(-(-cols.n // (2 * sweep_jobs)), 1 << 22))
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweep_jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
+    top = read[0][0] if not read[1] else None  # every top-level slice (not a sample): what the replay reads
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
         # Its boundaries side by side on the cores the workers leave, at most EVIDENCE_THREADS (on 16 cores with
         # 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with 0.45 GB more
@@ -385,4 +386,4 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
-                      evidence)
+                      evidence, top=top)

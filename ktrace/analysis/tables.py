@@ -23,10 +23,10 @@ DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
 
 def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals,
-               evidence: tuple) -> Figures:
+               evidence: tuple, top: TopSlices | None = None) -> Figures:
     """The Figures of these tables, with the ones that follow from them: the critical path's shares per
     phase, busy SMs over time, the launch's occupancy; evidence: what each wait waited for and the lead-ins
-    (WaitCauses, LeadIns)."""
+    (WaitCauses, LeadIns); top: every top-level slice, for the replay (None where only a sample was read)."""
     busy = st.busy_sms(blocks)
     return Figures(
         kernel=kernel,
@@ -43,6 +43,7 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
         occupancy=st.occupancy(blocks, busy, kernel.begin_ns, kernel.end_ns) if kernel.slices else st.Occupancy.empty(),
         wait_causes=evidence[0],
         lead_ins=evidence[1],
+        top=top,
     )
 
 

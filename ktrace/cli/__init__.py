@@ -14,12 +14,12 @@ from .._version import __version__
 from ..allocator import one_blas_thread, tune_allocator
 from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
-from . import analysis, cache, capture, compare, convert, merge, view
+from . import analysis, cache, capture, compare, convert, merge, view, whatif
 from ._common import Parser, Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
-COMMAND_MODULES = (convert, analysis, capture, view, compare, merge, cache)
+COMMAND_MODULES = (convert, analysis, whatif, capture, view, compare, merge, cache)
 # The commands whose numpy analysis gains from glibc's allocator settings (allocator.py): analyze at 1e8
 # records 0.77x the CPU. convert is left as it was: no faster with them, and 134 -> 180 MB peak at 1e7.
 TUNED_COMMANDS = frozenset({"analyze", "diff", "check"})

@@ -1,0 +1,95 @@
+"""``ktrace whatif``: what a change would make of a capture's wall, by replaying its timeline.
+
+    ktrace whatif BUF [--balance PHASE] [--straggler-to-median PHASE] [--no-late-start] [--block N]
+                      [--barrier-cost NS] [--spread PHASE] [--speedup PHASE=FACTOR] [--json]
+
+Exit codes: 0 ok, 2 bad input (no change given, a phase the capture lacks, a trace instead of a buffer).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import EXIT_OK, InputError
+from ._common import decode_kwargs, decode_options
+
+__all__ = ["register", "HANDLERS"]
+
+
+def register(sub) -> None:
+    w = sub.add_parser(
+        "whatif", help="predict the wall of a change: balance a phase, no late start, a cheaper barrier, ...",
+        description="Replay the capture's timeline (each slice begins at the later of its lane's previous end "
+        "plus its own gap and the release it waited for: a grid or cluster barrier, another warp group's hand-off, "
+        "a freed SM slot) with the change applied, and print the measured wall, the predicted wall, the saving "
+        "and the critical path after the change (docs/analysis-schema.md, 'Cause model and replay').",
+        epilog="Changes combine. The prediction keeps everything else as measured: each lane's own gaps, each "
+        "barrier's release latency, the other phases' durations.")
+    w.add_argument("source", metavar="BUF", help="a profiler buffer (.bin, .bin.gz, .npy) with its sidecar")
+    w.add_argument("--balance", metavar="PHASE", action="append", default=[],
+                   help="every lane gets the phase's mean: each instance's mean slice (a work list: each lane's total "
+                   "of the phase the lanes' mean); repeatable")
+    w.add_argument("--straggler-to-median", metavar="PHASE", action="append", default=[],
+                   help="slices longer than their instance's median get the median (with --block: that block's only)")
+    w.add_argument("--no-late-start", action="store_true",
+                   help="lanes whose first slice began after their group's median first begin begin at the median "
+                   "(with --block: that block only)")
+    w.add_argument("--block", type=int, metavar="N", help="limit --straggler-to-median and --no-late-start to block N")
+    w.add_argument("--barrier-cost", type=_ns, metavar="NS",
+                   help="every grid or cluster barrier's release (last arrival to each lane's next begin) at most NS")
+    w.add_argument("--spread", metavar="PHASE", action="append", default=[],
+                   help="a phase run by a few lanes while the others idle, spread over all the lanes of its warp "
+                   "groups (each slice lasts its share)")
+    w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
+                   help="the phase's slices FACTOR times as fast (0.5: twice as slow); repeatable")
+    w.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    decode_options(w)
+
+
+def _ns(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ns") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of ns, 0 or more")
+    return v
+
+
+def _speedup(text: str) -> tuple[str, float]:
+    import argparse
+
+    phase, sep, factor = text.rpartition("=")
+    try:
+        f = float(factor)
+    except ValueError:
+        f = float("nan")
+    if not sep or not phase or not (0 < f < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give PHASE=FACTOR with a factor above 0, e.g. compute=1.5")
+    return phase, f
+
+
+def _cmd_whatif(a) -> int:
+    from ..analysis.whatif import Change
+    from ..api import whatif
+    from ..report.whatif_report import whatif_text
+
+    change = Change(balance=tuple(a.balance), straggler_to_median=tuple(a.straggler_to_median),
+                    no_late_start=a.no_late_start, block=a.block, barrier_cost_ns=a.barrier_cost,
+                    spread=tuple(a.spread), speedup=tuple(a.speedup))
+    if a.block is not None and not (a.straggler_to_median or a.no_late_start):
+        raise InputError("whatif: --block limits --straggler-to-median or --no-late-start; give one of them")
+    if change.empty():
+        raise InputError("whatif: give a change: --balance PHASE, --straggler-to-median PHASE, --no-late-start, "
+                         "--barrier-cost NS, --spread PHASE or --speedup PHASE=FACTOR")
+    w = whatif(a.source, change, **decode_kwargs(a))
+    if a.json:
+        print(json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
+    else:
+        print(whatif_text(a.source, w.to_dict()))
+    return EXIT_OK
+
+
+HANDLERS = {"whatif": _cmd_whatif}

@@ -1,0 +1,230 @@
+"""The replay (ktrace/analysis/replay.py): the timeline as a graph of what each slice waited for.
+
+Replaying a capture unchanged gives every measured begin back, on every committed capture; a change gives the
+wall a kernel built that way has: on hand-built timelines exactly, and on the H200 captures of a fix within 10%
+of the fix's measured wall (imbalance -> balanced: the same work, spread over the blocks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import quick_first
+from ktrace import decode
+from ktrace.analysis.replay import replay, timeline_of
+from ktrace.analysis.whatif import Change, predict, whatif
+from ktrace.analysis.stream import numpy_figures
+from ktrace.decoding.encode import encode_tags, place_records
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+ALL = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.bin*") if "proton" not in p.parts
+             and p.name.endswith((".bin", ".bin.gz")))
+T0 = 1_000_000
+
+
+def timeline_of_path(path):
+    d = decode(path)
+    fig = numpy_figures(d)
+    return timeline_of(d, fig), fig
+
+
+def build(lanes: dict, events: list[str], sm_of_block: dict | None = None):
+    """{(block, group): [(event, begin, end), ...]} -> (Timeline, Figures) of the decoded buffer."""
+    rows = []
+    for (b, g), steps in lanes.items():
+        recs = [r for ev, t0, t1 in steps for r in ((0, ev, t0), (1, ev, t1))]
+        rows += [(b, g, i, t, e, ts) for i, (t, e, ts) in enumerate(recs)]
+    block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))
+    sm_of_block = sm_of_block or {b: b for b, _ in lanes}
+    sm = np.array([sm_of_block[b] for b in block.tolist()], np.int64)
+    groups = max(g for _, g in lanes) + 1
+    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=sm)
+    cap = max(2 * len(s) for s in lanes.values())
+    buf = place_records(max(b for b, _ in lanes) + 1, groups, block, group, seq, tag, ts, cap)
+    d = decode(buf, events=",".join(events))
+    fig = numpy_figures(d)
+    return timeline_of(d, fig), fig
+
+
+def barrier_loop(compute: np.ndarray, latency: np.ndarray, load: int = 2000):
+    """Lanes x iterations of `load` then `compute`, a grid barrier after each phase: every lane begins the next
+    phase ``latency[lane]`` after the instance's last end."""
+    lanes, iters = compute.shape
+    out = {(l, 0): [] for l in range(lanes)}
+    t = T0
+    for it in range(iters):
+        ends = []
+        for l in range(lanes):
+            b = t + int(latency[l]) if it else T0 + 64 * l  # the first begins: each block's launch
+            e = b + load + 320 * ((l + it) % 4)  # ends spread apart: the begins follow the common end
+            out[(l, 0)].append((0, b, e))
+            ends.append(e)
+        t = max(ends)
+        ends = []
+        for l in range(lanes):
+            b = t + int(latency[l])
+            out[(l, 0)].append((1, b, b + int(compute[l, it])))
+            ends.append(b + int(compute[l, it]))
+        t = max(ends)
+    return out
+
+
+@pytest.mark.parametrize("name", quick_first(ALL, 4))
+def test_replay_of_the_unchanged_timeline_gives_every_measured_begin_back(name):
+    tl, fig = timeline_of_path(SAMPLES / name)
+    r = replay(tl)
+    assert r.wall_ns == fig.kernel.wall_ns
+    np.testing.assert_array_equal(r.begin, tl.begin)
+    np.testing.assert_array_equal(r.end, tl.end)
+
+
+def test_balancing_a_straggler_gives_the_wall_of_the_balanced_kernel_exactly():
+    lanes, iters = 8, 4
+    latency = 320 + 64 * (np.arange(lanes) % 4)  # each lane's release after the barrier's last arrival
+    compute = np.full((lanes, iters), 3000)
+    compute[5] = 3000 + 7 * 1600  # lane 5: 4x the work; the total spread evenly gives everyone 4400
+    tl, fig = build(barrier_loop(compute, latency), ["load", "compute"])
+    assert set(fig.wait_causes.cause.tolist()) == {"grid"}  # the evidence sees the barriers the replay follows
+    assert replay(tl).wall_ns == fig.kernel.wall_ns
+    _, balanced = build(barrier_loop(np.full((lanes, iters), 4400), latency), ["load", "compute"])
+    w = whatif(tl, Change(balance=("compute",)))
+    assert w.predicted_wall_ns == balanced.kernel.wall_ns
+    assert w.saving_ns == fig.kernel.wall_ns - balanced.kernel.wall_ns > 0
+    # The straggler cut to the median (3000) saves more: the others keep their work.
+    _, median = build(barrier_loop(np.full((lanes, iters), 3000), latency), ["load", "compute"])
+    assert whatif(tl, Change(straggler_to_median=("compute",))).predicted_wall_ns == median.kernel.wall_ns
+    # A barrier release of 0 ns: every lane begins at the last arrival.
+    _, free = build(barrier_loop(compute, np.zeros(lanes, np.int64)), ["load", "compute"])
+    assert whatif(tl, Change(barrier_cost_ns=0)).predicted_wall_ns == free.kernel.wall_ns
+
+
+def test_a_late_starter_without_a_barrier_costs_its_delay_and_no_more():
+    # 6 lanes of `a` then `b` on their own (no barrier); lane 4 starts 9 us late; lane 2's work is 1 us longer.
+    lanes = {}
+    for l in range(6):
+        b0 = T0 + (9000 if l == 4 else 0)
+        a = 5000 + (1000 if l == 2 else 0)
+        lanes[(l, 0)] = [(0, b0, b0 + a), (1, b0 + a + 200, b0 + a + 200 + 4000)]
+    tl, fig = build(lanes, ["a", "b"])
+    w = whatif(tl, Change(no_late_start=True))
+    # Without the delay lane 2 ends last: 1 us after the others; the saving is the delay less that.
+    assert w.predicted_wall_ns == 5000 + 1000 + 200 + 4000
+    assert w.saving_ns == 9000 - 1000
+    assert w.ends_on["block"] == 2
+    assert whatif(tl, Change(no_late_start=True, block=2)).saving_ns == 0  # lane 2 was not late
+
+
+def test_a_hand_off_between_warp_groups_is_followed():
+    # Group 0 produces tiles, group 1 consumes each one after its production ends (+64 ns): producer-bound.
+    lanes = {}
+    for blk in range(4):
+        prod, cons = [], []
+        t = T0
+        for i in range(6):
+            prod.append((0, t, t + 3000))
+            c0 = t + 3000 + 64
+            cons.append((1, c0, c0 + 1000))
+            t += 3000 + 32 * (blk % 2)
+        lanes[(blk, 0)], lanes[(blk, 1)] = prod, cons
+    tl, fig = build(lanes, ["produce", "consume"])
+    assert "group" in set(fig.wait_causes.cause.tolist())
+    assert replay(tl).wall_ns == fig.kernel.wall_ns
+    # Twice as fast a producer: the consumer follows it, the wall nearly halves (6 x 1500 + the last consume).
+    w = whatif(tl, Change(speedup=(("produce", 2.0),)))
+    assert w.predicted_wall_ns == pytest.approx(6 * 1500 + 32 * 5 + 64 + 1000, abs=32 * 6)
+    # Speeding up the consumer gains nothing: it waits for the producer.
+    assert whatif(tl, Change(speedup=(("consume", 2.0),))).saving_ns == pytest.approx(500, abs=1)
+
+
+@pytest.mark.parametrize("before,after", [("imbalance_ktrace.bin", "balanced_ktrace.bin"),
+                                          ("imbalance_flashinfer.bin", "balanced_flashinfer.bin"),
+                                          ("ab/imbalance_before.bin", "ab/balanced_after.bin")])
+def test_the_balanced_kernel_is_predicted_within_ten_percent_of_its_measured_wall(before, after):
+    # balanced.py spreads block 17's extra compute evenly over all blocks: every lane gets the mean.
+    tl, fig = timeline_of_path(SAMPLES / before)
+    _, fig_after = timeline_of_path(SAMPLES / after)
+    w = whatif(tl, Change(balance=("compute",)))
+    measured = fig_after.kernel.wall_ns
+    assert abs(w.predicted_wall_ns - measured) <= 0.10 * measured
+    assert w.saving_ns > 0.5 * fig.kernel.wall_ns  # and the fix is most of the wall, as measured
+
+
+def test_an_unknown_phase_is_refused_with_the_phases_named():
+    tl, _ = timeline_of_path(SAMPLES / "late_start_ktrace.bin")
+    with pytest.raises(ValueError, match="no top-level phase 'nope'; the phases: compute, store"):
+        predict(tl, Change(balance=("nope",)))
+
+
+@pytest.mark.parametrize("session,change", [("imbalance_vs_balanced", Change(balance=("compute",))),
+                                            ("more_work_vs_more_work_plus2", Change(speedup=(("compute", 1 / 1.02),)))])
+def test_the_predicted_change_matches_the_paired_unprofiled_measurement(session, change):
+    # The A/B sessions timed both builds unprofiled, 200 pairs: the relative change of the wall they measured.
+    import json
+
+    ab = json.loads((SAMPLES / "ab" / f"{session}.ab.json").read_text())
+    measured = ab["verdict"]["relative"]
+    tl, _ = timeline_of_path(SAMPLES / "ab" / ab["before"]["capture"])
+    w = whatif(tl, change)
+    predicted = -w.saving_ns / w.replayed_wall_ns
+    assert abs(predicted - measured) <= 0.10 * abs(measured), (predicted, measured)
+
+
+def _ktrace(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ktrace", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_after():
+    p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), "--no-late-start")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].endswith("what if no late start (late lanes begin at their group's median first begin)")
+    assert lines[1].split() == ["measured", "wall", "53.8", "µs"]
+    assert lines[3].split() == ["predicted", "wall", "34.2", "µs"]
+    assert "lead-in before the path's first slice 20 µs" in lines[5]  # block 17's 20 us spin before its probes
+    assert "compute 34 µs (99%)" in lines[6]
+    j = _ktrace("whatif", str(SAMPLES / "imbalance_ktrace.bin"), "--balance", "compute", "--json")
+    import json
+
+    d = json.loads(j.stdout)
+    assert d["measured_wall_ns"] == d["replayed_wall_ns"] == 525728
+    assert d["change"] == {"balance": ["compute"]}
+    assert d["saving_ns"] == d["replayed_wall_ns"] - d["predicted_wall_ns"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "whatif: give a change: --balance PHASE"),
+    (("--balance", "nope"), "no top-level phase 'nope'; the phases: compute, store"),
+    (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
+    (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),
+    (("--block", "3"), "--block limits --straggler-to-median or --no-late-start"),
+])
+def test_whatif_command_refuses_a_question_it_cannot_answer(args, message):
+    p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), *args)
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", ["late_start_ktrace", "late_start_flashinfer", "untimed_ktrace", "untimed_flashinfer",
+                                  "repeats/untimed_run2_ktrace"])
+def test_no_late_start_saves_what_the_clock_says_the_late_blocks_spin_costs(name):
+    # Block 17 spins before its first probe; the kernel recorded every block's begin and end by %globaltimer,
+    # apart from the profiler, and the spin's length: the wall without the spin is the clock's, less it.
+    import json
+
+    gt = json.loads((SAMPLES / f"{name}.json").read_text())["ground_truth"]
+    begin, end = gt["block_begin_ns"], list(gt["block_end_ns"])
+    late = gt["late_block"]
+    spin = gt.get("late_spin_ns_by_clock", gt["late_spin_ns"])
+    truth = max(end) - min(begin)
+    end[late] -= spin
+    truth -= max(end) - min(begin)
+    tl, _ = timeline_of_path(SAMPLES / f"{name}.bin")
+    w = whatif(tl, Change(no_late_start=True, block=late))
+    assert abs(w.saving_ns - truth) <= 0.15 * truth, (w.saving_ns, truth)
+    # Every lane begun at the median saves at most a few ticks more: the one late block is nearly all of it.
+    assert 0 <= whatif(tl, Change(no_late_start=True)).saving_ns - w.saving_ns <= 4 * tl.tick_ns
