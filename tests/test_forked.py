@@ -166,3 +166,82 @@ def test_a_ctrl_c_landing_in_a_worker_before_it_ignores_sigint_is_dropped():
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this thread's mask is as it was
     # the pool's workers ignore SIGINT and no longer hold it
     assert fork_map(_signal_state, None, [0, 1], jobs=2) == [(False, True), (False, True)]
+
+
+def _run(code: str) -> str:
+    """The code's output, run in a fresh interpreter (bounded: a wait without end fails the test, not the run)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stdout.strip()
+
+
+_DIES = """
+import multiprocessing, os, signal
+from ktrace import forked
+from ktrace.errors import KtraceError
+
+def work(shared, x):
+    if x == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    return x * 2
+
+try:
+    {call}
+    print("no error")
+except KtraceError as e:
+    print("error:", e)
+print("left:", len(multiprocessing.active_children()))
+"""
+
+
+@pytest.mark.parametrize("call", ["forked.fork_map(work, None, list(range(12)), jobs=2)",
+                                  "list(forked.fork_imap(work, None, list(range(12)), jobs=2, window=2))",
+                                  "with forked.fork_later(work, None, 5) as later: later.result()"])
+def test_a_worker_that_dies_is_reported_and_none_is_left(call):
+    # multiprocessing.Pool lost the dead worker's item unseen (and, killed while idle, it held the task queue's
+    # lock, so the other workers waited on that semaphore): the parent waited for ever.
+    out = _run(_DIES.format(call=call))
+    assert out.splitlines() == ["error: a worker process ended unexpectedly (signal SIGKILL): out of memory, or "
+                                "killed? Run again, or with --jobs 1 (one process)", "left: 0"]
+
+
+def test_a_worker_that_makes_no_progress_is_reported_and_stopped():
+    out = _run("""
+import multiprocessing, time
+from ktrace import forked
+from ktrace.errors import KtraceError
+
+def work(shared, x):
+    if x == 3:
+        time.sleep(600)  # as a worker blocked on a lock for ever: no CPU time used
+    return x
+
+forked.STALL_S = 2
+try:
+    forked.fork_map(work, None, list(range(6)), jobs=2)
+except KtraceError as e:
+    print("error:", e)
+print("left:", len(multiprocessing.active_children()))
+""")
+    assert out.splitlines() == ["error: the worker processes made no progress for 2 s (stuck); run again, or with "
+                                "--jobs 1 (one process)", "left: 0"]
+
+
+def test_workers_busy_for_longer_than_the_stall_bound_are_not_stuck():
+    out = _run("""
+import time
+from ktrace import forked
+
+def work(shared, x):
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # computing: CPU time goes on
+        pass
+    return x
+
+forked.STALL_S = 1.5
+print(forked.fork_map(work, None, [1, 2], jobs=2))
+""")
+    assert out == "[1, 2]"
