@@ -442,7 +442,7 @@ def test_cli_analyze_buffer_text_json_and_plot(tmp_path):
     assert any(f["kind"] == "stable_straggler" and f["figures"]["top_last_block"] == 17 for f in doc["findings"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 
-    rc, out, err = run_ktrace("analyze", sample("imbalance"))
+    rc, out, err = run_ktrace("analyze", sample("imbalance"), "--details")
     assert rc == 0, err
     assert out.index("findings") < out.index("compute: instances")
     assert "block 17 is the last finisher in 8 of 8 instances" in out

@@ -32,10 +32,11 @@ def test_view_of_a_folder_says_it_is_a_folder(tmp_path):
 
 
 def _before_tables(out: str) -> list[str]:
-    """The report's text: the lines above its first table (the headline, warnings, findings)."""
+    """The report's text: the lines above its first table (the headline, warnings, findings), all of them
+    without --details."""
     lines = out.splitlines()
-    first = next(i for i, ln in enumerate(lines) if ln.startswith("┏"))
-    return [ln.rstrip() for ln in lines[:first - 1]]
+    first = next((i for i, ln in enumerate(lines) if ln.startswith(("┏", "─"))), len(lines) + 2)
+    return [ln.rstrip() for ln in lines[:first - 2]]
 
 
 @pytest.mark.slow
@@ -48,8 +49,8 @@ def test_piped_text_wraps_at_100_columns_or_at_columns():
 
 @pytest.mark.slow
 def test_a_narrow_table_folds_headers_instead_of_cutting_them():
-    _, out, _ = run_ktrace("analyze", sample("imbalance"), env={"COLUMNS": "120"})
-    assert "…" not in out and "imbalan" in out
+    _, out, _ = run_ktrace("analyze", sample("imbalance"), "--details", env={"COLUMNS": "120"})
+    assert "…" not in out and "imbalance" in out
 
 
 @pytest.mark.slow

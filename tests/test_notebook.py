@@ -23,10 +23,15 @@ def analysis():
 
 def test_analysis_html_has_the_headline_findings_with_evidence_and_impact_and_the_phases(analysis):
     h = analysis._repr_html_()
-    assert "imbalance_kernel: 132 blocks x 4 group(s)" in h and "1980 MHz" in h
+    assert "imbalance_kernel: 132 blocks x 4 warp groups" in h and "1980 MHz" in h
     f = next(f for f in analysis.findings if f.kind == "load_imbalance")
     import html
 
+    from ktrace.analysis.headlines import Vocabulary, headline
+
+    # the short report's structure: the warning's headline and evidence first, the full message folded
+    short = html.escape(headline(f, Vocabulary.of(analysis)).text)
+    assert short in h and h.index(short) < h.index("<details>") < h.index(html.escape(f.message))
     assert html.escape(f.evidence) in h and "of wall)" in h
     assert "phases (means over instances)" in h and "<td>compute</td>" in h
 

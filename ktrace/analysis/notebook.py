@@ -107,30 +107,39 @@ def _findings_table(findings) -> str:
 
 
 def analysis_html(a) -> str:
-    """An Analysis as HTML: the headline, the clock (Proton traces), data-quality warnings, the warnings
-    (severity, message, evidence, impact); the info findings and the per-phase table folded (``<details>``)."""
-    L, k = a.launch, a.kernel
-    head = (f"{L.get('kernel', 'kernel')}: {L.get('num_blocks', '?')} blocks x {L.get('num_groups', '?')} group(s), "
-            f"{k.phases} phase(s), {k.slices:,} phase slices, wall {_ns(k.wall_ns)}")
-    parts = [f"<div class='ktrace'>{_STYLE}<p><b>{escape(head)}</b><br><small>{escape(str(a.source))} "
+    """An Analysis as HTML, the short report's structure (``ktrace analyze``): the kernel's line, the clock
+    (Proton traces), data-quality warnings, each warning's headline with its stake, action and evidence; then,
+    folded, every finding in full and the per-phase table."""
+    from .headlines import Vocabulary, headline, stake_text, title_line
+
+    v = Vocabulary.of(a)
+    parts = [f"<div class='ktrace'>{_STYLE}<p><b>{escape(title_line(a))}</b><br><small>{escape(str(a.source))} "
              f"({escape(a.engine)})</small></p>"]
+    L = a.launch
     if L.get("producer") == "proton":
         parts.append(f"<p>clock: {escape(str(L.get('time_origin', '')))}</p>")
     for w in a.data_quality.warnings:
         parts.append(f"<p class='warning'>data quality: {escape(w)}</p>")
     warn = [f for f in a.findings if f.severity == "warning"]
     info = [f for f in a.findings if f.severity != "warning"]
-    parts.append("<p><b>findings</b> (by kernel time at stake)</p>")
     if not warn:
         parts.append("<p class='pass'>no warnings: nothing costs the kernel enough time to act on</p>")
-    if warn:
-        parts.append(_findings_table(warn))
-    if info:  # folded: what a reader opens, not what they must read past
-        parts.append(f"<details><summary>{len(info)} info finding(s)</summary>{_findings_table(info)}</details>")
+    else:
+        items = []
+        for f in warn:
+            h = headline(f, v)
+            do = f"; do: {escape(h.action)}" if h.action else ""
+            items.append(f"<li><b class='warning'>{escape(h.text)}</b><br>{escape(stake_text(f))}{do}<br>"
+                         f"<small>evidence: {escape(h.evidence)}</small></li>")
+        parts.append(f"<p><b>{len(warn)} warning{'' if len(warn) == 1 else 's'}</b> (by kernel time at stake)</p>"
+                     "<ol>" + "".join(items) + "</ol>")
+    if warn or info:
+        parts.append(f"<details><summary>every finding in full ({len(warn)} warning(s), {len(info)} info)</summary>"
+                     + _findings_table(warn + info) + "</details>")
     ph_head, ph_rows = _phase_rows(a)
     if ph_rows:
         parts.append("<details><summary>phases (means over instances)</summary>"
-                     + _html_table(ph_head, ph_rows) + "</details>")
+                     + _html_table(ph_head, ph_rows, "phases (means over instances)") + "</details>")
     parts.append("</div>")
     return "".join(parts)
 

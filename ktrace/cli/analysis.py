@@ -27,7 +27,8 @@ def register(sub) -> None:
         "analyze", help="per-phase figures and findings: imbalance, skew, last finisher, waits, critical path",
         description="Per-phase figures over all blocks (max/mean, start skew, last-finisher stability, waits, "
         "critical path), computed by the ktrace SQL package in Perfetto's trace processor, and the findings "
-        "they support. Findings come first, then a table per phase.",
+        "they support. The short report first: the kernel's line, each warning's headline with its stake, what to do "
+        "and its evidence; --details adds the tables (words: docs/glossary.md).",
         epilog=lambda: f"Thresholds (NAME=VALUE, default in parentheses): {_threshold_names()}. The JSON schema "
         "is ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) "
         "are warned of first, as data_quality in the JSON.")
@@ -44,6 +45,9 @@ def register(sub) -> None:
     a.add_argument("--runs", action="store_true",
                    help="the sources are runs of one kernel on the same inputs (a quoted glob works: 'run*.bin'): "
                    "the figures with their run-to-run spread, and which warnings hold in every run")
+    a.add_argument("--details", "--tables", dest="details", action="store_true",
+                   help="after the short report: each finding in full, the launch shape, the thresholds and the "
+                   "tables (phases, waits, critical path, instances per phase), fitted to the terminal's width")
     a.add_argument("--all", dest="show_all", action="store_true",
                    help="list info findings too (below the impact floor, --threshold min_impact=...)")
     a.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
@@ -137,7 +141,7 @@ def _cmd_analyze(a) -> int:
 
         print(analysis_markdown(result, show_all=a.show_all))
     else:
-        print_analysis(result, show_all=a.show_all)
+        print_analysis(result, show_all=a.show_all, details=a.details)
     return EXIT_OK
 
 
@@ -178,12 +182,12 @@ def _sayer(bar):
     return say
 
 
-def print_analysis(result, con=None, show_all: bool = False) -> None:
-    """An Analysis as ``ktrace analyze`` prints it (text)."""
+def print_analysis(result, con=None, show_all: bool = False, details: bool = False) -> None:
+    """An Analysis as ``ktrace analyze`` prints it (text): the short report; ``details`` adds the tables."""
     from ..report.analysis_report import analysis_text
 
     con = con or console()
-    for r in analysis_text(result, show_all=show_all):
+    for r in analysis_text(result, show_all=show_all, details=details):
         con.print(r)
 
 
@@ -257,7 +261,7 @@ def _print_several(a, m) -> int:
     con = console()
     for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
         con.rule(printable(f"{lab}: {s}"))
-        print_analysis(r, con, show_all=a.show_all)
+        print_analysis(r, con, show_all=a.show_all, details=a.details)
     con.rule("across GPUs")
     print_cross_gpu(m.cross_gpu)
     return EXIT_OK

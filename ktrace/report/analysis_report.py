@@ -1,18 +1,23 @@
 """What ``ktrace analyze`` shows: text (rich renderables), Markdown (for PR comments) and a PNG plot.
 
-Findings come first, then the figures: a summary per phase, a table of instances per phase, the waits at
-each phase boundary and the critical path. Nothing here computes a figure; it only lays them out. The plot
-is analysis_plot.py's.
+The short report first: one line for the kernel and its launch shape, data quality, each warning as a headline
+in plain words (analysis/headlines.py) with its stake, the one thing to do and at most two lines of evidence,
+then one line saying what else there is. ``details`` adds each finding in full and the tables (phases, waits,
+the critical path, instances per phase), each fitted to the terminal by dropping columns in a stated order.
+Nothing here computes a figure; it only lays them out. The words are docs/glossary.md's. The plot is
+analysis_plot.py's.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from ..analysis import Analysis
 from ..analysis.findings import format_ns
+from ..analysis.headlines import Vocabulary, headline, stake_text as _stake, title_line
 from .analysis_plot import plot_analysis  # noqa: F401  (ktrace analyze --plot)
 from .safe_text import md_cell, md_code, md_text, printable
 
@@ -20,7 +25,6 @@ __all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines
 
 MAX_INSTANCE_ROWS = 16  # per phase; longer tables show the first and last rows (the JSON has all)
 _HEAD, _TAIL = 10, 4
-_SEVERITY_STYLE = {"warning": "bold yellow", "info": "cyan"}
 
 
 def _ratio(x) -> str:
@@ -29,15 +33,6 @@ def _ratio(x) -> str:
 
 def _share(x) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
-
-
-def _headline(a: Analysis) -> str:
-    L, k = a.launch, a.kernel
-    kernel = L.get("kernel", "kernel")
-    blocks, groups = L.get("num_blocks", "?"), L.get("num_groups", "?")
-    tick = f"{a.tick_ns:.0f} ns ({'--threshold tick_ns' if a.thresholds.tick_ns else k.tick_source})"
-    return (f"{kernel}: {blocks} blocks x {groups} group(s), {k.phases} phase(s), {k.slices:,} phase slices, "
-            f"wall {format_ns(k.wall_ns)}; timer tick {tick}: differences below it are not findings")
 
 
 def quality_lines(a: Analysis) -> list[str]:
@@ -137,8 +132,8 @@ def _instance_rows(a: Analysis, phase: str) -> tuple[list[str], list[list[str]],
     times = ("min_dur_ns", "p50_dur_ns", "p90_dur_ns", "max_dur_ns", "mean_dur_ns", "wall_ns", "excess_ns",
              "start_skew_ns", "end_skew_ns")
     div, u = _unit([float(getattr(t, c)[idx].max()) for c in times if len(idx)])
-    head = ["k", "lanes", f"min ({u})", "p50", "p90", "max", "mean", "imbalance", f"wall ({u})", "excess",
-            "start skew", "end skew", "last: block/group/SM", "tied"]
+    head = ["k", "lanes", f"min ({u})", f"p50 ({u})", f"p90 ({u})", f"max ({u})", f"mean ({u})", "imbalance",
+            f"wall ({u})", f"excess ({u})", f"start skew ({u})", f"end skew ({u})", "last: block/group/SM", "tied"]
     shown = idx if len(idx) <= MAX_INSTANCE_ROWS else np.r_[idx[:_HEAD], -1, idx[-_TAIL:]]
     rows = []
     for i in shown.tolist():
@@ -156,7 +151,8 @@ def _instance_rows(a: Analysis, phase: str) -> tuple[list[str], list[list[str]],
 def _wait_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     rows_in = a.waits.rows()
     div, u = _unit([w[c] for w in rows_in for c in ("mean_ns", "p90_ns", "max_ns")])
-    head = ["boundary", "waits", f"mean ({u})", "p50", "p90", "max", "longest at", f"total ({u})"]
+    head = ["boundary", "waits", f"mean ({u})", f"p50 ({u})", f"p90 ({u})", f"max ({u})", "longest at",
+            f"total ({u})"]
     rows = [[f"{w['phase']} -> {w['next_phase']}", f"{w['count']:,}", _num(w["mean_ns"], div),
              _num(w["p50_ns"], div), _num(w["p90_ns"], div), _num(w["max_ns"], div),
              f"block {w['max_block']} group {w['max_group']} k={w['max_k']}", _num(w["sum_ns"], div)]
@@ -181,59 +177,260 @@ def _critical_title(a: Analysis) -> str:
             f"the wall{cov})")
 
 
-# ------------------------------------------------------------------------------------------------- text
-def analysis_text(a: Analysis, show_all: bool = False) -> list:
-    """Rich renderables, findings first (warnings; info too with ``show_all``), then a table per phase."""
+# ------------------------------------------------------------------------------------------ short report
+MAX_SHORT_WARNINGS = 5  # the short report's warnings; more are counted on the last line (--details has all)
+EVIDENCE_LINES = 2
+
+
+def _vocab(a: Analysis) -> Vocabulary:
+    return Vocabulary.of(a)
+
+
+def _warnings_line(a: Analysis, warnings) -> str:
+    if not warnings:
+        return "no warnings: nothing costs the kernel enough time to act on"
+    c = a.accounted
+    share = f" ({c['warnings_share']:.0%} of the wall)" if c["warnings_share"] is not None else ""
+    n = len(warnings)
+    return f"{n} warning{'' if n == 1 else 's'}, {format_ns(c['warnings_ns'])} at stake{share}:"
+
+
+def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int) -> str | None:
+    infos = sum(f.severity != "warning" for f in a.findings)
+    more = []
+    if hidden_warnings:
+        more.append(f"--details for {hidden_warnings} more warning{'' if hidden_warnings == 1 else 's'}, the tables "
+                    "and each finding in full")
+    elif not details:
+        more.append("--details for the tables and each finding in full")
+    if infos and not show_all:
+        more.append(f"--all for {infos} info finding{'' if infos == 1 else 's'}")
+    return "more: " + ", ".join(more) if more else None
+
+
+_UNIT = re.compile(r"(\d) (ns|µs|us|ms|s|SMs|blocks|slots|of|x)\b")
+
+
+class Prose:
+    """A paragraph wrapped at the width it is drawn at, between words only (a number is never split across
+    lines): the first line after ``first``, the others after ``indent``; ``max_lines`` keeps that many lines, the
+    last cut at a word with '…'. Measured as its longest word, so a pipe's console keeps its text width."""
+
+    def __init__(self, text: str, first: str = "", indent: str = "", style: str = "", max_lines: int | None = None,
+                 first_style: str | None = None) -> None:
+        self.text, self.first, self.indent, self.style = printable(text), first, indent, style
+        self.max_lines, self.first_style = max_lines, first_style
+
+    def lines(self, width: int) -> list[str]:
+        import textwrap
+
+        width = max(width, len(self.indent) + 20)
+        glued = _UNIT.sub("\\1\0\\2", self.text)  # a number keeps its unit on its line
+        out = [line.replace("\0", " ") for line in textwrap.wrap(
+            glued, width, initial_indent=self.first, subsequent_indent=self.indent, break_long_words=False,
+            break_on_hyphens=False)] or [self.first.rstrip()]
+        if self.max_lines and len(out) > self.max_lines:
+            out = out[:self.max_lines]
+            last = out[-1]
+            cut = last[:width - 1] if len(last) >= width else last
+            if len(cut) > len(self.indent) and " " in cut[len(self.indent):]:
+                cut = cut.rsplit(" ", 1)[0]
+            out[-1] = cut.rstrip(",;:(") + "…"
+        return out
+
+    def __rich_console__(self, console, options):
+        from rich.text import Text
+
+        for i, line in enumerate(self.lines(options.max_width)):
+            t = Text(line, style=self.style, no_wrap=False)
+            if i == 0 and self.first_style:
+                t.stylize(self.first_style, 0, len(self.first))
+            yield t
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        words = self.text.split() or [""]
+        n = len(self.indent) + max(map(len, words))
+        return Measurement(n, n)
+
+
+def _short(a: Analysis, show_all: bool, details: bool) -> list:
+    """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
+    thing to do and at most two lines of evidence, then what else there is."""
     from rich.text import Text
 
-    table = rich_table
-
-    out: list = [Text(printable(_headline(a)), style="bold")]
+    v = _vocab(a)
+    out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
-        out.append(Text(printable(f"clock: {a.launch.get('time_origin', '')}")))
+        out.append(Prose(f"clock: {a.launch.get('time_origin', '')}", indent="  "))
     quality = quality_lines(a)
     if quality:
-        out.append(Text("data quality: not every record is in the figures below", style="bold red"))
-        out += [Text(f"  warning  {printable(q)}", style="yellow") for q in quality]
+        out.append(Text("data quality: not every record is in the figures", style="bold red"))
+        out += [Prose(q, first="  ! ", indent="    ", style="yellow") for q in quality]
+    warnings = [f for f in a.findings if f.severity == "warning"]
+    shown = warnings if details else warnings[:MAX_SHORT_WARNINGS]
+    out.append(Text(_warnings_line(a, warnings), style="bold" if warnings else "green"))
+    for i, f in enumerate(shown, 1):
+        h = headline(f, v)
+        num = f"{i:>2}. "
+        out.append(Prose(h.text, first=num, indent="    ", style="bold yellow"))
+        out.append(Prose(_stake(f) + (f"; do: {h.action}" if h.action else ""), first="    ", indent="    "))
+        if h.evidence:
+            out.append(Prose(f"evidence: {h.evidence}", first="    ", indent="    ", style="dim",
+                             max_lines=None if details else EVIDENCE_LINES))
+    if show_all:
+        infos = [f for f in a.findings if f.severity != "warning"]
+        if infos:
+            out.append(Text(f"{len(infos)} info finding{'' if len(infos) == 1 else 's'} (below the impact floor, "
+                            "--threshold min_impact=...):", style="bold"))
+        for f in infos:
+            h = headline(f, v)
+            out.append(Prose(f"{h.text} ({_stake(f)})", first="  - ", indent="    ", style="cyan"))
+    more = _more_line(a, show_all, details, len(warnings) - len(shown))
+    if more:
+        out.append(Prose(more, indent="  ", style="dim"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ details
+# Where the timer tick came from (Kernel.tick_source), in the glossary's words (docs/glossary.md, tick).
+_TICK_SOURCES = {"launch": "the launch's timer", "smallest step": "the smallest difference between slice durations",
+                 "default": "the default: no finer difference in the trace"}
+
+
+def _tick_line(a: Analysis) -> str:
+    source = "--threshold tick_ns" if a.thresholds.tick_ns else _TICK_SOURCES.get(a.kernel.tick_source,
+                                                                                   a.kernel.tick_source)
+    return (f"timer tick {a.tick_ns:.0f} ns ({source}): differences under {a.thresholds.min_ticks:g} ticks are not "
+            "findings")
+
+
+def _details(a: Analysis, show_all: bool) -> list:
+    from rich.text import Text
+
+    out: list = [Text("details", style="bold underline")]
     shape = _occupancy_line(a)
     if shape:
-        out.append(Text(printable(shape)))
-    out.append(Text("findings (by kernel time at stake)", style="bold underline"))
-    shown, hidden = _shown_findings(a, show_all)
-    if not shown:
-        out.append(Text("  no warnings: nothing costs the kernel enough time to act on", style="green"))
-    for f in shown:
-        line = Text("  ")
-        line.append(f"{f.severity:<8}", style=_SEVERITY_STYLE.get(f.severity, ""))
-        line.append(printable(f.message))
-        out.append(line)
-        out.append(Text("          " + printable(_impact_text(f)), style="dim"))
-    if hidden:
-        out.append(Text(f"  ({hidden} info finding(s) below the impact floor: --all shows them)", style="dim"))
-    if shown and a.accounted["wall_ns"]:
-        out.append(Text("  " + _accounted_line(a), style="dim"))
-    out.append(Text(_thresholds_line(a), style="dim"))
+        out.append(Prose(shape, indent="  "))
+    out.append(Prose(_tick_line(a), indent="  ", style="dim"))
+    out.append(Prose(_thresholds_line(a), indent="  ", style="dim"))
+    out.append(Text("findings in full (by kernel time at stake)", style="bold"))
+    for f in (a.findings if show_all else [f for f in a.findings if f.severity == "warning"]):
+        out.append(Prose(f.message, first=f"  {f.severity:<8}", indent="    "))
+        out.append(Prose(_impact_text(f), first="    ", indent="    ", style="dim"))
+    if a.accounted["wall_ns"] and any(f.severity == "warning" for f in a.findings):
+        out.append(Prose(_accounted_line(a), first="  ", indent="  ", style="dim"))
     if not len(a.phases):
         out.append(Text("no phase slices in this trace", style="yellow"))
         return out
-    out.append(table("phases (means over instances)", *_phase_summary_rows(a)))
+    out.append(FittedTable("phases (means over instances)", *_phase_summary_rows(a), drop=_PHASE_DROP))
+    if len(a.waits):
+        out.append(FittedTable("waits (gap from a slice's end to the next slice on its lane)", *_wait_rows(a),
+                               drop=_WAIT_DROP))
+    out.append(FittedTable(_critical_title(a), *_critical_rows(a), drop=_CRITICAL_DROP))
     for phase in a.phases.phase.tolist():
         head, rows, n = _instance_rows(a, phase)
         caption = None if n <= MAX_INSTANCE_ROWS else f"{n} instances; --json has all of them"
-        out.append(table(f"{phase}: instances", head, rows, caption))
-    if len(a.waits):
-        out.append(table("waits (gap from a slice's end to the next slice on its lane)", *_wait_rows(a)))
-    out.append(table(_critical_title(a), *_critical_rows(a)))
+        out.append(FittedTable(f"{phase}: instances", head, rows, caption, drop=_INSTANCE_DROP))
     return out
+
+
+def analysis_text(a: Analysis, show_all: bool = False, details: bool = False) -> list:
+    """Rich renderables: the short report (the kernel's line, each warning's headline, stake, action and
+    evidence, what else there is); ``details``: then the launch shape, thresholds, each finding in full and the
+    tables (phases, waits, critical path, instances), each fitted to the width it is drawn at; ``show_all``:
+    info findings too."""
+    out = _short(a, show_all, details)
+    if details:
+        out += _details(a, show_all)
+    elif not len(a.phases):
+        from rich.text import Text
+
+        out.append(Text("no phase slices in this trace", style="yellow"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- tables
+# The order in which a table too wide for the terminal drops its columns (by position), the least needed
+# first; the first column (what the row is) and the figures a finding rests on stay longest.
+_PHASE_DROP = (6, 9, 8, 1, 7, 2, 4, 10)      # worst inst., end skew, start skew, groups, excess, inst., mean, last
+_INSTANCE_DROP = (13, 2, 3, 4, 10, 11, 1, 6, 9, 8, 12)  # tied, min, p50, p90, skews, lanes, mean, excess, wall, last
+_WAIT_DROP = (3, 4, 6, 1, 7)                  # p50, p90, longest at, waits, total
+_CRITICAL_DROP = (1, 3, 2)                    # slices, waits after them, slices' time
+
+
+class FittedTable:
+    """A table that fits the width it is drawn at: columns go in ``drop`` order (positions) until no cell has
+    to split a word (a number is never split); the caption names what went (--details --json has all).
+    Measured at its full width, so a pipe without $COLUMNS shows every column."""
+
+    def __init__(self, title: str, head: list[str], rows: list[list[str]], caption: str | None = None,
+                 drop: tuple = ()) -> None:
+        self.title, self.head, self.rows, self.caption, self.drop = title, head, rows, caption, drop
+
+    def table(self, keep: list[int] | None = None, widths: list[int] | None = None):
+        keep = list(range(len(self.head))) if keep is None else keep
+        gone = [self.head[i] for i in range(len(self.head)) if i not in keep]
+        caption = self.caption
+        if gone:
+            note = "not shown for width: " + ", ".join(gone) + " (a wider terminal, or --json)"
+            caption = f"{caption}; {note}" if caption else note
+        t = rich_table(self.title, [self.head[i] for i in keep], [[r[i] for i in keep] for r in self.rows], caption)
+        for c, w in zip(t.columns, widths or ()):
+            c.width = w
+        return t
+
+    def _span(self, i: int) -> tuple[int, int]:
+        """Column i's narrowest width that splits no word of its header or cells, and its full width."""
+        cells = [self.head[i], *(printable(r[i]) for r in self.rows)]
+        return (max(len(w) for c in cells for w in (c.split() or [""])), max(map(len, cells)))
+
+    def _widths(self, keep: list[int], room: int) -> list[int] | None:
+        """Column widths that fit ``room`` characters of cells: each column at most its full width, the widest
+        narrowed first, none below its longest word; None when even that does not fit."""
+        spans = [self._span(i) for i in keep]
+        if sum(lo for lo, _ in spans) > room:
+            return None
+        lo_cap, hi_cap = 0, max(hi for _, hi in spans)
+        while lo_cap < hi_cap:  # the largest cap whose widths fit
+            cap = (lo_cap + hi_cap + 1) // 2
+            if sum(max(lo, min(hi, cap)) for lo, hi in spans) <= room:
+                lo_cap = cap
+            else:
+                hi_cap = cap - 1
+        return [max(lo, min(hi, lo_cap)) for lo, hi in spans]
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.table())
+
+    def __rich_console__(self, console, options):
+        from rich.measure import Measurement
+
+        wide = options.update_width(1 << 16)
+        keep = list(range(len(self.head)))
+        for i in (None, *self.drop):
+            if i is not None and i in keep:
+                keep.remove(i)
+            spans = [self._span(j) for j in keep]
+            full = Measurement.get(console, wide, self.table(keep)).maximum
+            widths = self._widths(keep, options.max_width - (full - sum(hi for _, hi in spans)))
+            if widths is not None:
+                break
+        yield self.table(keep, widths)
 
 
 # --------------------------------------------------------------------------------------------- markdown
 def rich_table(title: str, head: list[str], rows: list[list[str]], caption: str | None = None):
     """A rich Table of text cells: the first column (and groups, boundary) left-aligned, the rest right; a narrow
     terminal folds a cell or a header, never cuts it ("imbala…")."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left")
+    t = Table(title=printable(title), title_justify="left", caption=caption, caption_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False)
     for i, h in enumerate(head):
         t.add_column(h, justify="left" if i == 0 or h in ("groups", "boundary") else "right", overflow="fold")
     for r in rows:
@@ -250,41 +447,55 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
-    """The report as GitHub Markdown: findings, per-phase summary, waits, critical path; instances folded."""
-    parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(_headline(a)), ""]
+    """The report as GitHub Markdown, the short report's structure: the kernel's line, data quality, each
+    warning's headline with its stake, action and evidence, info findings (``show_all``), then each finding in
+    full and the tables (phases, waits, critical path, instances per phase) folded in ``<details>``."""
+    v = _vocab(a)
+    parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(title_line(a)), ""]
     if a.launch.get("producer") == "proton":
         parts += [md_text(f"clock: {a.launch.get('time_origin', '')}"), ""]
     quality = quality_lines(a)
     if quality:
-        parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures below", ">"]
+        parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures", ">"]
         parts += [f"> - {md_text(q)}" for q in quality]
         parts.append("")
-    shape = _occupancy_line(a)
-    if shape:
-        parts += [md_text(shape), ""]
-    parts += ["**Findings** (by kernel time at stake)", ""]
-    shown, hidden = _shown_findings(a, show_all)
-    if not shown:
-        parts.append("- no warnings: nothing costs the kernel enough time to act on")
-    for f in shown:
-        parts.append(f"- **{md_text(f.severity)}** ({md_text(f.kind)}): {md_text(f.message)}  \n  "
-                     f"<sub>{md_text(_impact_text(f))}</sub>")
-    if hidden:
-        parts.append(f"- <sub>{hidden} info finding(s) below the impact floor (`--all` shows them)</sub>")
-    if shown and a.accounted["wall_ns"]:
-        parts.append(f"- <sub>{md_text(_accounted_line(a))}</sub>")
-    parts += ["", f"<sub>{md_text(_thresholds_line(a))}</sub>", ""]
+    warnings = [f for f in a.findings if f.severity == "warning"]
+    parts += [f"**{md_text(_warnings_line(a, warnings))}**", ""]
+    for i, f in enumerate(warnings, 1):
+        h = headline(f, v)
+        do = f"; do: {md_text(h.action)}" if h.action else ""
+        parts.append(f"{i}. **{md_text(h.text)}**  \n   {md_text(_stake(f))}{do}" +
+                     (f"  \n   <sub>evidence: {md_text(h.evidence)}</sub>" if h.evidence else ""))
+    infos = [f for f in a.findings if f.severity != "warning"]
+    if show_all and infos:
+        parts += ["", f"**{len(infos)} info finding{'' if len(infos) == 1 else 's'}** (below the impact floor)", ""]
+        parts += [f"- {md_text(headline(f, v).text)} ({md_text(_stake(f))})" for f in infos]
+    elif infos:
+        parts += ["", f"<sub>{len(infos)} info finding{'' if len(infos) == 1 else 's'} below the impact floor "
+                  "(`--all` lists them)</sub>"]
+    parts.append("")
+    full = [f for f in a.findings if show_all or f.severity == "warning"]
+    if full:
+        parts += ["<details><summary>Each finding in full</summary>", ""]
+        parts += [f"- **{md_text(f.severity)}** ({md_text(f.kind)}): {md_text(f.message)}  \n  "
+                  f"<sub>{md_text(_impact_text(f))}</sub>" for f in full]
+        if warnings and a.accounted["wall_ns"]:
+            parts.append(f"- <sub>{md_text(_accounted_line(a))}</sub>")
+        parts += ["", "</details>", ""]
     if not len(a.phases):
         return printable("\n".join(parts + ["No phase slices in this trace.", ""]), keep_newlines=True)
+    shape = _occupancy_line(a)
+    parts += ["<details><summary>Phases, waits and the critical path</summary>", ""]
+    if shape:
+        parts += [md_text(shape), ""]
+    parts += [f"<sub>{md_text(_tick_line(a))}; {md_text(_thresholds_line(a))}</sub>", ""]
     parts += ["**Phases** (means over instances)", "", _md_table(*_phase_summary_rows(a)), ""]
     if len(a.waits):
         parts += ["**Waits** (gap from a slice's end to the next slice on its lane)", "",
                   _md_table(*_wait_rows(a)), ""]
-    parts += [f"**{md_text(_critical_title(a))}**", "",
-              _md_table(*_critical_rows(a)), ""]
+    parts += [f"**{md_text(_critical_title(a))}**", "", _md_table(*_critical_rows(a)), "", "</details>", ""]
     for phase in a.phases.phase.tolist():
         head, rows, n = _instance_rows(a, phase)
         parts += [f"<details><summary>{md_cell(phase)}: {n} instances</summary>", "", _md_table(head, rows), "",
                   "</details>", ""]
     return printable("\n".join(parts), keep_newlines=True)
-

@@ -1,0 +1,117 @@
+"""The first screen: ``ktrace analyze X`` on every sample fits 40 lines of 100 columns, and 80 columns without
+a number split across lines; each warning is a headline of at most 100 characters built from its figures, with
+its stake, the one thing to do and at most two lines of evidence; --details adds tables that fit the width."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES as SAMPLE_DIR, run_ktrace, sample
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(p for p in (ROOT / "samples").rglob("*") if p.is_file() and re.search(
+    r"\.(bin|bin\.gz|chrome_trace|chrome_trace\.gz|perfetto-trace)$", p.name))
+_NUMBER = re.compile(r"\d(?:[\d,.]*\d)?")
+
+
+def _render(result, columns: int, monkeypatch, **kw) -> str:
+    from ktrace.cli.analysis import print_analysis
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_analysis(result, **kw)
+    return buf.getvalue()
+
+
+def _split_numbers(narrow: str, wide: str) -> list[str]:
+    """Numbers in the narrow rendering that the wide one does not hold: pieces of a number split by a wrap."""
+    whole = set(_NUMBER.findall(wide))
+    return [n for n in _NUMBER.findall(narrow) if n not in whole]
+
+
+def test_the_samples_are_all_found():
+    names = {p.name for p in SAMPLES}
+    assert len(SAMPLES) >= 100 and "fi_mla_decode_run1.bin.gz" in names and "triton_matmul.chrome_trace.gz" in names
+    assert any(p.parent.name == "repeats" for p in SAMPLES) and any(p.parent.name == "ab" for p in SAMPLES)
+
+
+@pytest.mark.slow
+def test_every_sample_fits_the_first_screen(monkeypatch):
+    import ktrace
+    from ktrace.analysis.headlines import HEADLINE_CHARS, Vocabulary, headline
+
+    bad = []
+    for path in SAMPLES:
+        a = ktrace.analyze(path)
+        text100 = _render(a, 100, monkeypatch)
+        text80 = _render(a, 80, monkeypatch)
+        wide = _render(a, 10_000, monkeypatch)
+        lines100, lines80 = text100.splitlines(), text80.splitlines()
+        if len(lines100) > 40 or max(map(len, lines100)) > 100:
+            bad.append(f"{path.name}: {len(lines100)} lines, {max(map(len, lines100))} columns at COLUMNS=100")
+        if len(lines80) > 40 or max(map(len, lines80)) > 80:
+            bad.append(f"{path.name}: {len(lines80)} lines, {max(map(len, lines80))} columns at COLUMNS=80")
+        split = _split_numbers(text80, wide)
+        if split:
+            bad.append(f"{path.name}: numbers split at 80 columns: {split}")
+        v = Vocabulary.of(a)
+        for f in a.findings:
+            h = headline(f, v)
+            if len(h.text) > HEADLINE_CHARS or (f.severity == "warning" and h.text.endswith("…")):
+                bad.append(f"{path.name}: {f.kind} headline too long: {h.text}")
+            if f.severity == "warning" and (not h.action or h.text in f.message):
+                bad.append(f"{path.name}: {f.kind} headline not built from its figures: {h.text}")
+            if f.severity == "warning" and h.text not in " ".join(wide.split()):
+                bad.append(f"{path.name}: {f.kind} headline not in the report")
+        assert "--details" in text100 and "phases (means" not in text100  # the tables wait for --details
+    assert not bad, "\n".join(bad)
+
+
+def test_the_short_report_of_the_imbalance_sample_says_what_to_do(monkeypatch):
+    import ktrace
+
+    text = _render(ktrace.analyze(sample("imbalance")), 100, monkeypatch)
+    lines = text.splitlines()
+    assert lines[0] == "persistent_phases: 132 blocks x 1 warp group on 132 SMs (1 wave), 3 phases, wall 602 µs"
+    assert "2 warnings, 350 µs at stake (58% of the wall):" in lines
+    flat = " ".join(text.split())
+    assert "1. block 17 finishes compute last in 8 of 8 instances (42.4 µs over the median); the others wait" in flat
+    assert "stake 338 µs (56% of the wall); do: give block 17 less of the compute work, or split its items" in flat
+    assert "evidence: same block last in 8/8 instances" in flat
+    assert lines[-1] == "more: --details for the tables and each finding in full, --all for 2 info findings"
+    assert len(lines) <= 14
+
+
+MLA = SAMPLE_DIR / "fi_mla_decode_run1.bin.gz"
+
+
+@pytest.mark.parametrize("path", [sample("imbalance"), MLA], ids=["imbalance", "mla"])
+def test_details_tables_fit_80_columns_without_splitting_a_number(monkeypatch, path):
+    import ktrace
+
+    a = ktrace.analyze(path)
+    narrow = _render(a, 80, monkeypatch, details=True)
+    wide = _render(a, 10_000, monkeypatch, details=True)
+    assert max(map(len, narrow.splitlines())) <= 80
+    assert not _split_numbers(narrow, wide)
+    assert "phases (means over instances)" in narrow and ": instances" in narrow
+    assert "not shown for width:" in narrow and "not shown for width:" not in wide
+    assert "the warnings account for" in narrow  # each finding in full, with the accounting
+
+
+def test_the_command_line_prints_the_short_report_and_the_tables_on_request():
+    rc, out, err = run_ktrace("analyze", MLA, env={"COLUMNS": "100"})
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100
+    assert "warp group 1 (compute) bounds each block" in out
+    rc, more, err = run_ktrace("analyze", MLA, "--tables", "--all", env={"COLUMNS": "100"})
+    assert rc == 0, err
+    assert "rescale-o: instances" in more and max(map(len, more.splitlines())) <= 100
+    assert "info findings" in more and "--all for" not in more
