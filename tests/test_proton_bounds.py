@@ -98,7 +98,7 @@ def test_a_lone_surrogate_in_a_name_is_escaped_not_a_crash(tmp_path):
     p = _write(tmp_path, [], raw=raw)
     assert "\\ud800" in read_proton(p, sidecar=False).launch.event_names
     for enc in ("utf-8",):
-        r = subprocess.run([sys.executable, "-m", "ktrace", "analyze", str(p), "--engine", "numpy"],
+        r = subprocess.run([sys.executable, "-m", "ktrace", "analyze", str(p), "--engine", "numpy", "--details"],  # the phase table names it
                            capture_output=True, timeout=120, env={**os.environ, "PYTHONIOENCODING": enc})
         assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-2000:]
         assert b"\\ud800" in r.stdout
