@@ -457,3 +457,11 @@ def test_the_hosts_steady_clocks_never_go_back_across_a_restore():
     assert later.state()["clock_ms"] >= kept["clock_ms"]
     assert all(later._clock_ns(int(c)) >= v for c, v in kept["clocks_ns"].items())
     assert abs(later._clock_ns(0) - time.time_ns()) < 10**9  # wall time is the wall's, never shifted
+
+
+def test_a_snapshot_header_nested_200000_deep_is_damaged_not_a_traceback():
+    import struct
+
+    header = b"[" * 200_000 + b"]" * 200_000
+    data = wasm_snapshot.MAGIC + struct.pack("<I", len(header)) + header
+    assert wasm_snapshot._parse(data, "k") == (None, "its header is damaged")

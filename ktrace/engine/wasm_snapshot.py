@@ -148,7 +148,8 @@ def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
         header = json.loads(data[start:start + length].decode())
         memory_bytes = int(header["memory_bytes"])
         stored_count = int(header["stored_pages"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):  # a header nested too deep
+        # for the parser is damaged like any other
         return None, "its header is damaged"
     if header.get("key") != key:
         return None, "it was made for another trace or engine"
