@@ -495,3 +495,24 @@ def test_mathtext_in_a_name_is_drawn_as_text_in_the_diff_plot(capture):
     rc, _, err = run_ktrace("diff", capture, capture, "--plot", capture.parent / "d.png")
     assert rc == 0 and "Traceback" not in err, err
     assert (capture.parent / "d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_markdown_that_takes_a_capture_refuses_rather_than_overwrite_it(tmp_path):
+    """`--markdown FILE` has an optional FILE: `check --markdown a.bin b.bin` gives a.bin to --markdown. The
+    capture is never overwritten, and the message says how to write it."""
+    import shutil
+
+    from conftest import run_ktrace, sample
+
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    for name, to in (("imbalance_ktrace", a), ("balanced_ktrace", b)):
+        shutil.copy(sample(name), to)
+        shutil.copy(sample(name).with_suffix(".json"), to.with_suffix(".json"))
+    before = a.read_bytes()
+    rc, out, err = run_ktrace("check", "--markdown", a, b, "--rule", "compute.imbalance <= 100")
+    assert rc == 2 and a.read_bytes() == before
+    assert "put --markdown after the captures" in err and "Traceback" not in err
+    rc, out, err = run_ktrace("check", "--markdown", a, "--rule", "compute.imbalance <= 100")
+    assert rc == 2 and "--markdown took" in err and a.read_bytes() == before
+    rc, out, err = run_ktrace("check", a, "--rule", "compute.imbalance <= 100", f"--markdown={tmp_path / 'r.md'}")
+    assert rc == 0 and (tmp_path / "r.md").read_text().startswith("###")

@@ -27,12 +27,34 @@ class Parser(argparse.ArgumentParser):
     another command runs or ``ktrace --help`` is printed. Registering a command imports no layer that does
     the work (tests/test_startup.py)."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._args_seen = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        # `check --markdown run.bin` gives run.bin to --markdown (its FILE is optional): say so, not only that
+        # the captures are missing.
+        seen = getattr(self, "_args_seen", [])
+        for flag, value in zip(seen, seen[1:]):
+            if flag in ("--markdown", "--json") and "required" in message and _capture_like(value):
+                message += (f"; {flag} took {value!r} as the file to write: put {flag} after the captures, "
+                            f"or write {flag}=FILE")
+                break
+        super().error(message)
+
     def format_help(self) -> str:
         for name in ("description", "epilog"):
             text = getattr(self, name)
             if callable(text):
                 setattr(self, name, text())
         return super().format_help()
+
+
+def _capture_like(value: str) -> bool:
+    from ..filetypes import BUFFER_SUFFIXES, PROTON_SUFFIXES, TRACE_SUFFIXES
+
+    return not value.startswith("-") and value.lower().endswith(
+        tuple(BUFFER_SUFFIXES) + tuple(TRACE_SUFFIXES) + tuple(PROTON_SUFFIXES))
 
 
 def decode_options(p: argparse.ArgumentParser) -> None:
@@ -372,6 +394,13 @@ def guard_outputs(a) -> None:
     for path in inputs:
         refuse_special_input(path)
         refuse_special_input(sibling(path, ".json"), f"sidecar of {path}")
+    for path, what, option, *_ in outputs:
+        # `check --markdown run.bin other.bin`: --markdown's optional FILE took a capture meant as an input
+        if option in ("--markdown", "--junit") and _capture_like(path):
+            raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. If "
+                             f"{option} took a capture meant as an input, put {option} after the captures or "
+                             f"write {option}=FILE; else give the {what} a name ending in "
+                             f"{'.md' if option == '--markdown' else '.xml'}")
     if outputs:
         check_outputs(outputs, inputs)
 
