@@ -16,9 +16,9 @@ if _is_command():  # Ctrl-C during the imports below: exit 130 with a line, not 
     _quiet_interrupts()
 
 
-from ._lazy import lazy_names, text_renderer  # noqa: E402
+from .core.lazy import lazy_names, text_renderer  # noqa: E402
 from ._version import __version__  # noqa: E402
-from .errors import EnvironmentMissing, GateFailed, InputError, KtraceError  # noqa: E402
+from .core.errors import EnvironmentMissing, GateFailed, InputError, KtraceError  # noqa: E402
 
 # Each public name from its module, imported on first use (PEP 562): ``import ktrace`` (and the command line's
 # start, ``ktrace --help``) costs no numpy, no analysis and no engine until a name that needs them is used.
@@ -29,8 +29,8 @@ _LAZY = {
                                 "inspect", "load_capture", "merge", "query", "rule_book", "whatif")},
     "plot": "report.analysis_plot",
     **{name: "decoding" for name in ("decode", "load_buffer")},
-    "is_trace": "filetypes",
-    **{name: "model" for name in ("Decoded", "Launch")},
+    "is_trace": "core.filetypes",
+    **{name: "core.model" for name in ("Decoded", "Launch")},
 }
 
 

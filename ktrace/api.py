@@ -28,23 +28,23 @@ from typing import TYPE_CHECKING
 
 from .decoding import BufferDecoder, decode, open_source
 from .decoding.options import decode_options as _check_options
-from .errors import InputError
-from .filetypes import sibling
+from .core.errors import InputError
+from .core.filetypes import sibling
 from .inputs import buffer_options, is_session, is_trace, open_input
-from .model import Decoded, Summary
-from .outputs import check_output
-from .progress import stage
+from .core.model import Decoded, Summary
+from .core.outputs import check_output
+from .core.progress import stage
 from .report.inspect import inspect_dict
-from .forked import available_cores
-from .workers import in_worker, run_in_workers
+from .runtime.forked import available_cores
+from .runtime.workers import in_worker, run_in_workers
 from .gpus import MergedTrace, analyze_gpus, analyze_merged, merge, merge_output, merged_gpus  # noqa: F401
 from .replays import whatif  # noqa: F401
 
 if TYPE_CHECKING:
     from .analysis import Analysis, Thresholds
-    from .analysis.catalog import Capture
-    from .analysis.compare import Diff
-    from .analysis.rules import Check, RuleBook
+    from .analysis.compare.catalog import Capture
+    from .analysis.compare.diff import Diff
+    from .analysis.gates.rules import Check, RuleBook
 
 # convert and inspect need no analysis (nor the engine): what analyzes is imported by the functions that do,
 # so that ``ktrace convert`` and ``ktrace inspect`` start without it (tests/test_startup.py).
@@ -66,7 +66,7 @@ class ConvertResult:
 
 def __getattr__(name: str):  # rule_book, from the analysis layer when first asked for (PEP 562)
     if name == "rule_book":
-        from .analysis.rules import rule_book
+        from .analysis.gates.rules import rule_book
 
         return rule_book
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -154,9 +154,9 @@ def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str 
 def analyze_runs(sources, thresholds: Thresholds | None = None, *, engine: str = "auto", progress=None,
                  **decode_options):
     """Several runs of one kernel on the same inputs (paths): each analyzed as ``analyze`` does, then which
-    warnings hold in every run and the figures' run-to-run spread (``ktrace.analysis.runs.RunsAnalysis``).
+    warnings hold in every run and the figures' run-to-run spread (``ktrace.analysis.compare.runs.RunsAnalysis``).
     progress(done_runs, runs) after each."""
-    from .analysis.runs import runs_analysis
+    from .analysis.compare.runs import runs_analysis
 
     sources = list(sources)
     out = []
@@ -189,7 +189,7 @@ def _numpy_path(engine: str, dec, on_engine) -> bool:
 def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False, jobs=None):
     """The Analysis of a path or buffer (a Capture with its sidecar's control timings when ``capture``)."""
     from .analysis import analyze_opened, analyze_parts
-    from .analysis.catalog import Capture
+    from .analysis.compare.catalog import Capture
 
     buffer = engine in ("numpy", "auto") and not _is_trace_source(source)
     if engine == "numpy" and not buffer:
@@ -227,7 +227,7 @@ def numpy_jobs(jobs: int | None) -> int:  # --jobs N (more than the cores cannot
 def _refuse_unreadable(a: Analysis, source, decode_options) -> None:
     """InputError for a buffer whose records barely match its layout (docs/analysis-schema.md, "Data
     quality"), unless the layout was named (--layout): then it is analyzed with the warning first."""
-    from .analysis.data_quality import refusal
+    from .analysis.model.data_quality import refusal
 
     if _is_trace_source(source) or decode_options.get("layout"):
         return
@@ -246,7 +246,7 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, max_result_b
           **decode_options):
     """Run PerfettoSQL on a capture (trace, buffer, Decoded or Session) with the ktrace package registered;
     returns the QueryResult (``.to_pandas()``: a DataFrame). A missing ktrace table gets a hint in the InputError.
-    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.progress``).
+    progress(done_bytes, total_bytes) while the trace loads (and its stages, ``ktrace.core.progress``).
     max_result_bytes: read at most that many bytes of the result (its first rows; ``cut_at_bytes`` set)."""
     buffer_options([source], decode_options)
     from .analysis import register
@@ -266,7 +266,7 @@ def query(source, sql: str, *, engine: str = "auto", progress=None, max_result_b
 
 
 def _timing(inp, decode_options):  # the sidecar's control timings (a trace's beside it: no decoding options)
-    from .analysis.catalog import read_timing
+    from .analysis.compare.catalog import read_timing
 
     return read_timing(inp.source, None if inp.kind == "trace" else decode_options.get("sidecar"))
 
@@ -275,7 +275,7 @@ def load_capture(source, *, engine: str = "auto", **decode_options) -> Capture:
     """A capture for ``diff`` and ``check``: its Analysis and, from its sidecar, its control timings.
     An Analysis or Capture passes through; decode_options apply to a buffer (a trace ignores them)."""
     from .analysis import Analysis
-    from .analysis.catalog import Capture
+    from .analysis.compare.catalog import Capture
 
     if isinstance(source, Capture):
         return source
@@ -292,9 +292,9 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
     the buffers among them; refused when every one is a trace. jobs: worker processes analyzing the paths
     among them (default: the cores available, capped by their number; in this process when the files are
     small; 1: one after the other, in this process); the result is the same either way. on_done(done, total) as each capture is analyzed."""
-    from .abrecord import find_record
-    from .analysis.ab_diff import with_record
-    from .analysis.compare import diff as _diff
+    from .core.abrecord import find_record
+    from .analysis.compare.ab_diff import with_record
+    from .analysis.compare.diff import diff as _diff
 
     def runs(x) -> list:
         return list(x) if isinstance(x, (list, tuple)) else [x]
@@ -319,9 +319,9 @@ def check(source, book: RuleBook | list | str, *, baselines=(), engine: str = "a
     rules, matched by kernel name. book: a RuleBook, a list of rule strings (``["compute.imbalance <= 1.2"]``)
     or a rules file path. InputError when no rule applies or a rule cannot be evaluated."""
     from .analysis import analyze_opened
-    from .analysis.catalog import Capture
-    from .analysis.gates import check_capture
-    from .analysis.rules import rule_book_of
+    from .analysis.compare.catalog import Capture
+    from .analysis.gates.checks import check_capture
+    from .analysis.gates.rules import rule_book_of
 
     book = rule_book_of(book)
     buffer_options([source, *baselines], decode_options)
@@ -370,7 +370,7 @@ def annotate(source, out=None, thresholds: Thresholds | dict | None = None, *, e
     written with its times moved by as much (the Analysis and ``focus`` keep the buffer's). InputError as
     ``analyze``."""
     from .analysis import analyze_opened
-    from .analysis.sql_package import include_all
+    from .analysis.figures.sql.package import include_all
     from .decoding.align import shifted
     from .export.annotations import annotation_chunks, append_to, shift_annotations
     from .export.writer import trace_chunks, write_chunks

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError
+from .core.errors import InputError
 from .inputs import open_gpus
-from .model import Summary
-from .outputs import check_output
+from .core.model import Summary
+from .core.outputs import check_output
 
 if TYPE_CHECKING:
     from .analysis import Thresholds
-    from .analysis.multigpu import CrossGpu, MultiGpuAnalysis
+    from .analysis.figures.across_gpus import CrossGpu, MultiGpuAnalysis
     from .export.merge import MergeResult
 
 __all__ = ["merge_output", "MergedTrace", "merge", "analyze_gpus", "merged_gpus", "analyze_merged"]
@@ -78,7 +78,7 @@ def merge(sources, out=None, *, align_mode: str = "offset", tracks: str = "sm", 
     res = MergeResult(path, size, gpus.alignment, tuple(summaries))
     if not report:
         return MergedTrace(res)
-    from .analysis.multigpu import cross_gpu
+    from .analysis.figures.across_gpus import cross_gpu
 
     return MergedTrace(res, cross_gpu(gpus.decoders, alignment=gpus.alignment))
 
@@ -88,7 +88,7 @@ def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: s
     """Several GPUs' buffers: each analyzed as ``analyze`` does, then the cross-GPU figures, every buffer
     opened once (schema ktrace.analysis.multi/1); offsets and clocks as for ``merge``. Raises InputError for
     traces or unalignable buffers (before any analysis runs)."""
-    from .analysis.multigpu import MultiGpuAnalysis, cross_gpu
+    from .analysis.figures.across_gpus import MultiGpuAnalysis, cross_gpu
     from .api import _analyze  # one way to analyze a buffer, as ktrace.analyze does
 
     gpus = open_gpus(sources, align_mode=align_mode, offsets=offsets, clocks=clocks, **decode_options)
@@ -98,7 +98,7 @@ def analyze_gpus(sources, thresholds: Thresholds | None = None, *, align_mode: s
 
 def merged_gpus(trace, *, engine: str = "auto") -> int:
     """How many GPUs a trace holds: more than 1 for a trace written by ``ktrace merge``, else 0 or 1."""
-    from .analysis.figures import gpu_processes
+    from .analysis.figures.sql.reader import gpu_processes
     from .engine import open_trace
 
     with open_trace(trace, engine=engine) as session:
@@ -110,8 +110,8 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
     cross-GPU figures, as ``analyze_gpus`` gives for the buffers (schema ktrace.analysis.multi/1; times on the
     merged trace's common axis). Raises InputError for a trace of fewer than two GPUs."""
     from .analysis import analyze_opened
-    from .analysis.figures import gpu_processes
-    from .analysis.multigpu import MultiGpuAnalysis, cross_gpu_from_analyses
+    from .analysis.figures.sql.reader import gpu_processes
+    from .analysis.figures.across_gpus import MultiGpuAnalysis, cross_gpu_from_analyses
     from .engine import open_trace
 
     name = str(trace)

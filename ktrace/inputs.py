@@ -21,11 +21,11 @@ from .decoding import BufferDecoder, is_proton_source, open_source
 from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
-from .errors import InputError
-from .filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace, refuse_special_input
-from .model import Decoded, Summary
-from .outputs import temporary_folder
-from .progress import stage
+from .core.errors import InputError
+from .core.filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace, refuse_special_input
+from .core.model import Decoded, Summary
+from .core.outputs import temporary_folder
+from .core.progress import stage
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
            "is_trace", "is_proton_source", "temporary_trace", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]

@@ -26,8 +26,8 @@ import webbrowser
 from contextlib import ExitStack
 from pathlib import Path
 
-from .errors import EnvironmentMissing, InputError
-from .filetypes import buffer_stem
+from .core.errors import EnvironmentMissing, InputError
+from .core.filetypes import buffer_stem
 from .inputs import buffer_options, is_trace, open_input
 
 __all__ = ["TraceServer", "web_dist", "is_trace", "view", "HOST", "UI_URL"]

@@ -50,7 +50,7 @@ import json, sys, time
 t = time.perf_counter
 from ktrace.engine import open_trace
 from ktrace.analysis import register, sql_figures
-from ktrace.analysis.sql_package import MODULES
+from ktrace.analysis.figures.sql.package import MODULES
 t1 = t()
 s = open_trace(sys.argv[1])
 load = t() - t1

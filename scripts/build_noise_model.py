@@ -1,6 +1,6 @@
-"""Rebuild ktrace's noise model (ktrace/analysis/noise_model.json) from the same-input sets in samples/.
+"""Rebuild ktrace's noise model (ktrace/analysis/compare/noise_model.json) from the same-input sets in samples/.
 
-    python scripts/build_noise_model.py            # writes ktrace/analysis/noise_model.json
+    python scripts/build_noise_model.py            # writes ktrace/analysis/compare/noise_model.json
     python scripts/build_noise_model.py --check    # exit 1 when the shipped file differs from a rebuild
     python scripts/build_noise_model.py -o FILE    # writes FILE instead
 
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ktrace.analysis.noise_model import MODEL_PATH, NoiseModel, fit, observations  # noqa: E402
+from ktrace.analysis.compare.noise_model import MODEL_PATH, NoiseModel, fit, observations  # noqa: E402
 
 
 def same_input_sets(samples: Path) -> dict[str, list[Path]]:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from ktrace.api import summarize  # noqa: E402
 from ktrace.decoding import decode  # noqa: E402
-from ktrace.errors import KtraceError  # noqa: E402
+from ktrace.core.errors import KtraceError  # noqa: E402
 from ktrace.export.writer import trace_bytes  # noqa: E402
 
 REGRESSIONS = REPO / "tests" / "fuzz_regressions"

@@ -53,8 +53,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ktrace.api import inspect  # noqa: E402
-from ktrace.analysis.rules import rule_book  # noqa: E402
-from ktrace.errors import KtraceError  # noqa: E402
+from ktrace.analysis.gates.rules import rule_book  # noqa: E402
+from ktrace.core.errors import KtraceError  # noqa: E402
 
 KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo")
 SAMPLES = sorted((REPO / "samples").glob("*.bin"))

@@ -10,12 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
-from ktrace import abrecord
+from ktrace.core import abrecord
 from ktrace.capture import record_ab
 from ktrace.capture.ab import DriverCall, time_pairs
 from ktrace.decoding.encode import place_records
-from ktrace.errors import InputError
-from ktrace.paired import paired_test, sign_interval, t_quantile, t_two_sided_p
+from ktrace.core.errors import InputError
+from ktrace.core.paired import paired_test, sign_interval, t_quantile, t_two_sided_p
 
 from conftest import SAMPLES, run_ktrace
 
@@ -271,7 +271,7 @@ def test_diff_of_a_no_op_session_says_no_change(tmp_path):
 
 
 def test_the_committed_no_op_session_says_no_change_without_a_p_value():
-    from ktrace.analysis.diff_result import paired_line
+    from ktrace.analysis.compare.diff_result import paired_line
 
     rec = abrecord.read_record(SAMPLES / "ab" / "noop_vs_noop.ab.json")
     line = paired_line(rec.test)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasa
 _RUN = """
 import json, resource, sys
 import numpy as np
-from ktrace.allocator import tune_allocator
+from ktrace.runtime.allocator import tune_allocator
 tuned = tune_allocator() if sys.argv[1] == "tune" else False
 faults = []
 for _ in range(2):
@@ -91,7 +91,7 @@ print(json.dumps({"rc": rc, "setting": os.environ.get("OPENBLAS_NUM_THREADS"),
 
 
 def _blas(**env) -> dict:
-    from ktrace.allocator import BLAS_THREAD_SETTINGS
+    from ktrace.runtime.allocator import BLAS_THREAD_SETTINGS
     from conftest import sample
 
     clean = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_SETTINGS}

@@ -14,9 +14,9 @@ import pytest
 from ktrace import decode
 from ktrace import analyze
 from ktrace.analysis import Thresholds, bundle_sql, numpy_figures, sql_figures
-from ktrace.analysis.findings import find
+from ktrace.analysis.findings.find import find
 from ktrace.engine import open_trace
-from ktrace.errors import EXIT_ENV, EXIT_INPUT, InputError
+from ktrace.core.errors import EXIT_ENV, EXIT_INPUT, InputError
 from ktrace.export.writer import write_trace
 from ktrace.decoding.encode import phase_buffer
 

@@ -95,8 +95,8 @@ def test_a_header_claiming_millions_of_lanes_over_a_sparse_file_stays_small(tmp_
 
 
 def test_a_rule_of_100000_spaces_is_refused_at_once():
-    from ktrace.analysis.rules import rule_book
-    from ktrace.errors import InputError
+    from ktrace.analysis.gates.rules import rule_book
+    from ktrace.core.errors import InputError
 
     for rule in (" " * 100_000, "a" + " " * 100_000 + "b", "kernel.wall_us " + " " * 100_000 + "x"):
         t = time.time()

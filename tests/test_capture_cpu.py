@@ -18,7 +18,7 @@ import pytest
 
 import ktrace
 from ktrace.capture import BuildSpec, LaunchCapture, buffer_words, find_flashinfer_include, resolve_header
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import ktrace
-from ktrace.analysis.multigpu import cross_gpu
+from ktrace.analysis.figures.across_gpus import cross_gpu
 from ktrace.decoding.align import align, open_decoders
 from ktrace.decoding.clocks import given_offsets, parse_offsets, read_clocks_file
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 from conftest import SAMPLES, run_ktrace
 from test_merge import OFFSET, parse, write_gpu

@@ -15,7 +15,7 @@ import pytest
 from ktrace import decode
 from ktrace import analyze
 from ktrace.analysis import Thresholds
-from ktrace.analysis.compare import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
+from ktrace.analysis.compare.diff import (DIFF_SCHEMA, PHASE_FIGURES, Capture, Timing, diff, kernel_values,
                                      phase_values, read_timing)
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text, plot_diff

@@ -12,7 +12,7 @@ import pytest
 from ktrace import convert
 from ktrace.decoding import BufferDecoder
 from ktrace.decoding.encode import phase_buffer
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 from ktrace.export.workers import fork_context
 from ktrace.export.writer import trace_chunks
 

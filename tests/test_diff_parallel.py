@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from ktrace.decoding.encode import phase_buffer
-from ktrace.outputs import temporary_folder, temporary_root
-from ktrace.workers import PARALLEL_MIN_BYTES, default_jobs, run_in_workers
+from ktrace.core.outputs import temporary_folder, temporary_root
+from ktrace.runtime.workers import PARALLEL_MIN_BYTES, default_jobs, run_in_workers
 
 from conftest import ROOT, interruptible, run_ktrace, sample
 
@@ -148,7 +148,7 @@ def test_a_stop_that_lands_in_a_finalizer_still_stops_the_worker_without_a_trace
     # lock's callback, Python swallows it and prints a traceback. The worker raises it again, silently.
     code = """
 import time
-from ktrace import workers
+from ktrace.runtime import workers
 workers._worker_started()
 workers._busy = True
 

@@ -244,7 +244,7 @@ def test_help_lists_every_threshold_and_table_the_docs_list():
     from dataclasses import fields
 
     from ktrace.analysis import Thresholds
-    from ktrace.analysis.sql_package import public_tables
+    from ktrace.analysis.figures.sql.package import public_tables
 
     analyze = subprocess.run(["ktrace", "analyze", "--help"], capture_output=True, text=True, env=dict(
         os.environ, COLUMNS="1000")).stdout

@@ -25,7 +25,7 @@ from ktrace.engine import QueryResult, open_trace
 from ktrace.engine import session as session_module
 from ktrace.engine import cache_files, wasm_cache
 from ktrace.engine.backend import UnsupportedRequest
-from ktrace.errors import EXIT_ENV, EXIT_INPUT, EnvironmentMissing, InputError, KtraceError
+from ktrace.core.errors import EXIT_ENV, EXIT_INPUT, EnvironmentMissing, InputError, KtraceError
 
 from conftest import interruptible
 

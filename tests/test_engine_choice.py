@@ -11,7 +11,7 @@ import pytest
 
 import ktrace
 from ktrace import api
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 from conftest import run_ktrace, sample
 
@@ -94,7 +94,7 @@ def test_cli_prints_the_engine_auto_chose(tmp_path):
 def test_numpy_over_lane_ranges_equals_numpy_over_the_whole_buffer(name):
     from ktrace.analysis import numpy_figures
     from ktrace.decoding import BufferDecoder
-    from ktrace.model import Summary
+    from ktrace.core.model import Summary
 
     dec = BufferDecoder(sample(name))
     whole = dec.decode()

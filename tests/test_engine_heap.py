@@ -6,7 +6,7 @@ import pytest
 from ktrace.engine import open_trace
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES
 from ktrace.engine.wasm_heap import HEAP_ENV, HEAP_FLOOR_BYTES, heap_plan, machine_memory
-from ktrace.errors import EXIT_INPUT, InputError
+from ktrace.core.errors import EXIT_INPUT, InputError
 
 from conftest import run_ktrace, sample
 

@@ -413,7 +413,7 @@ def test_small_traces_are_not_snapshotted_by_default(traces, snapshots, restores
 
 
 def test_a_bad_setting_says_what_to_give(monkeypatch, traces):
-    from ktrace.errors import InputError
+    from ktrace.core.errors import InputError
 
     monkeypatch.setenv(wasm_snapshot.BUDGET_ENV, "lots")
     with pytest.raises(InputError, match="KTRACE_SNAPSHOT_GIB='lots': give a size in GiB"):

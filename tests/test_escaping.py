@@ -111,7 +111,7 @@ def sneaky(tmp_path_factory):
 
 @pytest.mark.parametrize("code_point", ["\u061c", "\u2028", "\u2029", "\x1b", "\x07", "\u202e"])
 def test_one_escaping_covers_the_separators_and_marks(code_point):
-    from ktrace.jsonfmt import escape_raw
+    from ktrace.core.jsonfmt import escape_raw
     from ktrace.report.safe_text import csv_cell, md_cell, md_text, printable
 
     shown = f"\\u{ord(code_point):04x}" if ord(code_point) > 0xff else f"\\x{ord(code_point):02x}"

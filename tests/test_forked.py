@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from ktrace.forked import Slots, fork_context, fork_imap, fork_map, starting_workers, worker_ignores_interrupts
+from ktrace.runtime.forked import Slots, fork_context, fork_imap, fork_map, starting_workers, worker_ignores_interrupts
 
 pytestmark = pytest.mark.skipif(fork_context() is None, reason="the platform cannot fork")
 
@@ -83,7 +83,7 @@ def _square_in_worker(state, x):
 
 
 def test_fork_later_computes_in_a_worker_while_this_process_goes_on():
-    from ktrace.forked import fork_later
+    from ktrace.runtime.forked import fork_later
 
     with fork_later(_square_in_worker, None, 7) as later:
         mine = sum(range(1000))  # this process goes on meanwhile
@@ -94,7 +94,7 @@ def test_fork_later_computes_in_a_worker_while_this_process_goes_on():
 
 
 def test_fork_later_raises_the_workers_error_and_stops_it():
-    from ktrace.forked import fork_later
+    from ktrace.runtime.forked import fork_later
 
     with pytest.raises(ValueError, match="part 3 is damaged"):
         with fork_later(_fail, None, 3) as later:
@@ -120,7 +120,7 @@ def test_arrays_from_workers_come_with_numpys_own_types():
 
 
 def test_many_items_go_several_a_message_and_come_back_in_order():
-    from ktrace.forked import _chunksize
+    from ktrace.runtime.forked import _chunksize
 
     assert _chunksize(1000, 2, None) > 1 and _chunksize(1000, 2, 4) == 1 and _chunksize(5, 2, None) == 1
     got = list(fork_imap(_square_in_worker, None, range(1000), jobs=2))
@@ -180,8 +180,8 @@ def _run(code: str) -> str:
 
 _DIES = """
 import multiprocessing, os, signal
-from ktrace import forked
-from ktrace.errors import KtraceError
+from ktrace.runtime import forked
+from ktrace.core.errors import KtraceError
 
 def work(shared, x):
     if x == 5:
@@ -211,8 +211,8 @@ def test_a_worker_that_dies_is_reported_and_none_is_left(call):
 def test_a_worker_that_makes_no_progress_is_reported_and_stopped():
     out = _run("""
 import multiprocessing, time
-from ktrace import forked
-from ktrace.errors import KtraceError
+from ktrace.runtime import forked
+from ktrace.core.errors import KtraceError
 
 def work(shared, x):
     if x == 3:
@@ -233,7 +233,7 @@ print("left:", len(multiprocessing.active_children()))
 def test_workers_busy_for_longer_than_the_stall_bound_are_not_stuck():
     out = _run("""
 import time
-from ktrace import forked
+from ktrace.runtime import forked
 
 def work(shared, x):
     end = time.monotonic() + 3

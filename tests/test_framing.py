@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from ktrace.engine.framing import Framing
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 from conftest import run_ktrace, sample
 

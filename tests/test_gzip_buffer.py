@@ -14,7 +14,7 @@ import pytest
 
 import ktrace
 from ktrace.decoding import source
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 

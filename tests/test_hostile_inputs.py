@@ -202,7 +202,7 @@ def test_a_full_disk_exits_2_with_the_fix(capture, tmp_path, monkeypatch):
     """Simulated by making the temp file /dev/full's twin: every write fails with ENOSPC."""
     import tempfile as tempfile_mod
 
-    from ktrace.errors import InputError
+    from ktrace.core.errors import InputError
     from ktrace.export import atomic as writer
 
     real = tempfile_mod.mkstemp
@@ -346,7 +346,7 @@ def test_fuzzed_sidecars_and_rules_files_never_crash():
 
 
 def test_writing_a_sidecar_never_follows_a_planted_symlink(tmp_path):
-    from ktrace.sidecar import read_sidecar, write_sidecar
+    from ktrace.core.sidecar import read_sidecar, write_sidecar
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -6,9 +6,9 @@ import pytest
 
 import ktrace
 from ktrace import inputs
-from ktrace.filetypes import is_trace as filetypes_is_trace
+from ktrace.core.filetypes import is_trace as filetypes_is_trace
 from ktrace.decoding import BufferDecoder
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 from ktrace.view import is_trace as view_is_trace
 
 from conftest import sample
@@ -84,9 +84,9 @@ def test_merge_with_report_opens_each_buffer_once(monkeypatch, tmp_path):
 
 
 def test_figure_values_computed_once_per_capture(monkeypatch):
-    from ktrace.analysis import catalog
-    from ktrace.analysis.gates import evaluate
-    from ktrace.analysis.rules import parse_rule
+    from ktrace.analysis.compare import catalog
+    from ktrace.analysis.gates.checks import evaluate
+    from ktrace.analysis.gates.rules import parse_rule
 
     cap = catalog.Capture(ktrace.analyze(ktrace.decode(sample("imbalance"))))
     calls = []

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import ktrace
-from ktrace import jsonfmt
+from ktrace.core import jsonfmt
 
 from conftest import sample
 
@@ -39,7 +39,7 @@ def test_an_analysis_prints_one_row_per_line_and_the_same_value():
 
 
 def test_a_tables_rows_written_a_column_at_a_time_are_what_the_encoder_writes_of_its_dicts():
-    from ktrace.analysis.table import INT, INTN, REAL, TEXT, Table, kinds, table
+    from ktrace.analysis.model.table import INT, INTN, REAL, TEXT, Table, kinds, table
 
     @table
     class T(Table):
@@ -64,7 +64,7 @@ def test_an_analysis_writes_the_text_its_dicts_give(name):
 
 @pytest.mark.parametrize("name", ["waves_ktrace", "warpgroups_ktrace"])
 def test_long_tables_written_by_workers_give_the_same_text(name, monkeypatch):
-    from ktrace.analysis import table
+    from ktrace.analysis.model import table
 
     a = ktrace.analyze(sample(name), engine="numpy")
     one = a.to_json()
@@ -88,8 +88,8 @@ def test_what_a_terminal_would_act_on_is_escaped_and_nothing_else(text, written)
 
 
 def test_a_tables_rows_written_in_pieces_by_workers_escape_what_a_terminal_would_act_on(monkeypatch):
-    from ktrace.analysis import table
-    from ktrace.analysis.table import INT, TEXT, Table, kinds, json_rows_of
+    from ktrace.analysis.model import table
+    from ktrace.analysis.model.table import INT, TEXT, Table, kinds, json_rows_of
 
     @table.table
     class T(Table):

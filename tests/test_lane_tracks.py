@@ -148,7 +148,7 @@ def test_a_description_that_is_not_ktraces_is_no_lane(tmp_path):
 
 
 def _top_blocks_and_groups(session) -> tuple[list, list]:
-    from ktrace.analysis.figures import _top_slices
+    from ktrace.analysis.figures.sql.reader import _top_slices
 
     top = _top_slices(session)
     r = session.query("SELECT t.block, l.grp FROM _ktrace_top_slice t JOIN _ktrace_lane_track l ON l.track_id = "
@@ -161,7 +161,7 @@ def test_the_evidence_reads_each_top_slices_block_and_group_from_its_track():
     # The wait evidence takes a slice's block and group from its lane (block * num_groups + group); where a
     # trace's tracks name a group the launch's num_groups does not hold (here the package is told one group
     # per block, as a trace not written by ktrace could say), the lanes do not divide: the blocks are read.
-    from ktrace.analysis.sql_package import sql_modules
+    from ktrace.analysis.figures.sql.package import sql_modules
 
     d = decode(SAMPLES / "warpgroups.bin")
     with open_trace(trace_bytes(d)) as session:

@@ -10,9 +10,9 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ktrace import decode
-from ktrace.analysis.multigpu import cross_gpu
+from ktrace.analysis.figures.across_gpus import cross_gpu
 from ktrace.decoding.align import align, open_decoders
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 from ktrace.export.merge import merge_traces
 from ktrace.export.tracks import GPU_UUID_STRIDE, PROCESS_UUID
 from ktrace.export.writer import trace_bytes

@@ -10,7 +10,7 @@ import pytest
 
 import ktrace
 from ktrace.api import analyze_gpus, analyze_merged, merged_gpus
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 from conftest import run_ktrace, sample
 

@@ -14,7 +14,7 @@ import pytest
 
 import ktrace.capture.multigpu as mg
 from ktrace.capture.clocksync import ClockOffset, ClockSync, interpolate_offset
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 from test_capture_cpu import KERNELS, ROOT, _message_class, _run, no_gpu
 

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from ktrace.analysis.catalog import Capture, Timing
-from ktrace.analysis.compare import diff
-from ktrace.analysis.noise import ALPHA, MIN_TICKS, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
-from ktrace.analysis.noise_model import FAMILIES as FIGURE_FAMILIES, MODEL_PATH, Bound, NoiseModel, noise_margin, noise_model
+from ktrace.analysis.compare.catalog import Capture, Timing
+from ktrace.analysis.compare.diff import diff
+from ktrace.analysis.compare.noise import ALPHA, MIN_TICKS, SESSION_NOISE, assumed, reps_test, runs_needed, runs_test, t_test
+from ktrace.analysis.compare.noise_model import FAMILIES as FIGURE_FAMILIES, MODEL_PATH, Bound, NoiseModel, noise_margin, noise_model
 from ktrace.api import load_capture
 from ktrace.report.compare_report import diff_markdown, diff_text
 
@@ -308,7 +308,7 @@ def test_every_same_input_pair_reads_no_change_on_every_figure(name, runs):
 
 
 def test_the_first_line_of_every_diff_starts_with_one_of_four_words():
-    from ktrace.analysis.diff_result import VERDICTS
+    from ktrace.analysis.compare.diff_result import VERDICTS
 
     base = numpy_capture([960, 1920, 320] * 4, EV)
     slower = numpy_capture([960, 5760, 320] * 4, EV)

@@ -27,7 +27,7 @@ def test_analysis_html_has_the_headline_findings_with_evidence_and_impact_and_th
     f = next(f for f in analysis.findings if f.kind == "load_imbalance")
     import html
 
-    from ktrace.analysis.headlines import Vocabulary, headline
+    from ktrace.analysis.findings.headlines import Vocabulary, headline
 
     # the short report's structure: the warning's headline and evidence first, the full message folded
     short = html.escape(headline(f, Vocabulary.of(analysis)).text)
@@ -62,7 +62,7 @@ def test_diff_and_check_render():
 
 def test_every_table_converts_to_pandas(analysis):
     pd = pytest.importorskip("pandas")
-    from ktrace.analysis.table import Table
+    from ktrace.analysis.model.table import Table
 
     f = analysis.figures
     tables = [getattr(f, n) for n in vars(f) if isinstance(getattr(f, n), Table)]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ktrace.analysis.structure import unique_columns
+from ktrace.analysis.figures.numpy.structure import unique_columns
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -24,8 +24,8 @@ def test_unique_columns_of_nothing():
 
 # -- fast paths that use the slices' (lane, sequence) order, each against the general way -------------------
 
-from ktrace.analysis import structure as st  # noqa: E402
-from ktrace.analysis.instance_math import sorted_within as _sorted_within  # noqa: E402
+from ktrace.analysis.figures.numpy import structure as st  # noqa: E402
+from ktrace.analysis.figures.numpy.instance_math import sorted_within as _sorted_within  # noqa: E402
 
 
 def _nested_lanes(rng, lanes=5):
@@ -147,7 +147,7 @@ def test_slice_depth_of_lanes_that_never_nest_is_zero_as_the_sweep_says(seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_distinct_values_by_a_sort_are_numpys_unique(seed):
-    from ktrace.analysis.stream import _distinct
+    from ktrace.analysis.figures.numpy.stream import _distinct
 
     rng = np.random.default_rng(seed)
     for a in (rng.integers(-5, 40, 1000), rng.integers(0, 2**40, 300), np.zeros(0, np.int64), np.array([7]),
@@ -272,7 +272,7 @@ def test_lanes_copied_lane_major_in_tiles_equal_one_copy(rows, lanes, lo, hi, st
 def test_block_spans_of_blocks_in_lane_order_equal_those_of_shuffled_rows(seed):
     # The wait evidence reads each block's first begin and last end run by run where the blocks ascend (lane
     # order), else element by element: the same spans either way.
-    from ktrace.analysis.evidence import _block_span
+    from ktrace.analysis.evidence.waits import _block_span
 
     rng = np.random.default_rng(seed)
     nb = int(rng.integers(1, 40))

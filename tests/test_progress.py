@@ -5,7 +5,7 @@ on a stderr that is not a terminal."""
 import pytest
 
 import ktrace
-from ktrace.analysis.sql_package import MODULES
+from ktrace.analysis.figures.sql.package import MODULES
 
 from conftest import run_ktrace, sample
 

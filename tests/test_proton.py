@@ -16,8 +16,8 @@ import pytest
 import ktrace
 from ktrace.decoding import open_source
 from ktrace.decoding.proton import read_proton
-from ktrace.errors import InputError
-from ktrace.filetypes import is_trace
+from ktrace.core.errors import InputError
+from ktrace.core.filetypes import is_trace
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "proton"
 

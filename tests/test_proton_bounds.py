@@ -15,7 +15,7 @@ import pytest
 
 from ktrace.decoding import proton_events
 from ktrace.decoding.proton import read_proton
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 
 def _ev(cta=0, warp=0, name="a", ts=0.0, dur=0.1, pid=None, tid=None, ph="X"):

@@ -43,7 +43,7 @@ def test_html_shows_the_warnings_and_folds_the_info_and_the_tables(analysis):
     warn = next(f for f in analysis.findings if f.severity == "warning")
     import html
 
-    from ktrace.analysis.headlines import Vocabulary, headline
+    from ktrace.analysis.findings.headlines import Vocabulary, headline
 
     before_fold = h.split("<details>")[0]
     assert html.escape(headline(warn, Vocabulary.of(analysis)).text) in before_fold  # a warning's headline first

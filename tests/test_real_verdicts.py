@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ktrace
-from ktrace.analysis.runs import named_block
+from ktrace.analysis.compare.runs import named_block
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 FLASHINFER = ("fi_batch_attention_example", "fi_batch_attention_decode", "fi_batch_attention_mixed",
@@ -218,7 +218,7 @@ def test_the_sql_package_gives_the_same_figures_and_evidence(tmp_path, name):
 def test_evidence_of_a_sample_of_blocks_keeps_the_exact_figures_and_the_verdicts(monkeypatch, name):
     # Large buffers read the wait evidence from a sample of whole subsets of blocks (evidence_stream.py); the
     # counts, sums, longest gaps and the last finishers' lead-ins stay exact, and the verdicts do not change.
-    import ktrace.analysis.evidence_stream as es
+    import ktrace.analysis.evidence.in_parts as es
 
     full = ktrace.analyze(SAMPLES / f"{name}.bin", engine="numpy")
     monkeypatch.setattr(es, "EVIDENCE_MAX_SLICES", 1200)  # a third to a half of the blocks

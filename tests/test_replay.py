@@ -14,9 +14,9 @@ import pytest
 
 from conftest import quick_first
 from ktrace import decode
-from ktrace.analysis.replay import replay, timeline_of
-from ktrace.analysis.whatif import Change, predict, whatif
-from ktrace.analysis.stream import numpy_figures
+from ktrace.analysis.evidence.replay import replay, timeline_of
+from ktrace.analysis.evidence.whatif import Change, predict, whatif
+from ktrace.analysis.figures.numpy.stream import numpy_figures
 from ktrace.decoding.encode import encode_tags, place_records
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

@@ -10,12 +10,12 @@ import pytest
 from ktrace import decode
 from ktrace import analyze
 from ktrace.analysis import Thresholds
-from ktrace.analysis.catalog import Capture, Timing
-from ktrace.analysis.gates import _phase_typos, baseline_for, edit_distance, evaluate, unmatched_sections
-from ktrace.analysis.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,
+from ktrace.analysis.compare.catalog import Capture, Timing
+from ktrace.analysis.gates.checks import _phase_typos, baseline_for, edit_distance, evaluate, unmatched_sections
+from ktrace.analysis.gates.rules import (OPERATORS, Check, RuleBook, RuleResult, Section, SqlRule, load_rules_file,
                                    parse_rule, rule_book)
 from ktrace.api import check, load_capture
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 from ktrace.report.compare_report import CHECK_SCHEMA, check_json, check_markdown, check_text, junit_xml
 from ktrace.decoding.encode import phase_buffer
 
@@ -560,7 +560,7 @@ def test_cli_a_buffer_whose_layout_barely_matches_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_baseline_rule_fails_only_beyond_the_noise(tmp_path):
-    from ktrace.analysis.noise_model import noise_model
+    from ktrace.analysis.compare.noise_model import noise_model
     from ktrace.api import load_capture
     from ktrace.report.compare_report import junit_xml
     import ktrace

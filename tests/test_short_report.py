@@ -44,7 +44,7 @@ def test_the_samples_are_all_found():
 @pytest.mark.slow
 def test_every_sample_fits_the_first_screen(monkeypatch):
     import ktrace
-    from ktrace.analysis.headlines import HEADLINE_CHARS, Vocabulary, headline
+    from ktrace.analysis.findings.headlines import HEADLINE_CHARS, Vocabulary, headline
 
     bad = []
     for path in SAMPLES:

@@ -58,14 +58,14 @@ def test_findings_say_no_negative_duration_and_list_each_consequence_once(name):
 
 def _top(rows):
     """TopSlices of [(lane, phase, k, begin, end)] (one group, a block per lane)."""
-    from ktrace.analysis.evidence import TopSlices
+    from ktrace.analysis.evidence.waits import TopSlices
 
     lane, ph, k, b, e = (np.array(c, np.int64) for c in zip(*rows))
     return TopSlices.of(lane, lane, np.zeros_like(lane), ph, k, b, e)
 
 
 def test_overlapping_top_level_slices_are_no_wait_and_equal_gaps_are_the_lanes_own_work():
-    from ktrace.analysis.evidence import wait_causes
+    from ktrace.analysis.evidence.waits import wait_causes
 
     rows = []
     for lane in range(16):

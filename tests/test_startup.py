@@ -57,7 +57,8 @@ def test_a_command_s_help_imports_no_numpy(command):
     rc, modules, out = _modules(command, "--help")
     assert rc == 0 and f"usage: ktrace {command}" in out
     # analyze --help lists the thresholds and query --help the SQL package's tables: those two modules only
-    assert set(_of(modules, HEAVY)) <= {"ktrace.analysis", "ktrace.analysis.thresholds", "ktrace.analysis.sql_package"}
+    assert set(_of(modules, HEAVY)) <= {"ktrace.analysis", "ktrace.analysis.model", "ktrace.analysis.model.thresholds", "ktrace.analysis.figures",
+                                         "ktrace.analysis.figures.sql", "ktrace.analysis.figures.sql.package"}
 
 
 def test_analyze_and_query_help_still_list_the_thresholds_and_tables():

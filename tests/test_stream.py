@@ -148,11 +148,11 @@ def test_the_numpy_engine_equals_the_sql_package_on_random_shapes(seed, tmp_path
 
 @pytest.mark.parametrize("name", quick_first(["waves_ktrace", "cluster_ktrace", "pipeline_flashinfer"], 1))
 def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
-    from ktrace.analysis import evidence_stream
+    from ktrace.analysis.evidence import in_parts as evidence_stream
 
     # Few slices per evidence reading: the sampled evidence's passes run in the workers too.
     monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
-    from ktrace.analysis import stream
+    from ktrace.analysis.figures.numpy import stream
 
     monkeypatch.setattr(stream, "FORK_ROWS", 0)  # the sweeps' chunks go to the workers however few the slices
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
@@ -168,7 +168,7 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     # Where the workers leave cores, each part's columns are copied out by threads side by side: the same.
     import threading
 
-    from ktrace.analysis import growing
+    from ktrace.analysis.figures.numpy import growing
 
     monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 1 << 30)
     monkeypatch.setattr(stream, "COPY_ROWS", 1)
@@ -188,7 +188,7 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
                                              (50_000_000, 1 << 20, 16), (500_000, 1 << 20, 2), (7, 3, 4), (1, 50, 2),
                                              (101, 50, 2)])
 def test_sweep_chunks_are_balanced_over_the_workers(n, chunk_rows, jobs):
-    from ktrace.analysis.stream import balanced_chunk_rows
+    from ktrace.analysis.figures.numpy.stream import balanced_chunk_rows
 
     rows = balanced_chunk_rows(n, chunk_rows, jobs)
     chunks = -(-n // rows)
@@ -218,7 +218,7 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
 @pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4)])
 def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, monkeypatch, capsys):
     import ktrace.analysis as analysis
-    from ktrace import forked
+    from ktrace.runtime import forked
     from ktrace.cli import main
 
     seen = []
@@ -268,7 +268,7 @@ def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
 def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, chunks, piece):
     # chunk_order sorts a piece of rows at a time into one array; numpy's stable argsort of the whole column
     # is the definition (each chunk's rows in row order), whatever the pieces and however many chunks.
-    from ktrace.analysis.instance_math import chunk_order
+    from ktrace.analysis.figures.numpy.instance_math import chunk_order
 
     rng = np.random.default_rng(rows + chunks)
     k = rng.integers(0, ks, rows).astype(np.int16)
@@ -287,7 +287,7 @@ def test_the_sweeps_rows_by_chunk_are_a_stable_sort_of_their_chunks(rows, ks, ch
 def test_rows_by_chunk_from_lanes_runs_are_the_stable_sort(lanes, steps, chunks, piece):
     # Lanes whose instance numbers ascend (every lane of a regular buffer) hold each chunk's rows as one run:
     # the runs sorted by chunk are the stable argsort of the whole column, written in pieces of any size.
-    from ktrace.analysis.instance_math import _by_runs, chunk_order
+    from ktrace.analysis.figures.numpy.instance_math import _by_runs, chunk_order
 
     rng = np.random.default_rng(lanes * steps)
     k = np.concatenate([np.sort(rng.integers(0, steps, int(rng.integers(steps // 2, 2 * steps))))
@@ -309,8 +309,8 @@ def test_rows_by_chunk_sorted_by_workers_are_the_stable_sort(runs, jobs, piece, 
     # With workers, ranges of rows are counted, then sorted side by side, each writing its rows of every chunk
     # into shared memory after those of the ranges before it: the stable argsort of the whole column, for
     # rows in short runs (random) and in lanes' long runs, in ranges of any size.
-    from ktrace.analysis import instance_math
-    from ktrace.forked import shared_array
+    from ktrace.analysis.figures.numpy import instance_math
+    from ktrace.runtime.forked import shared_array
 
     monkeypatch.setattr(instance_math, "PIECE_ROWS", piece)
     rng = np.random.default_rng(jobs * piece + runs)
@@ -335,7 +335,7 @@ def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeyp
     # The sampled evidence reads each range in pieces of top-level slices, each piece one slice longer for
     # the gap after its end: pieces of 5 slices (nested slices leave gaps in the rows) give what one piece
     # per range gives.
-    from ktrace.analysis import evidence_stream
+    from ktrace.analysis.evidence import in_parts as evidence_stream
 
     monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
@@ -352,7 +352,8 @@ def test_sampled_evidence_read_in_small_pieces_equals_whole_ranges(name, monkeyp
 def test_evidence_boundaries_tested_side_by_side_give_the_rows_of_one_thread(name, monkeypatch):
     # With cores the workers leave, the evidence's boundaries are tested in threads and the lead-ins beside
     # them: the same tables as one thread gives.
-    from ktrace.analysis import evidence_stream, stream
+    from ktrace.analysis.evidence import in_parts as evidence_stream
+    from ktrace.analysis.figures.numpy import stream
 
     calls = []
     finish = evidence_stream.finish_evidence

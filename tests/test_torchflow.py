@@ -12,8 +12,8 @@ import pytest
 from ktrace.capture import record_runs
 from ktrace.capture import torchflow
 from ktrace.decoding.encode import place_records
-from ktrace.errors import EnvironmentMissing, InputError
-from ktrace.sidecar import read_sidecar
+from ktrace.core.errors import EnvironmentMissing, InputError
+from ktrace.core.sidecar import read_sidecar
 
 EVENTS = ["prefill", "decode", "reduction"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ktrace.analysis import bundle_sql, sql_figures
-from ktrace.analysis.sql_package import include_all, register
+from ktrace.analysis.figures.sql.package import include_all, register
 from ktrace.engine import open_trace
 from ktrace.engine.package_registration import strip_includes
 

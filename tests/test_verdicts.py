@@ -15,7 +15,7 @@ import pytest
 from ktrace import decode
 from ktrace import analyze
 from ktrace.analysis import Thresholds
-from ktrace.analysis.findings import find
+from ktrace.analysis.findings.find import find
 from ktrace.decoding.encode import encode_tags, place_records
 
 T0 = 100_000
@@ -308,7 +308,7 @@ def test_ties_resolve_to_the_same_block_in_both_tables():
 
 
 def test_duplicate_event_names_are_refused():
-    from ktrace.errors import InputError
+    from ktrace.core.errors import InputError
     from ktrace.decoding.encode import phase_buffer
 
     buf = phase_buffer([[T0, T0 + 2000]], [[T0 + 1000, T0 + 3000]], [0, 1])
@@ -318,7 +318,7 @@ def test_duplicate_event_names_are_refused():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_last_finisher_runs_are_the_long_runs_of_equal_values(seed):
-    from ktrace.analysis.last_finisher import _runs
+    from ktrace.analysis.findings.last_finisher import _runs
 
     rng = np.random.default_rng(seed)
     seq = np.repeat(rng.integers(0, 4, 30), rng.integers(1, 6, 30))

@@ -16,7 +16,7 @@ import pytest
 import ktrace
 from ktrace import view as view_mod
 from ktrace.cli import main
-from ktrace.errors import EnvironmentMissing, InputError
+from ktrace.core.errors import EnvironmentMissing, InputError
 from ktrace.view import TraceServer, is_trace, web_dist
 
 from conftest import ROOT, interruptible, run_ktrace, sample

@@ -17,16 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import jsonfmt
-from .._lazy import lazy_names
-from ..filetypes import TRACE_SUFFIXES
-from ..progress import stage
-from .thresholds import Thresholds
+from ..core import jsonfmt
+from ..core.lazy import lazy_names
+from ..core.filetypes import TRACE_SUFFIXES
+from ..core.progress import stage
+from .model.thresholds import Thresholds
 
 if TYPE_CHECKING:
-    from .data_quality import DataQuality
-    from .findings import Finding
-    from .results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
+    from .model.data_quality import DataQuality
+    from .findings.find import Finding
+    from .model.results import CriticalPath, CriticalShares, Figures, Kernel, PhaseInstances, PhaseLanes, Phases, Waits
 
 __all__ = [
     "analyze_opened",
@@ -56,13 +56,13 @@ __all__ = [
 ]
 
 # The names this package gives, each imported from its module on first use (PEP 562): importing
-# ktrace.analysis.thresholds or .sql_package (what ``ktrace analyze --help`` lists) then costs no numpy.
+# ktrace.analysis.model.thresholds or .sql_package (what ``ktrace analyze --help`` lists) then costs no numpy.
 _LAZY = {
-    "DataQuality": "data_quality", "sql_figures": "figures",
-    "Finding": "findings", "find": "findings", "format_ns": "findings", "tick_of": "findings",
-    "numpy_figures": "stream", "stream_figures": "stream", "decoder_figures": "stream", "bundle_sql": "sql_package", "register": "sql_package",
-    "sql_modules": "sql_package",
-    **{name: "results" for name in ("CriticalPath", "CriticalShares", "Figures", "Kernel", "PhaseInstances",
+    "DataQuality": "model.data_quality", "sql_figures": "figures.sql.reader",
+    "Finding": "findings.find", "find": "findings.find", "format_ns": "findings.find", "tick_of": "findings.find",
+    "numpy_figures": "figures.numpy.stream", "stream_figures": "figures.numpy.stream", "decoder_figures": "figures.numpy.stream", "bundle_sql": "figures.sql.package", "register": "figures.sql.package",
+    "sql_modules": "figures.sql.package",
+    **{name: "model.results" for name in ("CriticalPath", "CriticalShares", "Figures", "Kernel", "PhaseInstances",
                                     "PhaseLanes", "Phases", "Waits")},
 }
 
@@ -134,7 +134,7 @@ class Analysis:
     def slots(self) -> dict:
         """Occupancy by slots (analysis/slots.py): resident blocks per SM measured from the timeline, slots,
         waves in slots, slot time busy; {} without blocks of a known SM."""
-        from .slots import slot_figures
+        from .evidence.slots import slot_figures
 
         k = self.figures.kernel
         return slot_figures(self.figures.blocks, k.begin_ns, k.end_ns)
@@ -142,7 +142,7 @@ class Analysis:
     @property
     def data_quality(self) -> DataQuality:
         """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
-        from .data_quality import data_quality
+        from .model.data_quality import data_quality
 
         return data_quality(self.figures.launch)
 
@@ -192,7 +192,7 @@ class Analysis:
         # The same text, each table's rows written a column at a time (Table.json_rows).
         tables: list = []
         self._dict(tables.append)
-        from .table import json_rows_of
+        from .model.table import json_rows_of
 
         written = dict(zip(map(id, tables), json_rows_of(tables, jobs)))
         return jsonfmt.dumps(self._dict(lambda t: written[id(t)]), indent=indent, ensure_ascii=False,
@@ -200,7 +200,7 @@ class Analysis:
 
     def __str__(self) -> str:
         """The text report, as ``ktrace analyze`` prints it (the facade registers it: ktrace/__init__.py)."""
-        from .._lazy import text_of
+        from ..core.lazy import text_of
 
         return text_of(self)
 
@@ -212,7 +212,7 @@ class Analysis:
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the headline, the warnings with evidence and impact; the info findings and the
         phase table folded."""
-        from .notebook import analysis_html
+        from .model.notebook import analysis_html
 
         return analysis_html(self)
 
@@ -223,16 +223,16 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     Session (figures from the SQL package, registered on it; upid: only that process's slices, one GPU of a
     merged trace). name: the source the result names (default: the Decoded's source, the Session's trace);
     summary: the buffer's Summary when the Decoded holds only its slices (``numpy_figures``); progress: told
-    of each SQL module as it runs (``ktrace.progress``).
+    of each SQL module as it runs (``ktrace.core.progress``).
     Any other input goes through ``ktrace.analyze``."""
-    from ..model import Decoded
+    from ..core.model import Decoded
 
     th = Thresholds.of(thresholds)
     if isinstance(source, Decoded):
-        from .stream import numpy_figures
+        from .figures.numpy.stream import numpy_figures
 
         return _finish(name or str(source.source), "numpy", numpy_figures(source, summary), th)
-    from .figures import sql_figures
+    from .figures.sql.reader import sql_figures
 
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
@@ -245,14 +245,14 @@ def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progr
     th = Thresholds.of(thresholds)
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
     on_part = None if progress is None else (lambda lanes: progress(lanes[1], dec.lanes))
-    from .stream import decoder_figures
+    from .figures.numpy.stream import decoder_figures
 
     fig = decoder_figures(dec, jobs=jobs, progress=progress, on_part=on_part)
     return _finish(name, "numpy", fig, th)
 
 
 def _finish(source: str, engine: str, fig: Figures, th: Thresholds) -> Analysis:
-    from .findings import find, tick_of
+    from .findings.find import find, tick_of
 
     return Analysis(source=source, engine=engine, figures=fig, findings=find(fig, th), thresholds=th,
                     tick_ns=tick_of(fig, th))

@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..errors import EnvironmentMissing
+from ..core.errors import EnvironmentMissing
 
 __all__ = ["driver", "ensure_context", "device_info", "DeviceInfo", "INSTALL_HINT", "device_index"]
 

@@ -7,7 +7,7 @@ timed interleaved: that side's profiler overhead, one profiled launch captured a
 ``_before`` / ``_after``), while ``profile`` keeps each captured launch's unprofiled launcher. Then the two
 unprofiled builds are timed interleaved on the same stream: pairs in alternating order (A B, B A, A B, ...),
 after warm-up pairs, a busy kernel queued before each launch so the host's launch overhead stays outside the
-events; and the comparison record (``ktrace.abrecord``) is written beside the two captures.
+events; and the comparison record (``ktrace.core.abrecord``) is written beside the two captures.
 
 ``time_pairs`` does the interleaving through a backend object (CUDA events here, torch's for
 ``record_ab``, a fake one in the tests), so everything but the GPU work runs without a GPU.
@@ -23,9 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import abrecord
-from ..errors import InputError
-from ..paired import DEFAULT_THRESHOLD_PCT, MIN_PAIRS
+from ..core import abrecord
+from ..core.errors import InputError
+from ..core.paired import DEFAULT_THRESHOLD_PCT, MIN_PAIRS
 from . import settings as _settings
 
 __all__ = ["PairedTimes", "time_pairs", "CudaEvents", "DriverCall", "ABSession", "run_ab", "METHOD"]
@@ -221,7 +221,7 @@ def name_record(path: Path, record_file: str, role: str) -> None:
     """Add ``checks.ab_record`` and ``checks.ab_side`` to the sidecar at ``path`` (the record is found from it)."""
     import json
 
-    from ..sidecar import write_sidecar
+    from ..core.sidecar import write_sidecar
 
     meta = json.loads(path.read_text(encoding="utf-8"))
     checks = meta.get("checks") if isinstance(meta.get("checks"), dict) else {}

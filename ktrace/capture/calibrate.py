@@ -133,7 +133,7 @@ def calibrate(*, headers=None, flashinfer_include=None, reads: int = 100_000, n:
     if save:
         f = cache_file(dev)
         try:
-            from ..outputs import write_atomically
+            from ..core.outputs import write_atomically
 
             f.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(f, json.dumps(cal.as_dict(), indent=1).encode())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EnvironmentMissing, InputError
+from ..core.errors import EnvironmentMissing, InputError
 
 __all__ = ["ClockOffset", "ClockSync", "measure_clock_offsets", "interpolate_offset", "METHOD", "sidecar_clock",
            "clock_keys", "ENV_SYNC"]
@@ -185,7 +185,7 @@ def _load(cuda, devices, gpus: list, mem: list, ctxs: list) -> None:
 def _rounds(gpus: list, mem: list, rounds: int, timeout_s: float, devices):
     """(GPU - reference samples, GPU - host samples) as (rounds, gpus) int64 arrays, and the host's start
     and end times."""
-    from ..errors import KtraceError
+    from ..core.errors import KtraceError
 
     go, ready, out = mem
     diffs = np.zeros((rounds, len(gpus)), np.int64)

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..outputs import write_atomically
+from ..core.errors import InputError
+from ..core.outputs import write_atomically
 from ._cuda import device_index
 from .clocksync import ENV_SYNC, ClockSync, clock_keys, measure_clock_offsets, sidecar_clock
 
@@ -165,7 +165,7 @@ def run_on_devices(devices, command_for, out_dir, *, rounds: int = 50, env=None)
 def apply_clock_sync(sidecar_path, record: dict) -> dict:
     """Rewrite a sidecar's clock keys from a clock-sync record (interpolated at its time anchor); returns
     the new ``timer``."""
-    from ..sidecar import write_sidecar
+    from ..core.sidecar import write_sidecar
 
     p = Path(sidecar_path)
     meta = json.loads(p.read_text())

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..decoding import layouts as _layouts
-from ..errors import InputError, KtraceError
+from ..core.errors import InputError, KtraceError
 from . import settings as _settings
 
 __all__ = ["BUFFER", "LaunchCapture", "profile", "saved_captures", "forget_saved", "KeptLaunch", "keeping_launches"]
@@ -224,7 +224,7 @@ class LaunchCapture:
 
     def save(self, path=None) -> Path:
         """Write ``NAME.bin`` (the raw buffer) and ``NAME.json`` (the sidecar); returns the .bin path."""
-        from ..sidecar import write_sidecar
+        from ..core.sidecar import write_sidecar
         from .sidecar import capture_metadata
 
         words = self._need_words()

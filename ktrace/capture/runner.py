@@ -7,7 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from ..errors import InputError, KtraceError
+from ..core.errors import InputError, KtraceError
 from .recording import LaunchCapture, forget_saved, saved_captures
 
 __all__ = ["run_driver"]

@@ -1,6 +1,6 @@
 """Building a capture's launch sidecar (``NAME.json`` beside ``NAME.bin``) from what only the GPU knows.
 
-The schema, its reading and its writing live in ``ktrace.sidecar``; the buffer's layout in
+The schema, its reading and its writing live in ``ktrace.core.sidecar``; the buffer's layout in
 ``ktrace.decoding.layouts``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..decoding.layouts import LAYOUT_TEXT as LAYOUT, TRAILER_TEXT as TRAILER
-from ..sidecar import SCHEMA
+from ..core.sidecar import SCHEMA
 
 __all__ = ["capture_metadata", "timer_metadata"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import abrecord
-from ..errors import InputError
-from ..paired import DEFAULT_THRESHOLD_PCT
+from ..core import abrecord
+from ..core.errors import InputError
+from ..core.paired import DEFAULT_THRESHOLD_PCT
 from .ab import PairedTimes, time_pairs
 from .timing import Comparison
 from .torchflow import Recorded, TorchBackend, cached_timer, save_one, time_callables

@@ -33,9 +33,9 @@ from typing import Callable
 import numpy as np
 
 from ..decoding.layouts import LAYOUT_TEXT
-from ..errors import EnvironmentMissing, InputError
-from ..outputs import write_atomically
-from ..sidecar import SCHEMA, write_sidecar
+from ..core.errors import EnvironmentMissing, InputError
+from ..core.outputs import write_atomically
+from ..core.sidecar import SCHEMA, write_sidecar
 from .timing import Comparison, stats_of
 
 __all__ = ["record_runs", "Recorded", "TorchBackend", "time_callables", "cached_timer"]

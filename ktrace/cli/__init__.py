@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from .._version import __version__
-from ..allocator import one_blas_thread, tune_allocator
-from ..errors import EXIT_INPUT, EXIT_OK, KtraceError
+from ..runtime.allocator import one_blas_thread, tune_allocator
+from ..core.errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, cache, capture, compare, convert, merge, view, whatif
 from ._common import Parser, Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals

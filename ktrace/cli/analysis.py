@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_OK, InputError
+from ..core.errors import EXIT_OK, InputError
 from ..report.safe_text import printable
 from ._common import (align_option, console, decode_kwargs, decode_options, engine_option, process_count,
                       progress_bar, result_options)
@@ -83,14 +83,14 @@ def register(sub) -> None:
 def _threshold_names() -> str:  # shown by analyze --help only (cli._common.Parser)
     from dataclasses import fields
 
-    from ..analysis.thresholds import Thresholds
+    from ..analysis.model.thresholds import Thresholds
 
     return ", ".join(f"{f.name} ({'auto' if f.name == 'tick_ns' and not f.default else f'{f.default:g}'})"
                      for f in fields(Thresholds))
 
 
 def _table_names() -> str:
-    from ..analysis.sql_package import public_tables
+    from ..analysis.figures.sql.package import public_tables
 
     return "; ".join(f"{m}: {', '.join(t)}" for m, t in public_tables().items())
 
@@ -148,7 +148,7 @@ def _cmd_analyze(a) -> int:
 def _say_buffer_beside(source) -> None:
     """One line on stderr when a large trace's profiler buffer lies beside it: the buffer is analyzed with numpy,
     without loading a trace (a 1e7-record trace: 49 s and 3 GB; its buffer: 4.5 s)."""
-    from ..filetypes import sibling
+    from ..core.filetypes import sibling
     from ..inputs import is_trace
 
     if not (is_trace(source) and _is_big(source)):

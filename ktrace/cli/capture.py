@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
-from ..errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
-from ..choices import DEFAULT_THRESHOLD_PCT
+from ..core.errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
+from ..core.choices import DEFAULT_THRESHOLD_PCT
 from ._common import report_error, tracks_option
 
 __all__ = ["register", "HANDLERS"]

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_GATE, EXIT_OK, InputError
+from ..core.errors import EXIT_GATE, EXIT_OK, InputError
 from ._common import (append, console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
                       progress_bar, quiet_stdout, result_options)
 
@@ -143,8 +143,8 @@ def _sides(a) -> tuple:
 
 
 def _cmd_check(a) -> int:
-    from ..analysis.gates import unmatched_sections
-    from ..analysis.input_problems import parse_allowed
+    from ..analysis.gates.checks import unmatched_sections
+    from ..analysis.model.input_problems import parse_allowed
     from ..api import check, load_capture, rule_book
     from ..inputs import buffer_options
     from ..report import compare_report as rep
@@ -171,7 +171,7 @@ def _cmd_check(a) -> int:
     if typos:  # a misspelled section would switch its gates off: refuse, before any result is shown
         raise InputError("rules that match no capture:\n  " + "\n  ".join(typos))
     if a.junit:
-        from ..outputs import write_atomically
+        from ..core.outputs import write_atomically
 
         write_atomically(a.junit, rep.junit_xml(checks).encode("utf-8"), "JUnit file")
     if a.markdown and a.markdown != "-":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import EXIT_OK
+from ..core.errors import EXIT_OK
 from ._common import align_option, console, decode_kwargs, decode_options, tracks_option
 
 __all__ = ["register", "HANDLERS", "print_cross_gpu"]

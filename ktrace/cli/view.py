@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ._common import decode_kwargs, decode_options, engine_option, tracks_option
 
 __all__ = ["register", "HANDLERS"]

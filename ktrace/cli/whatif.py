@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import EXIT_OK, InputError
+from ..core.errors import EXIT_OK, InputError
 from ._common import decode_kwargs, decode_options
 
 __all__ = ["register", "HANDLERS"]
@@ -72,7 +72,7 @@ def _speedup(text: str) -> tuple[str, float]:
 
 
 def _cmd_whatif(a) -> int:
-    from ..analysis.whatif import Change
+    from ..analysis.evidence.whatif import Change
     from ..api import whatif
     from ..report.whatif_report import whatif_text
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..choices import ALIGN_MODES
-from ..errors import InputError
-from ..model import Decoded
-from ..sidecar import read_sidecar
+from ..core.choices import ALIGN_MODES
+from ..core.errors import InputError
+from ..core.model import Decoded
+from ..core.sidecar import read_sidecar
 
 __all__ = ["first_record_ns", "shifted", "ALIGN_MODES", "GpuClock", "Alignment", "Shifted", "align", "shift_decoded", "open_decoders"]
 

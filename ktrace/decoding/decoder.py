@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import InputError
-from ..model import Decoded, LayoutMatch, Slices, Summary
+from ..core.errors import InputError
+from ..core.model import Decoded, LayoutMatch, Slices, Summary
 from .lanes import LaneReader, lane_ranges
 from .launch import build_launch
 from .layouts import (FINALIZE, HEADER_WORDS, LAYOUTS, choose, detect_layout, get_layout, record_tag,

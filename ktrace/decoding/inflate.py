@@ -9,7 +9,7 @@ import stat
 import zlib
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["open_regular", "inflated_pieces", "PIECE_BYTES"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..forked import available_cores
-from ..outputs import temporary_folder
+from ..runtime.forked import available_cores
+from ..core.outputs import temporary_folder
 from .layouts import HEADER_WORDS
 from .source import Buffer
 

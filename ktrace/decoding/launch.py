@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
-from ..filetypes import buffer_stem
-from ..model import Launch
-from ..sidecar import (MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path,
+from ..core.errors import InputError
+from ..core.filetypes import buffer_stem
+from ..core.model import Launch
+from ..core.sidecar import (MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path,
                        text_problem)
 
 __all__ = ["build_launch", "parse_names"]

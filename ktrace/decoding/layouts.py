@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["Layout", "LAYOUTS", "detect_layout", "get_layout", "HEADER_WORDS", "header_word", "split_header",
            "record_tag", "record_ts_lo", "record_type", "BEGIN", "END", "INSTANT", "FINALIZE", "buffer_words",

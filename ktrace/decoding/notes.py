@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import Slices
+from ..core.model import Slices
 from .unwrap import segment_starts
 
 __all__ = ["EXAMPLES", "lane_notes", "overflow_notes", "aliasing", "min_step"]

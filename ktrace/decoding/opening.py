@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import InputError
-from ..filetypes import is_proton
+from ..core.errors import InputError
+from ..core.filetypes import is_proton
 from .decoder import BufferDecoder
 from .proton import PROTON_OPTIONS, read_proton
 

@@ -6,7 +6,7 @@ sidecar call them) are accepted for the same thing, so code written against eith
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["DECODE_OPTIONS", "ALIASES", "decode_options"]
 

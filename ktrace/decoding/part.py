@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Slices
+from ..core.errors import InputError
+from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Slices
 from .layouts import FINALIZE, record_tag, record_ts_lo, record_type
 from .notes import aliasing, lane_notes, min_step, overflow_notes
 from .pairing import alternating, alternating_k, instance_index, pair_records, partial_overlaps

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..filetypes import is_proton
-from ..model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
+from ..core.errors import InputError
+from ..core.filetypes import is_proton
+from ..core.model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
 from .proton_events import LANES_FREE, LANES_PER_EVENT, read_events
 
 __all__ = ["is_proton", "read_proton", "PROTON_OPTIONS", "LANE_MODES", "PROTON_MHZ", "parse_drops"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .inflate import inflated_pieces, open_regular
 
 __all__ = ["read_events", "MAX_TRACE_BYTES", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT"]

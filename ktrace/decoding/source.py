@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_trace
+from ..core.errors import InputError
+from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_trace
 from .inflate import inflated_pieces, open_regular
 from .layouts import split_header
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ktrace.terminal import printable
+from ktrace.core.terminal import printable
 
 __all__ = ["ensure_private_folder", "read_entry", "write_entry", "write_entry_from", "cache_lock", "record_path"]
 

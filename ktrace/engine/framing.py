@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["Framing", "MAX_PACKET_BYTES", "MAX_RATIO"]
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 
 from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, register_sql_package_rpc, rpc_protos,
                                    split_rpc_stream)
-from ktrace.errors import EnvironmentMissing, KtraceError
+from ktrace.core.errors import EnvironmentMissing, KtraceError
 
 __all__ = ["SHELL_ENV", "NativeTraceProcessor"]
 

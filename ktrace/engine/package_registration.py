@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 __all__ = ["check_package", "dependency_order", "strip_includes"]
 

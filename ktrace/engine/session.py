@@ -11,13 +11,13 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from ktrace.choices import ENGINES
+from ktrace.core.choices import ENGINES
 from ktrace.engine.backend import Backend, UnsupportedRequest
 from ktrace.engine.framing import Framing
 from ktrace.engine.result import QueryResult, decode
 from ktrace.engine.package_registration import check_package, dependency_order, strip_includes
-from ktrace.errors import InputError, KtraceError
-from ktrace.progress import stage
+from ktrace.core.errors import InputError, KtraceError
+from ktrace.core.progress import stage
 
 __all__ = ["Session", "open_trace", "ENGINES", "result_limit_bytes", "RESULT_LIMIT_MIB"]
 
@@ -160,7 +160,7 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     embedded engine) or ``"native"`` (the trace_processor_shell named by $KTRACE_TP_SHELL).
     ``progress(done_bytes, total_bytes)`` is called after each appended chunk (32 MiB) and once more
     when the trace is finalized (sorting, which takes longer than appending for large traces); a progress
-    with a ``stage`` method (``ktrace.progress``) is told of "parsing the trace" and "finalizing the trace".
+    with a ``stage`` method (``ktrace.core.progress``) is told of "parsing the trace" and "finalizing the trace".
 
     Raises InputError for a missing file or one that is not a Perfetto trace (empty, JSON, text, random
     or corrupt bytes), EnvironmentMissing when the engine cannot start. A file cut short in the middle

@@ -26,7 +26,7 @@ from ktrace.engine import wasm_snapshot
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
 from ktrace.engine.wasm_heap import HEAP_ENV, env_number, heap_plan
 from ktrace.engine.wasm_host import Host, WasmAbort
-from ktrace.errors import EnvironmentMissing, InputError, KtraceError
+from ktrace.core.errors import EnvironmentMissing, InputError, KtraceError
 
 __all__ = ["WasmTraceProcessor", "DEFAULT_TIMEOUT_S", "query_timeout_s"]
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from ktrace.engine.backend import read_varint
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, write_entry
-from ktrace.errors import EnvironmentMissing
-from ktrace.terminal import printable
+from ktrace.core.errors import EnvironmentMissing
+from ktrace.core.terminal import printable
 
 __all__ = ["HEAP_MAX_BYTES", "NARROW_HEAP_MAX_BYTES", "cache_dir", "wasm_path", "load_module", "module_facts",
            "usable_folder", "import_wasmtime"]

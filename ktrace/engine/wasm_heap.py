@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES
-from ktrace.errors import InputError
+from ktrace.core.errors import InputError
 
 __all__ = ["HEAP_ENV", "heap_plan", "machine_memory", "env_number", "needs_wide_build"]
 

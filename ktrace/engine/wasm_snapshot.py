@@ -38,8 +38,8 @@ import numpy as np
 
 from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, record_path, write_entry_from
 from ktrace.engine.wasm_heap import env_number
-from ktrace.errors import InputError
-from ktrace.terminal import printable
+from ktrace.core.errors import InputError
+from ktrace.core.terminal import printable
 
 __all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "Snapshot", "wanted", "folder", "entry_path", "read",
            "write", "touch"]

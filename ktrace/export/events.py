@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..model import Anomalies, Decoded, Summary
+from ..core.model import Anomalies, Decoded, Summary
 from .annotations import encode_marked, marked_records
 from .packets import pb2 as _pb2, emit as _emit
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.align import Alignment, GpuClock, Shifted, align, open_decoders
-from ..model import Summary
+from ..core.model import Summary
 from .tracks import GPU_UUID_STRIDE
 from .writer import TraceSpace, trace_chunks, write_chunks
 
@@ -79,7 +79,7 @@ def merge_traces(sources, out, *, align_mode: str = "offset", tracks: str = "sm"
     decode_options apply to every buffer (events, groups, layout, num_blocks, num_groups; sidecar=False to
     ignore them all). Raises InputError when the buffers cannot be aligned (say, no time anchor).
     """
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     decoders = open_decoders(sources, **decode_options)
     if len(decoders) > MAX_GPUS:

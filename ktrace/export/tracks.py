@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..choices import TRACK_MODES
-from ..model import Decoded
+from ..core.choices import TRACK_MODES
+from ..core.model import Decoded
 
 __all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "lane_description", "TRACK_MODES", "LAUNCH_UUID",
            "PROCESS_UUID", "GPU_UUID_STRIDE"]

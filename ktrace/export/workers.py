@@ -21,8 +21,8 @@ import tempfile
 import traceback
 from typing import Iterator
 
-from ..errors import KtraceError
-from ..forked import available_cores, fork_context, starting_workers, worker_ignores_interrupts
+from ..core.errors import KtraceError
+from ..runtime.forked import available_cores, fork_context, starting_workers, worker_ignores_interrupts
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..decoding.decoder import BufferDecoder
-from ..model import Decoded, Summary
+from ..core.model import Decoded, Summary
 from .atomic import write_chunks
 from .events import ARG_NAMES, SEQ_ID, Names, PartOutput, PartWriter, SmHulls, WriteState, hull_packets, track_packets
 from .packets import pb2 as _pb2, emit as _emit

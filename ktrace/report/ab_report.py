@@ -1,12 +1,12 @@
 """What ``ktrace run --ab`` prints about its A/B session: the pairs, the paired test, each side's overhead.
 
-Nothing here computes a figure; ``ktrace.paired`` and ``ktrace.abrecord`` do.
+Nothing here computes a figure; ``ktrace.core.paired`` and ``ktrace.core.abrecord`` do.
 """
 
 from __future__ import annotations
 
-from ..abrecord import Record, placement
-from ..analysis.diff_result import paired_line
+from ..core.abrecord import Record, placement
+from ..analysis.compare.diff_result import paired_line
 from .safe_text import printable
 
 __all__ = ["ab_lines"]

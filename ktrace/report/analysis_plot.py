@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis import Analysis
-from ..analysis.findings import format_ns
-from ..errors import InputError
-from ..filetypes import sibling
-from ..outputs import check_output
+from ..analysis.findings.find import format_ns
+from ..core.errors import InputError
+from ..core.filetypes import sibling
+from ..core.outputs import check_output
 from .figure_file import pyplot, save_figure
 
 __all__ = ["plot", "plot_analysis"]

@@ -16,8 +16,8 @@ import re
 import numpy as np
 
 from ..analysis import Analysis
-from ..analysis.findings import format_ns
-from ..analysis.headlines import Vocabulary, headline, stake_text as _stake, title_line
+from ..analysis.findings.find import format_ns
+from ..analysis.findings.headlines import Vocabulary, headline, stake_text as _stake, title_line
 from .analysis_plot import plot_analysis  # noqa: F401  (ktrace analyze --plot)
 from .safe_text import md_cell, md_code, md_text, printable
 

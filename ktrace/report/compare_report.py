@@ -11,9 +11,9 @@ import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..analysis.compare import Change, Diff, PhaseChange
-from ..analysis.rules import Check
-from ..errors import EnvironmentMissing
+from ..analysis.compare.diff import Change, Diff, PhaseChange
+from ..analysis.gates.rules import Check
+from ..core.errors import EnvironmentMissing
 from .figure_file import save_figure
 from .safe_text import json_text, md_cell, md_text, plot_text, printable, xml_safe
 

@@ -9,8 +9,8 @@ import io
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import EnvironmentMissing, InputError
-from ..outputs import PLOT_SUFFIXES, cannot_write, planted_link, write_atomically
+from ..core.errors import EnvironmentMissing, InputError
+from ..core.outputs import PLOT_SUFFIXES, cannot_write, planted_link, write_atomically
 
 __all__ = ["save_figure", "pyplot", "PLOT_SUFFIXES"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
+from ..core.model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
 from .safe_text import printable
 
 __all__ = ["inspect_dict", "inspect_text", "INSPECT_SCHEMA"]
@@ -98,7 +98,7 @@ def inspect_text(info: dict) -> list:
     _row(t, "records", str(info["records"]))
     written = info.get("records_written")
     if written is not None and written != info["records"]:
-        from ..analysis.data_quality import records_written_warning  # here: convert imports no analysis
+        from ..analysis.model.data_quality import records_written_warning  # here: convert imports no analysis
 
         _row(t, "data quality", records_written_warning(info["records"], written))
     _row(t, "slices", f"{info['slices']}  " + ", ".join(f"{k}: {v}" for k, v in info["slices_per_event"].items()))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from ..analysis.findings import format_ns
-from ..analysis.multigpu import CrossGpu
+from ..analysis.findings.find import format_ns
+from ..analysis.figures.across_gpus import CrossGpu
 from ..decoding.align import Alignment
 from .safe_text import md_cell, md_text, printable
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..analysis.findings import format_ns
-from ..analysis.runs import RunsAnalysis
+from ..analysis.findings.find import format_ns
+from ..analysis.compare.runs import RunsAnalysis
 from .analysis_report import rich_table
 from .safe_text import md_cell, md_text, printable
 

@@ -16,7 +16,7 @@ import re
 
 __all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console"]
 
-from ..terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
+from ..core.terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
 
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 _AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|file):|\bwww\.")
@@ -67,7 +67,7 @@ def csv_cell(value: object) -> object:
 
 def json_text(text: str) -> str:
     """JSON text with the raw characters a terminal acts on (C1 controls, bidi overrides) as ``\\uXXXX``."""
-    from ..jsonfmt import escape_raw
+    from ..core.jsonfmt import escape_raw
 
     return escape_raw(text)
 

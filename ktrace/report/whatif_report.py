@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analysis._verdict import format_ns
+from ..analysis.findings.verdict import format_ns
 from .safe_text import printable
 
 __all__ = ["whatif_text", "change_text"]

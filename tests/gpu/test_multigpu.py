@@ -72,7 +72,7 @@ def test_the_imbalance_kernel_on_two_gpus_at_once(tmp_path):
     assert {k.trusted_packet_sequence_id for k in t.packet} == {1, 2}
     assert "across GPUs" in p.stdout
 
-    from ktrace.analysis.multigpu import cross_gpu
+    from ktrace.analysis.figures.across_gpus import cross_gpu
 
     x = cross_gpu([tmp_path / "mg_gpu0.bin", tmp_path / "mg_gpu1.bin"])
     pg = x.per_gpu.where(x.per_gpu.phase == "compute")

@@ -1,0 +1,401 @@
+"""The replay: the timeline as a graph of what each slice waited for, recomputed with a cause removed.
+
+Each top-level slice ``s`` (docs/analysis-schema.md, "Cause model and replay") begins at
+
+    begin(s) = max(end(previous slice on its lane) + own gap, release(s) + latency, start(s))
+
+- the **lane edge**: the lane's previous top-level slice and the lane's own gap after it (the measured gap where
+  nothing released the slice: the lane's own untimed work; 0 where a release did);
+- the **release** the wait evidence (evidence.py) names for the boundary the slice begins after: ``grid`` (the
+  latest end of the previous slice's phase instance over every lane), ``cluster`` (the same over the lane's
+  subset of blocks), ``group`` (the other warp group's slice whose end handed off to it) or, for the first slice
+  of a block of a later wave, ``slot`` (the end of the block that freed its SM slot); ``latency`` is the measured
+  time from that release to the begin (the barrier's own cost, the hand-off's);
+- ``start``: a lane's first slice that nothing released begins where it was measured (its launch).
+
+The slice lasts as long as it was measured (or as a change says). Replaying the unchanged timeline gives every
+measured begin back, so the wall is the measured one; replaying it with one cause removed (``Change``) gives the
+wall without it, and the difference is what removing the cause saves (whatif.py).
+
+Vectorized: every round recomputes the releases from the ends of the round before (a max per release set), then
+every lane at once (a running maximum over a cumulative sum: the lane recurrence ``x_j = max(x_{j-1} + a_j, b_j)``
+in max-plus form). Rounds start from the lanes alone and rise to the fixed point; there are as many as releases
+chained one after another (barriers in a row), not slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .waits import TopSlices
+from ..model.results import Figures
+from ..figures.numpy.structure import blocks_before
+
+__all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
+
+RELEASES = ("start", "lane", "grid", "cluster", "group", "slot")
+_NEG = np.iinfo(np.int64).min // 4  # no release
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """The top-level slices in lane order (lane, begin, end) and what each waited for.
+
+    names: phase code -> name; phase: each slice's code. gap: the lane edge's own gap (ns; 0 for a lane's first
+    slice); release: index into RELEASES of what released it ('lane' when only its lane did, 'start' for a
+    lane's first slice nothing released); rel_set: the release set it waited for (-1 none); latency: from the
+    release to its begin (ns); start: the first slices' measured begins (the rest: no bound); members /
+    starts: the release sets' slice rows, set by set."""
+
+    lane: np.ndarray
+    block: np.ndarray
+    group: np.ndarray
+    phase: np.ndarray
+    k: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    names: tuple
+    first: np.ndarray
+    gap: np.ndarray
+    release: np.ndarray
+    rel_set: np.ndarray
+    latency: np.ndarray
+    start: np.ndarray
+    members: np.ndarray
+    set_starts: np.ndarray
+    later_wave: np.ndarray
+    kernel_begin: int
+    kernel_end: int
+    tick_ns: float
+
+    def __len__(self) -> int:
+        return len(self.lane)
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.end - self.begin
+
+    @property
+    def wall_ns(self) -> int:
+        return int(self.kernel_end - self.kernel_begin) if len(self.lane) else 0
+
+    def phase_code(self, name: str) -> int:
+        """The code of phase ``name``; ValueError naming the phases when there is none."""
+        if name in self.names:
+            return self.names.index(name)
+        raise ValueError(f"no top-level phase {name!r}; the phases: {', '.join(self.names) or 'none'}")
+
+
+
+@dataclass(frozen=True, eq=False)
+class Replayed:
+    """A replay's result: each slice's begin and end (ns, the timeline's rows), what bound each begin (index
+    into RELEASES), the wall and the rounds it took."""
+
+    begin: np.ndarray
+    end: np.ndarray
+    bound: np.ndarray
+    wall_ns: int
+    rounds: int
+
+
+
+# -- building the graph ---------------------------------------------------------------------------------------
+
+def timeline_of(d, fig: Figures) -> Timeline:
+    """The Timeline of a Decoded ``d`` whose figures are ``fig`` (their wait causes and blocks)."""
+    from ..figures.numpy.structure import slice_depth
+
+    sl = d.slices
+    top = slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap) == 0
+    names = list(fig.phases.phase.tolist())
+    code_of = {}
+    for e in np.unique(sl.event[top]).tolist():
+        nm = d.launch.event_name(int(e))
+        if nm not in names:
+            names.append(nm)
+        code_of[e] = names.index(nm)
+    ev = sl.event[top]
+    lut = np.zeros(int(ev.max()) + 1 if len(ev) else 1, np.int64)
+    for e, c in code_of.items():
+        lut[e] = c
+    # Each (phase, lane)'s k-th slice: the decoder counts k per event; two events of one name are one phase.
+    s = TopSlices.of(sl.lane[top], sl.block[top], sl.group[top], lut[ev], sl.k[top], sl.begin_ns[top], sl.end_ns[top])
+    if len(set(code_of.values())) < len(code_of):  # renumber k per (lane, phase) in begin order
+        o = np.lexsort((s.begin, s.phase_index, s.lane))
+        key = s.lane[o] * (len(names) + 1) + s.phase_index[o]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        kk = np.arange(len(o)) - np.repeat(starts, np.diff(np.r_[starts, len(o)]))
+        k = np.empty_like(kk)
+        k[o] = kk
+        s = replace(s, k=k)
+    return timeline(s, tuple(names), fig)
+
+
+def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
+    """The Timeline of the top-level slices ``s`` (phase_index: codes into ``names``) with the edges that
+    ``fig``'s wait causes and blocks evidence."""
+    order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+    lane, block, group = s.lane[order], s.block[order], s.group[order]
+    ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
+    n = len(lane)
+    tick = float(fig.kernel.tick_ns or 1)
+    first = np.r_[True, lane[1:] != lane[:-1]] if n else np.zeros(0, bool)
+    prev = np.where(first, -1, np.arange(n) - 1)
+    pp = np.maximum(prev, 0)
+    gap = np.where(first, 0, begin - end[pp])
+    release = np.where(first, 0, 1).astype(np.int8)
+    rel_key = np.full(n, -1, np.int64)  # (set key << 3) | set type, compacted below
+    latency = np.zeros(n, np.int64)
+    kmax = int(k.max()) + 1 if n else 1
+    nph = len(names)
+    inst = ph * kmax + k  # each slice's phase instance
+    nb = int(block.max()) + 1 if n else 1
+    # Members of the release sets by type: 1 instance (grid), 2 cluster of size c, 3 single row (hand-off),
+    # 4 block (slot).
+    member_keys = [(inst << 3) | 1, (np.arange(n, dtype=np.int64) << 3) | 3, (block << 3) | 4]
+    # The boundaries' causes, by (phase, next phase, group).
+    wc = fig.wait_causes
+    code = {nm: i for i, nm in enumerate(names)}
+    cause_of = {}
+    for r in wc.rows():
+        p, q = code.get(r["phase"]), code.get(r["next_phase"])
+        if p is not None and q is not None:
+            cause_of[(p, q, int(r["group"]))] = r
+    bkey = (ph[pp] * nph + ph) * (int(group.max()) + 1 if n else 1) + group
+    gi = np.flatnonzero(~first)
+    sizes: set = set()
+    for (p, q, g), r in cause_of.items():
+        c = r["cause"]
+        if c not in ("grid", "cluster", "group"):
+            continue
+        rows = gi[bkey[gi] == (p * nph + q) * (int(group.max()) + 1) + g]
+        if not len(rows):
+            continue
+        src = pp[rows]
+        if c == "grid":
+            key = (inst[src] << 3) | 1
+            rel_end = _set_max(inst, end, inst[src])
+            kind = 2
+        elif c == "cluster":
+            size = int(r["cluster_size"])
+            ck = inst * (nb // size + 1) + block // size
+            if size not in sizes:
+                sizes.add(size)
+                member_keys.append(((ck * 17 + size) << 3) | 2)
+            key = ((ck[src] * 17 + size) << 3) | 2
+            rel_end = _set_max(ck, end, ck[src])
+            kind = 3
+        else:
+            h = r["handoff_group"]
+            if h is None:
+                continue
+            key, rel_end = _handoff(block, group, end, int(h), rows, begin, tick)
+            kind = 4
+        lat = begin[rows] - rel_end
+        ok = (key >= 0) & (rel_end <= begin[rows])
+        rows, key, lat = rows[ok], key[ok], lat[ok]
+        release[rows] = kind
+        rel_key[rows] = key
+        latency[rows] = lat
+        gap[rows] = 0  # a released slice's lane edge: nothing of its own between its previous end and the release
+    # A later wave's first slices wait for the block that freed their SM slot.
+    bl = fig.blocks
+    later = np.zeros(n, bool)
+    if len(bl) and (bl.later_wave == 1).any():
+        before = blocks_before(bl)
+        brow = np.searchsorted(bl.block, block)
+        brow = np.minimum(brow, len(bl) - 1)
+        known = bl.block[brow] == block
+        later = known & (bl.later_wave[brow] == 1)
+        fr = np.flatnonzero(first & later & (before[brow] >= 0))
+        if len(fr):
+            freed = bl.block[before[brow[fr]]]
+            rel_end = _set_max(block, end, freed)
+            ok = rel_end <= begin[fr]
+            fr, freed, rel_end = fr[ok], freed[ok], rel_end[ok]
+            release[fr] = 5
+            rel_key[fr] = (freed << 3) | 4
+            latency[fr] = begin[fr] - rel_end
+    _idle_before_barrier(lane, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key, latency)
+    # Compact the referenced sets; their members.
+    used = np.unique(rel_key[rel_key >= 0])
+    mem_key = np.concatenate(member_keys) if n else np.zeros(0, np.int64)
+    mem_row = np.concatenate([np.arange(n, dtype=np.int64)] * len(member_keys)) if n else mem_key
+    pos = np.searchsorted(used, mem_key)
+    hit = (pos < len(used)) & (used[np.minimum(pos, max(len(used) - 1, 0))] == mem_key) if len(used) else \
+        np.zeros(len(mem_key), bool)
+    mset, mrow = pos[hit], mem_row[hit]
+    o = np.lexsort((mrow, mset))
+    mset, mrow = mset[o], mrow[o]
+    set_starts = np.flatnonzero(np.r_[True, mset[1:] != mset[:-1]]) if len(mset) else np.zeros(0, np.int64)
+    rel_set = np.where(rel_key >= 0, np.searchsorted(used, rel_key), -1)
+    kb = int(fig.kernel.begin_ns) if fig.kernel.begin_ns is not None else (int(begin.min()) if n else 0)
+    ke = int(fig.kernel.end_ns) if fig.kernel.end_ns is not None else (int(end.max()) if n else 0)
+    start = np.where(first & (release == 0), begin, _NEG)  # a released first slice: its release bounds it
+    return Timeline(lane, block, group, ph, k, begin, end, tuple(names), first, gap, release, rel_set, latency,
+                    start, mrow, set_starts, later, kb, ke, tick)
+
+
+def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
+    """A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
+    never did (a CTA with nothing to do before a grid barrier) was released by that instance's end: it was
+    idle, not late. Marks those first slices as grid releases, in place."""
+    fr = np.flatnonzero(cand)
+    if not len(fr):
+        return
+    ukey, inv = np.unique(inst, return_inverse=True)
+    iend = np.full(len(ukey), np.iinfo(np.int64).min)
+    np.maximum.at(iend, inv, end)
+    big = np.flatnonzero(np.bincount(inv) * 2 >= len(np.unique(lane)))
+    big = big[np.argsort(iend[big], kind="stable")]
+    pos = np.searchsorted(iend[big], begin[fr], side="right") - 1
+    fr, pos = fr[pos >= 0], pos[pos >= 0]
+    if not len(fr):
+        return
+    who = big[pos]  # the latest-ending such instance before the begin
+    first_row = np.full(len(ukey), -1, np.int64)
+    first_row[inv[::-1]] = np.arange(len(inv))[::-1]  # a row of each instance: its phase
+    nph = int(ph.max()) + 1
+    ran = np.unique(lane * nph + ph)
+    never = ~np.isin(lane[fr] * nph + ph[first_row[who]], ran)
+    fr, who = fr[never], who[never]
+    release[fr] = 2
+    rel_key[fr] = (ukey[who] << 3) | 1
+    latency[fr] = begin[fr] - iend[who]
+
+
+def _set_max(key: np.ndarray, end: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """The latest end of the slices with each ``query`` key."""
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    mx = np.maximum.reduceat(end[o], starts)
+    return mx[np.searchsorted(ks[starts], query)]
+
+
+def _handoff(block, group, end, h: int, rows, begin, tick):
+    """Per waiting row: (the row key of group h's slice of the same block with the latest end at or before the
+    row's begin + 1 tick, or -1; that end)."""
+    mh = np.flatnonzero(group == h)
+    o = mh[np.lexsort((end[mh], block[mh]))]
+    kb, ke = block[o], end[o]
+    # Position of the last (block, end) <= (row's block, begin + tick).
+    lim = begin[rows] + int(tick)
+    i = np.searchsorted(kb, block[rows], side="right")  # past the block's slices
+    lo = np.searchsorted(kb, block[rows], side="left")
+    # within [lo, i): ends sorted ascending
+    j = np.full(len(rows), -1, np.int64)
+    comp = (kb.astype(np.int64) << 42) + (ke - int(ke.min() if len(ke) else 0))
+    q = (block[rows].astype(np.int64) << 42) + (lim - int(ke.min() if len(ke) else 0))
+    p = np.searchsorted(comp, q, side="right") - 1
+    good = (p >= lo) & (p < i) & (p >= 0)
+    j[good] = o[p[good]]
+    key = np.where(j >= 0, (j << 3) | 3, -1)
+    rel_end = np.where(j >= 0, end[np.maximum(j, 0)], np.iinfo(np.int64).max)
+    return key, rel_end
+
+
+
+# -- the replay -----------------------------------------------------------------------------------------------
+
+def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_rounds: int | None = None) -> Replayed:
+    """Every slice's begin and end (None: as measured): dur, each slice's duration (ns); start, the first slices'
+    bounds in ns after the kernel's begin (-inf: none); latency, from each release to the begin (ns); gap, the
+    lane edge's own gap (ns). whatif.py turns a Change into these."""
+    n = len(tl)
+    if not n:
+        return Replayed(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8), 0, 0)
+    dur = tl.dur.astype(np.float64) if dur is None else np.asarray(dur, np.float64)
+    start = measured_starts(tl) if start is None else np.asarray(start, np.float64)
+    lat = tl.latency.astype(np.float64) if latency is None else np.asarray(latency, np.float64)
+    gap = tl.gap.astype(np.float64) if gap is None else np.asarray(gap, np.float64)
+    has_rel = tl.rel_set >= 0
+    rs = np.maximum(tl.rel_set, 0)
+    a = np.where(tl.first, 0.0, gap + dur)
+    A = np.cumsum(a)
+    lane_rank = np.cumsum(tl.first) - 1
+    mem = tl.members
+    end = None
+    rel = np.full(n, -np.inf)
+    rounds = 0
+    limit = max_rounds or n + 2
+    while True:
+        rounds += 1
+        lower = np.maximum(start, rel)
+        x = _lane_scan(lower + dur - A, lane_rank) + A
+        if end is not None and np.array_equal(x, end):
+            break
+        end = x
+        if not len(mem) or rounds >= limit:
+            break
+        smax = np.maximum.reduceat(end[mem], tl.set_starts)
+        rel = np.where(has_rel, smax[rs] + lat, -np.inf)
+    begin = end - dur
+    # What bound each begin: its release, its lane's previous end + gap, or its start.
+    prev_end = np.r_[-np.inf, end[:-1]]
+    via_lane = np.where(tl.first, -np.inf, prev_end + gap)
+    bound = np.where(has_rel & (rel >= via_lane) & (rel >= start), tl.release,
+                     np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
+    wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
+    base = tl.kernel_begin
+    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds)
+
+
+def _lane_scan(y: np.ndarray, lane_rank: np.ndarray) -> np.ndarray:
+    """The running maximum of y within each lane (lanes contiguous, lane_rank 0, 1, ... per lane)."""
+    fin = np.isfinite(y)
+    lo = float(y[fin].min()) if fin.any() else 0.0
+    z = np.where(fin, y - lo, 0.0)
+    span = float(z.max()) + 1.0
+    # Each lane's values lifted above every earlier lane's: one running maximum serves every lane. Exact while
+    # the lifted values stay below 2**53 (float64's integers); else lane by lane.
+    if span * (int(lane_rank[-1]) + 1) < 2 ** 52:
+        off = lane_rank * span
+        return np.maximum.accumulate(z + off) - off + lo
+    out = np.empty_like(z)
+    starts = np.flatnonzero(np.r_[True, lane_rank[1:] != lane_rank[:-1]])
+    for s0, s1 in zip(starts.tolist(), np.r_[starts[1:], len(z)].tolist()):
+        out[s0:s1] = np.maximum.accumulate(z[s0:s1])
+    return out + lo
+
+
+
+
+def measured_starts(tl: Timeline) -> np.ndarray:
+    """The first slices' measured begins, ns after the kernel's begin (float64 holds integers exactly only below
+    2**53: Unix-epoch times are beyond it); -inf for the rest."""
+    start = (tl.start - tl.kernel_begin).astype(np.float64)
+    start[tl.start == _NEG] = -np.inf
+    return start
+
+
+def critical_rows(tl: Timeline, r: Replayed) -> list[tuple[int, int]]:
+    """The replayed critical path, backward from the slice that ends last: (row, what bound its begin)."""
+    if not len(tl):
+        return []
+    prev_row = np.arange(len(tl)) - 1
+    # The member with the latest end of each release set (ties: the lowest row).
+    mem = tl.members
+    ends = r.end[mem]
+    arg = np.zeros(len(tl.set_starts), np.int64)
+    if len(mem):
+        mx = np.maximum.reduceat(ends, tl.set_starts)
+        setid = np.repeat(np.arange(len(tl.set_starts)), np.diff(np.r_[tl.set_starts, len(mem)]))
+        hit = ends == mx[setid]
+        o = np.flatnonzero(hit)
+        o = o[np.r_[True, setid[o][1:] != setid[o][:-1]]]  # members run by (set, row): the lowest row
+        arg[setid[o]] = mem[o]
+    cur = int(np.lexsort((tl.lane, -r.end))[0])
+    out = []
+    seen = 0
+    while cur >= 0 and seen <= len(tl):
+        seen += 1
+        b = int(r.bound[cur])
+        out.append((cur, b))
+        if b == 0:
+            break
+        cur = int(arg[tl.rel_set[cur]]) if b >= 2 else int(prev_row[cur])
+    return out

@@ -1,0 +1,144 @@
+"""One cause, one finding; impacts that are disjoint parts of the wall.
+
+Verdicts that name one cause (``Verdict.cause``: "block 17", "waves", "pipeline 1") are one finding: the
+verdict that says most about the cause leads (a straggler before the imbalance it makes, the waits on it and
+the tail it leaves) and the others are listed as its consequences. Each finding then takes, in order of the
+time it claims, its claims on the critical path's steps that no finding before it took: the impacts are
+disjoint parts of the wall, so the warnings' impacts add up to at most the wall and the rest is unexplained.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .verdict import Verdict, fmt as _fmt
+
+__all__ = ["merge", "LEAD_ORDER"]
+
+# Which verdict leads a cause's finding, first to last.
+LEAD_ORDER = ("stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
+              "pipeline", "load_imbalance", "large_wait", "untimed_work", "tail", "moving_last_finisher",
+              "start_skew", "idle_lanes", "critical_path")
+
+
+SHORT_CHARS = 90  # a consequence's words in the lead's message
+MAX_CONSEQUENCES = 4  # listed in the message; figures.consequences holds them all
+
+
+def _rank(v: Verdict) -> tuple:
+    basis = v.figures.get("basis")
+    kind = LEAD_ORDER.index(v.kind) if v.kind in LEAD_ORDER else len(LEAD_ORDER)
+    if v.kind == "load_imbalance" and basis == "lane_totals":
+        kind = 0.5  # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
+    if v.kind == "stable_straggler" and v.figures.get("cause") == "lag":
+        kind = LEAD_ORDER.index("late_start") + 0.5  # behind by lag it carries: a late start leads, if there is one
+    if v.kind == "tail" and v.cause == "heavy blocks":
+        kind = -1  # heavy blocks at the end of a multi-wave launch: the tail is what they cost
+    return (kind, -float(v.impact_ns))
+
+
+def _short(v: Verdict) -> str:
+    g = v.figures
+    if v.kind == "load_imbalance" and g.get("basis") == "instances":
+        return f"{v.phase}: load imbalance {g['imbalance']:.2f}x"
+    if v.kind == "large_wait":
+        return f"{v.phase} -> {g['next_phase']}: the others wait {_fmt(g['mean_ns'])} on average"
+    if v.kind == "tail":
+        return f"tail {_fmt(g['tail_ns'])} with {g['busy_sms_in_tail']:.1f} SMs busy"
+    if v.kind in ("stable_straggler", "late_start") and g.get("basis") == "lane":
+        return f"its first slice begins {_fmt(g['late_ns'])} after the median lane's"
+    if v.kind in ("stable_straggler", "late_start"):
+        return f"{v.phase}: last in {g.get('top_last_count')} of {g.get('instances')} instances"
+    if v.kind == "idle_lanes":
+        return f"{v.phase}: {g['idle_lanes']} of {g['idle_lanes'] + g['lanes']} lanes never ran it"
+    if v.kind == "start_skew":
+        return f"{v.phase}: begins {_fmt(g['mean_start_skew_ns'])} apart ({g.get('cause')})"
+    text = v.message.split(": ", 1)[-1].split("; ", 1)[0]  # the claim, not its advice
+    if len(text) <= SHORT_CHARS:
+        return text
+    cut = text[:SHORT_CHARS - 3].rsplit(" ", 1)[0].rstrip(",;:(")  # whole words only
+    return cut + "..."
+
+
+def _consequences(rest: list[Verdict]) -> str:
+    """The consequences in a few words each: each said once, at most ``MAX_CONSEQUENCES``, the rest counted."""
+    shorts: list[str] = []
+    for m in rest:
+        t = _short(m)
+        if t not in shorts:
+            shorts.append(t)
+    more = len(shorts) - MAX_CONSEQUENCES
+    text = "; ".join(shorts[:MAX_CONSEQUENCES])
+    return text + (f"; and {more} more (figures.consequences)" if more > 0 else "")
+
+
+def _claims(v: Verdict, steps: int) -> np.ndarray:
+    c = v.claims
+    return np.zeros(steps) if c is None else np.asarray(c, np.float64)
+
+
+def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, float, float]]:
+    """(finding's lead verdict with its consequences, disjoint impact ns, impact claimed before the
+    disjoint split) per cause, for verdicts over a critical path of steps lasting ``step_ns``."""
+    steps = len(step_ns)
+    groups: dict[str, list[Verdict]] = {}
+    alone: list[list[Verdict]] = []
+    for v in verdicts:
+        if v.cause:
+            groups.setdefault(v.cause, []).append(v)
+        else:
+            alone.append([v])
+    # A one-wave tail left by a block with no finding of its own is the lanes' unequal totals, when they are one.
+    for key in [k for k, m in groups.items() if len(m) == 1 and m[0].kind == "tail" and k.startswith("block ")]:
+        if "lanes" in groups:
+            groups["lanes"].append(groups.pop(key)[0])
+    waits = [v for v in verdicts if v.kind == "large_wait" and v.figures.get("waited_block") is not None]
+    merged = []
+    for members in list(groups.values()) + alone:
+        members = sorted(members, key=_rank)
+        lead = members[0]
+        # One cause's cost is its largest expression: the straggler's lead, the imbalance it makes and the tail it
+        # leaves are the same time seen at different places on the path, so they are not added up.
+        # Verdicts of one kind (the releases of several barriers) are distinct parts of the path: their claims
+        # add up (elementwise max).
+        by_kind: dict[str, np.ndarray] = {}
+        for m in members:
+            c = _claims(m, steps)
+            by_kind[m.kind] = np.maximum(by_kind[m.kind], c) if m.kind in by_kind else c
+        claims = max(by_kind.values(), key=lambda c: float(c.sum()))
+        figs = dict(lead.figures)
+        rest = members[1:]
+        message = lead.message
+        for w in waits:
+            if lead.cause == f"block {w.figures['waited_block']}" and w not in members:
+                message += (f"; the others wait for it after {w.phase} ({_fmt(w.figures['mean_ns'])} on average, "
+                            "a separate finding)")
+                figs.setdefault("waited_at", []).append({"phase": w.phase, "next_phase": w.figures["next_phase"],
+                                                         "mean_ns": w.figures["mean_ns"]})
+        if rest:
+            figs["consequences"] = [{"kind": m.kind, "phase": m.phase, "message": m.message,
+                                     "impact_ns": float(m.impact_ns)} for m in rest]
+            message += "; the same cause shows as: " + _consequences(rest)
+        if lead.claims is None and all(m.claims is None for m in members):
+            raw = float(lead.impact_ns)
+            warn = False
+        else:
+            raw = float(claims.sum())
+            warn = any(m.warn for m in members)
+        v = Verdict(lead.kind, lead.phase, message, lead.evidence, raw, warn, figs, claims, lead.cause)
+        merged.append((v, raw, lead.claims is None and all(m.claims is None for m in members)))
+    # Disjoint impacts: the largest claims first, each taking what is left of the steps.
+    left = np.asarray(step_ns, np.float64).copy()
+    # Findings that may warn take their claims before information does; then by the time they claim.
+    order = sorted(range(len(merged)), key=lambda i: (not merged[i][0].warn, -merged[i][1], _rank(merged[i][0])[0],
+                                                      merged[i][0].kind, str(merged[i][0].phase)))
+    out = [None] * len(merged)
+    for i in order:
+        v, raw, unclaimed = merged[i]
+        if unclaimed or not steps:
+            out[i] = (v, raw if unclaimed else 0.0, raw)
+            continue
+        got = np.minimum(v.claims, left)
+        left -= got
+        out[i] = (v, float(got.sum()), raw)
+    return out

@@ -1,0 +1,77 @@
+"""The method's verdicts, from the figures, each with the evidence it rests on and the kernel time at stake.
+
+Structure first: before a finding says *why*, the figures must show it (docs/analysis-structure.md): were
+the lanes of a phase co-resident or did blocks run in waves, did a synchronization precede it, do its
+instances line up across lanes, did its start skew come over from the previous phase? Each finding has
+``impact_ns``, the kernel wall time it costs by the rule of its kind (docs/analysis-schema.md, "Findings"),
+and ``impact_share`` of the wall. A finding is a warning only when its impact is at least ``min_impact`` of
+the wall and at least ``min_ticks`` timer ticks; otherwise it is info. Findings are sorted by impact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.results import Figures
+from ..model.thresholds import Thresholds
+from . import causes
+from . import verdicts
+from .stakes import Stakes
+from .verdict import format_ns
+
+__all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
+
+SEVERITIES = ("warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict. kind: see docs/analysis-schema.md; phase: the phase it is about (None for the launch);
+    severity: 'warning' or 'info'; message: the claim and the advice; evidence: what in the data shows it;
+    impact_ns: the kernel wall time at stake (rule per kind), impact_share: of the wall; figures: the
+    numbers behind it (units in the names)."""
+
+    kind: str
+    phase: str | None
+    severity: str
+    message: str
+    evidence: str = ""
+    impact_ns: float = 0.0
+    impact_share: float | None = None
+    figures: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "phase": self.phase, "severity": self.severity, "message": self.message,
+                "evidence": self.evidence, "impact_ns": self.impact_ns, "impact_share": self.impact_share,
+                "figures": dict(self.figures)}
+
+
+def tick_of(fig: Figures, th: Thresholds) -> float:
+    """The timer resolution the findings use, ns."""
+    return float(th.tick_ns) if th.tick_ns > 0 else float(fig.kernel.tick_ns)
+
+
+def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
+    """The findings for ``fig``: warnings first, each group by impact (largest first), then phase order."""
+    th = th or Thresholds()
+    tick = tick_of(fig, th)
+    wall = float(fig.kernel.wall_ns or 0)
+    raw = verdicts.all_verdicts(fig, th, tick)
+    floor = max(th.min_impact * wall, th.min_ticks * tick)
+    out = []
+    stakes = Stakes(fig)
+    for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns):
+        impact = float(max(impact, 0.0))
+        figs = dict(v.figures)
+        saving = stakes.saving(v)
+        if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
+            figs["replayed_saving_ns"] = saving  # within min_ticks of it is the same figure, to the timer's steps)
+            impact = saving if impact > saving + th.min_ticks * tick else impact
+        severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
+        if claimed != impact:
+            figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
+        out.append(Finding(v.kind, v.phase, severity, v.message, v.evidence, impact,
+                           impact / wall if wall else None, figs))
+    order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
+    out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))
+    return tuple(out)

@@ -1,0 +1,205 @@
+"""Run one function over several inputs in worker processes, results in the order given.
+
+    results = run_in_workers(load, ["a.bin", "b.bin"], jobs=2)   # == [load("a.bin"), load("b.bin")]
+
+What ``ktrace diff`` uses to analyze its captures side by side. The workers are spawned (a fresh interpreter
+each: the embedded engine runs threads, which a fork would copy half-way), so ``fn`` and the inputs must be
+picklable (a module-level function, paths). An error in a worker is raised here as the serial loop would raise
+it: the first failing input in the order given, the same exception with the same message. Ctrl-C (or SIGTERM)
+in the parent stops the workers (each unwinds, removing its temporary files), waits for them, and re-raises:
+no process is left behind. The workers' temporary folders (``outputs.temporary_folder``) are made in a folder
+the parent removes once they are gone, so none is left behind either, even by a worker stopped half-way or
+killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, Callable, Sequence
+
+from .forked import _POLL_S, _Watch, available_cores, lost_worker, starting_workers, worker_ignores_interrupts
+from ..core.outputs import temporary_folder, temporary_folders_in
+
+__all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
+
+_STOP_WAIT_S = 10.0  # how long a stopped worker may take to unwind before it is killed
+_busy = False  # in a worker: whether a call is running (SIGTERM then unwinds it, else exits at once)
+_worker = False  # whether this process is a worker of run_in_workers
+
+
+# Below this many bytes of input in all, the default is to work in this process: starting a worker (an
+# interpreter, ktrace, the engine's compiled module) takes longer than analyzing a small capture.
+PARALLEL_MIN_BYTES = 4 << 20
+
+
+def default_jobs(items: Sequence) -> int:
+    """The cores this process may run on (its CPU affinity), capped by the number of items; 1 when the
+    items are files of fewer than PARALLEL_MIN_BYTES in all."""
+    cores = available_cores()
+    if _total_bytes(items) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(cores, len(items)))
+
+
+def _total_bytes(items: Sequence) -> int:
+    total = 0
+    for x in items:
+        try:
+            total += os.stat(x).st_size
+        except (TypeError, ValueError, OSError):
+            return PARALLEL_MIN_BYTES  # not a file, or not there: let the worker say so
+    return total
+
+
+def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None = None,
+                   on_done: Callable[[int, int], None] | None = None) -> list:
+    """``[fn(x) for x in items]``, computed in up to ``jobs`` worker processes (default: ``default_jobs``);
+    jobs 1 (or a single item) runs in this process. on_done(done, total) after each result arrives."""
+    items = list(items)
+    jobs = default_jobs(items) if jobs is None else max(1, min(int(jobs), len(items) or 1))
+    if jobs == 1:
+        out = []
+        for x in items:
+            out.append(fn(x))
+            if on_done is not None:
+                on_done(len(out), len(items))
+        return out
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    # The workers' temporary files go in a folder of ours, removed once they are gone: a worker stopped
+    # between making a temporary folder and taking charge of it (or killed) leaves nothing behind.
+    try:
+        scratch = temporary_folder("ktrace-workers-", ignore_cleanup_errors=True)
+    except OSError:
+        scratch = None  # no temporary folder here: each worker says so when it needs one
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_started, initargs=(scratch.name if scratch else None,))
+    try:
+        with starting_workers():  # the workers start in submit: none may see a Ctrl-C before it ignores it
+            futures = [pool.submit(_call, fn, x) for x in items]
+        pending, done = set(futures), 0
+        watch = _Watch(pool)
+        while pending:  # never a wait without a bound: a dead worker, or one stuck, raises WorkerLost
+            finished, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+            if not finished:
+                watch.check()
+                continue
+            watch = _Watch(pool)
+            done += len(finished)
+            if on_done is not None:
+                on_done(done, len(items))
+            failed = [i for i, f in enumerate(futures) if f in finished and f.exception() is not None]
+            if failed:  # raise what the serial loop would: the first failure in input order
+                for f in futures[:failed[0]]:
+                    while not wait([f], timeout=_POLL_S).done:  # an earlier input still running
+                        watch.check()
+                    if f.exception() is not None:
+                        break
+                first = next(f for f in futures if f.done() and f.exception() is not None)
+                _stop(pool)  # the later inputs need not run on
+                if isinstance(first.exception(), BrokenProcessPool):
+                    raise lost_worker(pool) from None
+                raise first.exception()
+        return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, or a worker lost: the others are stopped (killed past _STOP_WAIT_S)
+        _stop(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _stop(pool) -> None:
+    """Ask every worker to unwind (SIGTERM), give it _STOP_WAIT_S, then kill what is left."""
+    import time
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    deadline = time.monotonic() + _STOP_WAIT_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
+def in_worker() -> bool:
+    """Whether this process is a worker of ``run_in_workers`` (its work should not fork more workers: the
+    captures analyzed side by side already use the cores)."""
+    return _worker
+
+
+def _worker_started(scratch: str | None = None) -> None:
+    global _worker
+    _worker = True
+    temporary_folders_in(scratch)  # this worker's temporary folders in the one its parent removes
+    # Ctrl-C in a terminal reaches every process of the group: the parent decides, and stops the workers
+    # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
+    worker_ignores_interrupts()
+    signal.signal(signal.SIGTERM, _on_term)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _on_term)  # _stop_again's
+    sys.unraisablehook = _unraisable
+
+
+def _on_term(signum, frame) -> None:
+    if not _busy:
+        os._exit(128 + signal.SIGTERM)
+    if _in_hook(frame):  # raised here, it would be lost (an error of the hook itself): raised again, later
+        _stop_again()
+        return
+    raise KeyboardInterrupt
+
+
+def _unraisable(u) -> None:
+    """The stop raised inside a callback Python cannot raise from (a finalizer, an import lock's weakref
+    callback) is swallowed there, with a traceback on stderr: say nothing, and stop again once out of it (a
+    SIGALRM a moment later: by then the callback has returned; one that lands in this hook, or in another such
+    callback, is put off again in the same way, so the stop is never lost)."""
+    if isinstance(u.exc_value, KeyboardInterrupt) and _busy:
+        _stop_again()
+        return
+    sys.__unraisablehook__(u)
+
+
+def _stop_again() -> None:
+    """SIGALRM (whose handler is _on_term's) in 10 ms: a timer of the kernel's, nothing to start or wait for
+    here (a thread's start waits, and a stop could land in that wait)."""
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+    else:  # no interval timer (Windows): a thread sends SIGTERM
+        import threading
+
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM))
+        again.daemon = True
+        again.start()
+
+
+def _in_hook(frame) -> bool:
+    while frame is not None:
+        if frame.f_code is _unraisable.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _call(fn, x):
+    global _busy
+    _busy = True
+    try:
+        return fn(x)
+    except KeyboardInterrupt:
+        sys.stderr.flush()
+        os._exit(130)  # unwound (files removed); the parent is stopping: no result to send back
+    finally:
+        _busy = False
