@@ -394,6 +394,8 @@ def guard_outputs(a) -> None:
     for path in inputs:
         refuse_special_input(path)
         refuse_special_input(sibling(path, ".json"), f"sidecar of {path}")
+    if outputs:
+        check_outputs(outputs, inputs)
     for path, what, option, *_ in outputs:
         # `check --markdown run.bin other.bin`: --markdown's optional FILE took a capture meant as an input
         if option in ("--markdown", "--junit") and _capture_like(path):
@@ -401,8 +403,6 @@ def guard_outputs(a) -> None:
                              f"{option} took a capture meant as an input, put {option} after the captures or "
                              f"write {option}=FILE; else give the {what} a name ending in "
                              f"{'.md' if option == '--markdown' else '.xml'}")
-    if outputs:
-        check_outputs(outputs, inputs)
 
 
 def report_error(e: KtraceError) -> int:
