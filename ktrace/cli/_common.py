@@ -10,8 +10,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..choices import ALIGN_MODES, ENGINES, TRACK_MODES
-from ..errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
+from ..core.choices import ALIGN_MODES, ENGINES, TRACK_MODES
+from ..core.errors import EXIT_ENV, EXIT_GATE, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 
 __all__ = ["Parser", "EXIT_OK", "EXIT_GATE", "EXIT_INPUT", "EXIT_ENV", "decode_options", "decode_kwargs", "tracks_option",
            "process_count",
@@ -51,7 +51,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def _capture_like(value: str) -> bool:
-    from ..filetypes import BUFFER_SUFFIXES, PROTON_SUFFIXES, TRACE_SUFFIXES
+    from ..core.filetypes import BUFFER_SUFFIXES, PROTON_SUFFIXES, TRACE_SUFFIXES
 
     return not value.startswith("-") and value.lower().endswith(
         tuple(BUFFER_SUFFIXES) + tuple(TRACE_SUFFIXES) + tuple(PROTON_SUFFIXES))
@@ -235,7 +235,7 @@ def align_option(p) -> None:
 def progress_bar(label: str, enabled: bool, unit: str = "records"):
     """A rich progress bar on stderr when it is a terminal, as a callback progress(done, total); None
     otherwise (piped output stays as it is). The callback has ``stage(name, total, unit)`` too
-    (``ktrace.progress``): the bar then says which stage runs (parsing, finalizing, each SQL module) and keeps
+    (``ktrace.core.progress``): the bar then says which stage runs (parsing, finalizing, each SQL module) and keeps
     moving through a stage of unknown length."""
     if not enabled or not sys.stderr.isatty():
         yield None
@@ -326,9 +326,9 @@ def quiet_stdout() -> None:
 
 def append(path: str, text: str, what: str = "Markdown summary") -> None:
     """Append ``text`` (one trailing newline) to ``path``, e.g. $GITHUB_STEP_SUMMARY, atomically
-    (``ktrace.outputs.append_file``); never through a symbolic link to a file (/dev/stdout, this process's own
+    (``ktrace.core.outputs.append_file``); never through a symbolic link to a file (/dev/stdout, this process's own
     stdout, is fine); never to a FIFO or a device (refused, never opened)."""
-    from ..outputs import append_file, planted_link
+    from ..core.outputs import append_file, planted_link
 
     if planted_link(path):
         raise InputError(f"{path}: is a symbolic link to a file; ktrace never writes through one: remove it or "
@@ -347,7 +347,7 @@ _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "-
 def command_files(a) -> tuple[list[str], list[tuple]]:
     """(the files a parsed command reads, the outputs it writes as ``outputs.check_outputs`` takes them). A
     quoted glob among the inputs stands for the files it matches (as the command expands it)."""
-    from ..outputs import PLOT_SUFFIXES
+    from ..core.outputs import PLOT_SUFFIXES
 
     inputs: list[str] = []
     for name in _INPUT_ARGS:
@@ -379,10 +379,10 @@ def _exists(path: str) -> bool:
 def guard_outputs(a) -> None:
     """Every file the command will write checked against every file it reads (quoted globs expanded), before
     any work: never an input or its sidecar (nor a hard link to one), never through a symbolic link, never a
-    folder, a FIFO or a device, or a plot of a format it cannot write (ktrace.outputs.check_output). An input
+    folder, a FIFO or a device, or a plot of a format it cannot write (ktrace.core.outputs.check_output). An input
     or sidecar that is a FIFO, a device or a socket is refused too, without opening it (it could block)."""
-    from ..filetypes import refuse_special_input, sibling
-    from ..outputs import check_outputs
+    from ..core.filetypes import refuse_special_input, sibling
+    from ..core.outputs import check_outputs
 
     inputs, outputs = command_files(a)
     for path in [*inputs, *(o[0] for o in outputs)]:
