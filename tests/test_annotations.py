@@ -56,6 +56,21 @@ def flows(packets) -> tuple[list, list]:
     return out, inn
 
 
+def _check_span(f, a, b, e) -> None:
+    """The span drawn for a finding, from the tables themselves (docs/trace-format.md): a phase's finding lies
+    within that phase's instances; a wait's runs from the instance with the longest wait to that wait's end."""
+    inst = a.figures.instances
+    if f.phase is None or f.kind in ("tail", "critical_path"):
+        return
+    mine = inst.phase == f.phase
+    assert inst.begin_ns[mine].min() <= b and (f.kind == "large_wait" or e <= inst.end_ns[mine].max()), f.kind
+    if f.kind == "large_wait" and f.figures.get("next_phase") is not None:
+        w = a.figures.waits
+        (i,) = np.flatnonzero((w.phase == f.phase) & (w.next_phase == f.figures["next_phase"]))
+        (j,) = np.flatnonzero(mine & (inst.k == w.max_k[i]))
+        assert (b, e) == (inst.begin_ns[j], min(inst.end_ns[j] + f.figures["max_ns"], a.kernel.end_ns))
+
+
 def check_annotated(packets, a, on_lanes: bool) -> None:
     """What a user sees in the annotated trace, against the Analysis drawn in it."""
     kids = launch_children(packets)
@@ -67,6 +82,7 @@ def check_annotated(packets, a, on_lanes: bool) -> None:
         (name, b, e, args, _, _), = slices_on(packets, t.uuid)
         assert name == finding_label(f) and (b, e) == finding_span(f, a.figures)
         assert a.kernel.begin_ns <= b <= e <= a.kernel.end_ns
+        _check_span(f, a, b, e)
         assert args["severity"] == f.severity and args["evidence"] == f.evidence
         assert args["impact_ns"] == pytest.approx(f.impact_ns) and args["impact_share"] == pytest.approx(
             f.impact_share or 0.0)

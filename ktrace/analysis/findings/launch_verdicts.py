@@ -98,6 +98,10 @@ def _waits(ctx) -> list[Verdict]:
                    "another warp group of the block, not regular enough for untimed work of the lane")
             ev = "no release evidenced (docs/analysis-schema.md, what a wait waited for)"
         figs["waited_block"] = block if stable else None
+        # the instance after which the longest of these waits began (what the annotated trace draws)
+        w = fig.waits
+        at = np.flatnonzero((w.phase == r["phase"]) & (w.next_phase == r["next_phase"])) if len(w) else []
+        figs["max_k"] = int(w.max_k[at[0]]) if len(at) and w.max_k[at[0]] is not None else None
         if r["cause"] == "grid":
             cause_key = "grid barrier"  # every barrier's release is one cost: the barrier's own
         out.append(Verdict(kind, r["phase"], msg, ev, float(claims.sum()), True, figs, claims, cause_key))
