@@ -28,7 +28,7 @@ from .core.outputs import temporary_folder
 from .core.progress import stage
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
-           "is_trace", "is_proton_source", "temporary_trace", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
+           "is_trace", "is_proton_source", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
 
 NEEDS = ("decoder", "trace", "session")
 
@@ -152,16 +152,6 @@ def _stem(source) -> str:
         return buffer_stem(source)
     name = _name(source)
     return Path(name).stem if name not in ("buffer", "None") else "buffer"
-
-
-@contextmanager
-def temporary_trace(buffer, **decode_options):
-    """A profiler buffer converted to a trace in a temporary directory (removed on exit): yields its path.
-
-    Decoded a range of lanes at a time, as ``ktrace convert`` does; decode_options as for ``decode``."""
-    buffer_options([buffer], decode_options)
-    with open_input(buffer, need="trace", **decode_options) as inp:
-        yield inp.trace
 
 
 @dataclass(frozen=True)

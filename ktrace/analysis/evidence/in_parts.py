@@ -17,7 +17,7 @@ import numpy as np
 from ...runtime.forked import fork_imap
 from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
-__all__ = ["stream_evidence", "read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
+__all__ = ["read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
 PIECE_ROWS = 1 << 16  # top-level slices a range is read in at a time (stream.CHUNK_ROWS)
@@ -43,14 +43,6 @@ def _contiguous(rows: np.ndarray):
     return slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else rows
 
 
-def stream_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1
-                    ) -> tuple[WaitCauses, LeadIns]:
-    """(WaitCauses, LeadIns) of the stream's columns ``cols`` (stream.Columns), read a range of lanes at a
-    time (``cuts``: row ranges that begin at a lane's first row), each range in one of ``jobs`` forked
-    workers; instances: the instance table."""
-    return finish_evidence(read_evidence(cols, cuts, tick, names, num_blocks, instances, jobs))
-
-
 def finish_evidence(read, threads: int = 1) -> tuple[WaitCauses, LeadIns]:
     """The evidence's tests on what ``read_evidence`` read (in one process: they read a sample, not every
     slice); threads: with more than one, the lead-ins beside the wait causes, and the boundaries side by side
@@ -67,7 +59,7 @@ def finish_evidence(read, threads: int = 1) -> tuple[WaitCauses, LeadIns]:
 
 def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1) -> tuple:
     """What the evidence's tests read (``finish_evidence``): every top-level slice where they are few; else a
-    sample, and what must be exact from every slice, read a range of lanes at a time (``stream_evidence``)."""
+    sample, and what must be exact from every slice, read a range of lanes at a time."""
     n_top = int((cols.depth == 0).sum())
     if n_top <= EVIDENCE_MAX_SLICES:
         top = _top(cols, 0, cols.n)

@@ -64,11 +64,6 @@ class Context:
         m = (cp.kind == "slice") & (cp.phase == phase)
         return cp.k[m].astype(np.int64), cp.dur_ns[m]
 
-    def path_total(self, phase: str) -> float:
-        cp = self.cp
-        m = (cp.phase == phase) & ((cp.kind == "slice") | (cp.kind == "wait"))
-        return float(cp.dur_ns[m].sum())
-
     def instances(self, phase: str):
         t = self.fig.instances
         return t.where(t.phase == phase)
