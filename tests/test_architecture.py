@@ -19,7 +19,7 @@ LAYERS = [
     ("ktrace.export", 2), ("ktrace.engine", 2), ("ktrace.capture", 2),
     ("ktrace.analysis", 3),
     ("ktrace.report", 4),
-    ("ktrace.inputs", 5), ("ktrace.api", 5), ("ktrace.replays", 5), ("ktrace.gpus", 5), ("ktrace.view", 5),
+    ("ktrace.inputs", 5), ("ktrace.api", 5), ("ktrace.replays", 5), ("ktrace.view", 5),
     ("ktrace.cli", 6), ("ktrace.__main__", 6),
     ("ktrace", 5),  # the package facade (__init__): what `import ktrace` gives
 ]
