@@ -30,6 +30,17 @@ def run_ktrace(*args, cwd=None, env=None, timeout=300):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_ktrace_peak_mb(*args):
+    """The ``ktrace`` command in a child process: (returncode, stderr, its peak RSS in MB)."""
+    code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024); "
+            "sys.stderr.write(p.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "ktrace", *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    rc, mb = p.stdout.split()
+    return int(rc), p.stderr, int(mb)
+
+
 def write_buffer(tmp_path: Path, words: np.ndarray, name: str = "buf", meta: dict | None = None) -> Path:
     p = tmp_path / f"{name}.bin"
     np.asarray(words, np.uint64).astype("<u8").tofile(p)

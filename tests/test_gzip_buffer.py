@@ -15,6 +15,7 @@ import pytest
 import ktrace
 from ktrace.decoding import source
 from ktrace.core.errors import InputError
+from conftest import run_ktrace_peak_mb
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -71,20 +72,9 @@ def _zeros_gz(path, header: int, mib: int):
     return path
 
 
-def _peak(*args):
-    """(rc, stderr, peak RSS of the child in MB)."""
-    code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024); "
-            "sys.stderr.write(p.stderr)")
-    p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "ktrace", *map(str, args)],
-                       capture_output=True, text=True, timeout=300)
-    rc, mb = p.stdout.split()
-    return int(rc), p.stderr, int(mb)
-
-
 def test_a_header_claiming_more_lanes_than_the_file_could_hold_is_refused_before_inflating(tmp_path):
     p = _zeros_gz(tmp_path / "claims.bin.gz", 1 | (1 << 28) << 32, 64)  # 268M lanes claimed, 64 KB of file
-    rc, err, mb = _peak("inspect", p, "--no-sidecar")
+    rc, err, mb = run_ktrace_peak_mb("inspect", p, "--no-sidecar")
     assert rc == 2 and "Traceback" not in err, err[-2000:]
     assert "its header claims 1 blocks x 268,435,456 groups = 268,435,456 lanes, more than a" in err
     assert str(p) in err and "--num-blocks" in err
@@ -94,7 +84,7 @@ def test_a_header_claiming_more_lanes_than_the_file_could_hold_is_refused_before
 @pytest.mark.slow
 def test_a_gzip_bomb_buffer_stops_at_the_limit_in_that_much_memory(tmp_path):
     p = _zeros_gz(tmp_path / "bomb.bin.gz", 2 | 1 << 32, 1024)  # a sane header, then 1 GiB of zeros in 1 MB
-    rc, err, mb = _peak("inspect", p, "--no-sidecar")
+    rc, err, mb = run_ktrace_peak_mb("inspect", p, "--no-sidecar")
     assert rc == 2 and "Traceback" not in err, err[-2000:]
     assert f"inflates to more than {source.MAX_GZIP_BUFFER_BYTES:,} bytes" in err and "gunzip -k" in err
     assert mb < source.MAX_GZIP_BUFFER_BYTES / 2**20 + 150  # filled once, never copied

@@ -16,6 +16,7 @@ import pytest
 from ktrace.decoding import proton_events
 from ktrace.decoding.proton import read_proton
 from ktrace.core.errors import InputError
+from conftest import run_ktrace_peak_mb
 
 
 def _ev(cta=0, warp=0, name="a", ts=0.0, dur=0.1, pid=None, tid=None, ph="X"):
@@ -35,17 +36,6 @@ def _write(tmp_path, extra, name="t.chrome_trace", raw=None):
 def _cli(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "ktrace", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
-
-
-def _peak_mb(*args):
-    """(rc, stderr, peak RSS in MB) of ktrace run in a child."""
-    code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024); "
-            "sys.stderr.write(p.stderr)")
-    p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "ktrace", *map(str, args)],
-                       capture_output=True, text=True, timeout=300)
-    rc, mb = p.stdout.split()
-    return int(rc), p.stderr, int(mb)
 
 
 @pytest.mark.parametrize("bad", [
@@ -139,7 +129,7 @@ def test_a_gzip_bomb_is_refused_past_its_ratio_in_bounded_memory(tmp_path):
             f.write(c.compress(b" " * (1 << 20)))
         f.write(c.compress(b"]}") + c.flush())
     limit = proton_events.MAX_INFLATE_RATIO * p.stat().st_size
-    rc, err, mb = _peak_mb("analyze", p, "--engine", "numpy")
+    rc, err, mb = run_ktrace_peak_mb("analyze", p, "--engine", "numpy")
     assert rc == 2 and "Traceback" not in err, err[-2000:]
     assert f"inflates to more than {limit:,} bytes ({proton_events.MAX_INFLATE_RATIO} times the file" in err
     assert mb < 2 * limit / 2**20 + 150  # the pieces up to the limit, not the whole 512 MiB
