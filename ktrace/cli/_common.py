@@ -124,34 +124,24 @@ def result_options(p, rows: bool = False) -> None:
                        help="print at most N rows (default 10,000; 0: every row read)")
 
 
-def _row_count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
-    return n
+def _bounded(parse, ok, what: str):
+    """An argparse type: ``parse(text)`` where ``ok`` holds of it, else the error naming ``what`` it must be
+    (nan and inf fail every comparison, so a float bound refuses them)."""
+    def check(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return check
 
 
-def _mebibytes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1 << 30:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB above 0")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1e9:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
+_row_count = _bounded(int, lambda n: n >= 0, "a number of rows (0 or more)")
+_mebibytes = _bounded(float, lambda v: 0 < v <= 1 << 30, "a number of MiB above 0")
+_seconds = _bounded(float, lambda v: 0 < v < 1e9, "a number of seconds above 0")
 
 
 class Terminated(KeyboardInterrupt):
