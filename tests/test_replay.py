@@ -228,3 +228,20 @@ def test_no_late_start_saves_what_the_clock_says_the_late_blocks_spin_costs(name
     assert abs(w.saving_ns - truth) <= 0.15 * truth, (w.saving_ns, truth)
     # Every lane begun at the median saves at most a few ticks more: the one late block is nearly all of it.
     assert 0 <= whatif(tl, Change(no_late_start=True)).saving_ns - w.saving_ns <= 4 * tl.tick_ns
+
+
+def test_a_change_whose_replay_does_not_settle_gives_no_prediction(monkeypatch):
+    """A replay that has not reached its fixed point in its rounds says so (``settled``), and whatif refuses
+    to predict from it rather than print a wall it did not reach."""
+    from ktrace.analysis.evidence import whatif as whatif_module
+    from ktrace.core.errors import InputError
+
+    tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
+    measured = replay(tl)
+    assert measured.settled and measured.rounds > 1  # the grid barriers take more than one round
+    short = predict(tl, Change(balance=("compute",)), max_rounds=1)
+    assert not short.settled
+    assert predict(tl, Change(balance=("compute",))).settled
+    monkeypatch.setattr(whatif_module, "change_rounds", lambda measured: 1)
+    with pytest.raises(InputError, match="did not settle"):
+        whatif(tl, Change(balance=("compute",)))

@@ -92,13 +92,15 @@ class Timeline:
 @dataclass(frozen=True, eq=False)
 class Replayed:
     """A replay's result: each slice's begin and end (ns, the timeline's rows), what bound each begin (index
-    into RELEASES), the wall and the rounds it took."""
+    into RELEASES), the wall, the rounds it took, and whether it settled (reached the times no further round
+    changes) within its rounds: one that did not gives no prediction."""
 
     begin: np.ndarray
     end: np.ndarray
     bound: np.ndarray
     wall_ns: int
     rounds: int
+    settled: bool = True
 
 
 
@@ -307,7 +309,7 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     lane edge's own gap (ns). whatif.py turns a Change into these."""
     n = len(tl)
     if not n:
-        return Replayed(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8), 0, 0)
+        return Replayed(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8), 0, 0, True)
     dur = tl.dur.astype(np.float64) if dur is None else np.asarray(dur, np.float64)
     start = measured_starts(tl) if start is None else np.asarray(start, np.float64)
     lat = tl.latency.astype(np.float64) if latency is None else np.asarray(latency, np.float64)
@@ -322,6 +324,7 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     rel = np.full(n, -np.inf)
     rounds = 0
     limit = max_rounds or n + 2
+    settled = True
     while True:
         rounds += 1
         lower = np.maximum(start, rel)
@@ -329,7 +332,10 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
         if end is not None and np.array_equal(x, end):
             break
         end = x
-        if not len(mem) or rounds >= limit:
+        if not len(mem):
+            break
+        if rounds >= limit:
+            settled = False
             break
         smax = np.maximum.reduceat(end[mem], tl.set_starts)
         rel = np.where(has_rel, smax[rs] + lat, -np.inf)
@@ -341,7 +347,15 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
                      np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
     wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
     base = tl.kernel_begin
-    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds)
+    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
+                    settled)
+
+
+def change_rounds(measured: Replayed) -> int:
+    """The rounds a change's replay gets: a few times what the timeline as measured took (each round carries
+    the releases one link further). A change that has not settled by then gives no prediction (a release chain
+    it makes circular would otherwise take a round per slice: 18 s on a 30k-slice two-group capture)."""
+    return max(256, 4 * measured.rounds)
 
 
 def _lane_scan(y: np.ndarray, lane_rank: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .replay import RELEASES, Replayed, Timeline, critical_rows, measured_starts, replay
+from ...core.errors import InputError
+from .replay import RELEASES, Replayed, Timeline, change_rounds, critical_rows, measured_starts, replay
 
 __all__ = ["Change", "WhatIf", "predict", "whatif", "change_dict", "path_parts"]
 
@@ -162,16 +163,19 @@ def _latencies(tl: Timeline, ch: Change) -> np.ndarray:
 
 
 
-def predict(tl: Timeline, change: "Change | None" = None) -> Replayed:
-    """The replay with ``change`` applied (None: as measured)."""
+def predict(tl: Timeline, change: "Change | None" = None, max_rounds: int | None = None) -> Replayed:
+    """The replay with ``change`` applied (None: as measured), in at most ``max_rounds`` rounds."""
     ch = change or Change()
-    return replay(tl, _durations(tl, ch), _starts(tl, ch), _latencies(tl, ch))
+    return replay(tl, _durations(tl, ch), _starts(tl, ch), _latencies(tl, ch), max_rounds=max_rounds)
 
 
 def whatif(tl: Timeline, change: Change, measured_wall_ns: int | None = None) -> WhatIf:
     """The wall with ``change`` applied against the timeline replayed unchanged, and the critical path after."""
     base = replay(tl)
-    new = predict(tl, change)
+    new = predict(tl, change, change_rounds(base))
+    if not new.settled:
+        raise InputError(f"the timeline with this change did not settle in {new.rounds:,} rounds of the replay (the "
+                         "change makes a chain of releases circular): no prediction; try a smaller change")
     desc = change_dict(change)
     last = int(np.lexsort((tl.lane, -new.end))[0])
     ends_on = {"block": int(tl.block[last]), "group": int(tl.group[last]), "phase": tl.names[tl.phase[last]],

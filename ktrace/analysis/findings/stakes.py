@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence.replay import Timeline, measured_starts, replay, timeline
+from ..evidence.replay import Timeline, change_rounds, measured_starts, replay, timeline
 
 __all__ = ["Stakes", "timeline_of_figures"]
 
@@ -45,11 +45,7 @@ class Stakes:
         self.tl = timeline_of_figures(fig)
         base = replay(self.tl) if self.tl is not None else None
         self.base = base.wall_ns if base is not None else None
-        # A change's replay gets a few times the rounds the measured timeline took (each round carries the
-        # releases one link further); one that has not settled by then gives no bound: the stake stays as the
-        # critical path says (a hand-off chain that a change makes circular would otherwise take a round per
-        # slice: 18 s on a 30k-slice two-group capture).
-        self._max_rounds = max(256, 4 * base.rounds) if base is not None else 0
+        self._max_rounds = change_rounds(base) if base is not None else 0
         self._cache: dict = {}
 
     def saving(self, v) -> float | None:
@@ -62,7 +58,8 @@ class Stakes:
         if key not in self._cache:
             arrays = self._arrays(key)
             r = None if arrays is None else replay(self.tl, *arrays, max_rounds=self._max_rounds)
-            self._cache[key] = None if r is None or r.rounds >= self._max_rounds else float(max(self.base - r.wall_ns, 0))
+            # a change whose replay has not settled gives no bound: the stake stays as the critical path says
+            self._cache[key] = None if r is None or not r.settled else float(max(self.base - r.wall_ns, 0))
         return self._cache[key]
 
     def _change_key(self, v):
