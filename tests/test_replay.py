@@ -14,8 +14,8 @@ import pytest
 
 from conftest import quick_first
 from ktrace import decode
-from ktrace.analysis.evidence.replay import replay, timeline_of
-from ktrace.analysis.evidence.whatif import Change, predict, whatif
+from ktrace.analysis.findings.replay import replay, timeline_of
+from ktrace.analysis.findings.whatif import Change, predict, whatif
 from ktrace.analysis.figures.numpy.stream import numpy_figures
 from ktrace.decoding.encode import encode_tags, place_records
 
@@ -233,7 +233,7 @@ def test_no_late_start_saves_what_the_clock_says_the_late_blocks_spin_costs(name
 def test_a_change_whose_replay_does_not_settle_gives_no_prediction(monkeypatch):
     """A replay that has not reached its fixed point in its rounds says so (``settled``), and whatif refuses
     to predict from it rather than print a wall it did not reach."""
-    from ktrace.analysis.evidence import whatif as whatif_module
+    from ktrace.analysis.findings import whatif as whatif_module
     from ktrace.core.errors import InputError
 
     tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")

@@ -212,7 +212,7 @@ class Analysis:
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the headline, the warnings with evidence and impact; the info findings and the
         phase table folded."""
-        from .model.notebook import analysis_html
+        from .findings.headlines import analysis_html
 
         return analysis_html(self)
 

@@ -72,7 +72,7 @@ def _speedup(text: str) -> tuple[str, float]:
 
 
 def _cmd_whatif(a) -> int:
-    from ..analysis.evidence.whatif import Change
+    from ..analysis.findings.whatif import Change
     from ..api import whatif
     from ..report.whatif_report import whatif_text
 

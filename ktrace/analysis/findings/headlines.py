@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..model import notebook as nb
 from .find import Finding, format_ns
 
-__all__ = ["Headline", "Vocabulary", "headline", "title_line", "stake_text", "HEADLINE_CHARS"]
+__all__ = ["Headline", "Vocabulary", "headline", "title_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
 
 HEADLINE_CHARS = 100  # a headline longer than this is cut at a word (the message has the rest)
 
@@ -248,3 +249,71 @@ def stake_text(f: Finding) -> str:
     """'stake 338 µs (56% of the wall)': the kernel time a finding accounts for."""
     share = f" ({f.impact_share:.0%} of the wall)" if f.impact_share is not None else ""
     return f"stake {_t(f.impact_ns)}{share}"
+
+
+# -- the short report as HTML (the notebook's repr of an Analysis) -----------------------------------------
+
+_PHASE_COLUMNS = (("phase", "phase", None), ("groups", "groups", None), ("instances", "inst.", None),
+                  ("mean_max_dur_ns", "slowest", "ns"), ("mean_dur_ns", "mean", "ns"), ("imbalance", "imbalance", "x"),
+                  ("mean_excess_ns", "excess", "ns"), ("mean_start_skew_ns", "start skew", "ns"),
+                  ("mean_end_skew_ns", "end skew", "ns"), ("top_last_block", "last block", None))
+
+
+def _phase_rows(a) -> tuple[list, list]:
+    rows = a.phases.rows()
+    have = [c for c in _PHASE_COLUMNS if rows and c[0] in rows[0]]
+    out = []
+    for r in rows:
+        line = []
+        for key, _, unit in have:
+            v = r[key]
+            line.append(nb.ns_text(v) if unit == "ns" else f"{v:.2f}x" if unit == "x" and v is not None else v)
+        out.append(line)
+    return [h for _, h, _ in have], out
+
+
+def _findings_table(findings) -> str:
+    rows = []
+    for f in findings:
+        share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
+        rows.append(f"<tr><td class='{nb.escape(f.severity)}'>{nb.escape(f.severity)}</td><td style='text-align:left'>"
+                    f"{nb.escape(f.message)}</td><td style='text-align:left'>{nb.escape(f.evidence)}</td>"
+                    f"<td>{nb.escape(nb.ns_text(f.impact_ns))}{nb.escape(share)}</td></tr>")
+    return ("<table><tr><th>severity</th><th>finding</th><th>evidence</th><th>impact</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def analysis_html(a) -> str:
+    """An Analysis as HTML, the short report's structure (``ktrace analyze``): the kernel's line, the clock
+    (Proton traces), data-quality warnings, each warning's headline with its stake, action and evidence; then,
+    folded, every finding in full and the per-phase table."""
+    v = Vocabulary.of(a)
+    parts = [f"<div class='ktrace'>{nb.STYLE}<p><b>{nb.escape(title_line(a))}</b><br><small>{nb.escape(str(a.source))} "
+             f"({nb.escape(a.engine)})</small></p>"]
+    L = a.launch
+    if L.get("producer") == "proton":
+        parts.append(f"<p>clock: {nb.escape(str(L.get('time_origin', '')))}</p>")
+    for w in a.data_quality.warnings:
+        parts.append(f"<p class='warning'>data quality: {nb.escape(w)}</p>")
+    warn = [f for f in a.findings if f.severity == "warning"]
+    info = [f for f in a.findings if f.severity != "warning"]
+    if not warn:
+        parts.append("<p class='pass'>no warnings: nothing costs the kernel enough time to act on</p>")
+    else:
+        items = []
+        for f in warn:
+            h = headline(f, v)
+            do = f"; do: {nb.escape(h.action)}" if h.action else ""
+            items.append(f"<li><b class='warning'>{nb.escape(h.text)}</b><br>{nb.escape(stake_text(f))}{do}<br>"
+                         f"<small>evidence: {nb.escape(h.evidence)}</small></li>")
+        parts.append(f"<p><b>{len(warn)} warning{'' if len(warn) == 1 else 's'}</b> (by kernel time at stake)</p>"
+                     "<ol>" + "".join(items) + "</ol>")
+    if warn or info:
+        parts.append(f"<details><summary>every finding in full ({len(warn)} warning(s), {len(info)} info)</summary>"
+                     + _findings_table(warn + info) + "</details>")
+    ph_head, ph_rows = _phase_rows(a)
+    if ph_rows:
+        parts.append("<details><summary>phases (means over instances)</summary>"
+                     + nb.html_table(ph_head, ph_rows, "phases (means over instances)") + "</details>")
+    parts.append("</div>")
+    return "".join(parts)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .verdict import Verdict, fmt as _fmt, signed, num as _num
+from .phase_shape import carried
 
 __all__ = ["last_finisher"]
 
@@ -68,7 +69,6 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                        {**base, "block": block, "cause": "late_start"}, c,
                        f"block {block}" if block is not None else None)
 
-    from .verdicts import carried
 
     if behind.mean() >= 0.5 and lag_.sum() >= late_.sum() and p["phase_index"] > 0 and carried(ctx, p, inst) \
             and not long_.mean() >= 0.5:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .verdict import Verdict, fmt as _fmt, num as _num
+from .phase_shape import dominant, lined_up
 from ..evidence.waits import HANDOFF_TICKS
 
 __all__ = ["launch_verdicts"]
@@ -173,7 +174,6 @@ def _group_name(fig, g) -> str:
 
 def _work_list(ctx) -> bool:
     """Some top-level phase's instances do not line up across lanes (counts or times): a work list."""
-    from .verdicts import lined_up
 
     fig = ctx.fig
     for i in range(len(fig.phases)):
@@ -185,8 +185,6 @@ def _work_list(ctx) -> bool:
 
 def _lane_totals(ctx) -> Verdict | None:
     """On a work list, balance is each lane's total busy time over all phases, within each warp group."""
-    from .verdicts import dominant
-
     fig, th = ctx.fig, ctx.th
     lt = fig.lane_totals
     k = fig.kernel

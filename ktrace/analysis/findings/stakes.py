@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence.replay import Timeline, change_rounds, measured_starts, replay, timeline
+from .replay import Timeline, change_rounds, measured_starts, replay, timeline
 
 __all__ = ["Stakes", "timeline_of_figures"]
 

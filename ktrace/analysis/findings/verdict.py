@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...core.units import format_ns
+
 __all__ = ["Verdict", "format_ns", "fmt", "num", "signed"]
 
 
@@ -24,20 +26,6 @@ class Verdict:
     figures: dict = field(default_factory=dict)
     claims: object = None
     cause: str | None = None
-
-
-def format_ns(ns) -> str:
-    """A duration for people: '468 ns', '43.6 µs', '1.25 ms', '2.00 s'."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.3g} µs" if a < 1e5 else f"{ns / 1e3:.0f} µs"
-    if a < 1e9:
-        return f"{ns / 1e6:.3g} ms" if a < 1e8 else f"{ns / 1e6:.0f} ms"
-    return f"{ns / 1e9:.3g} s"
 
 
 fmt = format_ns

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .verdict import Verdict, fmt as _fmt, num as _num
+from .phase_shape import DOMINANCE, carried, dominant, incoming_causes, lined_up
 from .last_finisher import last_finisher
 from .launch_verdicts import launch_verdicts
 from ..model.results import Figures
@@ -33,7 +34,6 @@ from ..evidence.slots import slot_figures
 __all__ = ["Verdict", "all_verdicts", "Context", "DOMINANCE", "MIN_PHASE_TICKS", "lined_up", "dominant", "carried",
            "incoming_causes"]
 
-DOMINANCE = 2.0  # a named block's excess over the median is at least this many times the runner-up's
 MIN_PHASE_TICKS = 4  # a phase whose slowest slice is shorter than this many ticks makes no warnings
 
 
@@ -176,34 +176,6 @@ def _link(p, imb, last, skew) -> None:
         imb.cause = imb.cause if last is not None else "heavy blocks"
 
 
-def lined_up(ctx, p: dict, inst) -> bool:
-    """The phase's instances line up across lanes: every lane ran as many of them, and in most instances every
-    lane began instance k+1 after the last lane began instance k (lanes of a work list drift apart)."""
-    if p["min_lane_instances"] != p["max_lane_instances"]:
-        return False
-    if len(inst) <= 1:
-        return True
-    # Instance k+1 begins on every lane after instance k began on every lane: the lanes keep step.
-    order = np.argsort(inst.k, kind="stable")
-    first = inst.begin_ns[order].astype(np.int64)
-    last = first + inst.start_skew_ns[order].astype(np.int64)
-    ok = first[1:] >= last[:-1] - ctx.eps
-    return bool(ok.mean() >= ctx.th.stable_fraction)
-
-
-def dominant(values: np.ndarray, eps: float) -> int | None:
-    """The index of the value that stands out above the others (see DOMINANCE), else None."""
-    v = np.asarray(values, np.float64)
-    if len(v) < 2:
-        return None
-    order = np.argsort(-v, kind="stable")
-    med = float(np.median(v))
-    top, second = float(v[order[0]]) - med, float(v[order[1]]) - med
-    if top < eps or top < DOMINANCE * max(second, 0.0):
-        return None
-    return int(order[0])
-
-
 def _imbalance(ctx, p, inst) -> Verdict | None:
     th, fig = ctx.th, ctx.fig
     imb, mean_max, mean = p["imbalance"], p["mean_max_dur_ns"], p["mean_dur_ns"]
@@ -272,23 +244,6 @@ def _totals_even(ctx, p) -> float | None:
             continue
         worst = max(worst, float(tot.max() / tot.mean()))
     return worst if 0 < worst <= ctx.th.imbalance else None
-
-
-def incoming_causes(ctx, phase: str) -> set[str]:
-    """The causes of the waits that end at this phase's begins (docs: "What a wait waited for")."""
-    wc = ctx.wc
-    m = (wc.next_phase == phase) & (wc.cause != "none")
-    return set(wc.cause[m].tolist())
-
-
-def carried(ctx, p, inst) -> bool:
-    """The phase's start skew comes over from the phase before it on each lane: no barrier evidenced before
-    it, and the gaps before it (lead-ins) spread over at most half the start skew."""
-    with_prev = inst.prev_lanes > 0
-    if not with_prev.any() or incoming_causes(ctx, p["phase"]) & {"grid", "cluster"}:
-        return False
-    spread = (inst.lead_in_max_ns - inst.lead_in_min_ns)[with_prev]
-    return float(np.nan_to_num(spread).mean()) * 2 <= p["mean_start_skew_ns"]
 
 
 def _skew(ctx, p, inst, on_path) -> Verdict | None:

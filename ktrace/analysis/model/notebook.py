@@ -13,12 +13,12 @@ import html
 
 from ...core.terminal import printable
 
-__all__ = ["analysis_html", "diff_html", "check_html", "table_html", "to_pandas", "PANDAS_HINT"]
+__all__ = ["diff_html", "check_html", "table_html", "to_pandas", "PANDAS_HINT"]
 
 PANDAS_HINT = "pip install 'ktrace[notebook]'"
 _MAX_ROWS = 200  # a notebook shows this many rows of a table; .to_pandas() has them all
 
-_STYLE = ("<style>.ktrace td,.ktrace th{padding:2px 8px;text-align:right}.ktrace td:first-child,"
+STYLE = ("<style>.ktrace td,.ktrace th{padding:2px 8px;text-align:right}.ktrace td:first-child,"
           ".ktrace th:first-child{text-align:left}.ktrace .warning{color:#b35900}.ktrace .info{color:#555}"
           ".ktrace .fail{color:#c00}.ktrace .pass{color:#070}</style>")
 
@@ -49,7 +49,7 @@ def _cell(v) -> str:
     return escape(str(v))
 
 
-def _html_table(head, rows, caption: str | None = None) -> str:
+def html_table(head, rows, caption: str | None = None) -> str:
     out = ["<table>"]
     if caption:
         out.append(f"<caption style='text-align:left'>{escape(caption)}</caption>")
@@ -66,82 +66,14 @@ def table_html(table) -> str:
     more = len(rows) - _MAX_ROWS
     cap = f"{type(table).__name__}: {len(rows):,} rows" + (f" (first {_MAX_ROWS} shown; .to_pandas() has all)"
                                                           if more > 0 else "")
-    return f"<div class='ktrace'>{_STYLE}" + _html_table(cols, [[r[c] for c in cols] for r in rows[:_MAX_ROWS]],
+    return f"<div class='ktrace'>{STYLE}" + html_table(cols, [[r[c] for c in cols] for r in rows[:_MAX_ROWS]],
                                                         cap) + "</div>"
 
 
-def _ns(v) -> str:
-    from ..findings.find import format_ns
+def ns_text(v) -> str:
+    from ...core.units import format_ns
 
     return format_ns(v) if v is not None else "—"
-
-
-_PHASE_COLUMNS = (("phase", "phase", None), ("groups", "groups", None), ("instances", "inst.", None),
-                  ("mean_max_dur_ns", "slowest", "ns"), ("mean_dur_ns", "mean", "ns"), ("imbalance", "imbalance", "x"),
-                  ("mean_excess_ns", "excess", "ns"), ("mean_start_skew_ns", "start skew", "ns"),
-                  ("mean_end_skew_ns", "end skew", "ns"), ("top_last_block", "last block", None))
-
-
-def _phase_rows(a) -> tuple[list, list]:
-    rows = a.phases.rows()
-    have = [c for c in _PHASE_COLUMNS if rows and c[0] in rows[0]]
-    out = []
-    for r in rows:
-        line = []
-        for key, _, unit in have:
-            v = r[key]
-            line.append(_ns(v) if unit == "ns" else f"{v:.2f}x" if unit == "x" and v is not None else v)
-        out.append(line)
-    return [h for _, h, _ in have], out
-
-
-def _findings_table(findings) -> str:
-    rows = []
-    for f in findings:
-        share = f" ({f.impact_share:.1%} of wall)" if f.impact_share is not None else ""
-        rows.append(f"<tr><td class='{escape(f.severity)}'>{escape(f.severity)}</td><td style='text-align:left'>"
-                    f"{escape(f.message)}</td><td style='text-align:left'>{escape(f.evidence)}</td>"
-                    f"<td>{escape(_ns(f.impact_ns))}{escape(share)}</td></tr>")
-    return ("<table><tr><th>severity</th><th>finding</th><th>evidence</th><th>impact</th></tr>"
-            + "".join(rows) + "</table>")
-
-
-def analysis_html(a) -> str:
-    """An Analysis as HTML, the short report's structure (``ktrace analyze``): the kernel's line, the clock
-    (Proton traces), data-quality warnings, each warning's headline with its stake, action and evidence; then,
-    folded, every finding in full and the per-phase table."""
-    from ..findings.headlines import Vocabulary, headline, stake_text, title_line
-
-    v = Vocabulary.of(a)
-    parts = [f"<div class='ktrace'>{_STYLE}<p><b>{escape(title_line(a))}</b><br><small>{escape(str(a.source))} "
-             f"({escape(a.engine)})</small></p>"]
-    L = a.launch
-    if L.get("producer") == "proton":
-        parts.append(f"<p>clock: {escape(str(L.get('time_origin', '')))}</p>")
-    for w in a.data_quality.warnings:
-        parts.append(f"<p class='warning'>data quality: {escape(w)}</p>")
-    warn = [f for f in a.findings if f.severity == "warning"]
-    info = [f for f in a.findings if f.severity != "warning"]
-    if not warn:
-        parts.append("<p class='pass'>no warnings: nothing costs the kernel enough time to act on</p>")
-    else:
-        items = []
-        for f in warn:
-            h = headline(f, v)
-            do = f"; do: {escape(h.action)}" if h.action else ""
-            items.append(f"<li><b class='warning'>{escape(h.text)}</b><br>{escape(stake_text(f))}{do}<br>"
-                         f"<small>evidence: {escape(h.evidence)}</small></li>")
-        parts.append(f"<p><b>{len(warn)} warning{'' if len(warn) == 1 else 's'}</b> (by kernel time at stake)</p>"
-                     "<ol>" + "".join(items) + "</ol>")
-    if warn or info:
-        parts.append(f"<details><summary>every finding in full ({len(warn)} warning(s), {len(info)} info)</summary>"
-                     + _findings_table(warn + info) + "</details>")
-    ph_head, ph_rows = _phase_rows(a)
-    if ph_rows:
-        parts.append("<details><summary>phases (means over instances)</summary>"
-                     + _html_table(ph_head, ph_rows, "phases (means over instances)") + "</details>")
-    parts.append("</div>")
-    return "".join(parts)
 
 
 def diff_html(d) -> str:
@@ -157,14 +89,14 @@ def diff_html(d) -> str:
     found = [f"resolved: {'; '.join(d.findings_resolved)}"] if d.findings_resolved else []
     found += [f"new: {'; '.join(d.findings_new)}"] if d.findings_new else []
     head = ["figure", "before", "after", "change", "relative", "verdict", "evidence"]
-    return (f"<div class='ktrace'>{_STYLE}<p><b>{escape(d.headline)}</b></p>"
+    return (f"<div class='ktrace'>{STYLE}<p><b>{escape(d.headline)}</b></p>"
             f"<p>{escape(d.cost_message)}</p>" + "".join(f"<p>{escape(x)}</p>" for x in found)
-            + (_html_table(head, beyond, f"beyond the noise ({len(beyond)})") if beyond
+            + (html_table(head, beyond, f"beyond the noise ({len(beyond)})") if beyond
                else "<p>nothing changed beyond the noise</p>")
             + f"<details><summary>every figure ({len(rows)}), the notes and the sources</summary>"
             + f"<p>before: {escape(str(d.before_source))} &nbsp; after: {escape(str(d.after_source))}</p>"
             + "".join(f"<p class='info'>note: {escape(n)}</p>" for n in d.notes)
-            + _html_table(head, rows) + "</details></div>")
+            + html_table(head, rows) + "</details></div>")
 
 
 def check_html(c) -> str:
@@ -173,7 +105,7 @@ def check_html(c) -> str:
     rows = "".join(f"<tr><td class='{escape(r.status)}'>{escape(r.status)}</td><td>{escape(r.rule)}</td>"
                    f"<td>{_cell(r.measured)}</td><td>{escape(str(r.op or ''))} {_cell(r.limit)}</td>"
                    f"<td style='text-align:left'>{escape(r.message)}</td></tr>" for r in c.results)
-    return (f"<div class='ktrace'>{_STYLE}<p><b>ktrace check {escape(status)}</b>: {escape(str(c.source))} "
+    return (f"<div class='ktrace'>{STYLE}<p><b>ktrace check {escape(status)}</b>: {escape(str(c.source))} "
             f"({escape(str(c.kernel))})</p>" + "".join(f"<p class='info'>note: {escape(n)}</p>" for n in c.notes)
             + "<table><tr><th>status</th><th>rule</th><th>measured</th><th>limit</th><th>message</th></tr>"
             + rows + "</table></div>")

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..evidence.waits import LeadIns, TopSlices, WaitCauses
+from .wait_tables import LeadIns, TopSlices, WaitCauses
 from .launch_shape import Blocks, BusySms, LaneTotals, Occupancy
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
 

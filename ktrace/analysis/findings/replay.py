@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .waits import TopSlices
+from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
 
