@@ -69,9 +69,11 @@ def decode_options(p: argparse.ArgumentParser) -> None:
     side.add_argument("--no-sidecar", action="store_true", help="ignore the metadata sidecar")
     g.add_argument("--num-blocks", type=int, metavar="N", help="override the header's block count")
     g.add_argument("--num-groups", type=int, metavar="N", help="override the header's group count")
-    t = p.add_argument_group("Triton Proton traces (.chrome_trace)")
+    t = p.add_argument_group("Triton Proton traces (.chrome_trace) and NVIDIA IKET traces (.trace.json)")
     t.add_argument("--lanes", choices=["warp", "warpgroup"], help="one lane per warp (default) or per warp group "
                    "of 4 warps (a scope spans its warps' first begin to last end)")
+    t.add_argument("--launch", type=int, metavar="N", help="which launch of an IKET trace holding several (0 = "
+                   "the first)")
     t.add_argument("--sm-clock", metavar="MHZ", help="the SM clock to turn Proton's cycles into ns (default: the "
                    "sidecar's sm_clock_mhz, else ktrace calibrate's cache, else Proton's assumed 1000)")
     t.add_argument("--proton-log", metavar="FILE", help="Proton's stderr: its 'first N events are dropped' warnings "
@@ -87,8 +89,8 @@ def decode_kwargs(a) -> dict:
         "sidecar": False if a.no_sidecar else a.sidecar,
         "num_blocks": a.num_blocks,
         "num_groups": a.num_groups,
-        **{k: v for k, v in (("lanes", a.lanes), ("sm_clock_mhz", a.sm_clock), ("proton_log", a.proton_log))
-           if v is not None},
+        **{k: v for k, v in (("lanes", a.lanes), ("sm_clock_mhz", a.sm_clock), ("proton_log", a.proton_log),
+                             ("launch", getattr(a, "launch", None))) if v is not None},
     }
 
 

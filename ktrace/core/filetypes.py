@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "is_iket", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
            "special_kind", "refuse_special_input"]
 
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
@@ -36,7 +36,7 @@ def is_trace(path) -> bool:
     name = Path(str(path)).name.lower()
     if name.endswith(BUFFER_SUFFIXES + PROTON_SUFFIXES):
         return False
-    if name.endswith((".json", ".gz")) and is_proton(path):
+    if name.endswith((".json", ".gz")) and (is_proton(path) or is_iket(path)):
         return False
     if name.endswith(TRACE_SUFFIXES + _OTHER_TRACE_SUFFIXES):
         return True
@@ -45,6 +45,23 @@ def is_trace(path) -> bool:
             return f.read(1) == b"\x0a"
     except OSError:
         return False
+
+
+_IKET_SNIFF = re.compile(rb'"(gridDimX|warpLocIdxs|warpLifetimes|rangeNameIdx|locationTable)"')
+
+
+def is_iket(path) -> bool:
+    """True for NVIDIA IKET's JSON trace (``iket_pid_<pid>.trace.json``, or gzip-compressed): a ``.json`` or
+    ``.json.gz`` whose first 64 KiB hold two of IKET's own keys."""
+    name = Path(str(path)).name.lower()
+    if not name.endswith((".json", ".json.gz")) or not Path(str(path)).is_file():
+        return False
+    try:
+        with open_maybe_gzip(path) as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return False
+    return len({m.group(1) for m in _IKET_SNIFF.finditer(head)}) >= 2
 
 
 def open_maybe_gzip(path):

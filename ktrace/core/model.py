@@ -50,6 +50,12 @@ LANE_NOTES = {
     "complete events, or an id, ts or dur that is damaged or past its limit; they are in no figure",
     "overflow": "the lane was full and ktrace's capacity guard dropped records instead of writing past the "
     "buffer (see 'records lost'); give the capture more records per lane",
+    "iket_cross_warp": "IKET ranges that ended on another warp than they started on (ranges across warps): "
+    "each is kept on the warp that started it",
+    "iket_internal_events": "IKET range events between a range's start and end (multi-event ranges): counted, "
+    "not drawn",
+    "iket_payloads": "IKET markers carrying a payload (the payloads are in the JSON trace, not in ktrace's model)",
+    "iket_backwards": "IKET ranges that end before they start: each kept as two 'backwards' anomalies",
 }
 
 
@@ -72,6 +78,7 @@ class Launch:
     timer_anchor_ns: int | None = None  # one 64-bit %globaltimer read by the kernel: exact anchor
     sidecar: str | None = None  # path of the sidecar read, if any
     producer: str | None = None  # "flashinfer" or "ktrace" (ktrace's header), when the sidecar says
+    producer_version: str | None = None  # what made the trace, with its version (IKET: JSON format, CuTe DSL)
     capacity_per_lane: int | None = None  # records per lane the buffer was sized for, when known
     trailer: bool = False  # ktrace's header: per-lane overflow counts and a 64-bit timer anchor follow
     probe_cost_ns: float | None = None  # one probe's cost measured by `ktrace calibrate`

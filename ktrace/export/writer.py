@@ -69,6 +69,8 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
         facts["device"] = L.device
     if L.producer:
         facts["producer"] = L.producer
+    if L.producer_version:
+        facts["producer_version"] = L.producer_version
     facts["layout"] = d.layout.name
     facts["layout_match"] = round(d.layout.score, 6)
     facts["num_blocks"] = L.num_blocks

@@ -37,6 +37,8 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
             "group_names": list(L.group_names),
             "names_source": L.names_source,
             "timer_tick_ns": L.timer_tick_ns,
+            "producer": L.producer,
+            "producer_version": L.producer_version,
         },
         "lanes": {
             "total": L.num_blocks * L.num_groups,
@@ -72,6 +74,10 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
     }
 
 
+_PRODUCERS = {"iket": "NVIDIA IKET (run-iket's JSON trace)", "proton": "Triton Proton (intra-kernel trace)",
+              "flashinfer": "FlashInfer's profiler macros", "ktrace": "ktrace's header"}
+
+
 def _row(table, *cells) -> None:
     """A row of single-line cells: a line break in a name is shown escaped, never as a new row."""
     table.add_row(*(printable(c) for c in cells))
@@ -90,6 +96,9 @@ def inspect_text(info: dict) -> list:
     _row(t, "kernel", f"{L['kernel']}  ({L['num_blocks']} blocks x {L['num_groups']} groups)")
     if L["device"]:
         _row(t, "device", L["device"])
+    if L.get("producer") in _PRODUCERS:
+        _row(t, "producer", _PRODUCERS[L["producer"]] + (f" ({L['producer_version']})" if L.get("producer_version")
+                                                        else ""))
     _row(t, "layout", f"{lay['name']} ({lay['chosen_by']}, {lay['match']:.1%} of records agree with their position)")
     _row(t, "lanes", f"{info['lanes']['with_records']} of {info['lanes']['total']} have records; "
               f"capacity {info['lanes']['capacity_per_lane']} records per lane")

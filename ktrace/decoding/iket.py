@@ -1,0 +1,415 @@
+"""NVIDIA IKET's JSON trace (``run-iket ... profile --postprocess json|all`` writes ``iket_pid_<pid>.trace.json``)
+read into ktrace's model: a Decoded of phase slices and instants.
+
+Checked against the traces of ``nvidia-cutlass-dsl`` 4.8.1 (IKET's JSON ``meta.version`` 1) on an H200, and NVIDIA's
+documented shape ("JSON Trace Shape" in CUTLASS's ``iket_profiling.rst``). What the format holds: ``stringTable``
+(names) and ``locationTable`` (per warp: ``smId``, ``tpcId``, ``gpcId``, ``ctaId`` [x, y, z], ``warpId``), then per
+launch (``launches[]``, and ``graphLaunches`` for CUDA graphs) its grid and block shape, ``ranges[]`` (a name, a
+start and end stamp, the warps that took part: ``warpLocIdxs``, start first), ``markers[]`` (a name, a stamp, a
+warp, an optional scalar payload) and ``warpLifetimes[]`` (each warp's first and last stamp). Stamps are
+``%globaltimer`` nanoseconds at a 32 ns step.
+
+Into the model: a CTA is a block (its linear id x + X * (y + Y * z)), a warp (``lanes="warp"``, the default) or a
+warp group of 4 warps (``lanes="warpgroup"``) a lane, a range a slice of the phase its name gives (stack and token
+ranges alike, nesting kept), a marker an instant (its payload kept as the instant's value), and each warp's
+lifetime an outer slice of the phase ``lifetime``: the lane's true begin and end, so that a warp that starts
+late or idles before its first range shows as it is. Times are from the launch's first stamp. Every record is
+counted: a range is two records, a marker one, a lifetime two; a range that ends on another warp than it
+started on, or ends before it starts, is counted under its note and kept on its starting warp (or dropped and
+counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import InputError
+from ..core.filetypes import is_iket
+from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
+from .inflate import inflated_pieces, open_regular
+from .proton import _slices
+
+__all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "LIFETIME"]
+
+IKET_OPTIONS = ("lanes", "launch")
+LIFETIME = "lifetime"  # the phase each warp's lifetime becomes
+LANE_MODES = ("warp", "warpgroup")
+WARPS_PER_GROUP = 4
+MAX_TRACE_BYTES = 1 << 30
+MAX_INFLATE_RATIO = 200
+MIN_INFLATE_LIMIT = 16 << 20
+MAX_WARPS = 64  # 2048 threads: more than any CTA holds
+MAX_CTAS = 1 << 31  # CUDA's grid limit in x; y and z are smaller, and the product is bounded below
+LANES_FREE = 1 << 22  # lanes always allowed; past it, a lane needs records (as for a Proton trace)
+MAX_SPAN_NS = 10**12  # a launch longer than 1000 s is not one kernel's trace
+_FIX = "copy the .trace.json run-iket wrote again (or redo it: run-iket postprocess)"
+
+
+def _read(path: Path) -> bytes:
+    with open_regular(path, "an IKET trace", _FIX) as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            gz = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            if not gz and size > MAX_TRACE_BYTES:
+                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 30} GiB: not one IKET "
+                                 "trace of a few launches (profile fewer launches, or one cluster: --enabled-cluster)")
+            if not gz:
+                raw = f.read(MAX_TRACE_BYTES + 1)
+        except OSError as e:
+            raise InputError(f"{path}: cannot be read ({e}); {_FIX}") from None
+        if gz:
+            limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
+            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 30} GiB: a gzip bomb, or not "
+                   "one IKET trace; check what it holds with gunzip -l")
+            return b"".join(list(inflated_pieces(path, f, limit, why, _FIX)))
+    if len(raw) > MAX_TRACE_BYTES:
+        raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 30} GiB: not one IKET trace")
+    return raw
+
+
+def _bad(path, what: str) -> InputError:
+    return InputError(f"{path}: {what}: not IKET's JSON trace as nvidia-cutlass-dsl 4.8 writes it; {_FIX}")
+
+
+def _ints(path, rows: list, key: str, what: str, lo: int = 0, hi: int = (1 << 63) - 1) -> np.ndarray:
+    """The ``key`` of every row as int64, each checked to be an integer in [lo, hi]."""
+    try:
+        vals = [r[key] for r in rows]
+    except (KeyError, TypeError):
+        raise _bad(path, f"a {what} without {key!r}") from None
+    if not all(type(v) is int for v in vals):
+        raise _bad(path, f"a {what}'s {key!r} is not an integer")
+    if vals and (min(vals) < lo or max(vals) > hi):
+        bad = next(v for v in vals if not lo <= v <= hi)
+        raise _bad(path, f"a {what}'s {key!r} is {str(bad)[:24]}, outside {lo:,}..{hi:,}")
+    return np.array(vals, dtype=np.int64)
+
+
+def _table(path, doc: dict, key: str) -> list:
+    t = doc.get(key)
+    if not isinstance(t, list):
+        raise _bad(path, f"no {key!r} list")
+    return t
+
+
+def _launches(path, doc: dict) -> list:
+    out = list(_table(path, doc, "launches"))
+    graphs = doc.get("graphLaunches") or {}
+    if not isinstance(graphs, dict):
+        raise _bad(path, "'graphLaunches' is not an object")
+    for key in sorted(graphs):
+        if not isinstance(graphs[key], list):
+            raise _bad(path, f"graphLaunches[{str(key)[:40]!r}] is not a list")
+        out.extend(graphs[key])
+    if not all(isinstance(x, dict) for x in out):
+        raise _bad(path, "a launch is not an object")
+    return out
+
+
+def _locations(path, table: list) -> dict:
+    """The location table as columns: cta (x, y, z), warp, sm, tpc, gpc."""
+    if not all(isinstance(r, dict) for r in table):
+        raise _bad(path, "a locationTable entry is not an object")
+    try:
+        cta = [r["ctaId"] for r in table]
+    except KeyError:
+        raise _bad(path, "a location without 'ctaId'") from None
+    if not all(isinstance(c, list) and len(c) == 3 and all(type(v) is int and 0 <= v < MAX_CTAS for v in c)
+               for c in cta):
+        raise _bad(path, "a location's 'ctaId' is not three CTA indices")
+    cta = np.array(cta, dtype=np.int64).reshape(-1, 3)
+    return {"cta": cta, "warp": _ints(path, table, "warpId", "location", 0, MAX_WARPS - 1),
+            "sm": _ints(path, table, "smId", "location", 0, 1 << 16),
+            "tpc": _ints(path, table, "tpcId", "location", 0, 1 << 16),
+            "gpc": _ints(path, table, "gpcId", "location", 0, 1 << 16)}
+
+
+def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, events=None, groups=None,
+              name: str | None = None, **ignored) -> Decoded:
+    """The Decoded of one launch of an IKET JSON trace (``launch``: its index among the trace's launches, graph
+    launches after the others; needed when there are several). Raises InputError with the file, the problem and
+    what to do."""
+    path = Path(str(path))
+    lanes = lanes or "warp"
+    if lanes not in LANE_MODES:
+        raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
+    given = sorted(k for k, v in dict(ignored, events=events, groups=groups).items() if v not in (None, False))
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
+                         "IKET traces (their CTAs, warps and range names are in the trace)")
+    raw = _read(path)
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise _bad(path, f"not valid JSON ({str(e)[:80]})") from None
+    del raw
+    if not isinstance(doc, dict):
+        raise _bad(path, "not a JSON object")
+    strings = _table(path, doc, "stringTable")
+    if not all(isinstance(s, str) for s in strings):
+        raise _bad(path, "a stringTable entry is not a string")
+    loc = _locations(path, _table(path, doc, "locationTable"))
+    runs = _launches(path, doc)
+    if not runs:
+        raise InputError(f"{path}: holds no launch: no instrumented kernel ran under run-iket (see IKET's "
+                         "'Empty or missing trace': the kernel must be JIT-compiled in the profiled process)")
+    if launch is None:
+        if len(runs) > 1:
+            names = ", ".join(f"{i}: {_clean(str(r.get('kernelName', '?')))[:40]}" for i, r in enumerate(runs[:4]))
+            raise InputError(f"{path}: holds {len(runs)} launches ({names}{', ...' if len(runs) > 4 else ''}): "
+                             "ktrace reads one; pick it with --launch N")
+        launch = 0
+    try:
+        index = int(launch)
+    except (TypeError, ValueError):
+        raise InputError(f"--launch {str(launch)[:24]!r}: give a launch's index, 0 to {len(runs) - 1}") from None
+    if not 0 <= index < len(runs):
+        raise InputError(f"--launch {index}: {path} holds {len(runs)} launch(es), 0 to {len(runs) - 1}")
+    run = runs[index]
+    version = doc.get("meta", {}).get("version") if isinstance(doc.get("meta"), dict) else None
+    return _decoded(path, run, strings, loc, lanes, index, len(runs), version, sidecar, name)
+
+
+def _clean(s: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in s)
+
+
+def _dims(path, run: dict, prefix: str) -> tuple[int, int, int]:
+    dims = tuple(run.get(f"{prefix}Dim{a}") for a in "XYZ")
+    if not all(type(d) is int and 1 <= d < MAX_CTAS for d in dims):
+        raise _bad(path, f"the launch's {prefix}Dim is not three positive integers")
+    return dims
+
+
+def _rows(path, run: dict, key: str) -> list:
+    rows = run.get(key, [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise _bad(path, f"the launch's {key!r} is not a list of objects")
+    return rows
+
+
+def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, name) -> Decoded:
+    grid, block = _dims(path, run, "grid"), _dims(path, run, "block")
+    nloc = len(loc["warp"])
+    ranges, markers, lifes = _rows(path, run, "ranges"), _rows(path, run, "markers"), _rows(path, run, "warpLifetimes")
+    records = 2 * len(ranges) + len(markers) + 2 * len(lifes)
+    ncta = grid[0] * grid[1] * grid[2]
+    nwarps = -(-(block[0] * block[1] * block[2]) // 32)
+    if nwarps > MAX_WARPS:
+        raise _bad(path, f"a block of {block[0] * block[1] * block[2]:,} threads")
+    ng = nwarps if lanes == "warp" else -(-nwarps // WARPS_PER_GROUP)
+    if ncta * ng > LANES_FREE + 16 * records:
+        raise _bad(path, f"a grid of {ncta:,} CTAs x {ng} lanes for {records:,} records")
+    cx, cy, cz = loc["cta"].T
+    if nloc and ((cx >= grid[0]).any() or (cy >= grid[1]).any() or (cz >= grid[2]).any()):
+        raise _bad(path, f"a location's ctaId lies outside the launch's grid {grid}")
+    loc_block = cx + grid[0] * (cy + grid[1] * cz)
+    loc_group = loc["warp"] if lanes == "warp" else loc["warp"] // WARPS_PER_GROUP
+
+    # ranges: name, start, end, the warps (first = where it started)
+    r_name = _ints(path, ranges, "rangeNameIdx", "range", 0, max(len(strings) - 1, 0))
+    r_begin = _ints(path, ranges, "startTs", "range")
+    r_end = _ints(path, ranges, "endTs", "range")
+    try:
+        warps = [r["warpLocIdxs"] for r in ranges]
+    except KeyError:
+        raise _bad(path, "a range without 'warpLocIdxs'") from None
+    if not all(isinstance(w, list) and w and all(type(i) is int and 0 <= i < nloc for i in w) for w in warps):
+        raise _bad(path, "a range's warpLocIdxs is not a list of locationTable indices")
+    r_loc = np.array([w[0] for w in warps], dtype=np.int64)
+    r_last = np.array([w[-1] for w in warps], dtype=np.int64)
+    internal = sum(max(0, len(r.get("internalEvents") or ()) - 2) for r in ranges)
+    del warps
+    m_name = _ints(path, markers, "markerNameIdx", "marker", 0, max(len(strings) - 1, 0))
+    m_ts = _ints(path, markers, "timestamp", "marker")
+    m_loc = _ints(path, markers, "locIdx", "marker", 0, max(nloc - 1, 0))
+    l_begin = _ints(path, lifes, "startTs", "warp lifetime")
+    l_end = _ints(path, lifes, "endTs", "warp lifetime")
+    l_loc = _ints(path, lifes, "locIdx", "warp lifetime", 0, max(nloc - 1, 0))
+
+    stamps = [a for a in (r_begin, m_ts, l_begin) if len(a)]
+    if not stamps:
+        raise InputError(f"{path}: launch {index} holds no range, marker or warp lifetime: nothing to analyze")
+    origin = int(min(a.min() for a in stamps))
+    last = int(max(a.max() for a in (r_end, m_ts, l_end) if len(a)))
+    if last - origin > MAX_SPAN_NS:
+        raise _bad(path, f"stamps {last - origin:,} ns apart in one launch")
+
+    notes: dict = {}
+    examples: dict = {}
+    backwards = r_end < r_begin
+    if backwards.any():
+        notes["iket_backwards"] = int(backwards.sum())
+        examples["iket_backwards"] = [f"{strings[int(r_name[i])][:32]!r} ends {int(r_begin[i] - r_end[i])} ns "
+                                      "before it starts" for i in np.flatnonzero(backwards)[:3]]
+    crossed = (r_last != r_loc) & ~backwards
+    if crossed.any():
+        notes["iket_cross_warp"] = int(crossed.sum())
+    if internal:
+        notes["iket_internal_events"] = internal
+    keep = ~backwards
+    # phases: the range names in order of first begin, then `lifetime`
+    used = np.unique(r_name[keep])
+    first = np.array([r_begin[keep][r_name[keep] == u].min() for u in used], dtype=np.int64) if len(used) else used
+    order = used[np.argsort(first, kind="stable")]
+    remap = np.full(max(len(strings), 1), -1, np.int64)
+    remap[order] = np.arange(len(order))
+    phase_names = [_clean(strings[int(i)]) for i in order]
+    life_event = len(phase_names)
+    phase_names.append(LIFETIME)
+    # markers' names after the phases (instants have events of their own)
+    m_used = np.unique(m_name)
+    m_remap = np.full(max(len(strings), 1), -1, np.int64)
+    m_remap[m_used] = np.arange(len(phase_names), len(phase_names) + len(m_used))
+    instant_names = [_clean(strings[int(i)]) for i in m_used]
+
+    s_loc = np.concatenate([r_loc[keep], l_loc])
+    s_ev = np.concatenate([remap[r_name[keep]], np.full(len(l_loc), life_event, np.int64)])
+    s_begin = np.concatenate([r_begin[keep], l_begin]) - origin
+    s_end = np.concatenate([r_end[keep], l_end]) - origin
+    blk, grp = loc_block[s_loc], loc_group[s_loc]
+    sm = loc["sm"][s_loc]
+    if lanes == "warpgroup":
+        blk, grp, sm, s_ev, s_begin, s_end = _merge_groups(blk, loc["warp"][s_loc], grp, sm, s_ev, s_begin, s_end)
+    slices = _slices(blk * ng + grp, blk, grp, sm, s_ev, s_begin, s_end)
+
+    i_lane = loc_block[m_loc] * ng + loc_group[m_loc]
+    instants = _instants(i_lane, loc_block[m_loc], loc_group[m_loc], loc["sm"][m_loc], m_remap[m_name], m_ts - origin)
+    bad = np.flatnonzero(backwards)
+    b_loc = np.repeat(r_loc[bad], 2)
+    anomalies = Anomalies(
+        kind=np.full(len(b_loc), list(ANOMALY_KINDS).index("backwards"), np.int8), lane=loc_block[b_loc] * ng +
+        loc_group[b_loc], block=loc_block[b_loc], group=loc_group[b_loc], sm=loc["sm"][b_loc],
+        event=np.full(len(b_loc), -1, np.int64), seq=np.zeros(len(b_loc), np.int64), raw=np.zeros(len(b_loc), np.uint64),
+        ts_ns=np.stack([r_begin[bad], r_end[bad]], axis=1).reshape(-1) - origin, rec=np.zeros(len(b_loc), np.int64))
+    slices, instants, anomalies = _number_records(slices, instants, anomalies)
+    payloads = [r.get("payloadVal") for r in markers]
+    if any(p is not None for p in payloads):
+        notes["iket_payloads"] = sum(p is not None for p in payloads)
+        examples["iket_payloads"] = [f"{_clean(strings[int(m_name[i])])[:32]}={_clean(str(payloads[i]))[:24]}"
+                                     for i in range(len(payloads)) if payloads[i] is not None][:3]
+    kept = np.bincount(slices.lane, minlength=ncta * ng) * 2
+    gpc_of_block = np.full(ncta, -1, np.int64)
+    gpc_of_block[loc_block] = loc["gpc"]
+    group_names = (tuple(f"warp {w}" for w in range(ng)) if lanes == "warp" else
+                   tuple(f"warps {g * WARPS_PER_GROUP}-{min(nwarps, (g + 1) * WARPS_PER_GROUP) - 1}"
+                         for g in range(ng)))
+    kernel = _clean(str(run.get("kernelName", "kernel")))[:200] or "kernel"
+    meta = _sidecar(path, sidecar)
+    launch = Launch(
+        num_blocks=ncta, num_groups=ng, kernel=kernel, grid=grid, block_dim=block,
+        device=meta.get("device") if isinstance(meta.get("device"), str) else None,
+        num_sms=meta.get("num_sms") if type(meta.get("num_sms")) is int and 0 < meta["num_sms"] <= 1 << 16 else None,
+        control_median_us=_positive(meta.get("control_median_us")),
+        event_names=tuple(phase_names + instant_names), group_names=group_names, names_source="file",
+        sidecar=meta.get("_path"), producer="iket", producer_version=_version(version, meta, index, count, len(np.unique(loc["gpc"]))), timer_tick_ns=32, capacity_per_lane=int(kept.max()) if len(kept)
+        else 0)
+    return Decoded(
+        source=name or str(path), launch=launch, layout=LayoutMatch("iket", "detected", {"iket": 1.0}),
+        records=records, capacity_per_lane=launch.capacity_per_lane,
+        lanes_with_records=int(np.count_nonzero(kept)), slices=slices, instants=instants, anomalies=anomalies,
+        notes=notes, note_examples=examples, time_origin="IKET's %globaltimer stamps, from the launch's first",
+        origin_ns=0, min_step_ns=32, seen_events=frozenset(range(len(phase_names) + len(instant_names))),
+        lane_range=(0, ncta * ng))
+
+
+def _positive(v) -> float | None:
+    return float(v) if type(v) in (int, float) and 0 < v < 1e9 else None
+
+
+def _version(fmt, meta: dict, index: int, count: int, gpcs: int) -> str:
+    """IKET's JSON format version, the CuTe DSL's (the sidecar's ``iket_version``) when known, which launch was
+    read and on how many GPCs it ran."""
+    dsl = meta.get("iket_version")
+    return (f"JSON format {_clean(str(fmt))[:16]}" +
+            (f", nvidia-cutlass-dsl {_clean(dsl)[:32]}" if isinstance(dsl, str) else ", CuTe DSL version not said") +
+            f"; launch {index} of {count}, on {gpcs} GPC{'s' if gpcs != 1 else ''}")
+
+
+def _sidecar(path: Path, sidecar) -> dict:
+    """The sidecar (``<stem>.json`` beside ``<stem>.trace.json``), if any: device, num_sms, iket_version."""
+    if sidecar is False:
+        return {}
+    if sidecar in (None, True):
+        stem = re.sub(r"(\.trace)?\.json(\.gz)?$", "", path.name, flags=re.I)
+        side = path.with_name(stem + ".json")
+        if side == path or not side.is_file():
+            return {}
+    else:
+        side = Path(sidecar)
+    try:
+        with open_regular(side, "a sidecar", "give --sidecar PATH or --no-sidecar") as f:
+            meta = json.loads(f.read(1 << 24))
+    except OSError as e:
+        raise InputError(f"{side}: the sidecar cannot be read ({e}); give --sidecar PATH or --no-sidecar") from None
+    except ValueError as e:
+        raise InputError(f"{side}: the sidecar is not valid JSON ({str(e)[:80]}); fix it, or pass --no-sidecar") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{side}: the sidecar is not a JSON object; fix it, or pass --no-sidecar")
+    meta["_path"] = str(side)
+    return meta
+
+
+def _merge_groups(block, warp, group, sm, ev, begin, end):
+    """One slice per (CTA, warp group, phase, k-th instance): its warps' earliest begin to latest end."""
+    o = np.lexsort((begin, ev, warp, block))
+    block, warp, group, sm, ev, begin, end = (x[o] for x in (block, warp, group, sm, ev, begin, end))
+    key = np.stack([block, warp, ev])
+    new = np.ones(len(block), bool)
+    new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    start = np.flatnonzero(new)
+    k = np.arange(len(block)) - np.repeat(start, np.diff(np.append(start, len(block))))
+    o = np.lexsort((k, ev, group, block))
+    block, group, sm, ev, begin, end, k = (x[o] for x in (block, group, sm, ev, begin, end, k))
+    key = np.stack([block, group, ev, k])
+    new = np.ones(len(block), bool)
+    new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    s = np.flatnonzero(new)
+    return block[s], group[s], sm[s], ev[s], np.minimum.reduceat(begin, s), np.maximum.reduceat(end, s)
+
+
+def _instants(lane, block, group, sm, event, ts) -> Instants:
+    o = np.lexsort((ts, lane))
+    lane, block, group, sm, event, ts = (x[o] for x in (lane, block, group, sm, event, ts))
+    n = len(lane)
+    ko = np.lexsort((np.arange(n), event, lane))
+    key = np.stack([lane[ko], event[ko]]) if n else np.zeros((2, 0), np.int64)
+    new = np.ones(n, bool)
+    if n:
+        new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    s = np.flatnonzero(new)
+    k = np.empty(n, np.int64)
+    k[ko] = np.arange(n) - np.repeat(s, np.diff(np.append(s, n)))
+    seq = np.zeros(n, np.int64)
+    return Instants(lane=lane, block=block, group=group, sm=sm, event=event, k=k, seq=seq, ts_ns=ts,
+                    rec=np.arange(n, dtype=np.int64))
+
+
+def _number_records(slices, instants, anomalies):
+    """Every record's place in (lane, time) order, one numbering for slices' BEGINs and ENDs, instants and
+    anomalies (at one time: an END, then an instant or anomaly, then a BEGIN; an inner END before its outer
+    one, an outer BEGIN before its inner one), and each record's sequence number within its lane."""
+    n, m, a = len(slices.lane), len(instants.lane), len(anomalies.lane)
+    idx = np.arange(n)
+    lane = np.concatenate([slices.lane, slices.lane, instants.lane, anomalies.lane])
+    time = np.concatenate([slices.begin_ns, slices.end_ns, instants.ts_ns, anomalies.ts_ns])
+    kind = np.concatenate([np.full(n, 2), np.zeros(n, np.int64), np.ones(m + a, np.int64)])
+    tie = np.concatenate([idx, -idx, np.arange(m + a)])
+    order = np.lexsort((tie, kind, time, lane))
+    rank = np.empty(len(lane), np.int64)
+    rank[order] = np.arange(len(lane))
+    first = np.searchsorted(lane[order], lane, side="left")
+    seq = rank - first
+    from dataclasses import replace
+
+    slices = replace(slices, begin_rec=rank[:n], end_rec=rank[n:2 * n], begin_seq=seq[:n], end_seq=seq[n:2 * n])
+    instants = replace(instants, rec=rank[2 * n:2 * n + m], seq=seq[2 * n:2 * n + m])
+    anomalies = replace(anomalies, rec=rank[2 * n + m:], seq=seq[2 * n + m:])
+    return slices, instants, anomalies
