@@ -22,7 +22,7 @@ from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .core.errors import InputError
-from .core.filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_trace, refuse_special_input
+from .core.filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_iket_pftrace, is_trace, refuse_special_input
 from .core.model import Decoded, Summary
 from .core.outputs import temporary_folder
 from .core.progress import stage
@@ -129,6 +129,11 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
         else:
             inp.decoder = opened
     else:
+        if isinstance(source, (str, os.PathLike)) and is_iket_pftrace(source):
+            raise InputError(f"{source}: NVIDIA IKET's Perfetto trace: ktrace reads IKET's JSON trace, which holds the "
+                             "same ranges with each warp's SM, TPC and GPC; give the iket_pid_<pid>.trace.json "
+                             "run-iket wrote beside it (run-iket ... profile --postprocess all, or run-iket "
+                             "postprocess --postprocess json on the capture folder)")
         inp.trace = Path(source)
     with ExitStack() as stack:
         if need != "decoder" and inp.trace is None:

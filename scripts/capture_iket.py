@@ -298,7 +298,7 @@ def main() -> int:
             print("+", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True, env=os.environ.copy())
             for found in sorted(glob.glob(str(work / "**" / "*.trace.json"), recursive=True)):
-                with open(found, "rb") as src, gzip.open(out / f"{case}_run{run}.trace.json.gz", "wb", mtime=0) as dst:
+                with open(found, "rb") as src, gzip.GzipFile(out / f"{case}_run{run}.trace.json.gz", "wb", mtime=0) as dst:
                     shutil.copyfileobj(src, dst)
             for found in sorted(glob.glob(str(work / "**" / "*.pftrace.gz"), recursive=True)):
                 shutil.copyfile(found, out / f"{case}_run{run}.pftrace.gz")

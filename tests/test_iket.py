@@ -1,5 +1,5 @@
 """NVIDIA IKET's JSON trace in: read into the model (CTAs as blocks, warps as lanes, ranges as phases, markers as
-instants, warp lifetimes as each lane's outer slice), every record accounted, and bad input refused with the file,
+instants, warp lifetimes as each lane's start and exit instants), every record accounted, and bad input refused with the file,
 the problem and the fix. Hand-built traces follow the shape NVIDIA documents and the 4.8.1 traces in
 samples/iket/ show (those are tested in test_iket_samples.py)."""
 
@@ -14,7 +14,7 @@ import pytest
 from ktrace.core.errors import InputError
 from ktrace.core.filetypes import is_iket, is_trace
 from ktrace.decoding import open_source
-from ktrace.decoding.iket import LIFETIME, read_iket
+from ktrace.decoding.iket import WARP_EXIT, WARP_START, read_iket
 
 from conftest import run_ktrace
 
@@ -68,18 +68,21 @@ def test_a_trace_is_read_into_blocks_warps_phases_and_instants(tmp_path):
     d = read_iket(write(tmp_path, trace()))
     L = d.launch
     assert (L.num_blocks, L.num_groups, L.producer) == (2, 2, "iket")
-    assert L.event_names == ("load", "mma", "wait", LIFETIME, "tile")
+    assert L.event_names == ("load", "mma", "wait", WARP_START, WARP_EXIT, "tile")
     assert L.grid == (2, 1, 1) and L.block_dim == (64, 1, 1)
-    s = d.slices
-    assert len(s) == 4 * 3 + 4  # three ranges per warp, one lifetime per warp
+    s, i = d.slices, d.instants
+    assert len(s) == 4 * 3  # three ranges per warp
     assert sorted(set(s.block.tolist())) == [0, 1] and sorted(set(s.sm.tolist())) == [0, 1]
     # times from the launch's first stamp; CTA 1 runs 1 us after CTA 0
-    life = s.event == L.event_names.index(LIFETIME)
-    assert s.begin_ns[life & (s.block == 0)].tolist() == [0, 0]
-    assert s.begin_ns[life & (s.block == 1)].tolist() == [1000, 1000]
+    start = i.event == L.event_names.index(WARP_START)
+    assert sorted(i.ts_ns[start & (i.block == 0)].tolist()) == [0, 0]
+    assert sorted(i.ts_ns[start & (i.block == 1)].tolist()) == [1000, 1000]
+    assert s.begin_ns[(s.block == 1) & (s.event == 0)].tolist() == [1100, 1100]
     # the marker is an instant on CTA 1 warp 0
-    assert len(d.instants) == 1 and int(d.instants.block[0]) == 1 and int(d.instants.ts_ns[0]) == 1100
-    assert d.accounted and d.records == 2 * len(s) + 1
+    tile = i.event == L.event_names.index("tile")
+    assert tile.sum() == 1 and int(i.block[tile][0]) == 1 and int(i.ts_ns[tile][0]) == 1100
+    assert len(i) == 1 + 2 * 4  # the marker, a start and an exit per warp
+    assert d.accounted and d.records == 2 * len(s) + len(i)
     assert d.notes.get("iket_payloads") == 1
 
 
@@ -88,13 +91,14 @@ def test_records_are_numbered_once_in_lane_order_with_nesting_kept(tmp_path):
     s, i = d.slices, d.instants
     recs = np.concatenate([s.begin_rec, s.end_rec, i.rec])
     assert sorted(recs.tolist()) == list(range(d.records))  # every record has one place
-    # on each lane: lifetime opens first and closes last; wait lies inside mma
+    names = d.launch.event_names
     for lane in set(s.lane.tolist()):
-        on = s.lane == lane
-        ev = s.event[on]
-        b, e = s.begin_seq[on], s.end_seq[on]
-        life = ev == d.launch.event_names.index(LIFETIME)
-        assert b[life][0] == 0 and e[life][0] == e.max()
+        on, ion = s.lane == lane, i.lane == lane
+        ev, b, e = s.event[on], s.begin_seq[on], s.end_seq[on]
+        # the warp's start comes first and its exit last; wait lies inside mma
+        iseq, iev = i.seq[ion], i.event[ion]
+        assert iseq[iev == names.index(WARP_START)][0] == 0
+        assert iseq[iev == names.index(WARP_EXIT)][0] == max(e.max(), iseq.max())
         mma, wait = ev == 1, ev == 2
         assert b[mma][0] < b[wait][0] < e[wait][0] < e[mma][0]
 
@@ -102,14 +106,14 @@ def test_records_are_numbered_once_in_lane_order_with_nesting_kept(tmp_path):
 def test_warp_groups_merge_their_warps(tmp_path):
     d = read_iket(write(tmp_path, trace()), lanes="warpgroup")
     assert d.launch.num_groups == 1 and d.launch.group_names == ("warps 0-1",)
-    assert len(d.slices) == 2 * 4  # per CTA: load, mma, wait, lifetime
+    assert len(d.slices) == 2 * 3  # per CTA: load, mma, wait
 
 
 def test_gzip_trace_and_the_resolver(tmp_path):
     p = write(tmp_path, trace(), gz=True)
     assert is_iket(p) and not is_trace(p)
     d = open_source(p)
-    assert d.launch.producer == "iket" and len(d.slices) == 16
+    assert d.launch.producer == "iket" and len(d.slices) == 12
 
 
 def test_a_sidecar_gives_device_versions_and_the_control(tmp_path):
@@ -176,3 +180,23 @@ def test_the_cli_reads_it_and_refuses_bad_input_with_exit_2(tmp_path):
     rc, out, err = run_ktrace("analyze", str(bad))
     assert rc == 2 and "Traceback" not in err
     assert "bad.trace.json" in err and "not valid JSON" in err
+
+
+def test_an_iket_perfetto_trace_points_to_its_json(tmp_path):
+    """run-iket writes a .pftrace beside the JSON; ktrace reads the JSON, and says so rather than reading IKET's
+    Perfetto trace as if it were its own (an empty analysis, exit 0)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    t = pb.Trace()
+    for uuid, name, parent in ((1, "Root", 0), (2, "Grid1", 1), (3, "CTA(0, 0, 4)", 2), (4, "Warp00", 3),
+                               (5, "StackedRanges", 4)):
+        td = t.packet.add().track_descriptor
+        td.uuid, td.name = uuid, name
+        if parent:
+            td.parent_uuid = parent
+    p = tmp_path / "iket_pid_0x1.pftrace"
+    p.write_bytes(t.SerializeToString())
+    for command in ("analyze", "inspect"):
+        rc, out, err = run_ktrace(command, str(p))
+        assert rc == 2, (command, out, err)
+        assert "IKET's Perfetto trace" in err and ".trace.json" in err

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "is_iket", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "is_iket", "is_iket_pftrace", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
            "special_kind", "refuse_special_input"]
 
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
@@ -62,6 +62,19 @@ def is_iket(path) -> bool:
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return False
     return len({m.group(1) for m in _IKET_SNIFF.finditer(head)}) >= 2
+
+
+def is_iket_pftrace(path) -> bool:
+    """True for the Perfetto trace run-iket writes (``iket_pid_<pid>.pftrace``, or ``.pftrace.gz``): its first
+    64 KiB name IKET's tracks (``StackedRanges`` or ``WarpLifeTime`` under ``CTA(x, y, z)``)."""
+    if not Path(str(path)).is_file():
+        return False
+    try:
+        with open_maybe_gzip(path) as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return False
+    return b"CTA(" in head and (b"StackedRanges" in head or b"WarpLifeTime" in head)
 
 
 def open_maybe_gzip(path):

@@ -11,12 +11,13 @@ warp, an optional scalar payload) and ``warpLifetimes[]`` (each warp's first and
 
 Into the model: a CTA is a block (its linear id x + X * (y + Y * z)), a warp (``lanes="warp"``, the default) or a
 warp group of 4 warps (``lanes="warpgroup"``) a lane, a range a slice of the phase its name gives (stack and token
-ranges alike, nesting kept), a marker an instant (its payload kept as the instant's value), and each warp's
-lifetime an outer slice of the phase ``lifetime``: the lane's true begin and end, so that a warp that starts
-late or idles before its first range shows as it is. Times are from the launch's first stamp. Every record is
+ranges alike, nesting kept), a marker an instant (its payload counted, not kept: the model has no value), and
+each warp's lifetime two instants, ``warp start`` and ``warp exit``: the lane's true begin and end (a warp that
+idles before its first range, or a warp with no range at all, shows as it is) without a phase of its own that
+would compete with the kernel's phases in the findings. Times are from the launch's first stamp. Every record is
 counted: a range is two records, a marker one, a lifetime two; a range that ends on another warp than it
-started on, or ends before it starts, is counted under its note and kept on its starting warp (or dropped and
-counted).
+started on is counted under its note and kept on its starting warp; one that ends before it starts is two
+``backwards`` anomalies.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, La
 from .inflate import inflated_pieces, open_regular
 from .proton import _slices
 
-__all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "LIFETIME"]
+__all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "WARP_START", "WARP_EXIT"]
 
 IKET_OPTIONS = ("lanes", "launch")
-LIFETIME = "lifetime"  # the phase each warp's lifetime becomes
+WARP_START, WARP_EXIT = "warp start", "warp exit"  # the instants each warp's lifetime becomes
 LANE_MODES = ("warp", "warpgroup")
 WARPS_PER_GROUP = 4
 MAX_TRACE_BYTES = 1 << 30
@@ -255,33 +256,36 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     if internal:
         notes["iket_internal_events"] = internal
     keep = ~backwards
-    # phases: the range names in order of first begin, then `lifetime`
+    # phases: the range names in order of first begin
     used = np.unique(r_name[keep])
     first = np.array([r_begin[keep][r_name[keep] == u].min() for u in used], dtype=np.int64) if len(used) else used
     order = used[np.argsort(first, kind="stable")]
     remap = np.full(max(len(strings), 1), -1, np.int64)
     remap[order] = np.arange(len(order))
     phase_names = [_clean(strings[int(i)]) for i in order]
-    life_event = len(phase_names)
-    phase_names.append(LIFETIME)
-    # markers' names after the phases (instants have events of their own)
+    # instants after the phases: each warp's start and exit (its lifetime), then the markers' names
+    start_event, exit_event = len(phase_names), len(phase_names) + 1
     m_used = np.unique(m_name)
     m_remap = np.full(max(len(strings), 1), -1, np.int64)
-    m_remap[m_used] = np.arange(len(phase_names), len(phase_names) + len(m_used))
-    instant_names = [_clean(strings[int(i)]) for i in m_used]
+    m_remap[m_used] = np.arange(len(phase_names) + 2, len(phase_names) + 2 + len(m_used))
+    instant_names = [WARP_START, WARP_EXIT] + [_clean(strings[int(i)]) for i in m_used]
 
-    s_loc = np.concatenate([r_loc[keep], l_loc])
-    s_ev = np.concatenate([remap[r_name[keep]], np.full(len(l_loc), life_event, np.int64)])
-    s_begin = np.concatenate([r_begin[keep], l_begin]) - origin
-    s_end = np.concatenate([r_end[keep], l_end]) - origin
+    s_loc = r_loc[keep]
+    s_ev = remap[r_name[keep]]
+    s_begin = r_begin[keep] - origin
+    s_end = r_end[keep] - origin
     blk, grp = loc_block[s_loc], loc_group[s_loc]
     sm = loc["sm"][s_loc]
     if lanes == "warpgroup":
         blk, grp, sm, s_ev, s_begin, s_end = _merge_groups(blk, loc["warp"][s_loc], grp, sm, s_ev, s_begin, s_end)
     slices = _slices(blk * ng + grp, blk, grp, sm, s_ev, s_begin, s_end)
 
-    i_lane = loc_block[m_loc] * ng + loc_group[m_loc]
-    instants = _instants(i_lane, loc_block[m_loc], loc_group[m_loc], loc["sm"][m_loc], m_remap[m_name], m_ts - origin)
+    i_loc = np.concatenate([m_loc, l_loc, l_loc])
+    i_ev = np.concatenate([m_remap[m_name], np.full(len(l_loc), start_event, np.int64),
+                           np.full(len(l_loc), exit_event, np.int64)])
+    i_ts = np.concatenate([m_ts, l_begin, l_end]) - origin
+    instants = _instants(loc_block[i_loc] * ng + loc_group[i_loc], loc_block[i_loc], loc_group[i_loc], loc["sm"][i_loc],
+                         i_ev, i_ts)
     bad = np.flatnonzero(backwards)
     b_loc = np.repeat(r_loc[bad], 2)
     anomalies = Anomalies(
@@ -295,7 +299,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
         notes["iket_payloads"] = sum(p is not None for p in payloads)
         examples["iket_payloads"] = [f"{_clean(strings[int(m_name[i])])[:32]}={_clean(str(payloads[i]))[:24]}"
                                      for i in range(len(payloads)) if payloads[i] is not None][:3]
-    kept = np.bincount(slices.lane, minlength=ncta * ng) * 2
+    kept = np.bincount(slices.lane, minlength=ncta * ng) * 2 + np.bincount(instants.lane, minlength=ncta * ng)
     gpc_of_block = np.full(ncta, -1, np.int64)
     gpc_of_block[loc_block] = loc["gpc"]
     group_names = (tuple(f"warp {w}" for w in range(ng)) if lanes == "warp" else

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
-from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_trace
+from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_iket_pftrace, is_trace
 from .inflate import inflated_pieces, open_regular
 from .layouts import split_header
 
@@ -131,6 +131,10 @@ def _load_path(path: Path) -> Buffer:
         return _load_gzip(path)
     size = path.stat().st_size
     if path.name.lower().endswith(TRACE_SUFFIXES) or (size % 8 and is_trace(path)):
+        if is_iket_pftrace(path):
+            raise InputError(f"{path}: NVIDIA IKET's Perfetto trace, not a profiler buffer: ktrace reads IKET's JSON "
+                             "trace; give the iket_pid_<pid>.trace.json run-iket wrote beside it (run-iket ... "
+                             "profile --postprocess all)")
         raise InputError(f"{path}: a Perfetto trace, not a profiler buffer; analyze, query or view it (ktrace "
                          f"analyze {path}), or convert the buffer it came from")
     if size % 8:

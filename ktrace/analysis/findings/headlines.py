@@ -13,6 +13,7 @@ The words are docs/glossary.md's; a kernel with one warp group per block says "b
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ..model import notebook as nb
@@ -54,14 +55,26 @@ class Vocabulary:
     def unit(self) -> str:  # what one lane is called
         return "lane" if self.several_groups else "block"
 
+    @property
+    def warps(self) -> bool:
+        """The lanes are single warps (a Proton or IKET trace read with --lanes warp): say "warp W"."""
+        return bool(self.group_names) and all(_WARP.fullmatch(n) for n in self.group_names)
+
     def who(self, block, group=None) -> str:
         if block is None:
             return f"one {self.unit}"
-        return f"block {block}" + (f" group {group}" if self.several_groups and group is not None else "")
+        word = "warp" if self.warps else "group"
+        return f"block {block}" + (f" {word} {group}" if self.several_groups and group is not None else "")
 
     def group(self, g) -> str:
         name = self.group_names[g] if isinstance(g, int) and 0 <= g < len(self.group_names) else ""
+        if self.warps:
+            return f"warp {g}"
         return f"warp group {g}" + (f" ({name})" if name else "")
+
+
+_WARP = re.compile(r"warp \d+")
+KERNEL_CHARS = 120  # the kernel's name on the first line, at most
 
 
 def _t(ns) -> str:
@@ -232,7 +245,10 @@ def title_line(a) -> str:
     """The kernel and its launch shape in one line: blocks x warp groups, SMs and waves, phases, wall."""
     L, k = a.launch, a.kernel
     groups = L.get("num_groups", "?")
-    shape = f"{L.get('num_blocks', '?')} blocks x {groups} warp group{'' if groups == 1 else 's'}"
+    names = L.get("group_names")
+    unit = "warp" if isinstance(names, str) and names and all(_WARP.fullmatch(n) for n in names.split(",")) else \
+        "warp group"
+    shape = f"{L.get('num_blocks', '?')} blocks x {groups} {unit}{'' if groups == 1 else 's'}"
     o = a.occupancy
     if o and o.get("sms"):
         waves = a.slots.get("waves") if a.slots else o.get("waves")
@@ -241,8 +257,10 @@ def title_line(a) -> str:
             shape += f" on {o['sms']} SMs ({w} wave{'' if w == '1' else 's'})"
         else:
             shape += f" on {o['sms']} SMs"
-    return (f"{L.get('kernel', 'kernel')}: {shape}, {k.phases} phase{'' if k.phases == 1 else 's'}, "
-            f"wall {_t(k.wall_ns)}")
+    name = str(L.get("kernel", "kernel"))
+    if len(name) > KERNEL_CHARS:  # a generated name (CuTe DSL mangles its arguments into it): its start says it
+        name = name[:KERNEL_CHARS - 3] + "..."
+    return f"{name}: {shape}, {k.phases} phase{'' if k.phases == 1 else 's'}, wall {_t(k.wall_ns)}"
 
 
 def stake_text(f: Finding) -> str:
