@@ -1,7 +1,7 @@
 """Fuzz what users and other programs hand ktrace: sidecars, rules files, clocks files, traces and command-line
 values (as fuzz_decode.py does buffers).
 
-    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli,proton,gzbuf,fifo]
+    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli,proton,gzbuf,fifo,iket]
                                   [--seconds 60] [--json summary.json]
 
 Each case damages one input and runs what reads it:
@@ -21,6 +21,11 @@ Each case damages one input and runs what reads it:
   several members, inflating to a length that is no whole record, or (rarely) a bomb of 1 GiB; then inspected.
 - fifo: a FIFO (no writer), /dev/zero or a folder named as a Proton trace or a .bin.gz, given to analyze or
   inspect under a 20 s alarm: a hang is a crash.
+- iket: a small NVIDIA IKET JSON trace with one thing made hostile: an id past its table or any GPU's (ctaId,
+  warpId, smId, a name or location index), a stamp of 2^64, -1, 1e30, a string or NaN, a range ending before it
+  starts or 1e13 ns later, a grid of 2^31 x 2^31, a lone surrogate or a control character in a name, missing or
+  mistyped tables, several launches; deeply nested, cut, not UTF-8, or gzipped (cut, flipped, a bomb); then read,
+  and every 8th case analyzed by the command line into a strict UTF-8 stream.
 - cli: ``ktrace`` run in this process with hostile option values (thresholds, offsets, names, counts, ports,
   paths with NULs, outputs onto the inputs); stdout and stderr discarded.
 
@@ -56,7 +61,7 @@ from ktrace.api import inspect  # noqa: E402
 from ktrace.analysis.gates.rules import rule_book  # noqa: E402
 from ktrace.core.errors import KtraceError  # noqa: E402
 
-KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo")
+KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo", "iket")
 SAMPLES = sorted((REPO / "samples").glob("*.bin"))
 SMALL = REPO / "samples" / "warpgroups_ktrace.bin"
 VALUES = [None, True, -1, 0, 1, 1e9, 2**31, 2**63, 2**64 - 1, 2**64 + 5, -(2**64), 1e30, -1e30, 1.5, "x", "",
@@ -354,6 +359,96 @@ def read_proton_case(path: Path, rng: random.Random, cli: bool) -> None:
             raise RuntimeError(f"analyze exited {main_rc}")
 
 
+IKET_IDS = [-1, 2 ** 31, 2 ** 63, 2 ** 64 + 5, 10 ** 30, 1e30, float("nan"), "1", None, [1], True]
+IKET_NAMES = ["\ud800", "a\x00b", "\x1b[2J", "\u202eevil", "x" * 100_000, "", 5, None]
+
+
+def iket_case(rng: random.Random) -> tuple[str, bytes]:
+    """(the file's name, its bytes): a small IKET JSON trace (two CTAs, two warps, two nested ranges each, a
+    marker, the warps' lifetimes) with one thing made hostile."""
+    t0 = 1_796_442_611_252_500_000
+    locs = [{"ctaId": [c, 0, 0], "gpcId": c, "smId": c, "tpcId": 0, "warpId": w} for c in range(2) for w in range(2)]
+    ranges = [{"endTs": t0 + 900 + 100 * i, "internalEvents": [], "rangeColor": 0, "rangeId": 1, "rangeNameIdx": n,
+               "rangeScope": 0, "rangeType": 2, "startTs": t0 + 100 * i + 200 * n, "warpLocIdxs": [i, i]}
+              for i in range(4) for n in range(2)]
+    markers = [{"color": 0, "locIdx": 1, "markerNameIdx": 2, "payloadType": 1, "payloadVal": 7, "timestamp": t0 + 500}]
+    lifes = [{"endTs": t0 + 2000, "locIdx": i, "startTs": t0} for i in range(4)]
+    run = {"blockDimX": 64, "blockDimY": 1, "blockDimZ": 1, "gridDimX": 2, "gridDimY": 1, "gridDimZ": 1,
+           "kernelName": "k", "markers": markers, "ranges": ranges, "warpLifetimes": lifes}
+    doc = {"graphLaunches": {}, "launches": [run], "locationTable": locs, "meta": {"version": 1},
+           "stringTable": ["outer", "inner", "mark"]}
+    how = rng.random()
+    if how < 0.12:
+        rng.choice(locs)[rng.choice(["warpId", "smId", "gpcId"])] = rng.choice(IKET_IDS)
+    elif how < 0.2:
+        rng.choice(locs)["ctaId"] = rng.choice([[2, 0, 0], [0, 0, 2 ** 40], [1], "x", [-1, 0, 0], [1e30, 0, 0]])
+    elif how < 0.32:
+        r = rng.choice(ranges)
+        r[rng.choice(["startTs", "endTs", "rangeNameIdx"])] = rng.choice(IKET_IDS + [t0 + 10 ** 13, t0 - 10 ** 9])
+    elif how < 0.38:
+        rng.choice(ranges)["warpLocIdxs"] = rng.choice([[], [99], [-1], "x", [0, 3], [True]])
+    elif how < 0.44:
+        markers[0][rng.choice(["timestamp", "locIdx", "markerNameIdx"])] = rng.choice(IKET_IDS)
+    elif how < 0.5:
+        lifes[0][rng.choice(["startTs", "endTs", "locIdx"])] = rng.choice(IKET_IDS)
+    elif how < 0.58:
+        doc["stringTable"][rng.randrange(3)] = rng.choice(IKET_NAMES)
+    elif how < 0.62:
+        run["kernelName"] = rng.choice(IKET_NAMES)
+    elif how < 0.68:
+        run.update(gridDimX=rng.choice([2 ** 31, 0, -1, "2"]), gridDimY=rng.choice([1, 2 ** 31]))
+    elif how < 0.72:
+        run["blockDimX"] = rng.choice([0, 1 << 20, 2 ** 64, None])
+    elif how < 0.78:
+        del doc[rng.choice(["stringTable", "locationTable", "launches"])]
+    elif how < 0.82:
+        doc[rng.choice(["launches", "locationTable", "graphLaunches"])] = rng.choice([5, "x", None, {}, [1], [[]]])
+    elif how < 0.86:
+        doc["launches"] = [run] * rng.choice([2, 50])
+    elif how < 0.9:
+        run["ranges"] = ranges * rng.choice([100, 2000])
+    body = json.dumps(doc).encode("utf-8", "surrogatepass")
+    how = rng.random()
+    if how < 0.05:
+        depth = rng.choice([1000, 100_000])
+        body = b'{"locationTable": [], "launches": ' + b"[" * depth + b"]" * depth + b"}"
+    elif how < 0.1:
+        at = rng.randrange(len(body))
+        body = body[:at] + bytes([rng.choice([0xFF, 0xC0, 0x80, 0x00])]) + body[at + 1:]
+    elif how < 0.15:
+        body = body[:rng.randrange(len(body))]
+    gz = rng.random()
+    if gz < 0.7:
+        return "t.trace.json", body
+    if gz < 0.8:
+        return "t.trace.json.gz", gzip.compress(body, mtime=0)
+    if gz < 0.88:
+        g = bytearray(gzip.compress(body, mtime=0))
+        for _ in range(rng.randrange(1, 5)):
+            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
+        return "t.trace.json.gz", bytes(g)
+    if gz < 0.94:
+        g = gzip.compress(body, mtime=0)
+        return "t.trace.json.gz", g[:rng.randrange(len(g))]
+    return "t.trace.json.gz", _bomb_gz(body, rng.choice([8, 64]), b" ")
+
+
+def read_iket_case(path: Path, cli: bool) -> None:
+    from ktrace.api import inspect as inspect_capture
+
+    inspect_capture(path, sidecar=False)
+    if cli:  # the whole report, into a stream that refuses what a UTF-8 terminal would
+        out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                main_rc = __import__("ktrace.cli", fromlist=["main"]).main(["analyze", str(path)])
+            except SystemExit as e:
+                main_rc = e.code
+            out.flush()
+        if main_rc not in (0, 2):
+            raise RuntimeError(f"analyze exited {main_rc}")
+
+
 def gzbuf_case(rng: random.Random, raw: bytes) -> bytes:
     """A .bin.gz's bytes: a small real buffer, gzipped, with one thing made hostile."""
     words = bytearray(raw)
@@ -484,6 +579,14 @@ def main() -> int:
                     p.write_bytes(body)
                     try:
                         read_proton_case(p, rng, c["cases"] % 8 == 0)
+                    finally:
+                        p.unlink()
+                elif kind == "iket":
+                    name, body = iket_case(rng)
+                    p = tmp / name
+                    p.write_bytes(body)
+                    try:
+                        read_iket_case(p, c["cases"] % 8 == 0)
                     finally:
                         p.unlink()
                 elif kind == "gzbuf":

@@ -1,5 +1,5 @@
 """scripts/fuzz_inputs.py in CI: sidecars, rules, clocks files, traces, command-line values, Triton Proton
-traces, .bin.gz buffers and FIFOs, at fixed seeds, a few seconds each, and no input that ends in anything but
+traces, NVIDIA IKET traces, .bin.gz buffers and FIFOs, at fixed seeds, a few seconds each, and no input that ends in anything but
 ktrace's own error (or a usage exit), a hang or a traceback."""
 
 import json
@@ -37,3 +37,13 @@ def test_hostile_proton_traces_gzip_buffers_and_fifos_end_in_a_report_or_exit_2(
     assert summary["gzbuf"]["ok"] > 0 and summary["gzbuf"]["refused"] > 0
     assert summary["fifo"] == {"cases": summary["fifo"]["cases"], "exit_2": summary["fifo"]["cases"]}
     assert summary["peak_rss_mb"] < 1024  # the bombs stop at their limits
+
+
+@pytest.mark.slow
+def test_hostile_iket_traces_end_in_a_report_or_exit_2():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_inputs.py"), "--cases", "300", "--seed", "7",
+                        "--kinds", "iket", "--seconds", "60"], capture_output=True, text=True, timeout=600)
+    summary = json.loads(p.stdout.splitlines()[-1])
+    assert p.returncode == 0 and summary["crashes"] == 0, p.stderr[-4000:]
+    assert summary["iket"]["cases"] >= 50 and summary["iket"]["ok"] > 0 and summary["iket"]["refused"] > 0, summary
+    assert summary["peak_rss_mb"] < 1024

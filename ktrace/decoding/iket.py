@@ -41,7 +41,7 @@ IKET_OPTIONS = ("lanes", "launch")
 WARP_START, WARP_EXIT = "warp start", "warp exit"  # the instants each warp's lifetime becomes
 LANE_MODES = ("warp", "warpgroup")
 WARPS_PER_GROUP = 4
-MAX_TRACE_BYTES = 1 << 30
+MAX_TRACE_BYTES = 256 << 20  # JSON parsed whole takes about 6 times its size: 1.5 GB at most
 MAX_INFLATE_RATIO = 200
 MIN_INFLATE_LIMIT = 16 << 20
 MAX_WARPS = 64  # 2048 threads: more than any CTA holds
@@ -58,7 +58,7 @@ def _read(path: Path) -> bytes:
             gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
             if not gz and size > MAX_TRACE_BYTES:
-                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 30} GiB: not one IKET "
+                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 20} MiB: not one IKET "
                                  "trace of a few launches (profile fewer launches, or one cluster: --enabled-cluster)")
             if not gz:
                 raw = f.read(MAX_TRACE_BYTES + 1)
@@ -66,11 +66,11 @@ def _read(path: Path) -> bytes:
             raise InputError(f"{path}: cannot be read ({e}); {_FIX}") from None
         if gz:
             limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
-            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 30} GiB: a gzip bomb, or not "
+            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 20} MiB: a gzip bomb, or not "
                    "one IKET trace; check what it holds with gunzip -l")
             return b"".join(list(inflated_pieces(path, f, limit, why, _FIX)))
     if len(raw) > MAX_TRACE_BYTES:
-        raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 30} GiB: not one IKET trace")
+        raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 20} MiB: not one IKET trace")
     return raw
 
 
