@@ -114,3 +114,18 @@ def test_the_commands_run_on_a_sample():
     assert "132 blocks x 8 warps" in out and "block 17" in out
     rc, out, err = run_ktrace("check", path, "--rule", "kernel.wall_us <= 100")
     assert rc == 1, (out, err)
+
+
+def test_inspect_says_which_gpc_finishes_last():
+    """IKET's locations give each CTA's GPC: the straggler's GPC ends last, with block 17, and every block is in
+    one GPC."""
+    from ktrace.api import inspect as inspect_capture
+
+    info = inspect_capture(IKET / "straggler_run1.trace.json.gz")
+    raw = json.loads(gzip.open(IKET / "straggler_run1.trace.json.gz").read())
+    gpc17 = next(loc["gpcId"] for loc in raw["locationTable"] if loc["ctaId"] == [0, 0, 17])
+    rows = info["gpcs"]
+    assert rows[0]["gpc"] == gpc17 and rows[0]["last_block"] == 17
+    assert sum(r["blocks"] for r in rows) == 132 and len(rows) == len({loc["gpcId"] for loc in raw["locationTable"]})
+    rc, out, err = run_ktrace("inspect", IKET / "straggler_run1.trace.json.gz")
+    assert "GPCs (by last end" in out

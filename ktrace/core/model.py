@@ -79,6 +79,7 @@ class Launch:
     sidecar: str | None = None  # path of the sidecar read, if any
     producer: str | None = None  # "flashinfer" or "ktrace" (ktrace's header), when the sidecar says
     producer_version: str | None = None  # what made the trace, with its version (IKET: JSON format, CuTe DSL)
+    block_gpc: tuple | None = None  # each block's GPC (-1 unknown), when the producer says (IKET's locations)
     capacity_per_lane: int | None = None  # records per lane the buffer was sized for, when known
     trailer: bool = False  # ktrace's header: per-lane overflow counts and a 64-bit timer anchor follow
     probe_cost_ns: float | None = None  # one probe's cost measured by `ktrace calibrate`

@@ -302,6 +302,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     kept = np.bincount(slices.lane, minlength=ncta * ng) * 2 + np.bincount(instants.lane, minlength=ncta * ng)
     gpc_of_block = np.full(ncta, -1, np.int64)
     gpc_of_block[loc_block] = loc["gpc"]
+    seen_gpc = tuple(gpc_of_block.tolist()) if ncta <= 1 << 20 else None
     group_names = (tuple(f"warp {w}" for w in range(ng)) if lanes == "warp" else
                    tuple(f"warps {g * WARPS_PER_GROUP}-{min(nwarps, (g + 1) * WARPS_PER_GROUP) - 1}"
                          for g in range(ng)))
@@ -311,7 +312,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
         num_blocks=ncta, num_groups=ng, kernel=kernel, grid=grid, block_dim=block,
         device=meta.get("device") if isinstance(meta.get("device"), str) else None,
         num_sms=meta.get("num_sms") if type(meta.get("num_sms")) is int and 0 < meta["num_sms"] <= 1 << 16 else None,
-        control_median_us=_positive(meta.get("control_median_us")),
+        control_median_us=_positive(meta.get("control_median_us")), block_gpc=seen_gpc,
         event_names=tuple(phase_names + instant_names), group_names=group_names, names_source="file",
         sidecar=meta.get("_path"), producer="iket", producer_version=_version(version, meta, index, count, len(np.unique(loc["gpc"]))), timer_tick_ns=32, capacity_per_lane=int(kept.max()) if len(kept)
         else 0)

@@ -62,6 +62,7 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
             k: {"count": n, "meaning": LANE_NOTES[k], "example_lanes": sm.note_examples.get(k, [])}
             for k, n in sorted(sm.notes.items())
         },
+        "gpcs": _gpcs(d),
         "unused_event_names": [nm for i, nm in enumerate(L.event_names) if i not in sm.seen_events],
         "aliasing": sm.aliasing,
         "time": {
@@ -76,6 +77,31 @@ def inspect_dict(d: Decoded, summary: Summary) -> dict:
 
 _PRODUCERS = {"iket": "NVIDIA IKET (run-iket's JSON trace)", "proton": "Triton Proton (intra-kernel trace)",
               "flashinfer": "FlashInfer's profiler macros", "ktrace": "ktrace's header"}
+
+
+def _gpcs(d: Decoded) -> list | None:
+    """Per GPC (when the producer names each block's, as IKET does): its blocks, SMs, first start and last end,
+    and the block that ends last; the GPC that finishes the kernel first in the list's order of last end."""
+    import numpy as np
+
+    gpc = d.launch.block_gpc
+    if not gpc:
+        return None
+    gpc = np.asarray(gpc, dtype=np.int64)
+    s, i = d.slices, d.instants
+    blocks = np.concatenate([s.block, s.block, i.block])
+    times = np.concatenate([s.begin_ns, s.end_ns, i.ts_ns])
+    sms = np.concatenate([s.sm, s.sm, i.sm])
+    if not len(blocks):
+        return None
+    g = gpc[blocks]
+    rows = []
+    for k in np.unique(g[g >= 0]).tolist():
+        m = g == k
+        last = int(np.argmax(np.where(m, times, np.iinfo(np.int64).min)))
+        rows.append({"gpc": k, "blocks": int(len(np.unique(blocks[m]))), "sms": int(len(np.unique(sms[m][sms[m] >= 0]))),
+                     "first_ns": int(times[m].min()), "last_ns": int(times[last]), "last_block": int(blocks[last])})
+    return sorted(rows, key=lambda r: (-r["last_ns"], r["gpc"]))
 
 
 def _row(table, *cells) -> None:
@@ -127,6 +153,14 @@ def inspect_text(info: dict) -> list:
               f"{_ns(tm['min_step_ns']) if tm['min_step_ns'] is not None else 'n/a'}"
               + (f", timer tick {L['timer_tick_ns']} ns" if L["timer_tick_ns"] else ""))
     out.append(t)
+    if info.get("gpcs"):
+        gp = Table(title="GPCs (by last end; IKET's locations)", title_justify="left")
+        for col in ("GPC", "blocks", "SMs", "first start", "last end", "last block"):
+            gp.add_column(col, justify="right")
+        for r in info["gpcs"]:
+            _row(gp, str(r["gpc"]), str(r["blocks"]), str(r["sms"]), _ns(r["first_ns"]), _ns(r["last_ns"]),
+                 str(r["last_block"]))
+        out.append(gp)
     if info["anomalies"]:
         a = Table(title="anomalous records", title_justify="left")
         for col in ("kind", "count", "meaning", "examples (block/group seq: raw)"):
