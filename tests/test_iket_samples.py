@@ -129,3 +129,13 @@ def test_inspect_says_which_gpc_finishes_last():
     assert sum(r["blocks"] for r in rows) == 132 and len(rows) == len({loc["gpcId"] for loc in raw["locationTable"]})
     rc, out, err = run_ktrace("inspect", IKET / "straggler_run1.trace.json.gz")
     assert "GPCs (by last end" in out
+
+
+def test_whatif_predicts_the_gemm_from_the_straggler():
+    """Balancing the straggler's work (load and mma) predicts the wall of the same kernel without it, measured."""
+    from ktrace.analysis.findings.whatif import Change
+    from ktrace.api import whatif
+
+    r = whatif(IKET / "straggler_run1.trace.json.gz", Change(balance=("mma", "load")))
+    measured = ktrace.analyze(IKET / "gemm_run1.trace.json.gz").kernel.wall_ns
+    assert abs(r.predicted_wall_ns - measured) <= 0.05 * measured, (r.predicted_wall_ns, measured)
