@@ -111,7 +111,8 @@ def test_the_commands_run_on_a_sample():
     assert "NVIDIA IKET" in out and "nvidia-cutlass-dsl 4.8.1" in out and "accounted" in out and "yes" in out
     rc, out, err = run_ktrace("analyze", path)
     assert rc == 0, err
-    assert "132 blocks x 8 warps" in out and "block 17" in out
+    words = " ".join(out.split())
+    assert "132 blocks x 8 warps" in words and "block 17" in words
     rc, out, err = run_ktrace("check", path, "--rule", "kernel.wall_us <= 100")
     assert rc == 1, (out, err)
 

@@ -47,6 +47,7 @@ MIN_INFLATE_LIMIT = 16 << 20
 MAX_WARPS = 64  # 2048 threads: more than any CTA holds
 MAX_CTAS = 1 << 31  # CUDA's grid limit in x; y and z are smaller, and the product is bounded below
 LANES_FREE = 1 << 22  # lanes always allowed; past it, a lane needs records (as for a Proton trace)
+KERNEL_CHARS = 80  # the kernel's name as ktrace shows it, at most (IKET's JSON keeps the whole)
 MAX_SPAN_NS = 10**12  # a launch longer than 1000 s is not one kernel's trace
 _FIX = "copy the .trace.json run-iket wrote again (or redo it: run-iket postprocess)"
 
@@ -306,7 +307,9 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     group_names = (tuple(f"warp {w}" for w in range(ng)) if lanes == "warp" else
                    tuple(f"warps {g * WARPS_PER_GROUP}-{min(nwarps, (g + 1) * WARPS_PER_GROUP) - 1}"
                          for g in range(ng)))
-    kernel = _clean(str(run.get("kernelName", "kernel")))[:200] or "kernel"
+    kernel = _clean(str(run.get("kernelName", "kernel"))) or "kernel"
+    if len(kernel) > KERNEL_CHARS:  # CuTe DSL mangles the arguments into the name: its start says which kernel
+        kernel = kernel[:KERNEL_CHARS - 3] + "..."
     meta = _sidecar(path, sidecar)
     launch = Launch(
         num_blocks=ncta, num_groups=ng, kernel=kernel, grid=grid, block_dim=block,
