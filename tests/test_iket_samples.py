@@ -140,3 +140,18 @@ def test_whatif_predicts_the_gemm_from_the_straggler():
     r = whatif(IKET / "straggler_run1.trace.json.gz", Change(balance=("mma", "load")))
     measured = ktrace.analyze(IKET / "gemm_run1.trace.json.gz").kernel.wall_ns
     assert abs(r.predicted_wall_ns - measured) <= 0.05 * measured, (r.predicted_wall_ns, measured)
+
+
+def test_the_trace_carries_each_blocks_gpc(tmp_path):
+    """The converted trace's launch slice says each block's GPC, so SQL can group by it."""
+    out = tmp_path / "s.perfetto-trace"
+    rc, _, err = run_ktrace("convert", IKET / "straggler_run1.trace.json.gz", "-o", out)
+    assert rc == 0, err
+    r = ktrace.query(out, "select extract_arg(arg_set_id, 'debug.block_gpc') as g, "
+                          "extract_arg(arg_set_id, 'debug.producer') as p from slice where depth = 0 and "
+                          "extract_arg(arg_set_id, 'debug.block_gpc') is not null")
+    gpcs, producer = r.rows[0]
+    raw = json.loads(gzip.open(IKET / "straggler_run1.trace.json.gz").read())
+    expect = {loc["ctaId"][2]: loc["gpcId"] for loc in raw["locationTable"]}
+    assert producer == "iket"
+    assert [int(g) for g in gpcs.split(",")] == [expect[b] for b in range(132)]

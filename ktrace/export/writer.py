@@ -71,6 +71,8 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
         facts["producer"] = L.producer
     if L.producer_version:
         facts["producer_version"] = L.producer_version
+    if L.block_gpc:
+        facts["block_gpc"] = ",".join(map(str, L.block_gpc))  # each block's GPC, block order (IKET's locations)
     facts["layout"] = d.layout.name
     facts["layout_match"] = round(d.layout.score, 6)
     facts["num_blocks"] = L.num_blocks
