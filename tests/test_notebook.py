@@ -23,7 +23,7 @@ def analysis():
 
 def test_analysis_html_has_the_headline_findings_with_evidence_and_impact_and_the_phases(analysis):
     h = analysis._repr_html_()
-    assert "imbalance_kernel: 132 blocks x 4 warp groups" in h and "1980 MHz" in h
+    assert "imbalance_kernel: 132 blocks x 4 warps" in h and "1980 MHz" in h  # a Proton lane is a warp
     f = next(f for f in analysis.findings if f.kind == "load_imbalance")
     import html
 
