@@ -200,3 +200,10 @@ def test_an_iket_perfetto_trace_points_to_its_json(tmp_path):
         rc, out, err = run_ktrace(command, str(p))
         assert rc == 2, (command, out, err)
         assert "IKET's Perfetto trace" in err and ".trace.json" in err
+
+
+def test_wait_phases_are_known_by_their_names():
+    from ktrace.analysis.findings.timed_waits import is_wait_phase
+
+    assert all(map(is_wait_phase, ["wait", "mma_wait", "tma-wait", "barrier.Wait", "WAIT", "load wait"]))
+    assert not any(map(is_wait_phase, ["await", "waiting", "wait_tma", "waits", "compute", ""]))

@@ -9,6 +9,7 @@ import numpy as np
 
 from .verdict import Verdict, fmt as _fmt, num as _num
 from .phase_shape import dominant, lined_up
+from .timed_waits import timed_wait_pipeline
 from ..evidence.waits import HANDOFF_TICKS
 
 __all__ = ["launch_verdicts"]
@@ -16,7 +17,7 @@ __all__ = ["launch_verdicts"]
 
 def launch_verdicts(ctx) -> list:
     """The launch-level verdicts for ``ctx`` (a verdicts.Context)."""
-    out = _waits(ctx) + _pipeline(ctx)
+    out = _waits(ctx) + (_pipeline(ctx) or timed_wait_pipeline(ctx))
     out += [v for v in (_late_lane(ctx), _lane_totals(ctx), _quantization(ctx), _tail(ctx), _critical(ctx)) if v]
     return out
 
