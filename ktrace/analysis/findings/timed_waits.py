@@ -42,14 +42,15 @@ def timed_wait_pipeline(ctx) -> list[Verdict]:
     busy = lt.busy_ns.astype(np.float64)
     groups = lt.group.astype(np.int64)
     wait = np.zeros(len(lanes))
-    pos = {int(x): i for i, x in enumerate(lanes.tolist())}
+    order = np.argsort(lanes, kind="stable")
     top_wait = {}
-    for name in waits:
+    for name in waits:  # a handful of phases; per phase, its lanes at once
         m = pl.phase == name
+        at = np.searchsorted(lanes[order], pl.lane[m].astype(np.int64))
+        at = np.minimum(at, len(lanes) - 1)
+        found = lanes[order][at] == pl.lane[m]
         got = np.zeros(len(lanes))
-        for lane, s in zip(pl.lane[m].tolist(), pl.sum_dur_ns[m].tolist()):
-            if int(lane) in pos:
-                got[pos[int(lane)]] += float(s)
+        np.add.at(got, order[at[found]], pl.sum_dur_ns[m][found].astype(np.float64))
         wait += got
         top_wait[name] = got
     rows = []
