@@ -67,10 +67,17 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
         if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
             figs["replayed_saving_ns"] = saving  # within min_ticks of it is the same figure, to the timer's steps)
             impact = saving if impact > saving + th.min_ticks * tick else impact
+        message = v.message
+        if stakes.room is not None and impact > stakes.room:  # no stake promises a wall below the roofline
+            rf = stakes.roofline
+            figs["roofline_cap_ns"] = stakes.room
+            message += (f"; at most {format_ns(stakes.room)} can be saved: the work takes {format_ns(rf.floor_ns)} at "
+                        f"the device's peak {'bandwidth' if rf.bound == 'bandwidth' else 'FLOP rate'} (the roofline)")
+            impact = stakes.room
         severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
         if claimed != impact:
             figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
-        out.append(Finding(v.kind, v.phase, severity, v.message, v.evidence, impact,
+        out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
                            impact / wall if wall else None, figs))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
     out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))

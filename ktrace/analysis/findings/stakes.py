@@ -14,12 +14,16 @@ it advises could recover (docs/analysis-schema.md, "Cause model and replay"):
   its own delay beyond that median: a late starter's wait is the starter's cost, not the barrier's);
 - idle lanes: the phase spread over every lane of its warp groups;
 - a pipeline: the bounding warp group's slices as fast as the waiting group's (median busy times).
+
+Where the work is known (analysis/model/roofline.py), no stake goes below the roofline: ``room`` is the wall less
+the work's time at the device's peaks, and every impact is at most that.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..model.roofline import roofline_of
 from .replay import Timeline, change_rounds, measured_starts, replay, timeline
 
 __all__ = ["Stakes", "timeline_of_figures"]
@@ -47,6 +51,11 @@ class Stakes:
         self.base = base.wall_ns if base is not None else None
         self._max_rounds = change_rounds(base) if base is not None else 0
         self._cache: dict = {}
+        wall = float(fig.kernel.wall_ns or 0)
+        self.roofline = roofline_of(getattr(fig, "launch", None) or {}, wall)
+        floor = self.roofline.floor_ns if self.roofline is not None else None
+        # the most any change can save: the wall down to the work at the device's peaks (None: no bound known)
+        self.room = max(wall - floor, 0.0) if floor is not None else None
 
     def saving(self, v) -> float | None:
         """The ns removing the cause of verdict ``v`` saves; None where the replay has no change for it."""
