@@ -77,8 +77,10 @@ class Stakes:
         phase = v.phase if v.phase in names else None
         if v.kind == "late_start" and g.get("basis") == "lane":
             return ("late_lane", int(g["block"]), int(g["group"]))
+        if v.kind == "pipeline":  # named by the phase the hand-off follows: the groups are its cause, not the phase
+            return ("pipeline", int(g["bounding_group"]), int(g["waiting_group"]))
         if phase is None:
-            return ("pipeline", int(g["bounding_group"]), int(g["waiting_group"])) if v.kind == "pipeline" else None
+            return None
         if v.kind == "late_start":
             return ("late_phase", phase, g.get("block"))
         if v.kind == "stable_straggler" and g.get("cause") in ("work", "both"):
