@@ -118,3 +118,20 @@ def test_pipeline_stake_is_the_replayed_saving():
     assert f.impact_ns == pytest.approx(saving, abs=1)
     assert g["replayed_saving_ns"] == pytest.approx(saving, abs=1)
     assert f.impact_ns < 0.7 * busy_gap  # 15.8 µs against a 29.1 µs busy-time difference
+
+
+def test_a_phase_run_alone_at_the_end_is_a_serial_tail_with_its_stake():
+    """Split-K: 264 blocks compute ~50 µs, then block 263 alone runs `final` for 40 µs (44% of the wall). The top
+    warning names the serial phase, its block and the time at stake: spreading `final` over the 264 lanes
+    leaves 40 µs / 264 of it, so 40 µs x 263/264 is recoverable."""
+    lanes = {(b, 0): [(0, T0, T0 + 50_000 + (b % 7) * 64)] for b in range(264)}
+    lanes[(263, 0)].append((1, T0 + 50_500, T0 + 90_500))
+    a = build(lanes, ["compute", "final"])
+    warn = [f for f in a.findings if f.severity == "warning"]
+    assert warn[0].kind == "serial_tail" and warn[0].phase == "final" and warn[0].figures["block"] == 263
+    truth = 40_000 * 263 / 264
+    assert abs(warn[0].impact_ns - truth) <= 0.15 * truth
+    assert "serial tail" in str(a) and "final" in str(a)
+    # the tail it leaves and the idle lanes are the same cause: said once, not counted again
+    assert not [f for f in warn[1:] if f.kind in ("tail", "idle_lanes")]
+    assert sum(f.impact_ns for f in warn) <= a.kernel.wall_ns

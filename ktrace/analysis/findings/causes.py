@@ -16,7 +16,7 @@ from .verdict import Verdict, fmt as _fmt
 __all__ = ["merge", "LEAD_ORDER"]
 
 # Which verdict leads a cause's finding, first to last.
-LEAD_ORDER = ("stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
+LEAD_ORDER = ("serial_tail", "stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
               "pipeline", "load_imbalance", "large_wait", "untimed_work", "tail", "moving_last_finisher",
               "start_skew", "idle_lanes", "critical_path")
 

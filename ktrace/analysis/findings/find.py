@@ -16,6 +16,7 @@ from ..model.results import Figures
 from ..model.thresholds import Thresholds
 from . import causes
 from . import verdicts
+from .serial_tail import serial_tails
 from .stakes import Stakes
 from .verdict import format_ns
 
@@ -56,7 +57,7 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
     th = th or Thresholds()
     tick = tick_of(fig, th)
     wall = float(fig.kernel.wall_ns or 0)
-    raw = verdicts.all_verdicts(fig, th, tick)
+    raw = serial_tails(fig, verdicts.all_verdicts(fig, th, tick), th, tick)
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
     stakes = Stakes(fig)

@@ -170,6 +170,13 @@ def _idle(f: Finding, v: Vocabulary):
             f"give them a share of the {f.phase} work")
 
 
+def _serial(f: Finding, v: Vocabulary):
+    g = f.figures
+    return (f"{f.phase} runs on {g['lanes']} of {g['lanes'] + g['idle_lanes']} {v.unit}s for {_t(g['serial_ns'])} "
+            f"after the others are done (a serial tail)",
+            f"spread {f.phase} over the idle {v.unit}s (split its work)")
+
+
 def _pipeline(f: Finding, v: Vocabulary):
     g = f.figures
     b, w = v.group(g["bounding_group"]), v.group(g["waiting_group"])
@@ -212,7 +219,7 @@ def _critical(f: Finding, v: Vocabulary):
 
 _BUILDERS = {"stable_straggler": _straggler, "straggler_change": _straggler_change, "rotating_imbalance": _rotating,
              "late_start": _late_start, "load_imbalance": _imbalance, "large_wait": _wait, "untimed_work": _untimed,
-             "idle_lanes": _idle, "pipeline": _pipeline, "tail": _tail, "wave_quantization": _waves,
+             "idle_lanes": _idle, "serial_tail": _serial, "pipeline": _pipeline, "tail": _tail, "wave_quantization": _waves,
              "start_skew": _skew, "critical_path": _critical}
 
 

@@ -12,7 +12,7 @@ it advises could recover (docs/analysis-schema.md, "Cause model and replay"):
 - a load imbalance by instances: every lane gets the instance's mean;
 - the grid barrier: its own release removed (each barrier instance's median release latency; each lane keeps
   its own delay beyond that median: a late starter's wait is the starter's cost, not the barrier's);
-- idle lanes: the phase spread over every lane of its warp groups;
+- idle lanes, a serial tail: the phase spread over every lane of its warp groups;
 - a pipeline: the bounding warp group's slices as fast as the waiting group's (median busy times).
 
 Where the work is known (analysis/model/roofline.py), no stake goes below the roofline: ``room`` is the wall less
@@ -91,6 +91,8 @@ class Stakes:
             return ("balance", phase)
         if v.cause == "grid barrier" and v.kind in ("large_wait", "start_skew"):
             return ("barrier",)
+        if v.kind == "serial_tail":
+            return ("spread", (phase,))
         if v.kind == "idle_lanes":
             extra = tuple(sorted({c["phase"] for c in g.get("consequences", []) if c["kind"] == "idle_lanes"
                                   and c["phase"] in names}))
