@@ -140,6 +140,23 @@ class RunsAnalysis:
         return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
+def _recalibrated(analyses) -> list:
+    """The analyses with their findings judged against the noise model widened by these runs' own run-to-run
+    changes (findings/margins.py): a warning must clear its thresholds by more than the user's runs move too."""
+    from dataclasses import replace
+
+    from ..findings.find import find
+    from .catalog import as_capture
+    from .noise_model import noise_model, observations
+
+    obs = observations([as_capture(a) for a in analyses], "yours")
+    if not obs:
+        return list(analyses)
+    model = noise_model().refine(obs, len(analyses))
+    noise = {k: (b.relative, b.ticks, b.wall_share) for k, b in model.families.items()}
+    return [replace(a, findings=find(a.figures, a.thresholds, noise)) for a in analyses]
+
+
 def runs_analysis(sources, analyses) -> RunsAnalysis:
     """The RunsAnalysis of ``analyses`` (one per run, of one kernel: the same phases)."""
     if len(analyses) < 2:
@@ -151,6 +168,7 @@ def runs_analysis(sources, analyses) -> RunsAnalysis:
         raise InputError(f"{', '.join(map(str, sources))}: these are not runs of one kernel (grids "
                          f"{sorted(map(str, shapes))}, kernels {sorted(kernels)}); --runs takes runs of the same "
                          "inputs")
+    analyses = _recalibrated(analyses)
     n = len(analyses)
     seen: dict = {}
     for a in analyses:

@@ -16,6 +16,7 @@ from ..model.results import Figures
 from ..model.thresholds import Thresholds
 from . import causes
 from . import verdicts
+from .margins import marginal
 from .serial_tail import serial_tails
 from .stakes import Stakes
 from .verdict import format_ns
@@ -52,8 +53,10 @@ def tick_of(fig: Figures, th: Thresholds) -> float:
     return float(th.tick_ns) if th.tick_ns > 0 else float(fig.kernel.tick_ns)
 
 
-def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
-    """The findings for ``fig``: warnings first, each group by impact (largest first), then phase order."""
+def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) -> tuple[Finding, ...]:
+    """The findings for ``fig``: warnings first, each group by impact (largest first), then phase order.
+    noise: the run-to-run noise bounds a warning must clear its thresholds by (margins.py; default the shipped
+    model's)."""
     th = th or Thresholds()
     tick = tick_of(fig, th)
     wall = float(fig.kernel.wall_ns or 0)
@@ -76,6 +79,11 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
                         f"the device's peak {'bandwidth' if rf.bound == 'bandwidth' else 'FLOP rate'} (the roofline)")
             impact = stakes.room
         severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
+        if severity == "warning":
+            close = marginal(fig, v.kind, figs, v.phase, impact, th, tick, noise)
+            if close is not None:  # within a rerun's noise of its threshold: info, said so
+                figs["marginal"] = close
+                severity = "info"
         if claimed != impact:
             figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
