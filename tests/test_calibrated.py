@@ -84,3 +84,35 @@ def test_runs_judge_against_their_own_noise():
     some = [f for f in r.findings if f.runs != f.of]
     assert not some, [(f.kind, f.phase, f.runs) for f in some]
     assert all(f.kind != "large_wait" for f in held)  # 1.1-1.2% of the wall against a 1% floor: within the noise
+
+
+def test_runs_group_a_warning_by_kind_and_phase_with_its_block_apart():
+    """A late start of block 127 is one warning over the runs whichever of its warp groups is the late one
+    (it was listed twice, 'in 1 of 2 runs ... names block 127 in every run'); a different block is that
+    warning's block not holding, not another warning."""
+    from dataclasses import replace
+
+    from ktrace.analysis.compare.runs import runs_analysis
+    from ktrace.analysis.findings.find import Finding
+
+    base = analyze(decode(SAMPLES / "imbalance_ktrace.bin"))
+
+    def run(group, block):
+        f = Finding("late_start", None, "warning", "block starts late", "", 9000.0, 0.1,
+                    {"basis": "lane", "block": block, "group": group, "late_ns": 9000.0})
+        return replace(base, findings=(f,))
+
+    r = runs_analysis(["a", "b"], [run(0, 127), run(1, 127)])
+    assert [(f.kind, f.runs, f.of, f.blocks) for f in r.findings] == [("late_start", 2, 2, {127: 2})]
+    r = runs_analysis(["a", "b"], [run(0, 127), run(0, 12)])
+    assert [(f.runs, f.blocks) for f in r.findings] == [(2, {12: 1, 127: 1})]
+
+
+def test_consequences_name_the_phases_of_one_idle_set_once():
+    """MLA example: the same 8 idle lanes in several phases are one consequence naming the phases, not one
+    per phase."""
+    a = analyze(decode(SAMPLES / "fi_mla_example_run1.bin.gz"))
+    idle = [f for f in a.findings if f.kind == "idle_lanes"][0]
+    said = idle.message.split("the same cause shows as: ", 1)[1]
+    assert said.count("8 of 264 lanes never ran") == 1 and said.count("4 of 132 lanes never ran") <= 1
+    assert "..." not in said

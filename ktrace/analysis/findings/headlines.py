@@ -286,7 +286,9 @@ def stake_text(f: Finding) -> str:
     """'stake 338 µs (56% of the wall)': the kernel time a finding accounts for."""
     share = f" ({f.impact_share:.0%} of the wall)" if f.impact_share is not None else ""
     cap = ", capped by the roofline" if f.figures.get("roofline_cap_ns") is not None else ""
-    return f"stake {_t(f.impact_ns)}{share}{cap}"
+    m = f.figures.get("marginal")
+    close = "; marginal: within the run-to-run noise of its threshold" if isinstance(m, dict) else ""
+    return f"stake {_t(f.impact_ns)}{share}{cap}{close}"
 
 
 # -- the short report as HTML (the notebook's repr of an Analysis) -----------------------------------------
