@@ -132,6 +132,16 @@ def mla_wrappers(plan, use_profiler_both=(True, False)):
     return out
 
 
+def kernel_work(kind: str, w: dict) -> dict:
+    """The sidecar's ``work`` from the plan: the KV cache bytes the kernel reads (each request's KV read once:
+    a lower bound on the bytes it moves, so the roofline's floor never overstates). MLA: kv tokens x (512 ckv +
+    64 kpe) x 2 bytes (fp16); BatchAttention: kv tokens x kv heads x head_dim x 2 (K and V) x 2 bytes (bf16)."""
+    if kind == "mla":
+        return {"bytes": sum(w["kv_lens"]) * (512 + 64) * 2}
+    kv_tokens = sum(k for k, _ in w["requests"])
+    return {"bytes": kv_tokens * w["num_kv_heads"] * w["head_dim"] * 2 * 2}
+
+
 def _cumsum(xs):
     s = 0
     for x in xs:
@@ -364,7 +374,8 @@ def capture(name, kind, w, args, torch, record_runs):
     rec = record_runs(run_p, run_c, buf, runs=args.runs, reps=args.reps, warmup=args.warmup, event_names=events,
                       group_names=groups, name=name, out_dir=args.results / "samples", workload=workload,
                       ground_truth=gt, keep_entries=args.keep, kernel=kernel, grid=grid, num_blocks=nb,
-                      num_groups=ng, group_of_thread=gof, spin_us=args.spin_us, compress=args.compress)
+                      num_groups=ng, group_of_thread=gof, spin_us=args.spin_us, compress=args.compress,
+                      work=kernel_work(kind, w))
     t = rec.timing
     if min(t.with_profiler.median_us, t.without_profiler.median_us) < 2.0:
         log(f"  {name}: WARNING a median under 2 us: the CUDA events may not bracket the kernel (another stream?)")

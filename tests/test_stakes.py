@@ -95,3 +95,43 @@ def test_a_cta_with_nothing_to_do_before_a_grid_barrier_is_idle_not_late():
     idle = [f for f in a.findings if f.kind == "idle_lanes"]
     assert idle and idle[0].figures["idle"] == [[11, 0]]
     assert all(f.impact_ns <= 64 + 64 for f in a.findings if f.severity == "warning" and "block 11" in f.message)
+
+
+def test_pipeline_stake_is_the_replayed_saving():
+    """MLA decode (batch 132): group 1 bounds the blocks. Its stake is what the replay saves when group 1's work
+    is as fast as group 0's: group 0's own work then binds, so far less than the busy-time difference."""
+    from ktrace.analysis.findings.replay import replay
+    from ktrace.analysis.findings.stakes import timeline_of_figures
+
+    a = analyzed(SAMPLES / "fi_mla_decode_run1.bin.gz")
+    pipe = [f for f in a.findings if f.kind == "pipeline" and f.severity == "warning"]
+    assert len(pipe) == 1
+    f = pipe[0]
+    g = f.figures
+    busy_gap = g["median_busy_bounding_ns"] - g["median_busy_waiting_ns"]
+    tl = timeline_of_figures(a.figures)
+    dur = tl.dur.astype(float)
+    dur[tl.group == g["bounding_group"]] *= g["median_busy_waiting_ns"] / g["median_busy_bounding_ns"]
+    faster = replay(tl, dur)
+    assert faster.settled
+    saving = replay(tl).wall_ns - faster.wall_ns
+    assert f.impact_ns == pytest.approx(saving, abs=1)
+    assert g["replayed_saving_ns"] == pytest.approx(saving, abs=1)
+    assert f.impact_ns < 0.7 * busy_gap  # 15.8 µs against a 29.1 µs busy-time difference
+
+
+def test_a_phase_run_alone_at_the_end_is_a_serial_tail_with_its_stake():
+    """Split-K: 264 blocks compute ~50 µs, then block 263 alone runs `final` for 40 µs (44% of the wall). The top
+    warning names the serial phase, its block and the time at stake: spreading `final` over the 264 lanes
+    leaves 40 µs / 264 of it, so 40 µs x 263/264 is recoverable."""
+    lanes = {(b, 0): [(0, T0, T0 + 50_000 + (b % 7) * 64)] for b in range(264)}
+    lanes[(263, 0)].append((1, T0 + 50_500, T0 + 90_500))
+    a = build(lanes, ["compute", "final"])
+    warn = [f for f in a.findings if f.severity == "warning"]
+    assert warn[0].kind == "serial_tail" and warn[0].phase == "final" and warn[0].figures["block"] == 263
+    truth = 40_000 * 263 / 264
+    assert abs(warn[0].impact_ns - truth) <= 0.15 * truth
+    assert "serial tail" in str(a) and "final" in str(a)
+    # the tail it leaves and the idle lanes are the same cause: said once, not counted again
+    assert not [f for f in warn[1:] if f.kind in ("tail", "idle_lanes")]
+    assert sum(f.impact_ns for f in warn) <= a.kernel.wall_ns

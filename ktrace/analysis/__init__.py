@@ -147,6 +147,14 @@ class Analysis:
         return data_quality(self.figures.launch)
 
     @property
+    def roofline(self):
+        """The work against the device's peaks (analysis/model/roofline.py), or None when the launch facts give
+        no work."""
+        from .model.roofline import roofline_of
+
+        return roofline_of(self.figures.launch, float(self.figures.kernel.wall_ns or 0))
+
+    @property
     def occupancy(self) -> dict | None:
         """The launch shape (docs/analysis-structure.md), or None without phase slices."""
         o = self.figures.occupancy
@@ -169,6 +177,7 @@ class Analysis:
             "tick_ns": self.tick_ns,
             "data_quality": self.data_quality.to_dict(),
             "slots": self.slots or None,
+            "roofline": self.roofline.to_dict() if self.roofline is not None else None,
             "accounted": self.accounted,
             "wait_causes": rows(f.wait_causes),
             "findings": [x.to_dict() for x in self.findings],

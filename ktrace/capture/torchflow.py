@@ -222,7 +222,7 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
                 ground_truth=None, keep_entries: int | None = None, kernel: str | None = None, grid=None,
                 block=None, num_blocks: int | None = None, num_groups: int | None = None,
                 group_of_thread: str | None = None, timer: dict | None = None, spin_us: float = 200.0,
-                compress: bool = False, backend=None) -> Recorded:
+                compress: bool = False, backend=None, work: dict | None = None) -> Recorded:
     """Time ``run_profiled`` against ``run_control`` (None: no timing), then save ``runs`` captures of
     ``run_profiled`` writing into ``buffer``, each from a zeroed buffer: ``out_dir/NAME_runK.bin`` (K = 1..runs;
     ``.bin.gz`` with ``compress``) and ``NAME_runK.json``.
@@ -233,7 +233,8 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
     what it says); kernel, grid, block, group_of_thread, timer: the sidecar's fields of those names (timer:
     default from ``ktrace calibrate``'s cache for this device when there is one, False for none);
     workload (the launch's inputs) and ground_truth (what the plan or the inputs make true): free-form JSON,
-    kept under the sidecar's ``ground_truth``; backend: the GPU work (default ``TorchBackend()``).
+    kept under the sidecar's ``ground_truth``; backend: the GPU work (default ``TorchBackend()``); work: the
+    sidecar's ``work`` (``{"bytes": N, "flops": N}``, what the kernel moves and computes: the roofline's).
     """
     if runs <= 0:
         raise InputError(f"record_runs needs runs > 0 (got {runs})")
@@ -256,7 +257,7 @@ def record_runs(run_profiled: Callable, run_control: Callable | None, buffer, *,
     if timer is None:
         timer = cached_timer(device)
     launch = dict(kernel=kernel, grid=grid, block=block, num_blocks=num_blocks, num_groups=num_groups,
-                  group_of_thread=group_of_thread, timer=timer)
+                  group_of_thread=group_of_thread, timer=timer, work=work)
     for k in range(1, runs + 1):
         save_one(be, run_profiled, buffer, keep, out, f"{name}_run{k}", name, names, list(group_names), device,
                  rec.timing, reps_us, launch, workload, ground_truth, dict(run=k, runs=runs), compress, rec)
@@ -315,6 +316,8 @@ def _sidecar(words, file_name, stem, name, event_names, group_names, host_ns, de
         "header_matches_launch": (hb, hg) == (nb, ng) and nb > 0 and ng > 0,
     }
     meta["device"] = dict(device)
+    if launch.get("work"):
+        meta["work"] = {k: int(v) for k, v in launch["work"].items() if v is not None}
     if timing is not None:
         meta["timing"] = timing.as_dict()
     gt = dict(ground_truth or {})

@@ -69,6 +69,14 @@ def decode_options(p: argparse.ArgumentParser) -> None:
     side.add_argument("--no-sidecar", action="store_true", help="ignore the metadata sidecar")
     g.add_argument("--num-blocks", type=int, metavar="N", help="override the header's block count")
     g.add_argument("--num-groups", type=int, metavar="N", help="override the header's group count")
+    w = p.add_argument_group("roofline (docs/analysis-schema.md, \"Roofline\")")
+    w.add_argument("--bytes", type=_work_bytes, metavar="N", help="the kernel's DRAM bytes moved (over the sidecar's "
+                   "work.bytes): the report shows the bandwidth achieved, and no stake goes below N / peak bandwidth")
+    w.add_argument("--flops", type=_work_flops, metavar="N", help="the kernel's FLOPs (over the sidecar's work.flops)")
+    w.add_argument("--peak-gbps", type=_peak, metavar="GBPS", help="the device's peak DRAM bandwidth, GB/s (default: "
+                   "from the device's name: H100, H200, B200, A100)")
+    w.add_argument("--peak-tflops", type=_peak, metavar="TFLOPS", help="the device's peak FLOP rate, TFLOP/s (default: "
+                   "its dense FP16/BF16 tensor rate, by name; give it for FP8 or FP32 work)")
     t = p.add_argument_group("Triton Proton traces (.chrome_trace) and NVIDIA IKET traces (.trace.json)")
     t.add_argument("--lanes", choices=["warp", "warpgroup"], help="one lane per warp (default) or per warp group "
                    "of 4 warps (a scope spans its warps' first begin to last end)")
@@ -90,7 +98,9 @@ def decode_kwargs(a) -> dict:
         "num_blocks": a.num_blocks,
         "num_groups": a.num_groups,
         **{k: v for k, v in (("lanes", a.lanes), ("sm_clock_mhz", a.sm_clock), ("proton_log", a.proton_log),
-                             ("launch", getattr(a, "launch", None))) if v is not None},
+                             ("launch", getattr(a, "launch", None)), ("work_bytes", a.bytes), ("work_flops", a.flops),
+                             ("peak_gbps", a.peak_gbps), ("peak_tflops", a.peak_tflops))
+           if v is not None},
     }
 
 
@@ -144,6 +154,9 @@ def _bounded(parse, ok, what: str):
 _row_count = _bounded(int, lambda n: n >= 0, "a number of rows (0 or more)")
 _mebibytes = _bounded(float, lambda v: 0 < v <= 1 << 30, "a number of MiB above 0")
 _seconds = _bounded(float, lambda v: 0 < v < 1e9, "a number of seconds above 0")
+_work_bytes = _bounded(float, lambda v: 0 <= v <= 1e18, "a number of bytes (0 to 1e18)")
+_work_flops = _bounded(float, lambda v: 0 <= v <= 1e21, "a number of FLOPs (0 to 1e21)")
+_peak = _bounded(float, lambda v: 0 < v <= 1e7, "a peak rate above 0 (at most 1e7)")
 
 
 class Terminated(KeyboardInterrupt):

@@ -86,6 +86,10 @@ class Launch:
     profiled_median_us: float | None = None  # the instrumented build's median kernel time
     control_median_us: float | None = None  # the unprofiled control's median kernel time
     records_written: int | None = None  # the non-empty slots the sidecar says the capture read back
+    work_bytes: float | None = None  # the kernel's DRAM bytes (sidecar ``work.bytes`` or --bytes): the roofline's
+    work_flops: float | None = None  # the kernel's FLOPs (sidecar ``work.flops`` or --flops)
+    peak_gbps: float | None = None  # the device's peak bandwidth, given (--peak-gbps); else the roofline's table
+    peak_tflops: float | None = None  # the device's peak FLOP rate, given (--peak-tflops)
 
     @property
     def instants_advance(self) -> bool:

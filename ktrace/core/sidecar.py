@@ -119,6 +119,9 @@ def _bounds_problem(meta: dict) -> str:
         return f"'device.name' {text_problem(dev['name'])}"
     if isinstance(dev, dict) and isinstance(dev.get("name"), str) and len(dev["name"]) > MAX_TEXT_CHARS:
         return f"'device.name' is {len(dev['name']):,} characters long; at most {MAX_TEXT_CHARS:,}"
+    problem = _work_problem(meta.get("work", None), "work" in meta)
+    if problem:
+        return problem
     for keys, (lo, hi) in _RANGES.items():
         v = _get(meta, *keys)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not lo <= v <= hi:
@@ -141,6 +144,29 @@ def _bounds_problem(meta: dict) -> str:
             stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
         elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
             return f"'{where}' is {v}; a number here must fit in 64 bits"
+    return ""
+
+
+WORK_LIMITS = {"bytes": 1e18, "flops": 1e21}  # beyond any one kernel's work (an exabyte moved, a zettaFLOP)
+
+
+def _work_problem(work, given: bool) -> str:
+    """What is wrong with the sidecar's ``work`` ("" if nothing): an object of non-negative numbers, bytes and flops."""
+    if not given:
+        return ""
+    if not isinstance(work, dict):
+        return f"'work' is {type(work).__name__}; it must be an object such as {{\"bytes\": 311000000, \"flops\": 0}}"
+    unknown = sorted(str(k) for k in work if k not in WORK_LIMITS)
+    if unknown:
+        return f"'work' has {unknown[0][:40]!r}; its keys are bytes and flops"
+    for k, hi in WORK_LIMITS.items():
+        v = work.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"'work.{k}' is {str(v)[:40]!r}; it must be a number (the kernel's {k}), 0 or more"
+        if not 0 <= v <= hi:
+            return f"'work.{k}' is {v!r}; it must be between 0 and {hi:.0e}"
     return ""
 
 
@@ -172,6 +198,8 @@ def launch_fields(meta: dict) -> dict:
         "capacity_per_lane": _int_or_none(bufmeta.get("records_per_lane_capacity")),
         "trailer": bufmeta.get("trailer") is True,
         "records_written": _int_or_none(bufmeta.get("records_written")),
+        "work_bytes": _float_or_none(_obj(meta, "work").get("bytes")),
+        "work_flops": _float_or_none(_obj(meta, "work").get("flops")),
         "probe_cost_ns": _float_or_none(timer.get("probe_cost_ns")),
         "profiled_median_us": _float_or_none(_get(meta, "timing", "with_profiler", "median_us")),
         "control_median_us": _float_or_none(_get(meta, "timing", "without_profiler", "median_us")),

@@ -47,13 +47,15 @@ class BufferDecoder:
 
     def __init__(self, source, *, sidecar=None, events=None, groups=None, layout: str | None = None,
                  num_blocks: int | None = None, num_groups: int | None = None, name: str | None = None,
-                 **aliases):
+                 work_bytes=None, work_flops=None, peak_gbps=None, peak_tflops=None, **aliases):
         if aliases:  # event_names / group_names, or a misspelt option: one message listing what is accepted
             opts = decode_options(dict(aliases, events=events, groups=groups), where="BufferDecoder")
             events, groups = opts["events"], opts["groups"]
         self.buf = load_buffer(source, name)
         nb, ng = parse_header(self.buf, num_blocks, num_groups)
-        self.launch = build_launch(nb, ng, buffer_path=self.buf.path, sidecar=sidecar, events=events, groups=groups)
+        self.launch = build_launch(nb, ng, buffer_path=self.buf.path, sidecar=sidecar, events=events, groups=groups,
+                                   work_bytes=work_bytes, work_flops=work_flops, peak_gbps=peak_gbps,
+                                   peak_tflops=peak_tflops)
         self.lanes = nb * ng
         self.body, self.overflow = self._split_trailer()
         self.reader = LaneReader(self.buf, self.body, self.lanes)

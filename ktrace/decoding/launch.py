@@ -73,11 +73,37 @@ def _refuse_duplicates(names, source, sidecar) -> None:
                          "name (two indices with one name would be merged into one phase)")
 
 
-def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, events=None, groups=None) -> Launch:
+WORK_OPTIONS = {"work_bytes": ("--bytes", 1e18), "work_flops": ("--flops", 1e21), "peak_gbps": ("--peak-gbps", 1e7),
+                "peak_tflops": ("--peak-tflops", 1e7)}
+
+
+def _work_value(key: str, v) -> float | None:
+    """A work or peak option as a number; InputError for anything but a finite number in its range."""
+    if v is None:
+        return None
+    flag, hi = WORK_OPTIONS[key]
+    try:
+        x = float(v) if not isinstance(v, bool) else float("nan")
+    except (TypeError, ValueError):
+        x = float("nan")
+    low_ok = x > 0 if key.startswith("peak") else x >= 0
+    if not (low_ok and x <= hi):  # NaN fails both
+        what = "above 0" if key.startswith("peak") else "0 or more"
+        raise InputError(f"{flag} {str(v)[:40]!r}: give a number {what}, at most {hi:.0e}")
+    return x
+
+
+def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, events=None, groups=None,
+                 **work) -> Launch:
     """The Launch for a buffer.
 
     sidecar: None looks for ``<buffer>.json`` next to a buffer file; a path reads that file; False skips.
+    work: ``work_bytes``, ``work_flops`` (over the sidecar's ``work``), ``peak_gbps``, ``peak_tflops`` (the roofline's).
     """
+    unknown = sorted(set(work) - set(WORK_OPTIONS))
+    if unknown:
+        raise InputError(f"unknown launch option {unknown[0]!r}; accepted: {', '.join(WORK_OPTIONS)}")
+    given = {k: _work_value(k, v) for k, v in work.items() if v is not None}
     meta: dict = {}
     side_used = None
     if sidecar is not False:
@@ -98,5 +124,6 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
         event_names=tuple(ev_names or ()),
         group_names=tuple(gr_names or ()),
     )
+    f.update(given)
     return Launch(num_blocks=num_blocks, num_groups=num_groups, names_source=ev_src or "default", sidecar=side_used,
                   **f)

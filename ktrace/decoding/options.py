@@ -11,7 +11,7 @@ from ..core.errors import InputError
 __all__ = ["DECODE_OPTIONS", "ALIASES", "decode_options"]
 
 DECODE_OPTIONS = ("sidecar", "events", "groups", "layout", "num_blocks", "num_groups", "name", "lanes", "sm_clock_mhz",
-                  "proton_log", "launch")
+                  "proton_log", "launch", "work_bytes", "work_flops", "peak_gbps", "peak_tflops")
 ALIASES = {"event_names": "events", "group_names": "groups"}
 
 

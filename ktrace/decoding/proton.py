@@ -121,7 +121,8 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
         raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
     given = sorted(k for k, v in dict(ignored, events=events, groups=groups).items() if v not in (None, False))
     if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        flags = ", ".join("--" + {"work_bytes": "bytes", "work_flops": "flops"}.get(k, k).replace("_", "-")
+                          for k in given)
         raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
                          "Proton traces (their CTAs, warps and scope names are in the trace)")
     ts, dur, cta, core, warp, ev, names, kernels, unused = read_events(path)

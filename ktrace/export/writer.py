@@ -90,6 +90,10 @@ def launch_facts(d: Decoded, summary: Summary) -> dict:
     facts["records"] = summary.records
     if L.records_written is not None:
         facts["records_written"] = L.records_written  # what the sidecar says was read back
+    for key in ("work_bytes", "work_flops", "peak_gbps", "peak_tflops"):  # the roofline's (analysis/model/roofline.py)
+        v = getattr(L, key)
+        if v is not None:
+            facts[key] = int(v) if float(v).is_integer() and abs(v) < 2**63 else float(v)
     facts["slices"] = summary.slices
     facts["instants"] = summary.instants
     facts["anomalous_records"] = summary.anomalous_records

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..analysis import Analysis
 from ..analysis.findings.find import format_ns
-from ..analysis.findings.headlines import Vocabulary, headline, stake_text as _stake, title_line
+from ..analysis.findings.headlines import Vocabulary, headline, roofline_line, stake_text as _stake, title_line
 from .analysis_plot import plot_analysis  # noqa: F401  (ktrace analyze --plot)
 from .safe_text import md_cell, md_code, md_text, printable
 
@@ -264,6 +264,8 @@ def _short(a: Analysis, show_all: bool, details: bool) -> list:
     out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
         out.append(Prose(f"clock: {a.launch.get('time_origin', '')}", indent="  "))
+    if roofline_line(a):
+        out.append(Prose(roofline_line(a), indent="  "))
     quality = quality_lines(a)
     if quality:
         out.append(Text("data quality: not every record is in the figures", style="bold red"))
@@ -454,6 +456,8 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     parts = [f"### ktrace analyze: {md_code(a.launch.get('kernel', 'kernel'))}", "", md_text(title_line(a)), ""]
     if a.launch.get("producer") == "proton":
         parts += [md_text(f"clock: {a.launch.get('time_origin', '')}"), ""]
+    if roofline_line(a):
+        parts += [md_text(roofline_line(a)), ""]
     quality = quality_lines(a)
     if quality:
         parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures", ">"]

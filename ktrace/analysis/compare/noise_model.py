@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from ..model.thresholds import margin_of
 from .noise import MIN_IMPACT, MIN_TICKS, Judgement, not_judged
 
 __all__ = ["FAMILIES", "KERNEL_FAMILIES", "Bound", "NoiseModel", "noise_model", "noise_margin", "family_of",
@@ -145,16 +146,9 @@ def noise_model() -> NoiseModel:
 
 def _margin(b: Bound, value: float, tick_ns: float, unit_ns: float, per_ns: float | None,
             wall_ns: float | None) -> tuple[float, str]:
-    """A family's margin for one figure, in its unit, and its words: the relative bound, or, where smaller, the
-    kernel time bound (the wall share, never under the tick bound: on a short kernel a few ticks are most of
-    what a share allows). Every same-input change stayed within each bound, so within this too."""
-    rel = (b.relative * abs(value), f"{b.relative:.1%} of the figure")
-    kernel = []
-    if wall_ns and per_ns and b.wall_share:
-        kernel.append((b.wall_share * wall_ns / per_ns, f"{b.wall_share:.1%} of the kernel wall"))
-        if tick_ns and unit_ns and b.ticks:
-            kernel.append((b.ticks * tick_ns / unit_ns, f"{b.ticks:,.0f} timer ticks"))
-    return min([rel, max(kernel, key=lambda x: x[0])] if kernel else [rel], key=lambda x: x[0])
+    """A family's margin for one figure, in its unit, and its words (``model.thresholds.margin_of``: the findings'
+    calibration uses the same rule)."""
+    return margin_of((b.relative, b.ticks, b.wall_share), value, tick_ns, unit_ns, per_ns, wall_ns)
 
 
 def noise_margin(family: str, value: float, tick_ns: float, *, unit_ns: float = 1.0,

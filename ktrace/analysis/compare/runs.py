@@ -140,6 +140,23 @@ class RunsAnalysis:
         return jsonfmt.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
+def _recalibrated(analyses) -> list:
+    """The analyses with their findings judged against the noise model widened by these runs' own run-to-run
+    changes (findings/margins.py): a warning must clear its thresholds by more than the user's runs move too."""
+    from dataclasses import replace
+
+    from ..findings.find import find
+    from .catalog import as_capture
+    from .noise_model import noise_model, observations
+
+    obs = observations([as_capture(a) for a in analyses], "yours")
+    if not obs:
+        return list(analyses)
+    model = noise_model().refine(obs, len(analyses))
+    noise = {k: (b.relative, b.ticks, b.wall_share) for k, b in model.families.items()}
+    return [replace(a, findings=find(a.figures, a.thresholds, noise)) for a in analyses]
+
+
 def runs_analysis(sources, analyses) -> RunsAnalysis:
     """The RunsAnalysis of ``analyses`` (one per run, of one kernel: the same phases)."""
     if len(analyses) < 2:
@@ -151,6 +168,7 @@ def runs_analysis(sources, analyses) -> RunsAnalysis:
         raise InputError(f"{', '.join(map(str, sources))}: these are not runs of one kernel (grids "
                          f"{sorted(map(str, shapes))}, kernels {sorted(kernels)}); --runs takes runs of the same "
                          "inputs")
+    analyses = _recalibrated(analyses)
     n = len(analyses)
     seen: dict = {}
     for a in analyses:
@@ -158,7 +176,9 @@ def runs_analysis(sources, analyses) -> RunsAnalysis:
         for f in a.findings:
             if f.severity != "warning":
                 continue
-            key = (f.kind, f.phase, f.figures.get("next_phase"), f.figures.get("group"))
+            # one warning: its kind and phase (a wait's boundary: phase -> next phase); the warp group and the block
+            # it names are compared apart (a late start of block 127 is one warning whichever group is later)
+            key = (f.kind, f.phase, f.figures.get("next_phase"))
             e = seen.setdefault(key, {"runs": 0, "blocks": {}, "impacts": [], "message": f.message})
             if key in mine:
                 continue
@@ -169,6 +189,6 @@ def runs_analysis(sources, analyses) -> RunsAnalysis:
                 e["blocks"][b] = e["blocks"].get(b, 0) + 1
             e["impacts"].append(float(f.impact_ns))
     out = [RunFinding(k, p, e["runs"], n, dict(sorted(e["blocks"].items())), min(e["impacts"]), max(e["impacts"]),
-                      e["message"]) for (k, p, _, _), e in seen.items()]
+                      e["message"]) for (k, p, _), e in seen.items()]
     out.sort(key=lambda f: (-f.runs, -f.max_impact_ns, f.kind, str(f.phase)))
     return RunsAnalysis(tuple(map(str, sources)), tuple(analyses), tuple(out))

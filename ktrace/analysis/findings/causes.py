@@ -16,7 +16,7 @@ from .verdict import Verdict, fmt as _fmt
 __all__ = ["merge", "LEAD_ORDER"]
 
 # Which verdict leads a cause's finding, first to last.
-LEAD_ORDER = ("stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
+LEAD_ORDER = ("serial_tail", "stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
               "pipeline", "load_imbalance", "large_wait", "untimed_work", "tail", "moving_last_finisher",
               "start_skew", "idle_lanes", "critical_path")
 
@@ -63,10 +63,25 @@ def _short(v: Verdict) -> str:
 def _consequences(rest: list[Verdict]) -> str:
     """The consequences in a few words each: each said once, at most ``MAX_CONSEQUENCES``, the rest counted."""
     shorts: list[str] = []
+    idle: dict = {}  # the same lanes idle in several phases: one entry naming the phases
     for m in rest:
+        if m.kind == "idle_lanes" and m.phase is not None:
+            g = m.figures
+            n = (g["idle_lanes"], g["idle_lanes"] + g["lanes"])
+            if n in idle:
+                idle[n].append(m.phase)
+                continue
+            idle[n] = [m.phase]
+            shorts.append(n)
+            continue
         t = _short(m)
         if t not in shorts:
             shorts.append(t)
+    for i, t in enumerate(shorts):
+        if isinstance(t, tuple):
+            ph = idle[t]
+            names = ", ".join(ph[:3]) + (f" and {len(ph) - 3} more" if len(ph) > 3 else "")
+            shorts[i] = f"{names}: {t[0]} of {t[1]} lanes never ran {'them' if len(ph) > 1 else 'it'}"
     more = len(shorts) - MAX_CONSEQUENCES
     text = "; ".join(shorts[:MAX_CONSEQUENCES])
     return text + (f"; and {more} more (figures.consequences)" if more > 0 else "")

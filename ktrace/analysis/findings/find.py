@@ -16,6 +16,8 @@ from ..model.results import Figures
 from ..model.thresholds import Thresholds
 from . import causes
 from . import verdicts
+from .margins import marginal
+from .serial_tail import serial_tails
 from .stakes import Stakes
 from .verdict import format_ns
 
@@ -51,12 +53,14 @@ def tick_of(fig: Figures, th: Thresholds) -> float:
     return float(th.tick_ns) if th.tick_ns > 0 else float(fig.kernel.tick_ns)
 
 
-def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
-    """The findings for ``fig``: warnings first, each group by impact (largest first), then phase order."""
+def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) -> tuple[Finding, ...]:
+    """The findings for ``fig``: warnings first, each group by impact (largest first), then phase order.
+    noise: the run-to-run noise bounds a warning must clear its thresholds by (margins.py; default the shipped
+    model's)."""
     th = th or Thresholds()
     tick = tick_of(fig, th)
     wall = float(fig.kernel.wall_ns or 0)
-    raw = verdicts.all_verdicts(fig, th, tick)
+    raw = serial_tails(fig, verdicts.all_verdicts(fig, th, tick), th, tick)
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
     stakes = Stakes(fig)
@@ -67,10 +71,22 @@ def find(fig: Figures, th: Thresholds | None = None) -> tuple[Finding, ...]:
         if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
             figs["replayed_saving_ns"] = saving  # within min_ticks of it is the same figure, to the timer's steps)
             impact = saving if impact > saving + th.min_ticks * tick else impact
+        message = v.message
+        if stakes.room is not None and impact > stakes.room:  # no stake promises a wall below the roofline
+            rf = stakes.roofline
+            figs["roofline_cap_ns"] = stakes.room
+            message += (f"; at most {format_ns(stakes.room)} can be saved: the work takes {format_ns(rf.floor_ns)} at "
+                        f"the device's peak {'bandwidth' if rf.bound == 'bandwidth' else 'FLOP rate'} (the roofline)")
+            impact = stakes.room
         severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
+        if severity == "warning":
+            close = marginal(fig, v.kind, figs, v.phase, impact, th, tick, noise)
+            if close is not None:  # within a rerun's noise of its threshold: info, said so
+                figs["marginal"] = close
+                severity = "info"
         if claimed != impact:
             figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
-        out.append(Finding(v.kind, v.phase, severity, v.message, v.evidence, impact,
+        out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
                            impact / wall if wall else None, figs))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
     out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..model import notebook as nb
 from .find import Finding, format_ns
 
-__all__ = ["Headline", "Vocabulary", "headline", "title_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
+__all__ = ["Headline", "Vocabulary", "headline", "title_line", "roofline_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
 
 HEADLINE_CHARS = 100  # a headline longer than this is cut at a word (the message has the rest)
 
@@ -183,6 +183,13 @@ def _idle(f: Finding, v: Vocabulary):
             f"give them a share of the {f.phase} work")
 
 
+def _serial(f: Finding, v: Vocabulary):
+    g = f.figures
+    return (f"{f.phase} runs on {g['lanes']} of {g['lanes'] + g['idle_lanes']} {v.unit}s for {_t(g['serial_ns'])} "
+            f"after the others are done (a serial tail)",
+            f"spread {f.phase} over the idle {v.unit}s (split its work)")
+
+
 def _pipeline(f: Finding, v: Vocabulary):
     g = f.figures
     b, w = v.group(g["bounding_group"]), v.group(g["waiting_group"])
@@ -225,7 +232,7 @@ def _critical(f: Finding, v: Vocabulary):
 
 _BUILDERS = {"stable_straggler": _straggler, "straggler_change": _straggler_change, "rotating_imbalance": _rotating,
              "late_start": _late_start, "load_imbalance": _imbalance, "large_wait": _wait, "untimed_work": _untimed,
-             "idle_lanes": _idle, "pipeline": _pipeline, "tail": _tail, "wave_quantization": _waves,
+             "idle_lanes": _idle, "serial_tail": _serial, "pipeline": _pipeline, "tail": _tail, "wave_quantization": _waves,
              "start_skew": _skew, "critical_path": _critical}
 
 
@@ -263,10 +270,43 @@ def title_line(a) -> str:
     return f"{name}: {shape}, {k.phases} phase{'' if k.phases == 1 else 's'}, wall {_t(k.wall_ns)}"
 
 
+def _size(n: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g} {prefix}{unit}"
+    return f"{n:.3g} {unit}"
+
+
+def roofline_line(a) -> str | None:
+    """'work: 156 MB in 92.9 µs = 1.68 TB/s, 35% of the H200's peak 4.8 TB/s; the least wall it allows 32.4 µs'
+    (analysis/model/roofline.py), None without work."""
+    r = a.roofline
+    if r is None:
+        return None
+    parts = []
+    for amount, rate, peak, unit, rate_unit, scale in ((r.bytes, r.achieved_gbps, r.peak_gbps, "B", "B/s", 1e9),
+                                                        (r.flops, r.achieved_tflops, r.peak_tflops, "FLOP", "FLOP/s",
+                                                         1e12)):
+        if amount is None or rate is None:
+            continue
+        text = f"{_size(amount, unit)} in {_t(r.wall_ns)} = {_size(rate * scale, rate_unit)}"
+        if peak:
+            who = f"the {r.device}'s" if r.peaks_source == "table" else "the given"
+            text += f", {rate / peak:.0%} of {who} peak {_size(peak * scale, rate_unit)}"
+        parts.append(text)
+    floor = r.floor_ns
+    tail = (f"; the least wall it allows {_t(floor)}" if floor is not None else
+            "; the device's peaks are unknown (--peak-gbps, --peak-tflops)")
+    return "work: " + "; ".join(parts) + tail
+
+
 def stake_text(f: Finding) -> str:
     """'stake 338 µs (56% of the wall)': the kernel time a finding accounts for."""
     share = f" ({f.impact_share:.0%} of the wall)" if f.impact_share is not None else ""
-    return f"stake {_t(f.impact_ns)}{share}"
+    cap = ", capped by the roofline" if f.figures.get("roofline_cap_ns") is not None else ""
+    m = f.figures.get("marginal")
+    close = "; marginal: within the run-to-run noise of its threshold" if isinstance(m, dict) else ""
+    return f"stake {_t(f.impact_ns)}{share}{cap}{close}"
 
 
 # -- the short report as HTML (the notebook's repr of an Analysis) -----------------------------------------
@@ -311,6 +351,8 @@ def analysis_html(a) -> str:
     L = a.launch
     if L.get("producer") == "proton":
         parts.append(f"<p>clock: {nb.escape(str(L.get('time_origin', '')))}</p>")
+    if roofline_line(a):
+        parts.append(f"<p>{nb.escape(roofline_line(a))}</p>")
     for w in a.data_quality.warnings:
         parts.append(f"<p class='warning'>data quality: {nb.escape(w)}</p>")
     warn = [f for f in a.findings if f.severity == "warning"]

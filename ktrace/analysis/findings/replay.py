@@ -314,6 +314,10 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     start = measured_starts(tl) if start is None else np.asarray(start, np.float64)
     lat = tl.latency.astype(np.float64) if latency is None else np.asarray(latency, np.float64)
     gap = tl.gap.astype(np.float64) if gap is None else np.asarray(gap, np.float64)
+    # Whole ns: the lane scan is exact for integers only (a change's scaled durations would leave float noise
+    # that never settles: a fixed point reached, to the ns, but no two rounds bit-equal).
+    dur, lat, gap = np.rint(dur), np.rint(lat), np.rint(gap)
+    start = np.where(np.isfinite(start), np.rint(start), start)
     has_rel = tl.rel_set >= 0
     rs = np.maximum(tl.rel_set, 0)
     a = np.where(tl.first, 0.0, gap + dur)

@@ -12,14 +12,18 @@ it advises could recover (docs/analysis-schema.md, "Cause model and replay"):
 - a load imbalance by instances: every lane gets the instance's mean;
 - the grid barrier: its own release removed (each barrier instance's median release latency; each lane keeps
   its own delay beyond that median: a late starter's wait is the starter's cost, not the barrier's);
-- idle lanes: the phase spread over every lane of its warp groups;
+- idle lanes, a serial tail: the phase spread over every lane of its warp groups;
 - a pipeline: the bounding warp group's slices as fast as the waiting group's (median busy times).
+
+Where the work is known (analysis/model/roofline.py), no stake goes below the roofline: ``room`` is the wall less
+the work's time at the device's peaks, and every impact is at most that.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..model.roofline import roofline_of
 from .replay import Timeline, change_rounds, measured_starts, replay, timeline
 
 __all__ = ["Stakes", "timeline_of_figures"]
@@ -47,6 +51,11 @@ class Stakes:
         self.base = base.wall_ns if base is not None else None
         self._max_rounds = change_rounds(base) if base is not None else 0
         self._cache: dict = {}
+        wall = float(fig.kernel.wall_ns or 0)
+        self.roofline = roofline_of(getattr(fig, "launch", None) or {}, wall)
+        floor = self.roofline.floor_ns if self.roofline is not None else None
+        # the most any change can save: the wall down to the work at the device's peaks (None: no bound known)
+        self.room = max(wall - floor, 0.0) if floor is not None else None
 
     def saving(self, v) -> float | None:
         """The ns removing the cause of verdict ``v`` saves; None where the replay has no change for it."""
@@ -68,8 +77,10 @@ class Stakes:
         phase = v.phase if v.phase in names else None
         if v.kind == "late_start" and g.get("basis") == "lane":
             return ("late_lane", int(g["block"]), int(g["group"]))
+        if v.kind == "pipeline":  # named by the phase the hand-off follows: the groups are its cause, not the phase
+            return ("pipeline", int(g["bounding_group"]), int(g["waiting_group"]))
         if phase is None:
-            return ("pipeline", int(g["bounding_group"]), int(g["waiting_group"])) if v.kind == "pipeline" else None
+            return None
         if v.kind == "late_start":
             return ("late_phase", phase, g.get("block"))
         if v.kind == "stable_straggler" and g.get("cause") in ("work", "both"):
@@ -80,6 +91,8 @@ class Stakes:
             return ("balance", phase)
         if v.cause == "grid barrier" and v.kind in ("large_wait", "start_skew"):
             return ("barrier",)
+        if v.kind == "serial_tail":
+            return ("spread", (phase,))
         if v.kind == "idle_lanes":
             extra = tuple(sorted({c["phase"] for c in g.get("consequences", []) if c["kind"] == "idle_lanes"
                                   and c["phase"] in names}))

@@ -3,13 +3,42 @@ findings (numpy), so that ``ktrace analyze --help`` can list them and their defa
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
 
 from ...core.errors import InputError
 
-__all__ = ["Thresholds"]
+__all__ = ["Thresholds", "NOISE_MODEL_PATH", "shipped_noise", "margin_of"]
+
+# The measured run-to-run noise (compare/noise_model.py builds and reads it; the findings read its bounds here, below
+# the layers that build it): family -> (relative, ticks, wall_share).
+NOISE_MODEL_PATH = Path(__file__).resolve().parents[1] / "compare" / "noise_model.json"
+
+
+@lru_cache(maxsize=1)
+def shipped_noise() -> dict:
+    """Family -> (relative, ticks, wall_share) bound of the shipped noise model (docs/ci.md)."""
+    doc = json.loads(NOISE_MODEL_PATH.read_text(encoding="utf-8"))
+    return {k: (float(v["relative"]), float(v["ticks"]), float(v["wall_share"])) for k, v in doc["families"].items()}
+
+
+def margin_of(bound: tuple, value: float, tick_ns: float, unit_ns: float, per_ns: float | None,
+              wall_ns: float | None) -> tuple[float, str]:
+    """A noise family's margin for one figure, in its unit, and its words: the relative bound (x |value|), or,
+    where smaller, the kernel-time bound (the wall share x wall / ``per_ns``, never under ticks x tick /
+    ``unit_ns``). bound: (relative, ticks, wall_share). Every same-input change stayed within each bound."""
+    relative, ticks, wall_share = bound
+    rel = (relative * abs(value), f"{relative:.1%} of the figure")
+    kernel = []
+    if wall_ns and per_ns and wall_share:
+        kernel.append((wall_share * wall_ns / per_ns, f"{wall_share:.1%} of the kernel wall"))
+        if tick_ns and unit_ns and ticks:
+            kernel.append((ticks * tick_ns / unit_ns, f"{ticks:,.0f} timer ticks"))
+    return min([rel, max(kernel, key=lambda x: x[0])] if kernel else [rel], key=lambda x: x[0])
 
 
 @dataclass(frozen=True)
