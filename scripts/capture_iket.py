@@ -249,6 +249,8 @@ def child(case: str, example: Path, truth_path: Path, repeats: int) -> None:
             "device": torch.cuda.get_device_name(),
             "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
             "iket_version": versions().get("nvidia-cutlass-dsl"),
+            # the GEMM's useful work, for the roofline: fp16 A, B and C once each, 2 M N K FLOPs
+            "work": {"bytes": 2 * (m * k + n * k + m * n) * l, "flops": 2 * m * n * k * l},
             "case": case,
             "kernel": "HopperWgmmaGemmPersistentKernel (CUTLASS CuTe DSL example dense_gemm_persistent.py)",
             "mnkl": list(MNKL),

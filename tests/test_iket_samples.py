@@ -164,3 +164,15 @@ def test_the_trace_carries_each_blocks_gpc(tmp_path):
     expect = {loc["ctaId"][2]: loc["gpcId"] for loc in raw["locationTable"]}
     assert producer == "iket"
     assert [int(g) for g in gpcs.split(",")] == [expect[b] for b in range(132)]
+
+
+def test_the_roofline_reads_the_gemms_work_from_the_sidecar():
+    """The sidecar's work (the GEMM's bytes and FLOPs) puts the example at 79% of the H200's FP16 peak, and caps the
+    slow producer's stake at the wall the roofline allows."""
+    a = ktrace.analyze(IKET / "gemm_run1.trace.json.gz")
+    text = " ".join(str(a).split())
+    assert "34.4 GFLOP" in text and "79% of the H200's peak 989 TFLOP/s" in text
+    _, warn = _warnings("slow_load_run1")
+    wall = ktrace.analyze(IKET / "slow_load_run1.trace.json.gz").kernel.wall_ns
+    least = 34.4e9 / 989e12 * 1e9
+    assert warn[0].impact_ns <= wall - least + 1

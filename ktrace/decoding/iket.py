@@ -33,11 +33,12 @@ from ..core.errors import InputError
 from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
 from .inflate import inflated_pieces, open_regular
+from .launch import _work_value
 from .proton import _slices
 
 __all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "WARP_START", "WARP_EXIT"]
 
-IKET_OPTIONS = ("lanes", "launch")
+IKET_OPTIONS = ("lanes", "launch", "work_bytes", "work_flops", "peak_gbps", "peak_tflops")
 WARP_START, WARP_EXIT = "warp start", "warp exit"  # the instants each warp's lifetime becomes
 LANE_MODES = ("warp", "warpgroup")
 WARPS_PER_GROUP = 4
@@ -133,10 +134,13 @@ def _locations(path, table: list) -> dict:
 
 
 def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, events=None, groups=None,
-              name: str | None = None, **ignored) -> Decoded:
+              name: str | None = None, work_bytes=None, work_flops=None, peak_gbps=None, peak_tflops=None,
+              **ignored) -> Decoded:
     """The Decoded of one launch of an IKET JSON trace (``launch``: its index among the trace's launches, graph
-    launches after the others; needed when there are several). Raises InputError with the file, the problem and
-    what to do."""
+    launches after the others; needed when there are several; the work and peaks as for a buffer: the
+    roofline's, over the sidecar's ``work``). Raises InputError with the file, the problem and what to do."""
+    work = {k: _work_value(k, v) for k, v in (("work_bytes", work_bytes), ("work_flops", work_flops),
+                                               ("peak_gbps", peak_gbps), ("peak_tflops", peak_tflops))}
     path = Path(str(path))
     lanes = lanes or "warp"
     if lanes not in LANE_MODES:
@@ -176,7 +180,7 @@ def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, even
         raise InputError(f"--launch {index}: {path} holds {len(runs)} launch(es), 0 to {len(runs) - 1}")
     run = runs[index]
     version = doc.get("meta", {}).get("version") if isinstance(doc.get("meta"), dict) else None
-    return _decoded(path, run, strings, loc, lanes, index, len(runs), version, sidecar, name)
+    return _decoded(path, run, strings, loc, lanes, index, len(runs), version, sidecar, name, work)
 
 
 def _clean(s: str) -> str:
@@ -197,7 +201,7 @@ def _rows(path, run: dict, key: str) -> list:
     return rows
 
 
-def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, name) -> Decoded:
+def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, name, work) -> Decoded:
     grid, block = _dims(path, run, "grid"), _dims(path, run, "block")
     nloc = len(loc["warp"])
     ranges, markers, lifes = _rows(path, run, "ranges"), _rows(path, run, "markers"), _rows(path, run, "warpLifetimes")
@@ -316,6 +320,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
         device=meta.get("device") if isinstance(meta.get("device"), str) else None,
         num_sms=meta.get("num_sms") if type(meta.get("num_sms")) is int and 0 < meta["num_sms"] <= 1 << 16 else None,
         control_median_us=_positive(meta.get("control_median_us")), block_gpc=seen_gpc,
+        **_work(meta, work, side=meta.get("_path")),
         event_names=tuple(phase_names + instant_names), group_names=group_names, names_source="file",
         sidecar=meta.get("_path"), producer="iket", producer_version=_version(version, meta, index, count, len(np.unique(loc["gpc"]))), timer_tick_ns=32, capacity_per_lane=int(kept.max()) if len(kept)
         else 0)
@@ -326,6 +331,23 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
         notes=notes, note_examples=examples, time_origin="IKET's %globaltimer stamps, from the launch's first",
         origin_ns=0, min_step_ns=32, seen_events=frozenset(range(len(phase_names) + len(instant_names))),
         lane_range=(0, ncta * ng))
+
+
+def _work(meta: dict, given: dict, side) -> dict:
+    """The roofline's figures: the options over the sidecar's ``work`` ({"bytes": N, "flops": N}), each checked."""
+    w = meta.get("work") if isinstance(meta.get("work"), dict) else {}
+    out = {}
+    for key, field in (("work_bytes", "bytes"), ("work_flops", "flops")):
+        v = given.get(key)
+        if v is None and w.get(field) is not None:
+            try:
+                v = _work_value(key, w[field])
+            except InputError as e:
+                raise InputError(f"{side}: work.{field}: {str(e).split(': ', 1)[-1]}; fix the sidecar, or give "
+                                 f"--{field}") from None
+        out[key] = v
+    out["peak_gbps"], out["peak_tflops"] = given.get("peak_gbps"), given.get("peak_tflops")
+    return out
 
 
 def _positive(v) -> float | None:
