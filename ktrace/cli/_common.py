@@ -27,21 +27,6 @@ class Parser(argparse.ArgumentParser):
     another command runs or ``ktrace --help`` is printed. Registering a command imports no layer that does
     the work (tests/test_startup.py)."""
 
-    def parse_known_args(self, args=None, namespace=None):
-        self._args_seen = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message):
-        # `check --markdown run.bin` gives run.bin to --markdown (its FILE is optional): say so, not only that
-        # the captures are missing.
-        seen = getattr(self, "_args_seen", [])
-        for flag, value in zip(seen, seen[1:]):
-            if flag in ("--markdown", "--json") and "required" in message and _capture_like(value):
-                message += (f"; {flag} took {value!r} as the file to write: put {flag} after the captures, "
-                            f"or write {flag}=FILE")
-                break
-        super().error(message)
-
     def format_help(self) -> str:
         for name in ("description", "epilog"):
             text = getattr(self, name)
@@ -333,7 +318,7 @@ _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "afte
 # (argument, what it writes, the option, the name endings it takes)
 _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
                 ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
-                ("markdown", "Markdown summary", "--markdown", None, True))
+                ("markdown", "Markdown summary", "--markdown", None, True), ("json", "JSON file", "--json", None))
 
 
 def command_files(a) -> tuple[list[str], list[tuple]]:
@@ -389,12 +374,11 @@ def guard_outputs(a) -> None:
     if outputs:
         check_outputs(outputs, inputs)
     for path, what, option, *_ in outputs:
-        # `check --markdown run.bin other.bin`: --markdown's optional FILE took a capture meant as an input
-        if option in ("--markdown", "--junit") and _capture_like(path):
-            raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. If "
-                             f"{option} took a capture meant as an input, put {option} after the captures or "
-                             f"write {option}=FILE; else give the {what} a name ending in "
-                             f"{'.md' if option == '--markdown' else '.xml'}")
+        # `--markdown=run.bin`, `--junit run.bin`: a capture by its name is never written over
+        if option in ("--markdown", "--junit", "--json") and _capture_like(path):
+            ending = {"--markdown": ".md", "--junit": ".xml", "--json": ".json"}[option]
+            raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. Give the "
+                             f"{what} a name ending in {ending}")
 
 
 def report_error(e: KtraceError) -> int:

@@ -19,6 +19,7 @@ import sys
 from ..core.errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 from ..core.choices import DEFAULT_THRESHOLD_PCT
 from ._common import report_error, tracks_option
+from .formats import format_options, write_text
 
 __all__ = ["register", "HANDLERS"]
 
@@ -88,7 +89,7 @@ def register(sub) -> None:
     _capture_options(c)
     c.add_argument("--probes", type=int, default=1024, metavar="N", help="START/END pairs per lane (default 1024)")
     c.add_argument("--reps", type=int, default=30, metavar="N", help="timed launches per build (default 30)")
-    c.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    format_options(c, "the calibration")
 
 
 def _cmd_run(a) -> int:
@@ -315,8 +316,11 @@ def _cmd_calibrate(a) -> int:
         headers = [a.header]
     cal = calibrate(headers=headers, flashinfer_include=a.flashinfer_include, n=a.probes, reps=a.reps)
     if a.json:
-        print(json.dumps(cal.as_dict(), indent=1))
-        return EXIT_OK
+        text = json.dumps(cal.as_dict(), indent=1)
+        if a.json == "-":
+            print(text)
+            return EXIT_OK
+        write_text(a.json, text)
     steps = sorted(cal.tick_steps.items(), key=lambda kv: -kv[1])[:4]
     print(f"{cal.device} ({cal.pci_bus_id}, driver {cal.driver_version})")
     print(f"timer tick: {cal.tick_ns} ns (steps between {cal.timer_reads:,} back-to-back reads: "

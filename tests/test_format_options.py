@@ -1,0 +1,111 @@
+"""--json[=FILE] and --markdown[=FILE] mean the same on every command: alone, stdout instead of the text report;
+with '=FILE', the file written and the text report still printed; the word after a bare option is a capture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import sample
+
+from ktrace.cli import build_parser, main
+from ktrace.cli.formats import explicit_formats
+
+RULE = ["--rule", "compute.imbalance <= 100"]
+
+
+def _run(capsys, *args):
+    rc = main([str(x) for x in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def capture(tmp_path):
+    to = tmp_path / "a.bin"
+    shutil.copy(sample("imbalance_ktrace"), to)
+    shutil.copy(sample("imbalance_ktrace").with_suffix(".json"), to.with_suffix(".json"))
+    return to
+
+
+@pytest.mark.parametrize("command", ["analyze", "diff", "check", "inspect", "query", "calibrate", "whatif"])
+def test_every_command_takes_json_with_an_optional_file(command):
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    opts = {o: act for act in sub._actions for o in act.option_strings}
+    assert opts["--json"].nargs == "?" and opts["--json"].const == "-"
+    assert "--json=FILE" in opts["--json"].help
+    if command in ("analyze", "diff", "check"):
+        assert opts["--markdown"].nargs == "?" and "--markdown=FILE" in opts["--markdown"].help
+
+
+def test_bare_option_never_takes_the_next_word():
+    assert explicit_formats(["check", "--markdown", "a.bin", "--json", "b.bin"]) == \
+        ["check", "--markdown=-", "a.bin", "--json=-", "b.bin"]
+    # the old spelling, kept where the word cannot be a capture
+    assert explicit_formats(["check", "a.bin", "--markdown", "out/summary.md"])[-1] == "--markdown=out/summary.md"
+    assert explicit_formats(["check", "a.bin", "--markdown", "/tmp/_runner/step_summary_1"])[-1] \
+        == "--markdown=/tmp/_runner/step_summary_1"
+    assert explicit_formats(["query", "--", "--json"]) == ["query", "--", "--json"]
+
+
+def test_check_markdown_before_the_capture_checks_it(capsys, capture):
+    before = capture.read_bytes()
+    rc, out, err = _run(capsys, "check", "--markdown", capture, *RULE)
+    assert rc == 0, err
+    assert out.startswith("### ✅ ktrace check passed: 0 of 1 check failed on 1 capture")
+    assert capture.read_bytes() == before
+
+
+def test_markdown_file_that_names_a_capture_is_refused(capsys, capture, tmp_path):
+    before = capture.read_bytes()
+    rc, _, err = _run(capsys, "check", tmp_path / "other.bin", *RULE, f"--markdown={capture}")
+    assert rc == 2 and "a capture by its name" in err and capture.read_bytes() == before
+
+
+def test_json_file_after_a_bare_option_is_refused_with_the_spelling(capsys, capture, tmp_path):
+    rc, _, err = _run(capsys, "analyze", capture, "--json", tmp_path / "out.json")
+    assert rc == 2 and f"--json={tmp_path / 'out.json'}" in err and not (tmp_path / "out.json").exists()
+
+
+def test_both_to_stdout_is_refused(capsys, capture):
+    for command in (["analyze", capture], ["check", capture, *RULE], ["diff", capture, capture]):
+        rc, _, err = _run(capsys, *command, "--json", "--markdown")
+        assert rc == 2 and "--json and --markdown both print to stdout" in err
+
+
+@pytest.mark.parametrize("command,schema", [
+    (["analyze"], "ktrace.analysis/2"), (["check", *RULE], "ktrace.check/1"), (["inspect"], "ktrace.inspect/1")])
+def test_json_file_written_and_the_report_still_printed(capsys, capture, tmp_path, command, schema):
+    out_json = tmp_path / "r.json"
+    rc, out, err = _run(capsys, command[0], capture, *command[1:], f"--json={out_json}")
+    assert rc == 0, err
+    assert json.loads(out_json.read_text())["schema"] == schema
+    assert not out.lstrip().startswith("{") and "persistent_phases" in out  # the text report, not the JSON
+    rc, out, err = _run(capsys, command[0], capture, *command[1:], "--json")
+    assert rc == 0 and json.loads(out)["schema"] == schema
+
+
+def test_diff_markdown_file_appended_and_json_to_stdout(capsys, capture, tmp_path):
+    md = tmp_path / "s.md"
+    md.write_text("earlier\n")
+    rc, out, err = _run(capsys, "diff", capture, capture, "--json", f"--markdown={md}")
+    assert rc == 0, err
+    assert json.loads(out)["schema"] == "ktrace.diff/1"
+    assert md.read_text().startswith("earlier\n### ktrace diff")
+
+
+def test_analyze_markdown_file(capsys, capture, tmp_path):
+    md = tmp_path / "a.md"
+    rc, out, err = _run(capsys, "analyze", capture, f"--markdown={md}")
+    assert rc == 0, err
+    assert md.read_text().startswith("#") and not out.startswith("#")
+
+
+def test_query_json_file(capsys, capture, tmp_path):
+    q = tmp_path / "q.json"
+    rc, out, err = _run(capsys, "query", capture, "SELECT 7 AS x", f"--json={q}")
+    assert rc == 0, err
+    assert json.loads(q.read_text()) == [{"x": 7}] and "1 rows as JSON" in err
+    rc, out, err = _run(capsys, "query", "--json", capture, "SELECT 7 AS x")
+    assert rc == 0 and json.loads(out) == [{"x": 7}]
