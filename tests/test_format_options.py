@@ -109,3 +109,38 @@ def test_query_json_file(capsys, capture, tmp_path):
     assert json.loads(q.read_text()) == [{"x": 7}] and "1 rows as JSON" in err
     rc, out, err = _run(capsys, "query", "--json", capture, "SELECT 7 AS x")
     assert rc == 0 and json.loads(out) == [{"x": 7}]
+
+
+# -- one unit style, one name per figure ---------------------------------------------------------------------
+
+def test_inspect_and_analyze_write_microseconds_alike(capsys):
+    rc, inspect_out, err = _run(capsys, "inspect", sample("imbalance"))
+    assert rc == 0, err
+    rc, analyze_out, err = _run(capsys, "analyze", sample("imbalance"), "--details")
+    assert rc == 0, err
+    import re
+
+    for out in (inspect_out, analyze_out):
+        assert "µs" in out and not re.search(r"\d us\b", out)
+    assert "span 602 µs" in inspect_out
+
+
+def test_the_record_gap_and_the_tick_are_named_apart(capsys):
+    """inspect's 352 ns is the smallest gap between a lane's records; analyze's 32 ns is the timer tick. Neither
+    calls its figure a 'smallest step'."""
+    rc, inspect_out, _ = _run(capsys, "inspect", sample("imbalance"))
+    rc2, analyze_out, _ = _run(capsys, "analyze", sample("imbalance"), "--details")
+    assert rc == rc2 == 0
+    assert "smallest gap between a lane's consecutive records 352 ns" in " ".join(inspect_out.split())
+    assert "timer tick 32 ns (the smallest difference between slice durations or a lane's records)" in \
+        " ".join(analyze_out.split())
+    assert "smallest step" not in inspect_out + analyze_out
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["analyze"]])
+def test_a_terminal_that_cannot_print_micro_gets_us(command):
+    from conftest import run_ktrace
+
+    rc, out, err = run_ktrace(command[0], sample("imbalance"), env={"PYTHONIOENCODING": "ascii"})
+    assert rc == 0 and "Traceback" not in err, err
+    assert "602 us" in out and "µ" not in out
