@@ -144,3 +144,32 @@ def test_a_terminal_that_cannot_print_micro_gets_us(command):
     rc, out, err = run_ktrace(command[0], sample("imbalance"), env={"PYTHONIOENCODING": "ascii"})
     assert rc == 0 and "Traceback" not in err, err
     assert "602 us" in out and "µ" not in out
+
+
+# -- help texts name every input kind ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["convert", "inspect", "analyze", "diff", "check", "query"])
+def test_help_names_every_input_the_resolver_takes(command, capsys, monkeypatch):
+    from ktrace.core.filetypes import BUFFER_SUFFIXES, PROTON_SUFFIXES, TRACE_SUFFIXES
+
+    monkeypatch.setenv("COLUMNS", "400")  # no suffix split at its hyphen
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    kinds = [*BUFFER_SUFFIXES, *PROTON_SUFFIXES, ".trace.json", ".trace.json.gz"]
+    if command not in ("convert", "inspect"):
+        kinds += TRACE_SUFFIXES
+    for suffix in kinds:
+        assert f"{suffix}," in text or f"{suffix})" in text or f"{suffix} " in text, (command, suffix)
+    assert "Proton" in text and "IKET" in text
+
+
+@pytest.mark.parametrize("name", ["imbalance.bin", "fi_mla_decode_run1.bin.gz", "iket/gemm_run1.trace.json.gz",
+                                  "proton/triton_dropped.chrome_trace.gz"])
+def test_convert_and_inspect_take_what_their_help_names(capsys, tmp_path, name, samples_dir):
+    src = samples_dir / name
+    rc, out, err = _run(capsys, "inspect", "--json", src)
+    assert rc == 0 and json.loads(out)["records"] > 0, err
+    rc, _, err = _run(capsys, "convert", src, "-o", tmp_path / "t.perfetto-trace")
+    assert rc == 0 and (tmp_path / "t.perfetto-trace").stat().st_size > 0, err

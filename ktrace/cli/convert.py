@@ -14,7 +14,9 @@ __all__ = ["register", "HANDLERS", "print_inspect"]
 
 
 def register(sub) -> None:
-    c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)")
+    c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)",
+                       description=f"Decode a capture into a Perfetto trace. BUF is {BUFFER_KINDS}; its kind is "
+                       "told by its name, then by its first bytes.")
     c.add_argument("buffer", metavar="BUF", help=f"{BUFFER_KINDS}")
     c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
     tracks_option(c)
@@ -23,7 +25,9 @@ def register(sub) -> None:
                    "available; 1: none); the trace is the same whatever N")
     decode_options(c)
 
-    i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies")
+    i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies",
+                       description=f"What is in a capture, decoded but not analyzed: layout, lanes, records, "
+                       f"anomalies. BUF is {BUFFER_KINDS}.")
     i.add_argument("buffer", metavar="BUF", help=f"{BUFFER_KINDS}")
     format_options(i, "the report (schema ktrace.inspect/1)")
     decode_options(i)

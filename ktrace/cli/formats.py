@@ -21,9 +21,9 @@ __all__ = ["BUFFER_KINDS", "ANY_KINDS", "FORMAT_OPTIONS", "format_options", "exp
            "write_text"]
 
 # What the input resolver reads, said the same way in every help text (ktrace.core.filetypes decides).
-BUFFER_KINDS = ("a profiler buffer (.bin, .bin.gz, .npy), a Triton Proton trace (.chrome_trace, .chrome_trace.gz) "
-                "or an NVIDIA IKET trace (.trace.json, .trace.json.gz)")
-ANY_KINDS = f"a Perfetto trace (.perfetto-trace, .pftrace) or {BUFFER_KINDS}"
+BUFFER_KINDS = ("a profiler buffer (.bin, .bin.gz, .npy), a Triton Proton trace (.chrome_trace, .chrome_trace.gz, "
+                "or Proton's .json) or an NVIDIA IKET trace (.trace.json, .trace.json.gz)")
+ANY_KINDS = f"a Perfetto trace (.perfetto-trace, .pftrace), {BUFFER_KINDS}"
 
 FORMAT_OPTIONS = ("--json", "--markdown")
 
