@@ -173,3 +173,30 @@ def test_convert_and_inspect_take_what_their_help_names(capsys, tmp_path, name, 
     assert rc == 0 and json.loads(out)["records"] > 0, err
     rc, _, err = _run(capsys, "convert", src, "-o", tmp_path / "t.perfetto-trace")
     assert rc == 0 and (tmp_path / "t.perfetto-trace").stat().st_size > 0, err
+
+
+# -- --engine: the same choices and words wherever the engine runs ------------------------------------------
+
+def _engine(command):
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    return next(act for act in sub._actions if "--engine" in act.option_strings)
+
+
+def test_engine_offered_alike_on_every_command_that_runs_it():
+    analyzing = [_engine(c) for c in ("analyze", "diff", "view", "run")]
+    sql_only = [_engine(c) for c in ("query", "check")]
+    assert {tuple(e.choices) for e in analyzing} == {("auto", "wasm", "native", "numpy")}
+    assert len({e.help for e in analyzing}) == 1 and len({e.help for e in sql_only}) == 1
+    assert {tuple(e.choices) for e in sql_only} == {("auto", "wasm", "native")}
+    assert "numpy is not among its engines" in sql_only[0].help
+    assert all(e.default == "auto" for e in analyzing + sql_only)
+
+
+def test_diff_with_numpy_gives_the_figures_of_the_trace_processor(capsys, capture):
+    other = sample("balanced_ktrace")
+    rc, by_numpy, err = _run(capsys, "diff", capture, other, "--engine", "numpy", "--json")
+    assert rc == 0, err
+    rc, by_wasm, err = _run(capsys, "diff", capture, other, "--engine", "wasm", "--json")
+    assert rc == 0, err
+    a, b = json.loads(by_numpy), json.loads(by_wasm)
+    assert a["phases"] == b["phases"] and a["verdict"] == b["verdict"]

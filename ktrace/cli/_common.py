@@ -85,20 +85,23 @@ def tracks_option(p, help: str = "track tree: launch > SM > block > group (sm, d
     p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
 
 
-def engine_option(p, numpy: bool = False) -> None:
-    """--engine, as every command that queries a trace takes it; ``numpy``: analyze also computes a buffer's
-    figures with numpy, no trace processor."""
+def engine_option(p, numpy: bool = False, timeout: bool = True) -> None:
+    """--engine, in the same words on every command that runs the engine; ``numpy``: the command analyzes a
+    buffer, whose figures numpy computes too (analyze, diff, view, run); without it the command runs SQL on a
+    trace (query, check's SQL rules), the trace processor's choices only. ``timeout``: --timeout as well."""
+    tp = "wasm (the embedded trace processor), native (the trace_processor_shell of $KTRACE_TP_SHELL)"
     if numpy:
         p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
-                       help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
-                       "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
-                       "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
+                       help=f"{tp}, numpy (a buffer's figures computed with numpy: the same figures, far faster on "
+                       "large buffers), auto (the default: numpy for a buffer of 250,000 record slots or more, else "
+                       "native when $KTRACE_TP_SHELL is set, else wasm)")
     else:
         p.add_argument("--engine", choices=ENGINES, default="auto",
-                       help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
-                       "is set, else wasm)")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
-                   help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
+                       help=f"{tp}, auto (the default: native when $KTRACE_TP_SHELL is set, else wasm); this "
+                       "command runs SQL on a trace, so numpy is not among its engines")
+    if timeout:
+        p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                       help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
 
 def result_options(p, rows: bool = False) -> None:

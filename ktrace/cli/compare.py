@@ -53,7 +53,7 @@ def register(sub) -> None:
                    help="analyze up to N captures at once, each in a worker process (default: the cores available, "
                    "capped by the number of captures; small files are analyzed in this process); 1: one after "
                    "the other. The report is the same either way")
-    engine_option(d)
+    engine_option(d, numpy=True)
     decode_options(d)
 
     c = sub.add_parser(
