@@ -200,3 +200,14 @@ def test_diff_with_numpy_gives_the_figures_of_the_trace_processor(capsys, captur
     assert rc == 0, err
     a, b = json.loads(by_numpy), json.loads(by_wasm)
     assert a["phases"] == b["phases"] and a["verdict"] == b["verdict"]
+
+
+def test_usage_errors_show_the_options_as_typed(capsys, capture, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["convert", str(capture), "--json"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unrecognized arguments: --json" in err and "--json=-" not in err
+    with pytest.raises(SystemExit):
+        main(["check", str(capture), *RULE, "--markdown", str(tmp_path / "notes.txt")])
+    err = capsys.readouterr().err
+    assert f"to write {tmp_path / 'notes.txt'}, give --markdown={tmp_path / 'notes.txt'}" in err

@@ -86,6 +86,7 @@ def _unrecognized(parser: argparse.ArgumentParser, a, extra: list[str], argv: li
     one is close to what was typed (``--jsn``: did you mean --json?). Exits 2."""
     import difflib
 
+    extra = [w[:-2] if w in ("--json=-", "--markdown=-") else w for w in extra]  # as typed (formats.py)
     sub = parser
     if getattr(a, "command", None):
         for action in parser._subparsers._group_actions:  # the command's own parser
