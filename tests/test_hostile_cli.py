@@ -255,9 +255,9 @@ def test_the_start_up_hook_is_only_the_command_s():
     ["analyze", "{buf}", "--plot", "{dir}/link.png"], ["convert", "{buf}", "-o", "{dir}/link.perfetto-trace"],
     ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{side}"],
     ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{dir}/link.xml"],
-    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{buf}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown={buf}"],
     ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{dir}/link.md"],
-    ["diff", "{buf}", "{buf}", "--markdown", "{side}"],
+    ["diff", "{buf}", "{buf}", "--markdown={side}"], ["analyze", "{buf}", "--json={side}"],
 ])
 @pytest.mark.slow
 def test_no_output_lands_on_an_input_its_sidecar_or_a_planted_link(capture, args):
@@ -284,11 +284,11 @@ def _two_captures(capture):
 
 @pytest.mark.parametrize("args", [
     ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--junit", "{d}/imbalance.bin"],
-    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{d}/imbalance.json"],
+    ["check", "{d}/imb*.bin", "--rule", "kernel.wall_us <= 1e9", "--markdown={d}/imbalance.json"],
     ["check", "{d}/x.bin", "--baseline", "{d}/bal*.bin", "--rule", "kernel.wall_us <= baseline * 2",
      "--junit", "{d}/balanced.json"],
-    ["diff", "{d}/x.bin", "{d}/bal*.bin", "--markdown", "{d}/balanced.json"],
-    ["diff", "--before", "{d}/x.bin", "--after", "{d}/[bi]*.bin", "--markdown", "{d}/imbalance.bin"],
+    ["diff", "{d}/x.bin", "{d}/bal*.bin", "--markdown={d}/balanced.json"],
+    ["diff", "--before", "{d}/x.bin", "--after", "{d}/[bi]*.bin", "--markdown={d}/imbalance.bin"],
     ["analyze", "--runs", "{d}/*.bin", "--trace", "{d}/balanced.bin"],
 ])
 def test_no_output_lands_on_a_file_a_quoted_glob_matches_or_its_sidecar(capture, args):
@@ -313,8 +313,8 @@ def test_no_output_lands_on_a_hard_link_to_an_input(capture):
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 @pytest.mark.parametrize("args", [
     ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--junit", "{fifo}"],
-    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown", "{fifo}"],
-    ["diff", "{buf}", "{buf}", "--markdown", "{fifo}"],
+    ["check", "{buf}", "--rule", "kernel.wall_us <= 1e9", "--markdown={fifo}"],
+    ["diff", "{buf}", "{buf}", "--markdown={fifo}"],
     ["convert", "{buf}", "-o", "{fifo}"],
     ["analyze", "{buf}", "--plot", "{fifo}.png"],
 ])
@@ -497,9 +497,9 @@ def test_mathtext_in_a_name_is_drawn_as_text_in_the_diff_plot(capture):
     assert (capture.parent / "d.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_markdown_that_takes_a_capture_refuses_rather_than_overwrite_it(tmp_path):
-    """`--markdown FILE` has an optional FILE: `check --markdown a.bin b.bin` gives a.bin to --markdown. The
-    capture is never overwritten, and the message says how to write it."""
+def test_markdown_before_the_captures_never_takes_one(tmp_path):
+    """A bare `--markdown` prints to stdout: `check --markdown a.bin b.bin` checks both captures, and a capture
+    is never overwritten; the file is given as --markdown=FILE."""
     import shutil
 
     from conftest import run_ktrace, sample
@@ -510,9 +510,9 @@ def test_markdown_that_takes_a_capture_refuses_rather_than_overwrite_it(tmp_path
         shutil.copy(sample(name).with_suffix(".json"), to.with_suffix(".json"))
     before = a.read_bytes()
     rc, out, err = run_ktrace("check", "--markdown", a, b, "--rule", "compute.imbalance <= 100")
-    assert rc == 2 and a.read_bytes() == before
-    assert "put --markdown after the captures" in err and "Traceback" not in err
-    rc, out, err = run_ktrace("check", "--markdown", a, "--rule", "compute.imbalance <= 100")
-    assert rc == 2 and "--markdown took" in err and a.read_bytes() == before
+    assert rc == 0 and a.read_bytes() == before, err
+    assert out.startswith("### ✅ ktrace check passed: 0 of 2 checks failed on 2 captures")
+    rc, out, err = run_ktrace("check", b, "--rule", "compute.imbalance <= 100", f"--markdown={a}")
+    assert rc == 2 and "a capture by its name" in err and a.read_bytes() == before
     rc, out, err = run_ktrace("check", a, "--rule", "compute.imbalance <= 100", f"--markdown={tmp_path / 'r.md'}")
     assert rc == 0 and (tmp_path / "r.md").read_text().startswith("###")

@@ -15,6 +15,7 @@ from ..runtime.allocator import one_blas_thread, tune_allocator
 from ..core.errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, cache, capture, compare, convert, merge, view, whatif
+from .formats import explicit_formats
 from ._common import Parser, Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
@@ -40,13 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    try:  # --json / --markdown alone print to stdout; their file is given as --json=FILE (formats.py)
+        argv = explicit_formats(sys.argv[1:] if argv is None else list(argv))
+    except KtraceError as e:
+        return report_error(e)
     a, extra = parser.parse_known_args(argv)
     if extra and getattr(a, "command", None) == "query":  # positionals after options: ktrace query T --csv SQL
         for name in ("source", "sql"):
             if getattr(a, name) is None and extra and not extra[0].startswith("-"):
                 setattr(a, name, extra.pop(0))
     if extra:
-        _unrecognized(parser, a, extra)
+        _unrecognized(parser, a, extra, argv)
     if not a.command:
         parser.print_help()
         return EXIT_INPUT
@@ -76,11 +81,12 @@ def main(argv=None) -> int:
         return EXIT_INPUT
 
 
-def _unrecognized(parser: argparse.ArgumentParser, a, extra: list[str]) -> None:
+def _unrecognized(parser: argparse.ArgumentParser, a, extra: list[str], argv: list[str]) -> None:
     """The usage error of the command given (its own usage, not the top level's), with the option meant when
     one is close to what was typed (``--jsn``: did you mean --json?). Exits 2."""
     import difflib
 
+    extra = [w[:-2] if w in ("--json=-", "--markdown=-") else w for w in extra]  # as typed (formats.py)
     sub = parser
     if getattr(a, "command", None):
         for action in parser._subparsers._group_actions:  # the command's own parser
@@ -92,6 +98,9 @@ def _unrecognized(parser: argparse.ArgumentParser, a, extra: list[str]) -> None:
             close = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
             if close:
                 hints.append(f"{word}: did you mean {close[0]}?")
+        elif any(x == word and y in ("--json=-", "--markdown=-") for y, x in zip(argv, argv[1:])):
+            option = next(y for y, x in zip(argv, argv[1:]) if x == word and y.endswith("=-"))[:-2]
+            hints.append(f"{option} alone prints to stdout: to write {word}, give {option}={word}")
     sub.error(f"unrecognized arguments: {' '.join(extra)}" + ("; " + "; ".join(hints) if hints else ""))
 
 

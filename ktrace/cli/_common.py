@@ -27,21 +27,6 @@ class Parser(argparse.ArgumentParser):
     another command runs or ``ktrace --help`` is printed. Registering a command imports no layer that does
     the work (tests/test_startup.py)."""
 
-    def parse_known_args(self, args=None, namespace=None):
-        self._args_seen = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message):
-        # `check --markdown run.bin` gives run.bin to --markdown (its FILE is optional): say so, not only that
-        # the captures are missing.
-        seen = getattr(self, "_args_seen", [])
-        for flag, value in zip(seen, seen[1:]):
-            if flag in ("--markdown", "--json") and "required" in message and _capture_like(value):
-                message += (f"; {flag} took {value!r} as the file to write: put {flag} after the captures, "
-                            f"or write {flag}=FILE")
-                break
-        super().error(message)
-
     def format_help(self) -> str:
         for name in ("description", "epilog"):
             text = getattr(self, name)
@@ -110,20 +95,23 @@ def tracks_option(p, help: str = "track tree: launch > SM > block > group (sm, d
     p.add_argument("--tracks", choices=TRACK_MODES, default="sm", help=help)
 
 
-def engine_option(p, numpy: bool = False) -> None:
-    """--engine, as every command that queries a trace takes it; ``numpy``: analyze also computes a buffer's
-    figures with numpy, no trace processor."""
+def engine_option(p, numpy: bool = False, timeout: bool = True) -> None:
+    """--engine, in the same words on every command that runs the engine; ``numpy``: the command analyzes a
+    buffer, whose figures numpy computes too (analyze, diff, view, run); without it the command runs SQL on a
+    trace (query, check's SQL rules), the trace processor's choices only. ``timeout``: --timeout as well."""
+    tp = "wasm (the embedded trace processor), native (the trace_processor_shell of $KTRACE_TP_SHELL)"
     if numpy:
         p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
-                       help="wasm (embedded trace processor), native ($KTRACE_TP_SHELL), numpy (a buffer's figures "
-                       "computed with numpy: the same figures, far faster on large buffers), auto (numpy for a "
-                       "buffer of 250,000 record slots or more, else native when $KTRACE_TP_SHELL is set, else wasm)")
+                       help=f"{tp}, numpy (a buffer's figures computed with numpy: the same figures, far faster on "
+                       "large buffers), auto (the default: numpy for a buffer of 250,000 record slots or more, else "
+                       "native when $KTRACE_TP_SHELL is set, else wasm)")
     else:
         p.add_argument("--engine", choices=ENGINES, default="auto",
-                       help="trace processor: wasm (embedded), native ($KTRACE_TP_SHELL), auto (native when that "
-                       "is set, else wasm)")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
-                   help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
+                       help=f"{tp}, auto (the default: native when $KTRACE_TP_SHELL is set, else wasm); this "
+                       "command runs SQL on a trace, so numpy is not among its engines")
+    if timeout:
+        p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                       help="stop a query or SQL rule that runs longer than this (embedded engine; default 600)")
 
 
 def result_options(p, rows: bool = False) -> None:
@@ -346,7 +334,7 @@ _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "afte
 # (argument, what it writes, the option, the name endings it takes)
 _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
                 ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
-                ("markdown", "Markdown summary", "--markdown", None, True))
+                ("markdown", "Markdown summary", "--markdown", None, True), ("json", "JSON file", "--json", None))
 
 
 def command_files(a) -> tuple[list[str], list[tuple]]:
@@ -402,12 +390,11 @@ def guard_outputs(a) -> None:
     if outputs:
         check_outputs(outputs, inputs)
     for path, what, option, *_ in outputs:
-        # `check --markdown run.bin other.bin`: --markdown's optional FILE took a capture meant as an input
-        if option in ("--markdown", "--junit") and _capture_like(path):
-            raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. If "
-                             f"{option} took a capture meant as an input, put {option} after the captures or "
-                             f"write {option}=FILE; else give the {what} a name ending in "
-                             f"{'.md' if option == '--markdown' else '.xml'}")
+        # `--markdown=run.bin`, `--junit run.bin`: a capture by its name is never written over
+        if option in ("--markdown", "--junit", "--json") and _capture_like(path):
+            ending = {"--markdown": ".md", "--junit": ".xml", "--json": ".json"}[option]
+            raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. Give the "
+                             f"{what} a name ending in {ending}")
 
 
 def report_error(e: KtraceError) -> int:

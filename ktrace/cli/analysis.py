@@ -1,8 +1,8 @@
 """``ktrace analyze`` and ``ktrace query``.
 
-    ktrace analyze TRACE|BUF [--json | --markdown] [--plot out.png] [--trace out.perfetto-trace] [--threshold ...]
+    ktrace analyze TRACE|BUF [--json[=FILE]] [--markdown[=FILE]] [--plot out.png] [--trace out.perfetto-trace] [--threshold ...]
     ktrace analyze BUF BUF ... [--align offset|start]   several GPUs: each, then across them
-    ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json]
+    ktrace query TRACE|BUF "SQL" | -f file.sql [--csv | --json[=FILE]]
 
 A BUF (anything that is not a trace: ktrace.is_trace) is converted to a temporary trace first, with the
 same decoding options as ``ktrace convert``. Exit codes: 0 ok, 2 bad input, 3 engine missing.
@@ -18,6 +18,7 @@ from ..core.errors import EXIT_OK, InputError
 from ..report.safe_text import printable
 from ._common import (align_option, console, decode_kwargs, decode_options, engine_option, process_count,
                       progress_bar, result_options)
+from .formats import ANY_KINDS, emit, format_options, one_stdout, write_text
 
 __all__ = ["register", "HANDLERS", "print_analysis"]
 
@@ -33,11 +34,8 @@ def register(sub) -> None:
         "is ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) "
         "are warned of first, as data_quality in the JSON.")
     a.add_argument("source", metavar="TRACE|BUF", nargs="+",
-                   help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first); several "
-                   "buffers (one per GPU): each analyzed, then a table across GPUs")
-    fmt = a.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the analysis as JSON (schema ktrace.analysis/2)")
-    fmt.add_argument("--markdown", action="store_true", help="print the report as Markdown (for a PR comment)")
+                   help=f"{ANY_KINDS}; several buffers (one per GPU): each analyzed, then a table across GPUs")
+    format_options(a, "the analysis (schema ktrace.analysis/2)", markdown="the report")
     a.add_argument("--plot", metavar="PNG", help="also write a plot: per-block durations and the critical path")
     a.add_argument("--trace", metavar="OUT", help="also write the trace with the analysis drawn on it (a findings "
                    "track first, the critical path as a track and flow arrows, busy SMs and lanes running per phase as "
@@ -66,12 +64,14 @@ def register(sub) -> None:
         "loaded: start the query with INCLUDE PERFETTO MODULE ktrace.critical_path; (every table but the "
         f"multi-GPU ones) or the module named below. Tables by module: {_table_names()} (docs/analysis-schema.md).")
     q.add_argument("source", metavar="TRACE|BUF", nargs="?",
-                   help="a .perfetto-trace, or a profiler buffer (converted to a temporary trace first)")
+                   help=f"{ANY_KINDS} (a capture is converted to a temporary trace first)")
     q.add_argument("sql", metavar="SQL", nargs="?", help="the query (or use -f)")
     q.add_argument("-f", "--file", metavar="SQL_FILE", help="read the query from a file ('-' for stdin)")
     qfmt = q.add_mutually_exclusive_group()
     qfmt.add_argument("--csv", action="store_true", help="print CSV")
-    qfmt.add_argument("--json", action="store_true", help="print a JSON list of row objects")
+    qfmt.add_argument("--json", metavar="FILE", nargs="?", const="-",
+                      help="print a JSON list of row objects instead of the table; --json=FILE writes it to FILE and "
+                      "still prints the table")
     qfmt.add_argument("--print-package", action="store_true",
                       help="print the ktrace package as one script (paste it into ui.perfetto.dev's query page) "
                       "and exit")
@@ -107,6 +107,7 @@ def _cmd_analyze(a) -> int:
     from ..analysis import Thresholds
 
     thresholds = Thresholds.parse(a.threshold)
+    one_stdout(a)  # before any work
     if a.runs:
         return _analyze_runs(a, thresholds)
     if len(a.source) > 1:
@@ -134,14 +135,13 @@ def _cmd_analyze(a) -> int:
         from ..report.analysis_report import plot_analysis
 
         print(printable(f"plot: {plot_analysis(result, a.plot)}"), file=sys.stderr)
-    if a.json:
-        print(result.to_json(jobs=_json_jobs(a, result)))
-    elif a.markdown:
+    def markdown() -> str:
         from ..report.analysis_report import analysis_markdown
 
-        print(analysis_markdown(result, show_all=a.show_all))
-    else:
-        print_analysis(result, show_all=a.show_all, details=a.details)
+        return analysis_markdown(result, show_all=a.show_all)
+
+    emit(a, lambda: print_analysis(result, show_all=a.show_all, details=a.details),
+         json=lambda: result.to_json(jobs=_json_jobs(a, result)), markdown=markdown)
     return EXIT_OK
 
 
@@ -215,17 +215,14 @@ def _analyze_runs(a, thresholds) -> int:
     sources = expand_globs(a.source)
     with progress_bar("analyzing the runs", True, unit="runs") as cb:
         r = analyze_runs(sources, thresholds, engine=a.engine, progress=cb, **decode_kwargs(a))
-    if a.json:
-        print(r.to_json())
-        return EXIT_OK
     from ..report.runs_report import runs_markdown, runs_text
 
-    if a.markdown:
-        print(runs_markdown(r))
-        return EXIT_OK
-    con = console()
-    for x in runs_text(r):
-        con.print(x)
+    def text() -> None:
+        con = console()
+        for x in runs_text(r):
+            con.print(x)
+
+    emit(a, text, json=r.to_json, markdown=lambda: runs_markdown(r))
     return EXIT_OK
 
 
@@ -245,25 +242,24 @@ def _analyze_merged(a, source, thresholds) -> int:
 def _print_several(a, m) -> int:
     from .merge import print_cross_gpu
 
-    if a.json:
-        print(m.to_json())
-        return EXIT_OK
-    if a.markdown:
+    def markdown() -> str:
         from ..report.analysis_report import analysis_markdown
         from ..report.multigpu_report import cross_gpu_markdown
         from ..report.safe_text import md_code, md_text
 
+        parts = [f"## {md_text(lab)}: {md_code(s)}\n\n{analysis_markdown(r, show_all=a.show_all)}"
+                 for lab, r, s in zip(m.labels, m.per_gpu, m.sources)]
+        return "\n".join([*parts, cross_gpu_markdown(m.cross_gpu)])
+
+    def text() -> None:
+        con = console()
         for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
-            print(f"## {md_text(lab)}: {md_code(s)}\n")
-            print(analysis_markdown(r, show_all=a.show_all))
-        print(cross_gpu_markdown(m.cross_gpu))
-        return EXIT_OK
-    con = console()
-    for lab, r, s in zip(m.labels, m.per_gpu, m.sources):
-        con.rule(printable(f"{lab}: {s}"))
-        print_analysis(r, con, show_all=a.show_all, details=a.details)
-    con.rule("across GPUs")
-    print_cross_gpu(m.cross_gpu)
+            con.rule(printable(f"{lab}: {s}"))
+            print_analysis(r, con, show_all=a.show_all, details=a.details)
+        con.rule("across GPUs")
+        print_cross_gpu(m.cross_gpu)
+
+    emit(a, text, json=m.to_json, markdown=markdown)
     return EXIT_OK
 
 
@@ -328,8 +324,12 @@ def _print_result(result, a) -> None:
     rows = result.head(max_rows) if max_rows else result.rows
     if a.json:
         dicts = [dict(zip(result.columns, row)) for row in rows]
-        print(json_text(json.dumps(dicts, indent=2, ensure_ascii=False, default=_json_value)))
-        return
+        text = json_text(json.dumps(dicts, indent=2, ensure_ascii=False, default=_json_value))
+        if a.json == "-":
+            print(text)
+            return
+        write_text(a.json, text)
+        print(printable(f"{a.json}: {len(rows):,} rows as JSON"), file=sys.stderr)
     if a.csv:  # a cell's escape sequences never reach the terminal; its line breaks are quoted
         import csv
 

@@ -18,7 +18,8 @@ import sys
 
 from ..core.errors import EXIT_ENV, EXIT_INPUT, EXIT_OK, InputError, KtraceError
 from ..core.choices import DEFAULT_THRESHOLD_PCT
-from ._common import report_error, tracks_option
+from ._common import engine_option, report_error, tracks_option
+from .formats import format_options, write_text
 
 __all__ = ["register", "HANDLERS"]
 
@@ -76,6 +77,7 @@ def register(sub) -> None:
     o = r.add_argument_group("output")
     tracks_option(o, "trace track tree (see convert)")
     o.add_argument("--no-report", action="store_true", help="write the files; print no analysis")
+    engine_option(o, numpy=True, timeout=False)
     m = r.add_argument_group("several GPUs (--device 0,1)")
     m.add_argument("--sync-rounds", type=int, default=50, metavar="N",
                    help="clock-offset samples per GPU, before and after the run (default 50)")
@@ -88,7 +90,7 @@ def register(sub) -> None:
     _capture_options(c)
     c.add_argument("--probes", type=int, default=1024, metavar="N", help="START/END pairs per lane (default 1024)")
     c.add_argument("--reps", type=int, default=30, metavar="N", help="timed launches per build (default 30)")
-    c.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    format_options(c, "the calibration")
 
 
 def _cmd_run(a) -> int:
@@ -250,7 +252,8 @@ def _cmd_run_ab(a) -> int:
         sys.stdout.flush()
         try:
             con = console()
-            for r in diff_text(diff(str(session.before.paths["bin"]), str(session.after.paths["bin"]))):
+            for r in diff_text(diff(str(session.before.paths["bin"]), str(session.after.paths["bin"]),
+                                    engine=a.engine)):
                 con.print(r)
         except KtraceError as e:  # the engine cannot run here: the record and the captures are written
             report_error(e)
@@ -278,10 +281,10 @@ def _report_capture(cap, a, report: bool = True) -> None:
     print(f"buffer {cap.paths['bin']}  sidecar {cap.paths['json']}  trace {trace}")
     print("open the trace at https://ui.perfetto.dev (Open trace file)")
     if report and not a.no_report:
-        _print_report(cap.paths["bin"])
+        _print_report(cap.paths["bin"], a.engine)
 
 
-def _print_report(bin_path) -> None:
+def _print_report(bin_path, engine: str = "auto") -> None:
     """What ``ktrace analyze BUF`` prints; where its engine cannot run here, what ``ktrace inspect BUF`` does."""
     from .analysis import print_analysis
     from .convert import print_inspect
@@ -290,7 +293,7 @@ def _print_report(bin_path) -> None:
     try:
         from ..api import analyze
 
-        print_analysis(analyze(str(bin_path)))
+        print_analysis(analyze(str(bin_path), engine=engine))
         return
     except KtraceError as e:
         report_error(e)
@@ -315,8 +318,11 @@ def _cmd_calibrate(a) -> int:
         headers = [a.header]
     cal = calibrate(headers=headers, flashinfer_include=a.flashinfer_include, n=a.probes, reps=a.reps)
     if a.json:
-        print(json.dumps(cal.as_dict(), indent=1))
-        return EXIT_OK
+        text = json.dumps(cal.as_dict(), indent=1)
+        if a.json == "-":
+            print(text)
+            return EXIT_OK
+        write_text(a.json, text)
     steps = sorted(cal.tick_steps.items(), key=lambda kv: -kv[1])[:4]
     print(f"{cal.device} ({cal.pci_bus_id}, driver {cal.driver_version})")
     print(f"timer tick: {cal.tick_ns} ns (steps between {cal.timer_reads:,} back-to-back reads: "

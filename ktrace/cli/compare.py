@@ -1,10 +1,10 @@
 """``ktrace diff`` (before/after) and ``ktrace check`` (CI gates).
 
-    ktrace diff BEFORE AFTER [--json | --markdown [FILE]] [--plot out.png] [--all] [--assume-noise PCT]
+    ktrace diff BEFORE AFTER [--json[=FILE]] [--markdown[=FILE]] [--plot out.png] [--all] [--assume-noise PCT]
     ktrace diff 'a_run*.bin' 'b_run*.bin'                                 (quoted globs: several runs per side)
     ktrace diff --before a1.bin a2.bin ... --after b1.bin b2.bin ...      (or globs: --before 'a*.bin')
     ktrace check TRACE|BUF ... [--rule 'compute.imbalance <= 1.2' ...] [--rules rules.toml] [--sql QUERY ...]
-                 [--baseline BEFORE ...] [--allow-anomalies [KINDS]] [--junit FILE] [--markdown [FILE]] [--json]
+                 [--baseline BEFORE ...] [--allow-anomalies [KINDS]] [--junit FILE] [--markdown[=FILE]] [--json[=FILE]]
 
 Buffers are converted to temporary traces first, with the same decoding options as ``ktrace convert``.
 Every capture argument may be a quoted glob, expanded here (sorted); one that matches nothing is an error.
@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 from ..core.errors import EXIT_GATE, EXIT_OK, InputError
-from ._common import (append, console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
+from ._common import (console, decode_kwargs, decode_options, engine_option, expand_globs, process_count,
                       progress_bar, quiet_stdout, result_options)
+from .formats import ANY_KINDS, emit, format_options, one_stdout
 
 __all__ = ["register", "HANDLERS"]
 
@@ -37,15 +38,12 @@ def register(sub) -> None:
         "called out.",
         epilog="Figures are named as `ktrace check` rules name them (docs/ci.md). JSON schema: ktrace.diff/1.")
     d.add_argument("pair", metavar="BEFORE AFTER", nargs="*",
-                   help="trace or buffer before and after the change (a quoted glob: several runs of it)")
+                   help=f"the captures before and after the change, each {ANY_KINDS} (a quoted glob: several runs "
+                   "of it)")
     d.add_argument("--before", metavar="RUN", nargs="+", default=[],
                    help="several runs before the change (paths or quoted globs): a t-test across runs judges")
     d.add_argument("--after", metavar="RUN", nargs="+", default=[], help="several runs after the change")
-    fmt = d.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the comparison as JSON (schema ktrace.diff/1)")
-    fmt.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
-                     help="print Markdown instead of the table; with FILE, append it to FILE (e.g. "
-                     "$GITHUB_STEP_SUMMARY) and still print the table")
+    format_options(d, "the comparison (schema ktrace.diff/1)", markdown="the comparison", report="the table")
     d.add_argument("--plot", metavar="PNG", help="also write a plot: each phase's wall and imbalance before/after")
     d.add_argument("--all", action="store_true", help="show every figure, not only the main ones")
     d.add_argument("--assume-noise", metavar="PCT", type=_percent,
@@ -55,7 +53,7 @@ def register(sub) -> None:
                    help="analyze up to N captures at once, each in a worker process (default: the cores available, "
                    "capped by the number of captures; small files are analyzed in this process); 1: one after "
                    "the other. The report is the same either way")
-    engine_option(d)
+    engine_option(d, numpy=True)
     decode_options(d)
 
     c = sub.add_parser(
@@ -66,7 +64,7 @@ def register(sub) -> None:
         "and limit.",
         epilog="Exit codes: 0 every rule passed, 1 a rule failed, 2 a bad rule or input (the message says which "
         "rule and why), 3 engine missing. Figures, operators and the rules file: docs/ci.md.")
-    c.add_argument("sources", metavar="TRACE|BUF", nargs="+", help="captures to check (traces or buffers)")
+    c.add_argument("sources", metavar="TRACE|BUF", nargs="+", help=f"captures to check, each {ANY_KINDS}")
     c.add_argument("--rule", metavar="RULE", action="append", default=[],
                    help="a rule, e.g. 'compute.imbalance <= 1.2' (repeatable)")
     c.add_argument("--rules", metavar="TOML", action="append", default=[],
@@ -81,10 +79,7 @@ def register(sub) -> None:
                    "(comma-separated: unpaired_records, unreadable_records, full_lanes, records_lost, "
                    "layout_match); without it such a capture is refused (exit 2)")
     c.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
-    c.add_argument("--markdown", metavar="FILE", nargs="?", const="-",
-                   help="Markdown summary: to stdout instead of the table; with FILE, appended to FILE (e.g. "
-                   "$GITHUB_STEP_SUMMARY) and the table still printed")
-    c.add_argument("--json", action="store_true", help="print the results as JSON (schema ktrace.check/1)")
+    format_options(c, "the results (schema ktrace.check/1)", markdown="the results", report="the table")
     engine_option(c)
     result_options(c)
     decode_options(c)
@@ -94,6 +89,7 @@ def _cmd_diff(a) -> int:
     from ..api import diff
     from ..report import compare_report as rep
 
+    one_stdout(a)
     before, after = _sides(a)
     n = sum(len(x) if isinstance(x, list) else 1 for x in (before, after))
     with progress_bar("analyzing the captures", n > 1, unit="captures") as cb:
@@ -101,17 +97,12 @@ def _cmd_diff(a) -> int:
                       **decode_kwargs(a))
     if a.plot:
         print(f"plot: {rep.plot_diff(result, a.plot)}", file=sys.stderr)
-    if a.json:
-        print(result.to_json())
-        return EXIT_OK
-    if a.markdown and a.markdown != "-":
-        append(a.markdown, rep.diff_markdown(result, a.all))
-    if a.markdown == "-":
-        print(rep.diff_markdown(result, a.all))
-    else:
+    def text() -> None:
         con = console()
         for r in rep.diff_text(result, a.all):
             con.print(r)
+
+    emit(a, text, json=result.to_json, markdown=lambda: rep.diff_markdown(result, a.all))
     return EXIT_OK
 
 
@@ -149,8 +140,7 @@ def _cmd_check(a) -> int:
     from ..inputs import buffer_options
     from ..report import compare_report as rep
 
-    if a.json and a.markdown == "-":
-        raise InputError("check: --json and --markdown both print to stdout; give --markdown a FILE")
+    one_stdout(a)
     try:
         allowed = parse_allowed(a.allow_anomalies, "--allow-anomalies")
     except ValueError as e:
@@ -174,18 +164,15 @@ def _cmd_check(a) -> int:
         from ..core.outputs import write_atomically
 
         write_atomically(a.junit, rep.junit_xml(checks).encode("utf-8"), "JUnit file")
-    if a.markdown and a.markdown != "-":
-        append(a.markdown, rep.check_markdown(checks))
     code = EXIT_OK if all(c.passed for c in checks) else EXIT_GATE
+
+    def text() -> None:
+        con = console()
+        for r in rep.check_text(checks):
+            con.print(r)
+
     try:
-        if a.json:
-            print(rep.check_json(checks))
-        elif a.markdown == "-":
-            print(rep.check_markdown(checks))
-        else:
-            con = console()
-            for r in rep.check_text(checks):
-                con.print(r)
+        emit(a, text, json=lambda: rep.check_json(checks), markdown=lambda: rep.check_markdown(checks))
         sys.stdout.flush()
     except BrokenPipeError:  # the reader stopped (`| head`): the gate's verdict still decides the exit code
         quiet_stdout()

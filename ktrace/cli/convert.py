@@ -8,13 +8,16 @@ from pathlib import Path
 
 from ._common import (EXIT_OK, PROGRESS_MIN_RECORDS, console, decode_kwargs, decode_options, process_count,
                       progress_bar, tracks_option)
+from .formats import BUFFER_KINDS, emit, format_options
 
 __all__ = ["register", "HANDLERS", "print_inspect"]
 
 
 def register(sub) -> None:
-    c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)")
-    c.add_argument("buffer", metavar="BUF", help="profiler buffer: .bin (raw uint64) or .npy")
+    c = sub.add_parser("convert", help="profiler buffer -> Perfetto trace (open it at ui.perfetto.dev)",
+                       description=f"Decode a capture into a Perfetto trace. BUF is {BUFFER_KINDS}; its kind is "
+                       "told by its name, then by its first bytes.")
+    c.add_argument("buffer", metavar="BUF", help=f"{BUFFER_KINDS}")
     c.add_argument("-o", "--output", metavar="OUT", help="trace path (default: BUF with .perfetto-trace)")
     tracks_option(c)
     c.add_argument("-j", "--jobs", type=process_count, metavar="N",
@@ -22,9 +25,11 @@ def register(sub) -> None:
                    "available; 1: none); the trace is the same whatever N")
     decode_options(c)
 
-    i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies")
-    i.add_argument("buffer", metavar="BUF")
-    i.add_argument("--json", action="store_true", help="print the report as JSON (schema ktrace.inspect/1)")
+    i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies",
+                       description=f"What is in a capture, decoded but not analyzed: layout, lanes, records, "
+                       f"anomalies. BUF is {BUFFER_KINDS}.")
+    i.add_argument("buffer", metavar="BUF", help=f"{BUFFER_KINDS}")
+    format_options(i, "the report (schema ktrace.inspect/1)")
     decode_options(i)
 
 
@@ -84,7 +89,7 @@ def _cmd_inspect(a) -> int:
 
     with progress_bar("decoding", _big(a.buffer), unit="lanes") as cb:
         info = inspect(a.buffer, progress=cb, **decode_kwargs(a))
-    _print_info(info, a.json)
+    emit(a, lambda: _print_info(info, False), json=lambda: json.dumps(info, indent=2, sort_keys=False))
     return EXIT_OK
 
 

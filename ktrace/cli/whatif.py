@@ -12,6 +12,7 @@ import json
 
 from ..core.errors import EXIT_OK, InputError
 from ._common import decode_kwargs, decode_options
+from .formats import emit, format_options
 
 __all__ = ["register", "HANDLERS"]
 
@@ -42,7 +43,7 @@ def register(sub) -> None:
                    "groups (each slice lasts its share)")
     w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
                    help="the phase's slices FACTOR times as fast (0.5: twice as slow); repeatable")
-    w.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    format_options(w, "the prediction")
     decode_options(w)
 
 
@@ -85,10 +86,8 @@ def _cmd_whatif(a) -> int:
         raise InputError("whatif: give a change: --balance PHASE, --straggler-to-median PHASE, --no-late-start, "
                          "--barrier-cost NS, --spread PHASE or --speedup PHASE=FACTOR")
     w = whatif(a.source, change, **decode_kwargs(a))
-    if a.json:
-        print(json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
-    else:
-        print(whatif_text(a.source, w.to_dict()))
+    emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
+         json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 

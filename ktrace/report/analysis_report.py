@@ -297,7 +297,8 @@ def _short(a: Analysis, show_all: bool, details: bool) -> list:
 
 # ------------------------------------------------------------------------------------------------ details
 # Where the timer tick came from (Kernel.tick_source), in the glossary's words (docs/glossary.md, tick).
-_TICK_SOURCES = {"launch": "the launch's timer", "smallest step": "the smallest difference between slice durations",
+_TICK_SOURCES = {"launch": "the launch's timer",
+                 "smallest step": "the smallest difference between slice durations or a lane's records",
                  "default": "the default: no finer difference in the trace"}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core.model import ANOMALY_KINDS, LANE_NOTES, Decoded, Summary
+from ..core.units import format_ns
 from .safe_text import printable
 
 __all__ = ["inspect_dict", "inspect_text", "INSPECT_SCHEMA"]
@@ -149,16 +150,20 @@ def inspect_text(info: dict) -> list:
     _row(t, "accounted", f"{ok}: 2 x {info['slices']} + {info['instants']} + {info['anomalous_records']} = "
               f"{2 * info['slices'] + info['instants'] + info['anomalous_records']} of {info['records']} records")
     tm = info["time"]
-    _row(t, "time", f"span {_ns(tm['span_ns'])}, origin: {tm['origin']}, smallest step seen "
-              f"{_ns(tm['min_step_ns']) if tm['min_step_ns'] is not None else 'n/a'}"
-              + (f", timer tick {L['timer_tick_ns']} ns" if L["timer_tick_ns"] else ""))
+    # Not the tick: the smallest gap between a lane's consecutive records is no finer than the timer tick and
+    # often coarser; analyze's tick is the launch's, else the smallest difference between slice durations
+    # (docs/glossary.md, tick), said in the same words here when the launch measured it.
+    gap = tm["min_step_ns"]
+    _row(t, "time", f"span {format_ns(tm['span_ns'])}, origin: {tm['origin']}, smallest gap between a lane's "
+              f"consecutive records {format_ns(gap) if gap is not None else 'n/a'}"
+              + (f", timer tick {L['timer_tick_ns']} ns (the launch's timer)" if L["timer_tick_ns"] else ""))
     out.append(t)
     if info.get("gpcs"):
         gp = Table(title="GPCs (by last end; IKET's locations)", title_justify="left")
         for col in ("GPC", "blocks", "SMs", "first start", "last end", "last block"):
             gp.add_column(col, justify="right")
         for r in info["gpcs"]:
-            _row(gp, str(r["gpc"]), str(r["blocks"]), str(r["sms"]), _ns(r["first_ns"]), _ns(r["last_ns"]),
+            _row(gp, str(r["gpc"]), str(r["blocks"]), str(r["sms"]), format_ns(r["first_ns"]), format_ns(r["last_ns"]),
                  str(r["last_block"]))
         out.append(gp)
     if info["anomalies"]:
@@ -195,13 +200,3 @@ def inspect_text(info: dict) -> list:
         out.append(Text("The buffer holds no records (all slots are zero): was the kernel built with "
                         "-DFLASHINFER_ENABLE_PROFILER, and did it run?", style="yellow"))
     return out
-
-
-def _ns(v) -> str:
-    if v is None:
-        return "n/a"
-    if v >= 1_000_000:
-        return f"{v / 1e6:.3f} ms"
-    if v >= 1_000:
-        return f"{v / 1e3:.3f} us"
-    return f"{v} ns"

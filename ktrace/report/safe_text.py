@@ -83,6 +83,14 @@ def xml_safe(text: object) -> str:
     return _NOT_XML.sub(escape_match, str(text))
 
 
+def _can_print(encoding: str, text: str) -> bool:
+    try:
+        text.encode(encoding or "utf-8")
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
 def safe_console(**kwargs):
     """A rich Console that never interprets markup in strings and shows control characters escaped."""
     from rich.console import Console
@@ -91,8 +99,11 @@ def safe_console(**kwargs):
     class _SafeConsole(Console):
         def _render_buffer(self, buffer):
             # The segments' text is what the report holds; their styles become escape codes only after this.
+            # Units are written µs (core.units.format_ns); a terminal whose encoding cannot print µ gets us.
+            micro = "µ" if _can_print(self.encoding, "µ") else "u"
             return super()._render_buffer(
-                s if s.control else Segment(printable(s.text, keep_newlines=True), s.style, s.control)
+                s if s.control else Segment(printable(s.text, keep_newlines=True).replace("µ", micro), s.style,
+                                            s.control)
                 for s in buffer)
 
     kwargs.setdefault("markup", False)
