@@ -22,7 +22,7 @@ import traceback
 from typing import Iterator
 
 from ..core.errors import KtraceError
-from ..runtime.forked import (POLL_S, Watch, available_cores, fork_context, starting_workers,
+from ..runtime.forked import (POLL_S, Watch, available_cores, fork_context, starting_workers, to_the_end,
                               worker_ignores_interrupts)
 from .events import PartOutput, PartWriter, WriteState
 
@@ -58,11 +58,13 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         for _ in range(min(jobs, len(work))):
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(theirs, dec, writer, base, spool.name, [*conns, mine]), daemon=True)
-            with starting_workers():
-                p.start()
-            theirs.close()
             conns.append(mine)
-            procs.append(p)
+            procs.append(p)  # before it starts: a Ctrl-C raised as the hold below ends still stops and reaps it
+            try:
+                with starting_workers():
+                    p.start()
+            finally:
+                theirs.close()
         owner: dict = {}  # part -> its worker's connection
         left: dict = {}  # connection -> parts of its batch not yet received
         queue = list(work)
@@ -123,11 +125,10 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
             yield out
             nxt += 1
     except BaseException:  # an error, Ctrl-C, or the consumer stopped: the workers are stopped at once
-        _stop(conns, procs, wait_s=0)
+        to_the_end(lambda: _stop(conns, procs, wait_s=0))
         raise
     finally:
-        _stop(conns, procs)
-        spool.cleanup()
+        to_the_end(lambda: _stop(conns, procs), spool.cleanup)
 
 
 def _lost() -> KtraceError:

@@ -27,7 +27,7 @@ from ..core.errors import KtraceError
 
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
            "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
-           "POLL_S", "Watch", "pool_pids"]
+           "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end"]
 
 
 def available_cores() -> int:
@@ -52,12 +52,19 @@ def starting_workers():
     the main thread, nothing is held."""
     import warnings
 
+    with holding_interrupts(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+@contextmanager
+def holding_interrupts():
+    """SIGINT held back in this thread for the block (on the main thread, where the platform can hold signals),
+    then let through: a Ctrl-C meanwhile is raised as the block ends (or at once, through another thread)."""
     hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
+        yield
     finally:
         if hold:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -135,7 +142,11 @@ class fork_later:
             self._value, self._done = self._fn(self._shared, self._x), True
             return self
         self._pool = _new_pool(ctx, 1, self._shared)
-        self._pending = _submit(self._pool, self._fn, [self._x])
+        try:
+            self._pending = _submit(self._pool, self._fn, [self._x])
+        except BaseException:  # __exit__ is not called when __enter__ raises
+            self.__exit__()
+            raise
         return self
 
     def result(self) -> Any:
@@ -172,24 +183,54 @@ def _new_pool(ctx, jobs: int, shared: Any):
 
     _plain_dtypes()
     _SHARED = shared
+    pool = None
     try:
         with starting_workers():
             pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_fork_started)
             pool.submit(int)  # forks every worker now, in this thread, with the state set and SIGINT held
-            return pool
+        return pool
+    except BaseException:  # a Ctrl-C held while the workers started is raised as the hold ends: they are ended
+        if pool is not None:  # here (the caller never had the pool: left, its workers would wait for ever)
+            _end(pool)
+        raise
     finally:
         _SHARED = None
 
 
 def _end(pool) -> None:
-    """Stops the pool's workers at once (a running item is not finished: nobody wants its result), reaps them."""
+    """Stops the pool's workers at once (a running item is not finished: nobody wants its result), reaps them,
+    and ends the pool (its manager thread joined), whatever stop lands meanwhile (``to_the_end``)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
-    for p in procs:  # killed first: the pool then fails what is pending (nothing waits for it) and ends
-        if p.exitcode is None:
-            p.kill()
-    for p in procs:
-        p.join()
-    pool.shutdown(wait=True, cancel_futures=True)
+
+    def kill() -> None:  # killed first: the pool then fails what is pending (nothing waits for it) and ends
+        for p in procs:
+            if p.exitcode is None:
+                p.kill()
+
+    def reap() -> None:
+        for p in procs:
+            p.join()
+
+    to_the_end(kill, reap, lambda: pool.shutdown(wait=True, cancel_futures=True))
+
+
+def to_the_end(*steps: Callable[[], None]) -> None:
+    """Runs each step (each may be run again) to its end, even when a stop (Ctrl-C, SIGTERM: a KeyboardInterrupt)
+    lands in one: SIGINT is held meanwhile, and a stop raised all the same (through another thread) runs the
+    step again; the first stop is raised once every step is done. What ends a pool must so: a pool left half
+    ended keeps its workers (the interpreter then waits for them at exit, for ever) or its manager thread, which
+    races Python's exit (``OSError: Bad file descriptor`` from concurrent.futures' exit hook)."""
+    stop = None
+    with holding_interrupts():
+        for step in steps:
+            for _ in range(5):  # a bound: a stop at every try of a step would be a stop without end
+                try:
+                    step()
+                    break
+                except KeyboardInterrupt as e:
+                    stop = stop or e
+    if stop is not None:
+        raise stop
 
 
 class WorkerLost(KtraceError):

@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .forked import (POLL_S, Watch, available_cores, lost_worker, pool_pids, starting_workers,
+from .forked import (POLL_S, Watch, available_cores, lost_worker, pool_pids, starting_workers, to_the_end,
                      worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
 
@@ -107,12 +107,11 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
                 raise first.exception()
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, or a worker lost: the others are stopped (killed past _STOP_WAIT_S)
-        _stop(pool)
+        to_the_end(lambda: _stop(pool))
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if scratch is not None:
-            scratch.cleanup()
+        to_the_end(lambda: pool.shutdown(wait=True, cancel_futures=True),
+                   scratch.cleanup if scratch is not None else lambda: None)
 
 
 def _stop(pool) -> None:
