@@ -64,6 +64,32 @@ def test_a_forked_worker_killed_is_reported_and_none_is_left(tmp_path, call):
     assert _run(tmp_path, _DIES.format(call=call)) == [f"{LOST} 2", "left: 0"]
 
 
+def test_a_worker_killed_while_sending_its_result_is_reported_and_none_is_left(tmp_path):
+    # Killed half-way through writing a large result into the pipe: the pool's manager thread waited for the
+    # rest of the message for ever (this process holds a writing end too), so neither the result, nor the
+    # pool's failure, nor its shutdown ever came.
+    out = _run(tmp_path, """
+        import multiprocessing, os, signal, threading
+        from ktrace.runtime import forked
+        from ktrace.core.errors import KtraceError
+
+        def work(shared, x):
+            data = bytes(400 << 20)
+            threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGKILL)).start()  # during the sending
+            return data
+
+        if __name__ == "__main__":
+            for _ in range(3):
+                try:
+                    forked.fork_map(work, None, [1, 2], jobs=2)
+                    print("no error")
+                except KtraceError as e:
+                    print("error:", e, e.exit_code)
+            print("left:", len(multiprocessing.active_children()))
+        """)
+    assert out == [f"{LOST} 2"] * 3 + ["left: 0"]
+
+
 def test_a_spawned_worker_killed_is_reported_and_none_is_left(tmp_path):
     out = _run(tmp_path, """
         import multiprocessing, os, signal

@@ -27,7 +27,8 @@ from ..core.errors import KtraceError
 
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
            "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
-           "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end"]
+           "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end",
+           "results_closed", "lost_if_dead"]
 
 
 def available_cores() -> int:
@@ -211,7 +212,17 @@ def _end(pool) -> None:
         for p in procs:
             p.join()
 
-    to_the_end(kill, reap, lambda: pool.shutdown(wait=True, cancel_futures=True))
+    to_the_end(kill, reap, lambda: results_closed(pool), lambda: pool.shutdown(wait=True, cancel_futures=True))
+
+
+def results_closed(pool) -> None:
+    """Once a process pool's workers are gone: this process's end of the pipe they wrote their results to
+    closed. A worker killed while writing a result leaves part of a message there, and the pool's manager
+    thread waits for the rest for ever (this process holds a writing end too, so no end of file comes): the
+    pool's shutdown then waits for that thread for ever. Closed, the read ends (the pool broken, as it is)."""
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
 
 
 def to_the_end(*steps: Callable[[], None]) -> None:
@@ -249,6 +260,7 @@ def wait_result(future, pool) -> Any:
 
     watch = Watch(pool_pids(pool))
     while not wait([future], timeout=POLL_S).done:
+        lost_if_dead(pool)
         watch.check()
     try:
         return future.result()
@@ -264,6 +276,13 @@ def _submit(pool, fn, xs: list):
         return pool.submit(_fork_chunk, fn, xs)
     except BrokenProcessPool:
         raise lost_worker(pool) from None
+
+
+def lost_if_dead(pool) -> None:
+    """Raises WorkerLost when one of a process pool's workers has ended (none ends while the pool lives): the
+    pool's own manager thread may not say so, when the worker died in the middle of sending a result."""
+    if any(p.exitcode is not None for p in list((getattr(pool, "_processes", None) or {}).values())):
+        raise lost_worker(pool)
 
 
 def lost_worker(pool) -> WorkerLost:

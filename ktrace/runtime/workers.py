@@ -19,8 +19,8 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .forked import (POLL_S, Watch, available_cores, lost_worker, pool_pids, starting_workers, to_the_end,
-                     worker_ignores_interrupts)
+from .forked import (POLL_S, Watch, available_cores, lost_if_dead, lost_worker, pool_pids, results_closed,
+                     starting_workers, to_the_end, worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
@@ -87,6 +87,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
         while pending:  # never a wait without a bound: a dead worker, or one stuck, raises WorkerLost
             finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_EXCEPTION)
             if not finished:
+                lost_if_dead(pool)
                 watch.check()
                 continue
             watch = Watch(pool_pids(pool))
@@ -97,6 +98,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
             if failed:  # raise what the serial loop would: the first failure in input order
                 for f in futures[:failed[0]]:
                     while not wait([f], timeout=POLL_S).done:  # an earlier input still running
+                        lost_if_dead(pool)
                         watch.check()
                     if f.exception() is not None:
                         break
@@ -107,7 +109,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
                 raise first.exception()
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, or a worker lost: the others are stopped (killed past _STOP_WAIT_S)
-        to_the_end(lambda: _stop(pool))
+        to_the_end(lambda: _stop(pool), lambda: results_closed(pool))
         raise
     finally:
         to_the_end(lambda: pool.shutdown(wait=True, cancel_futures=True),
