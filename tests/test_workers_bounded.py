@@ -65,18 +65,21 @@ def test_a_forked_worker_killed_is_reported_and_none_is_left(tmp_path, call):
 
 
 def test_a_worker_killed_while_sending_its_result_is_reported_and_none_is_left(tmp_path):
-    # Killed half-way through writing a large result into the pipe: the pool's manager thread waited for the
+    # Killed half-way through writing a result into the pipe: the pool's manager thread waited for the
     # rest of the message for ever (this process holds a writing end too), so neither the result, nor the
     # pool's failure, nor its shutdown ever came.
     out = _run(tmp_path, """
-        import multiprocessing, os, signal, threading
+        import multiprocessing, os, signal, struct, sys
         from ktrace.runtime import forked
         from ktrace.core.errors import KtraceError
 
         def work(shared, x):
-            data = bytes(400 << 20)
-            threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGKILL)).start()  # during the sending
-            return data
+            # the first 64 bytes of a result of 1 MiB written into the results pipe, then killed
+            frame = sys._getframe()
+            while "result_queue" not in frame.f_locals:
+                frame = frame.f_back
+            os.write(frame.f_locals["result_queue"]._writer.fileno(), struct.pack("!i", 1 << 20) + bytes(64))
+            os.kill(os.getpid(), signal.SIGKILL)
 
         if __name__ == "__main__":
             for _ in range(3):
@@ -223,13 +226,13 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path):
-    # A few hundred Ctrl-Cs, each at a different moment: pools starting, working, ending; every one exits 130,
+    # 200 Ctrl-Cs, each at a different moment: pools starting, working, ending; every one exits 130,
     # within its bound, and leaves no process behind. Runs beside whatever else loads the machine.
     prog = tmp_path / "stress.py"
     prog.write_text(_STRESS)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     bad = []
-    runs = [("forked", 0.05 + 0.005 * i) for i in range(200)] + [("spawned", 0.2 + 0.02 * i) for i in range(60)]
+    runs = [("forked", 0.05 + 0.005 * i) for i in range(150)] + [("spawned", 0.2 + 0.025 * i) for i in range(50)]
     for which, delay in runs:
         p = subprocess.Popen([sys.executable, str(prog), which, f"{delay:.3f}"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=interruptible, start_new_session=True)

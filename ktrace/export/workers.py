@@ -111,7 +111,7 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
                 for c in ready:
                     try:
                         msg = c.recv()
-                    except EOFError:
+                    except (EOFError, OSError):  # its end closed, or reset: the worker is gone
                         raise _lost() from None
                     got.setdefault(msg[1], []).append(msg)
                     if msg[0] == "error":  # the worker exits: its later parts come after this error anyway

@@ -338,11 +338,14 @@ def _tree_cpu(pids: list[int]) -> int | None:
 
 
 def _how_ended(pool) -> str:
+    def ended() -> list:
+        return [p.exitcode for p in list((getattr(pool, "_processes", None) or {}).values())
+                if p.exitcode not in (None, 0)]
+
     manager = getattr(pool, "_executor_manager_thread", None)
-    if manager is not None:  # it reaps the workers of a broken pool: their exit status is known after it
+    if not ended() and manager is not None:  # it reaps the workers of a broken pool: their status known after it
         manager.join(5.0)
-    codes = [p.exitcode for p in list((getattr(pool, "_processes", None) or {}).values())
-             if p.exitcode not in (None, 0)]
+    codes = ended()
     if not codes:
         return "its exit status is unknown"
     c = ([c for c in codes if c not in (-signal.SIGTERM, 128 + signal.SIGTERM)] or codes)[0]  # not one stopped after
