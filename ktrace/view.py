@@ -159,6 +159,19 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _Slot:
+    """One connection's place among the _MAX_CONNECTIONS served at once, given back once, whoever asks first."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots, self._lock, self._held = slots, threading.Lock(), True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._slots.release()
+
+
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # Ctrl-C stops at once: never wait for a browser's idle keep-alive connections
@@ -180,17 +193,22 @@ class _Server(http.server.ThreadingHTTPServer):
             if self._closing.is_set():
                 self.shutdown_request(request)
                 return
+        slot = _Slot(self._slots)
         try:
-            super().process_request(request, client_address)
+            t = threading.Thread(target=self._serve_in_thread, args=(request, client_address, slot), daemon=True)
+            t.start()
         except BaseException:
-            self._slots.release()
+            # A Ctrl-C raised in start() once the thread runs: the thread gives the slot back too, and only one
+            # of the two may (a second release raised ValueError from the bounded semaphore, which took the
+            # Ctrl-C's place and was reported as a failed request: the server went on, the stop was lost).
+            slot.give_back()
             raise
 
-    def process_request_thread(self, request, client_address):
+    def _serve_in_thread(self, request, client_address, slot: "_Slot") -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)  # ThreadingMixIn's: handle, then close
         finally:
-            self._slots.release()
+            slot.give_back()
 
     def finish_request(self, request, client_address):
         self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))

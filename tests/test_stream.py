@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import interruptible
 from ktrace import api, decode
 from ktrace.analysis import decoder_figures, numpy_figures, sql_figures, stream_figures
 from ktrace.decoding import BufferDecoder
@@ -247,8 +248,11 @@ def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
     import time
 
     buf, _ = _bench_convert().buffer_path(str(tmp_path), 4_000_000, 2, 1)
+    # interruptible: SIGINT as in a terminal even when the tests run in the background (``pytest &``, where the
+    # child would inherit SIGINT ignored, finish its analysis and exit 0)
     p = subprocess.Popen([sys.executable, "-m", "ktrace", "analyze", buf, "--json", "--jobs", "2"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=interruptible)
     kids: list[str] = []
     deadline = time.monotonic() + 60
     while not kids and p.poll() is None and time.monotonic() < deadline:  # the workers are running

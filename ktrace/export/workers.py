@@ -22,7 +22,8 @@ import traceback
 from typing import Iterator
 
 from ..core.errors import KtraceError
-from ..runtime.forked import available_cores, fork_context, starting_workers, worker_ignores_interrupts
+from ..runtime.forked import (POLL_S, Watch, available_cores, fork_context, starting_workers, to_the_end,
+                              worker_ignores_interrupts)
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
@@ -57,11 +58,13 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         for _ in range(min(jobs, len(work))):
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(theirs, dec, writer, base, spool.name, [*conns, mine]), daemon=True)
-            with starting_workers():
-                p.start()
-            theirs.close()
             conns.append(mine)
-            procs.append(p)
+            procs.append(p)  # before it starts: a Ctrl-C raised as the hold below ends still stops and reaps it
+            try:
+                with starting_workers():
+                    p.start()
+            finally:
+                theirs.close()
         owner: dict = {}  # part -> its worker's connection
         left: dict = {}  # connection -> parts of its batch not yet received
         queue = list(work)
@@ -69,7 +72,7 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         def assign(c) -> None:
             if queue:
                 batch = queue.pop(0)
-                c.send(("batch", batch))
+                _send(c, ("batch", batch))
                 owner.update({k: c for k, _, _ in batch})
                 left[c] = len(batch)
 
@@ -78,6 +81,11 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         got: dict = {}  # part -> its messages so far
         nxt, asked = 0, -1
         live = list(conns)
+
+        def pids() -> list[int]:
+            return [p.pid for p in procs if p.pid and p.exitcode is None]
+
+        watch = Watch(pids)
         while nxt < n_parts:
             msgs = got.get(nxt, [])
             kinds = [m[0] for m in msgs]
@@ -93,14 +101,18 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
                 out.chunks = _read_part(path, sizes)
             else:
                 if "needs" in kinds and asked < nxt:  # it waits for the state the parts before it left
-                    owner[nxt].send(("state", state.wire()))
+                    _send(owner[nxt], ("state", state.wire()))
                     asked = nxt
-                for c in wait(live):
+                ready = wait(live, timeout=POLL_S)
+                if not ready:  # never a wait without a bound: workers that use no CPU for STALL_S are stuck
+                    watch.check()
+                    continue
+                watch = Watch(pids)
+                for c in ready:
                     try:
                         msg = c.recv()
-                    except EOFError:
-                        raise KtraceError("a convert worker process ended unexpectedly (out of memory, or killed?); "
-                                          "run again, or with --jobs 1") from None
+                    except (EOFError, OSError):  # its end closed, or reset: the worker is gone
+                        raise _lost() from None
                     got.setdefault(msg[1], []).append(msg)
                     if msg[0] == "error":  # the worker exits: its later parts come after this error anyway
                         live.remove(c)
@@ -113,11 +125,24 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
             yield out
             nxt += 1
     except BaseException:  # an error, Ctrl-C, or the consumer stopped: the workers are stopped at once
-        _stop(conns, procs, wait_s=0)
+        to_the_end(lambda: _stop(conns, procs, wait_s=0))
         raise
     finally:
-        _stop(conns, procs)
-        spool.cleanup()
+        to_the_end(lambda: _stop(conns, procs), spool.cleanup)
+
+
+def _lost() -> KtraceError:
+    return KtraceError("a convert worker process ended unexpectedly (out of memory, or killed?); run again, or "
+                       "with --jobs 1")
+
+
+def _send(c, msg) -> None:
+    """A message to a worker; one that has died is reported as such (never a BrokenPipeError, which the
+    command takes for its reader having stopped)."""
+    try:
+        c.send(msg)
+    except OSError:
+        raise _lost() from None
 
 
 def _read_part(path: str, sizes: list) -> list:

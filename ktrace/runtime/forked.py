@@ -18,11 +18,17 @@ import mmap
 import os
 import signal
 import threading
+import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
+from ..core.errors import KtraceError
+
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
-           "starting_workers", "worker_ignores_interrupts"]
+           "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
+           "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end",
+           "results_closed", "lost_if_dead"]
 
 
 def available_cores() -> int:
@@ -47,12 +53,19 @@ def starting_workers():
     the main thread, nothing is held."""
     import warnings
 
+    with holding_interrupts(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+@contextmanager
+def holding_interrupts():
+    """SIGINT held back in this thread for the block (on the main thread, where the platform can hold signals),
+    then let through: a Ctrl-C meanwhile is raised as the block ends (or at once, through another thread)."""
     hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
+        yield
     finally:
         if hold:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -73,7 +86,8 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
     (sent by name), ``shared`` is inherited by the fork (read it, never write it: a write stays in the worker).
     window: item i is handed out only once the caller is done with result i - window (has asked for the one
     after it), so that it may reuse what that result held (a ``Slots`` slot). An error in a worker is raised here;
-    Ctrl-C stops the workers; none is left behind."""
+    a worker that dies (killed, out of memory) or stops making progress raises ``WorkerLost`` (never a wait
+    without end); Ctrl-C stops the workers; none is left behind."""
     items = list(items)
     ctx = fork_context()
     jobs = max(1, min(int(jobs), len(items)))
@@ -81,30 +95,21 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
         for x in items:
             yield fn(shared, x)
         return
+    size = _chunksize(len(items), jobs, window)
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
     pool = _new_pool(ctx, jobs, shared)
-    free = threading.Semaphore(window) if window else None
-    stop = threading.Event()
-
-    def tasks():  # read by the pool's task thread: it waits here while the window is full
-        for x in items:
-            if free is not None:
-                free.acquire()
-            if stop.is_set():
-                return
-            yield fn, x
-
     try:
-        for r in pool.imap(_fork_call, tasks(), _chunksize(len(items), jobs, window)):
-            yield r
-            if free is not None:
-                free.release()
-        pool.close()
+        ahead = window if window else len(chunks)  # chunks handed out before the caller takes a result
+        futures = deque(_submit(pool, fn, c) for c in chunks[:ahead])
+        handed = len(futures)
+        while futures:
+            for r in wait_result(futures.popleft(), pool):
+                yield r
+            if handed < len(chunks):  # the caller is done with the oldest result: the next chunk may start
+                futures.append(_submit(pool, fn, chunks[handed]))
+                handed += 1
     finally:
-        stop.set()
-        if free is not None:
-            free.release(len(items) + 1)  # a task thread waiting for the window goes on, and stops
-        pool.terminate()
-        pool.join()
+        _end(pool)
 
 
 def _chunksize(n: int, jobs: int, window: int | None) -> int:
@@ -123,7 +128,8 @@ def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: 
 class fork_later:
     """``fn(shared, x)`` computed by one forked worker process while this process goes on (in this process, at
     once, when ``fork`` is false or the platform cannot fork): ``with fork_later(...) as later: ...;
-    r = later.result()``. The worker is stopped on leaving the block, whatever happened in it."""
+    r = later.result()``. The worker is stopped on leaving the block, whatever happened in it; one that dies
+    or stops making progress raises ``WorkerLost`` from ``result``."""
 
     def __init__(self, fn: Callable[[Any, Any], Any], shared: Any, x: Any, fork: bool = True) -> None:
         self._fn, self._shared, self._x, self._fork = fn, shared, x, fork
@@ -137,19 +143,22 @@ class fork_later:
             self._value, self._done = self._fn(self._shared, self._x), True
             return self
         self._pool = _new_pool(ctx, 1, self._shared)
-        self._pending = self._pool.apply_async(_fork_call, ((self._fn, self._x),))
+        try:
+            self._pending = _submit(self._pool, self._fn, [self._x])
+        except BaseException:  # __exit__ is not called when __enter__ raises
+            self.__exit__()
+            raise
         return self
 
     def result(self) -> Any:
         """The worker's result (waiting for it); its error raised here."""
         if not self._done:
-            self._value, self._done = self._pending.get(), True
+            self._value, self._done = wait_result(self._pending, self._pool)[0], True
         return self._value
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+            _end(self._pool)
             self._pool = None
 
 
@@ -164,16 +173,188 @@ def fork_context():
 
 
 def _new_pool(ctx, jobs: int, shared: Any):
-    """A pool of ``jobs`` forked workers that inherit ``shared`` (read by ``_fork_call``)."""
+    """A pool of ``jobs`` forked workers that inherit ``shared`` (read by ``_fork_chunk``). concurrent.futures'
+    pool, not multiprocessing.Pool: a worker of the latter that dies (the kernel's out-of-memory killer) loses
+    its task unseen, and dies holding the lock of the task queue when it was idle, so the others wait on that
+    semaphore for ever and so does this process (``analyze --runs`` once sat 12 minutes at 0% CPU so); the former
+    sees the death, and fails every pending task at once."""
     global _SHARED
+
+    from concurrent.futures import ProcessPoolExecutor
 
     _plain_dtypes()
     _SHARED = shared
+    pool = None
     try:
         with starting_workers():
-            return ctx.Pool(jobs, initializer=_fork_started)
+            pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_fork_started)
+            pool.submit(int)  # forks every worker now, in this thread, with the state set and SIGINT held
+        return pool
+    except BaseException:  # a Ctrl-C held while the workers started is raised as the hold ends: they are ended
+        if pool is not None:  # here (the caller never had the pool: left, its workers would wait for ever)
+            _end(pool)
+        raise
     finally:
         _SHARED = None
+
+
+def _end(pool) -> None:
+    """Stops the pool's workers at once (a running item is not finished: nobody wants its result), reaps them,
+    and ends the pool (its manager thread joined), whatever stop lands meanwhile (``to_the_end``)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+
+    def kill() -> None:  # killed first: the pool then fails what is pending (nothing waits for it) and ends
+        for p in procs:
+            if p.exitcode is None:
+                p.kill()
+
+    def reap() -> None:
+        for p in procs:
+            p.join()
+
+    to_the_end(kill, reap, lambda: results_closed(pool), lambda: pool.shutdown(wait=True, cancel_futures=True))
+
+
+def results_closed(pool) -> None:
+    """Once a process pool's workers are gone: this process's end of the pipe they wrote their results to
+    closed. A worker killed while writing a result leaves part of a message there, and the pool's manager
+    thread waits for the rest for ever (this process holds a writing end too, so no end of file comes): the
+    pool's shutdown then waits for that thread for ever. Closed, the read ends (the pool broken, as it is)."""
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
+
+
+def to_the_end(*steps: Callable[[], None]) -> None:
+    """Runs each step (each may be run again) to its end, even when a stop (Ctrl-C, SIGTERM: a KeyboardInterrupt)
+    lands in one: SIGINT is held meanwhile, and a stop raised all the same (through another thread) runs the
+    step again; the first stop is raised once every step is done. What ends a pool must so: a pool left half
+    ended keeps its workers (the interpreter then waits for them at exit, for ever) or its manager thread, which
+    races Python's exit (``OSError: Bad file descriptor`` from concurrent.futures' exit hook)."""
+    stop = None
+    with holding_interrupts():
+        for step in steps:
+            for _ in range(5):  # a bound: a stop at every try of a step would be a stop without end
+                try:
+                    step()
+                    break
+                except KeyboardInterrupt as e:
+                    stop = stop or e
+    if stop is not None:
+        raise stop
+
+
+class WorkerLost(KtraceError):
+    """A worker process died (killed, out of memory) or made no progress for ``STALL_S`` seconds."""
+
+
+STALL_S = 120.0  # no result, and no CPU time used by any worker (or a process of its own) this long: stuck
+POLL_S = 1.0
+
+
+def wait_result(future, pool) -> Any:
+    """``future.result()`` of a process pool's task, bounded: a dead worker, or none of the pool's processes
+    using any CPU time for STALL_S while the result is awaited, raises WorkerLost (the pool is then unusable)."""
+    from concurrent.futures import wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    watch = Watch(pool_pids(pool))
+    while not wait([future], timeout=POLL_S).done:
+        lost_if_dead(pool)
+        watch.check()
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise lost_worker(pool) from None
+
+
+def _submit(pool, fn, xs: list):
+    """The task ``[fn(shared, x) for x in xs]`` handed to the pool; WorkerLost when one of its workers died."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return pool.submit(_fork_chunk, fn, xs)
+    except BrokenProcessPool:
+        raise lost_worker(pool) from None
+
+
+def lost_if_dead(pool) -> None:
+    """Raises WorkerLost when one of a process pool's workers has ended (none ends while the pool lives): the
+    pool's own manager thread may not say so, when the worker died in the middle of sending a result."""
+    if any(p.exitcode is not None for p in list((getattr(pool, "_processes", None) or {}).values())):
+        raise lost_worker(pool)
+
+
+def lost_worker(pool) -> WorkerLost:
+    """The error of a process pool one of whose workers died."""
+    return WorkerLost(f"a worker process ended unexpectedly ({_how_ended(pool)}): out of memory, or killed? "
+                      "Run again, or with --jobs 1 (one process)")
+
+
+class Watch:
+    """Whether worker processes still make progress: the CPU time of theirs (and their own children's) changes.
+    ``Watch(pids)``: pids() lists the workers' process ids now (a pool's: ``pool_pids(pool)``); ``check()``,
+    called while waiting, raises WorkerLost once none of them used any CPU time for STALL_S."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+        self._cpu = _tree_cpu(self._pids())
+        self._since = time.monotonic()
+
+    def check(self) -> None:
+        cpu = _tree_cpu(self._pids())
+        if cpu is None or cpu != self._cpu:
+            self._cpu, self._since = cpu, time.monotonic()
+        elif time.monotonic() - self._since >= STALL_S:
+            raise WorkerLost(f"the worker processes made no progress for {STALL_S:g} s (stuck); run again, or with "
+                             "--jobs 1 (one process)")
+
+
+def pool_pids(pool) -> Callable[[], list[int]]:
+    """What ``Watch`` reads of a concurrent.futures process pool: its workers' process ids."""
+    return lambda: [p.pid for p in list((getattr(pool, "_processes", None) or {}).values()) if p.pid]
+
+
+def _tree_cpu(pids: list[int]) -> int | None:
+    """The CPU time (clock ticks) used by these processes and their descendants; None without /proc."""
+    if not os.path.exists("/proc/self/stat"):
+        return None
+    total, seen, stack = 0, set(), list(pids)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/children", "rb") as f:
+                    stack += [int(c) for c in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or a kernel without the children file: what is left still counts
+    return total
+
+
+def _how_ended(pool) -> str:
+    def ended() -> list:
+        return [p.exitcode for p in list((getattr(pool, "_processes", None) or {}).values())
+                if p.exitcode not in (None, 0)]
+
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if not ended() and manager is not None:  # it reaps the workers of a broken pool: their status known after it
+        manager.join(5.0)
+    codes = ended()
+    if not codes:
+        return "its exit status is unknown"
+    c = ([c for c in codes if c not in (-signal.SIGTERM, 128 + signal.SIGTERM)] or codes)[0]  # not one stopped after
+    if c < 0:
+        try:
+            return f"signal {signal.Signals(-c).name}"
+        except ValueError:
+            return f"signal {-c}"
+    return f"exit status {c}"
 
 
 def _plain_dtypes() -> None:
@@ -202,9 +383,8 @@ def _fork_started() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _fork_call(job):
-    fn, x = job
-    return fn(_SHARED, x)
+def _fork_chunk(fn, xs: list) -> list:
+    return [fn(_SHARED, x) for x in xs]
 
 
 def shared_array(n: int, dtype):

@@ -19,7 +19,8 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .forked import available_cores, starting_workers, worker_ignores_interrupts
+from .forked import (POLL_S, Watch, available_cores, lost_if_dead, lost_worker, pool_pids, results_closed,
+                     starting_workers, to_the_end, worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
@@ -68,6 +69,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
         return out
     import multiprocessing
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     # The workers' temporary files go in a folder of ours, removed once they are gone: a worker stopped
     # between making a temporary folder and taking charge of it (or killed) leaves nothing behind.
@@ -81,27 +83,37 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
         with starting_workers():  # the workers start in submit: none may see a Ctrl-C before it ignores it
             futures = [pool.submit(_call, fn, x) for x in items]
         pending, done = set(futures), 0
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+        watch = Watch(pool_pids(pool))
+        while pending:  # never a wait without a bound: a dead worker, or one stuck, raises WorkerLost
+            finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_EXCEPTION)
+            if not finished:
+                lost_if_dead(pool)
+                watch.check()
+                continue
+            watch = Watch(pool_pids(pool))
             done += len(finished)
             if on_done is not None:
                 on_done(done, len(items))
             failed = [i for i, f in enumerate(futures) if f in finished and f.exception() is not None]
             if failed:  # raise what the serial loop would: the first failure in input order
                 for f in futures[:failed[0]]:
-                    if f.exception() is not None:  # waits for an earlier input still running
+                    while not wait([f], timeout=POLL_S).done:  # an earlier input still running
+                        lost_if_dead(pool)
+                        watch.check()
+                    if f.exception() is not None:
                         break
                 first = next(f for f in futures if f.done() and f.exception() is not None)
                 _stop(pool)  # the later inputs need not run on
+                if isinstance(first.exception(), BrokenProcessPool):
+                    raise lost_worker(pool) from None
                 raise first.exception()
         return [f.result() for f in futures]
-    except KeyboardInterrupt:
-        _stop(pool)
+    except BaseException:  # Ctrl-C, or a worker lost: the others are stopped (killed past _STOP_WAIT_S)
+        to_the_end(lambda: _stop(pool), lambda: results_closed(pool))
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if scratch is not None:
-            scratch.cleanup()
+        to_the_end(lambda: pool.shutdown(wait=True, cancel_futures=True),
+                   scratch.cleanup if scratch is not None else lambda: None)
 
 
 def _stop(pool) -> None:
@@ -137,27 +149,50 @@ def _worker_started(scratch: str | None = None) -> None:
     # with SIGTERM, which unwinds a running call (temporary traces removed) and ends an idle worker at once.
     worker_ignores_interrupts()
     signal.signal(signal.SIGTERM, _on_term)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _on_term)  # _stop_again's
     sys.unraisablehook = _unraisable
 
 
 def _on_term(signum, frame) -> None:
-    if _busy:
-        raise KeyboardInterrupt
-    os._exit(128 + signum)
+    if not _busy:
+        os._exit(128 + signal.SIGTERM)
+    if _in_hook(frame):  # raised here, it would be lost (an error of the hook itself): raised again, later
+        _stop_again()
+        return
+    raise KeyboardInterrupt
 
 
 def _unraisable(u) -> None:
     """The stop raised inside a callback Python cannot raise from (a finalizer, an import lock's weakref
-    callback) is swallowed there, with a traceback on stderr: say nothing, and stop again once out of it
-    (a SIGTERM sent a moment later, from a thread: by then the callback has returned)."""
+    callback) is swallowed there, with a traceback on stderr: say nothing, and stop again once out of it (a
+    SIGALRM a moment later: by then the callback has returned; one that lands in this hook, or in another such
+    callback, is put off again in the same way, so the stop is never lost)."""
     if isinstance(u.exc_value, KeyboardInterrupt) and _busy:
+        _stop_again()
+        return
+    sys.__unraisablehook__(u)
+
+
+def _stop_again() -> None:
+    """SIGALRM (whose handler is _on_term's) in 10 ms: a timer of the kernel's, nothing to start or wait for
+    here (a thread's start waits, and a stop could land in that wait)."""
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+    else:  # no interval timer (Windows): a thread sends SIGTERM
         import threading
 
         again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM))
         again.daemon = True
         again.start()
-        return
-    sys.__unraisablehook__(u)
+
+
+def _in_hook(frame) -> bool:
+    while frame is not None:
+        if frame.f_code is _unraisable.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _call(fn, x):

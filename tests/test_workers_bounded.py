@@ -1,0 +1,253 @@
+"""The parallel machinery never waits without a bound: a worker killed (the kernel's out-of-memory killer sends
+SIGKILL) or stuck is reported (WorkerLost, a KtraceError: exit 2) and none is left behind; Ctrl-C during the
+work stops it (exit 130) however often it is tried.
+
+Each case runs in a fresh interpreter under a subprocess timeout: a wait without end fails the test, it does
+not hang the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import interruptible
+
+ROOT = Path(__file__).resolve().parents[1]
+LOST = ("error: a worker process ended unexpectedly (signal SIGKILL): out of memory, or killed? Run again, or "
+        "with --jobs 1 (one process)")
+
+
+def _run(tmp_path: Path, code: str, timeout: float = 120) -> list[str]:
+    """The lines a program prints, run from a file (spawned workers import their function from it)."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(code))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=timeout, env=env,
+                       cwd=tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stdout.strip().splitlines()
+
+
+_DIES = """
+import multiprocessing, os, signal
+from ktrace.runtime import forked
+from ktrace.core.errors import KtraceError
+
+def work(shared, x):
+    if x == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    return x * 2
+
+if __name__ == "__main__":
+    try:
+        {call}
+        print("no error")
+    except KtraceError as e:
+        print("error:", e, e.exit_code)
+    print("left:", len(multiprocessing.active_children()))
+"""
+
+
+@pytest.mark.parametrize("call", ["forked.fork_map(work, None, list(range(12)), jobs=2)",
+                                  "list(forked.fork_imap(work, None, list(range(12)), jobs=2, window=2))",
+                                  "with forked.fork_later(work, None, 5) as later: later.result()"])
+def test_a_forked_worker_killed_is_reported_and_none_is_left(tmp_path, call):
+    # multiprocessing.Pool lost the dead worker's item unseen (and, killed while idle, it held the task queue's
+    # lock, so the other workers waited on that semaphore): the parent waited for ever.
+    assert _run(tmp_path, _DIES.format(call=call)) == [f"{LOST} 2", "left: 0"]
+
+
+def test_a_worker_killed_while_sending_its_result_is_reported_and_none_is_left(tmp_path):
+    # Killed half-way through writing a result into the pipe: the pool's manager thread waited for the
+    # rest of the message for ever (this process holds a writing end too), so neither the result, nor the
+    # pool's failure, nor its shutdown ever came.
+    out = _run(tmp_path, """
+        import multiprocessing, os, signal, struct, sys
+        from ktrace.runtime import forked
+        from ktrace.core.errors import KtraceError
+
+        def work(shared, x):
+            # the first 64 bytes of a result of 1 MiB written into the results pipe, then killed
+            frame = sys._getframe()
+            while "result_queue" not in frame.f_locals:
+                frame = frame.f_back
+            os.write(frame.f_locals["result_queue"]._writer.fileno(), struct.pack("!i", 1 << 20) + bytes(64))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        if __name__ == "__main__":
+            for _ in range(3):
+                try:
+                    forked.fork_map(work, None, [1, 2], jobs=2)
+                    print("no error")
+                except KtraceError as e:
+                    print("error:", e, e.exit_code)
+            print("left:", len(multiprocessing.active_children()))
+        """)
+    assert out == [f"{LOST} 2"] * 3 + ["left: 0"]
+
+
+def test_a_spawned_worker_killed_is_reported_and_none_is_left(tmp_path):
+    out = _run(tmp_path, """
+        import multiprocessing, os, signal
+        from ktrace.runtime.workers import run_in_workers
+        from ktrace.core.errors import KtraceError
+
+        def work(x):
+            if x == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return x
+
+        if __name__ == "__main__":
+            try:
+                run_in_workers(work, [1, 2, 3, 4], jobs=2)
+                print("no error")
+            except KtraceError as e:
+                print("error:", e, e.exit_code)
+            print("left:", len(multiprocessing.active_children()))
+        """)
+    assert out == [f"{LOST} 2", "left: 0"]
+
+
+def test_a_worker_that_makes_no_progress_is_reported_and_stopped(tmp_path):
+    out = _run(tmp_path, """
+        import multiprocessing, time
+        from ktrace.runtime import forked
+        from ktrace.core.errors import KtraceError
+
+        def work(shared, x):
+            if x == 3:
+                time.sleep(600)  # as a worker blocked on a lock for ever: no CPU time used
+            return x
+
+        if __name__ == "__main__":
+            forked.STALL_S = 2
+            try:
+                forked.fork_map(work, None, list(range(6)), jobs=2)
+            except KtraceError as e:
+                print("error:", e)
+            print("left:", len(multiprocessing.active_children()))
+        """)
+    assert out == ["error: the worker processes made no progress for 2 s (stuck); run again, or with --jobs 1 (one "
+                   "process)", "left: 0"]
+
+
+def test_workers_busy_for_longer_than_the_stall_bound_are_not_stuck(tmp_path):
+    out = _run(tmp_path, """
+        import time
+        from ktrace.runtime import forked
+
+        def work(shared, x):
+            end = time.monotonic() + 3
+            while time.monotonic() < end:  # computing: CPU time goes on
+                pass
+            return x
+
+        if __name__ == "__main__":
+            forked.STALL_S = 1.5
+            print(forked.fork_map(work, None, [1, 2], jobs=2))
+        """)
+    assert out == ["[1, 2]"]
+
+
+def test_a_convert_worker_killed_is_reported_exit_2(tmp_path):
+    # ktrace convert --jobs 2 with one of its workers killed: exit 2 naming the cause, no output left, no worker
+    from test_convert_parallel import _big_buffer
+
+    path = _big_buffer(tmp_path, 3_000_000)
+    out = tmp_path / "t.perfetto-trace"
+    p = subprocess.Popen([sys.executable, "-m", "ktrace", "convert", str(path), "-o", str(out), "--jobs", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    kids, deadline = [], time.monotonic() + 60
+    while not kids and p.poll() is None and time.monotonic() < deadline:
+        kids = _children(p.pid)
+        time.sleep(0.02)
+    if not kids:
+        pytest.skip("the conversion ended before a worker was seen (a fast machine)")
+    os.kill(int(kids[0]), signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    if p.returncode == 0:
+        pytest.skip("the killed worker had already sent its last part")
+    assert p.returncode == 2, err
+    assert "a convert worker process ended unexpectedly" in err and "Traceback" not in err
+    assert not out.exists()
+    assert not [k for k in kids if _alive(k)]
+
+
+def _children(pid: int) -> list[str]:
+    return subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+
+
+def _alive(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+_STRESS = """
+import os, signal, sys, threading, time
+import numpy  # imported before the Ctrl-C is timed: an interrupted import of numpy is numpy's own error
+from ktrace.runtime import forked, workers
+
+def spin(shared, x):
+    end = time.monotonic() + 0.02 * (1 + x % 3)
+    while time.monotonic() < end:
+        pass
+    return x
+
+def spawned(x):
+    time.sleep(0.05 * (1 + x % 3))
+    return x
+
+if __name__ == "__main__":
+    which, delay = sys.argv[1], float(sys.argv[2])
+    threading.Timer(delay, os.killpg, (0, signal.SIGINT)).start()  # Ctrl-C (the whole group) at a moment
+    try:
+        while True:
+            if which == "forked":
+                forked.fork_map(spin, None, list(range(40)), jobs=2)
+                with forked.fork_later(spin, None, 1) as later:
+                    later.result()
+            else:
+                workers.run_in_workers(spawned, list(range(6)), jobs=2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path):
+    # 200 Ctrl-Cs, each at a different moment: pools starting, working, ending; every one exits 130,
+    # within its bound, and leaves no process behind. Runs beside whatever else loads the machine.
+    prog = tmp_path / "stress.py"
+    prog.write_text(_STRESS)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    bad = []
+    runs = [("forked", 0.05 + 0.005 * i) for i in range(150)] + [("spawned", 0.2 + 0.025 * i) for i in range(50)]
+    for which, delay in runs:
+        p = subprocess.Popen([sys.executable, str(prog), which, f"{delay:.3f}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, preexec_fn=interruptible, start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            bad.append((which, delay, "hung"))
+            continue
+        time.sleep(0.2)
+        left = [k for k in subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True, text=True).stdout.split()
+                if _alive(k)]  # an exited process not yet reaped by its new parent is gone
+        if p.returncode != 130 or "Traceback" in err or left:
+            bad.append((which, delay, p.returncode, err[-300:], left))
+            for k in left:
+                os.kill(int(k), signal.SIGKILL)
+    assert not bad, bad
