@@ -138,9 +138,10 @@ def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str 
     temporary trace and analyzed the same way; an open engine Session: the SQL package is registered on it; a
     ``Decoded``: figures from numpy. thresholds: ``Thresholds``, a dict ``{"imbalance": 1.2}`` or a list
     ``["imbalance=1.2"]``. engine: 'wasm' or 'native' (ktrace.engine.open_trace), 'numpy' (a buffer's figures
-    computed with numpy, no trace processor), or 'auto' (numpy for a buffer of NUMPY_MIN_RECORDS record slots
-    or more, else the trace processor); progress(done_bytes, total_bytes) while the trace loads;
-    on_engine(engine, why): called once, before the work, when 'auto' takes numpy; jobs: worker processes of the
+    computed with numpy, no trace processor), or 'auto' (a buffer's figures from numpy at every size, a trace's
+    from the trace processor); progress(done_bytes, total_bytes) while the trace loads;
+    on_engine(engine, why): kept for ``annotate``'s signature (analyze's choice needs no explaining: it
+    depends on the kind of input, not its size); jobs: worker processes of the
     numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS record slots or more; the
     figures are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
     EnvironmentMissing when the engine cannot start."""
@@ -276,15 +277,24 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
                             cross_gpu_from_analyses(per, labels, launches))
 
 
-# engine='auto' analyzes a buffer of this many record slots or more with numpy (equal figures, tested, at a
-# fraction of the time and memory); smaller ones go through the SQL package, the product users query.
+# engine='auto' analyzes every buffer with numpy (the SQL package's figures, tested equal on every sample): no
+# trace processor to compile or load. A buffer of this many record slots or more gets several numpy workers;
+# `annotate` (the trace drawn for the viewer, which the SQL package writes) takes numpy only from this size.
 NUMPY_MIN_RECORDS = 250_000
 NUMPY_DEFAULT_JOBS_MAX = 8  # more: more memory, little speed (1e8, 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
 
 
-def _numpy_path(engine: str, dec, on_engine) -> bool:
-    """Whether a buffer (dec: its BufferDecoder; None: already decoded) is analyzed with numpy; when 'auto'
-    takes numpy, on_engine("numpy", why) first."""
+def _numpy_path(engine: str, dec) -> bool:
+    """Whether ``analyze`` (and diff, check and the several-GPU analysis, which share it) computes a buffer's
+    figures (dec: its BufferDecoder; None: already decoded) with numpy: always, unless a trace processor is
+    named (--engine wasm or native)."""
+    return dec is None or engine in ("numpy", "auto")
+
+
+def _annotate_numpy_path(engine: str, dec, on_engine) -> bool:
+    """Whether ``annotate`` computes a buffer's figures with numpy: asked for, or 'auto' on a buffer of
+    NUMPY_MIN_RECORDS record slots or more (then on_engine("numpy", why) first); else the SQL package that
+    writes the annotated trace."""
     if engine == "numpy" or dec is None:
         return True
     if engine != "auto" or dec.body.size < NUMPY_MIN_RECORDS:
@@ -309,7 +319,7 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         name, dec = name or inp.name, inp.decoder if buffer else None
         if not buffer:
             a = analyze_opened(inp.session, thresholds, name=name, progress=progress)
-        elif not _numpy_path(engine, dec, on_engine):  # the decoder, already opened, goes to the SQL package
+        elif not _numpy_path(engine, dec):  # the decoder, already opened, goes to the SQL package
             with open_input(dec, engine="auto", progress=progress) as sql:
                 a = analyze_opened(sql.session, thresholds, name=name, progress=progress)
         elif dec is None:
@@ -424,7 +434,8 @@ def diff(before, after, *, engine: str = "auto", jobs: int | None = None, on_don
 def check(source, book: RuleBook | list | str, *, baselines=(), engine: str = "auto", verify_sections: bool = True,
           allow_anomalies=frozenset(), **decode_options) -> Check:
     """Apply ``book``'s rules for the capture's kernel to ``source`` (a trace or a buffer, decoded with
-    ``decode_options``), SQL rules on the same open trace. baselines: Captures (or paths) for ``baseline``
+    ``decode_options``), SQL rules on the same open trace (a buffer checked without SQL rules is analyzed
+    as ``analyze`` does it: numpy, no trace processor). baselines: Captures (or paths) for ``baseline``
     rules, matched by kernel name. book: a RuleBook, a list of rule strings (``["compute.imbalance <= 1.2"]``)
     or a rules file path. InputError when no rule applies or a rule cannot be evaluated."""
     from .analysis import analyze_opened
@@ -435,6 +446,10 @@ def check(source, book: RuleBook | list | str, *, baselines=(), engine: str = "a
     book = rule_book_of(book)
     buffer_options([source, *baselines], decode_options)
     baselines = [load_capture(b, engine=engine, **decode_options) for b in baselines]
+    if not book.uses_sql and (engine == "numpy" or (engine == "auto" and not _is_trace_source(source))):
+        cap = load_capture(source, engine=engine, **decode_options)  # figures only: a buffer's from numpy
+        return check_capture(cap, book, baselines=baselines, source=cap.analysis.source,
+                             verify_sections=verify_sections, allow_anomalies=allow_anomalies)
     with open_input(source, engine=engine, **decode_options) as inp:
         cap = Capture(analyze_opened(inp.session, name=inp.name), _timing(inp, decode_options))
         _refuse_unreadable(cap.analysis, source, decode_options)
@@ -495,7 +510,7 @@ def annotate(source, out=None, thresholds: Thresholds | dict | None = None, *, e
         inp = stack.enter_context(open_input(source, need="decoder", **decode_options))
         dec = inp.decoder
         numpy_path = inp.kind == "decoded" or engine == "numpy" or (
-            engine == "auto" and dec is not None and _numpy_path(engine, dec, on_engine))
+            engine == "auto" and dec is not None and _annotate_numpy_path(engine, dec, on_engine))
         if numpy_path:  # figures from numpy (as analyze does for this input and engine)
             d = inp.decoded if inp.kind == "decoded" else dec.decode()
             a = analyze_opened(d, thresholds, name=inp.name)

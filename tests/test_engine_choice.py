@@ -1,5 +1,6 @@
 """analyze's engine choice: numpy computes a buffer's figures without the trace processor, the same figures,
-findings and JSON as the SQL package; 'auto' takes numpy for large buffers."""
+findings and JSON as the SQL package; 'auto' takes numpy for every buffer (no trace processor to compile),
+and the SQL package only where it is the product: a trace, --engine wasm/native, ktrace query, SQL rules."""
 
 from __future__ import annotations
 
@@ -33,10 +34,9 @@ def test_numpy_and_the_sql_package_give_the_same_analysis(name):
     assert _same(by_numpy, by_sql)
 
 
-def test_auto_takes_numpy_for_a_large_buffer(monkeypatch):
-    assert ktrace.analyze(sample("imbalance")).engine in ("wasm", "native")  # 4,225 slots: the SQL package
-    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
-    assert ktrace.analyze(sample("imbalance")).engine == "numpy"
+def test_auto_takes_numpy_at_every_size():
+    assert ktrace.analyze(sample("imbalance")).engine == "numpy"  # 4,225 slots: numpy too, no engine
+    assert ktrace.analyze(sample("imbalance"), engine="wasm").engine == "wasm"  # the SQL package when asked
 
 
 def test_numpy_needs_the_buffer(tmp_path):
@@ -57,23 +57,17 @@ def test_cli_engine_numpy(tmp_path):
     assert rc == 2 and "needs the profiler buffer" in err
 
 
-def test_auto_says_why_it_takes_numpy(monkeypatch):
+def test_analyze_has_no_engine_choice_to_explain(monkeypatch):
     said = []
-    ktrace.analyze(sample("imbalance"), on_engine=lambda e, why: said.append((e, why)))
-    assert said == []  # below the switch: the SQL package, nothing to say
-    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
-    a = ktrace.analyze(sample("imbalance"), on_engine=lambda e, why: said.append((e, why)))
-    assert a.engine == "numpy"
-    assert len(said) == 1 and said[0][0] == "numpy"
-    assert re.fullmatch(r"analyzing with numpy: [\d,]+ record slots >= 1,000; --engine wasm for the SQL package",
-                        said[0][1])
-    said.clear()
-    ktrace.analyze(sample("imbalance"), engine="numpy", on_engine=lambda e, why: said.append((e, why)))
-    assert said == []  # asked for: not a choice to explain
+    for size in (api.NUMPY_MIN_RECORDS, 1000):  # below and above the size of several workers
+        monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", size)
+        a = ktrace.analyze(sample("imbalance"), on_engine=lambda e, why: said.append((e, why)))
+        assert a.engine == "numpy"
+    assert said == []
 
 
 @pytest.mark.slow
-def test_cli_prints_the_engine_auto_chose(tmp_path):
+def test_cli_analyzes_a_large_buffer_with_numpy_and_says_nothing_of_it(tmp_path):
     import importlib.util
     from pathlib import Path
 
@@ -85,9 +79,20 @@ def test_cli_prints_the_engine_auto_chose(tmp_path):
     rc, out, err = run_ktrace("analyze", buf, "--json")
     assert rc == 0, err
     assert json.loads(out)["engine"] == "numpy"
-    assert "analyzing with numpy:" in err and ">= 250,000; --engine wasm for the SQL package" in err
-    rc, out, err = run_ktrace("analyze", buf, "--engine", "numpy", "--json")
-    assert rc == 0 and "analyzing with numpy" not in err
+    assert "analyzing with numpy" not in err and "trace processor" not in err
+
+
+def test_annotate_keeps_the_sql_package_below_the_size_switch(monkeypatch, tmp_path):
+    """The annotated trace is the SQL package's product: 'auto' takes numpy for it only on a large buffer,
+    and says so."""
+    said = []
+    w = ktrace.annotate(sample("imbalance"), tmp_path / "a.perfetto-trace", on_engine=lambda e, why: said.append(why))
+    assert w.analysis.engine in ("wasm", "native") and said == []
+    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
+    w = ktrace.annotate(sample("imbalance"), tmp_path / "b.perfetto-trace", on_engine=lambda e, why: said.append(why))
+    assert w.analysis.engine == "numpy"
+    assert len(said) == 1 and re.fullmatch(r"analyzing with numpy: [\d,]+ record slots >= 1,000; --engine wasm for "
+                                           r"the SQL package", said[0])
 
 
 @pytest.mark.parametrize("name", ["imbalance", "waves_ktrace", "worklist_flashinfer"])
@@ -115,9 +120,21 @@ def test_decoding_options_apply_whichever_engine_analyzes_the_buffer():
 
 
 @pytest.mark.slow
-def test_diff_and_check_captures_of_a_large_buffer_are_analyzed_with_numpy(monkeypatch):
-    assert api.load_capture(sample("imbalance")).analysis.engine in ("wasm", "native")
-    monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1000)
+def test_diff_and_check_captures_of_a_buffer_are_analyzed_with_numpy():
     cap = api.load_capture(sample("imbalance"))
     assert cap.analysis.engine == "numpy"
     assert _same(cap.analysis, ktrace.analyze(sample("imbalance"), engine="wasm"))
+    assert api.load_capture(sample("imbalance"), engine="wasm").analysis.engine == "wasm"
+
+
+def test_check_without_sql_rules_needs_no_trace_processor(monkeypatch):
+    import ktrace.engine
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the trace processor was opened")
+
+    monkeypatch.setattr(ktrace.engine, "open_trace", no_engine)
+    c = ktrace.check(sample("imbalance"), ["compute.imbalance <= 100"])
+    assert c.passed and [r.status for r in c.results] == ["pass"]
+    with pytest.raises(AssertionError, match="trace processor was opened"):  # a SQL rule still needs it
+        ktrace.check(sample("imbalance"), api.rule_book(sql=["SELECT 1 WHERE 0"]))

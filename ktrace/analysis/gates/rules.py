@@ -111,6 +111,11 @@ class RuleBook:
         return any(r.uses_baseline for s in self.sections for r in s.rules)
 
     @property
+    def uses_sql(self) -> bool:
+        """Whether any rule is a query, which needs the trace open in the trace processor."""
+        return any(isinstance(r, SqlRule) for s in self.sections for r in s.rules)
+
+    @property
     def patterns(self) -> tuple[str, ...]:
         return tuple(s.pattern for s in self.sections if s.pattern is not None)
 
