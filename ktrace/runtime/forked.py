@@ -60,15 +60,30 @@ def starting_workers():
 
 @contextmanager
 def holding_interrupts():
-    """SIGINT held back in this thread for the block (on the main thread, where the platform can hold signals),
-    then let through: a Ctrl-C meanwhile is raised as the block ends (or at once, through another thread)."""
-    hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    """SIGINT held back for the block (on the main thread), then let through: a Ctrl-C meanwhile is delivered as
+    the block ends. Held twice: masked in this thread (where the platform can), and its Python handler, which
+    runs on the main thread whichever thread the signal reached, swapped for one that only notes it; so no
+    KeyboardInterrupt can land in the middle of starting a worker (a spawned worker half sent its start-up data
+    dies reading it, with a traceback)."""
+    main = threading.current_thread() is threading.main_thread()
+    hold = hasattr(signal, "pthread_sigmask") and main
+    noted: list = []
+    previous = None
+    if main:
+        try:
+            previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+        except (ValueError, OSError, TypeError):
+            previous = None
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
     try:
         yield
     finally:
         if hold:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a SIGINT pending meanwhile is noted now
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+            if noted:  # delivered again, to the handler (or default) the process had
+                signal.raise_signal(signal.SIGINT)
 
 
 def worker_ignores_interrupts() -> None:
