@@ -363,7 +363,10 @@ def _how_ended(pool) -> str:
     codes = ended()
     if not codes:
         return "its exit status is unknown"
-    c = ([c for c in codes if c not in (-signal.SIGTERM, 128 + signal.SIGTERM)] or codes)[0]  # not one stopped after
+    codes = [c for c in codes if c not in (-signal.SIGTERM, 128 + signal.SIGTERM)]  # not one the pool stopped after
+    if not codes:  # only the others, terminated once the pool broke: the lost one is already reaped
+        return "its exit status is unknown"
+    c = codes[0]
     if c < 0:
         try:
             return f"signal {signal.Signals(-c).name}"
