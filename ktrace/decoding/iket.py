@@ -34,7 +34,7 @@ from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
 from .inflate import inflated_pieces, open_regular
 from .launch import _work_value
-from .proton import _slices
+from .proton import _merge_groups, _slices  # one reading of a warp group's slices
 
 __all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "WARP_START", "WARP_EXIT"]
 
@@ -385,24 +385,6 @@ def _sidecar(path: Path, sidecar) -> dict:
         raise InputError(f"{side}: the sidecar is not a JSON object; fix it, or pass --no-sidecar")
     meta["_path"] = str(side)
     return meta
-
-
-def _merge_groups(block, warp, group, sm, ev, begin, end):
-    """One slice per (CTA, warp group, phase, k-th instance): its warps' earliest begin to latest end."""
-    o = np.lexsort((begin, ev, warp, block))
-    block, warp, group, sm, ev, begin, end = (x[o] for x in (block, warp, group, sm, ev, begin, end))
-    key = np.stack([block, warp, ev])
-    new = np.ones(len(block), bool)
-    new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
-    start = np.flatnonzero(new)
-    k = np.arange(len(block)) - np.repeat(start, np.diff(np.append(start, len(block))))
-    o = np.lexsort((k, ev, group, block))
-    block, group, sm, ev, begin, end, k = (x[o] for x in (block, group, sm, ev, begin, end, k))
-    key = np.stack([block, group, ev, k])
-    new = np.ones(len(block), bool)
-    new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
-    s = np.flatnonzero(new)
-    return block[s], group[s], sm[s], ev[s], np.minimum.reduceat(begin, s), np.maximum.reduceat(end, s)
 
 
 def _instants(lane, block, group, sm, event, ts) -> Instants:
