@@ -102,9 +102,9 @@ def engine_option(p, numpy: bool = False, timeout: bool = True) -> None:
     tp = "wasm (the embedded trace processor), native (the trace_processor_shell of $KTRACE_TP_SHELL)"
     if numpy:
         p.add_argument("--engine", choices=ENGINES + ("numpy",), default="auto",
-                       help=f"{tp}, numpy (a buffer's figures computed with numpy: the same figures, far faster on "
-                       "large buffers), auto (the default: numpy for a buffer of 250,000 record slots or more, else "
-                       "native when $KTRACE_TP_SHELL is set, else wasm)")
+                       help=f"{tp}, numpy (a buffer's figures computed with numpy: the same figures, no engine to "
+                       "compile), auto (the default: numpy for a buffer; for a trace, native when $KTRACE_TP_SHELL is "
+                       "set, else wasm)")
     else:
         p.add_argument("--engine", choices=ENGINES, default="auto",
                        help=f"{tp}, auto (the default: native when $KTRACE_TP_SHELL is set, else wasm); this "
