@@ -56,10 +56,8 @@ def is_iket(path) -> bool:
     name = Path(str(path)).name.lower()
     if not name.endswith((".json", ".json.gz")) or not Path(str(path)).is_file():
         return False
-    try:
-        with open_maybe_gzip(path) as f:
-            head = f.read(1 << 16)
-    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+    head = _head(path)
+    if head is None:
         return False
     return len({m.group(1) for m in _IKET_SNIFF.finditer(head)}) >= 2
 
@@ -69,12 +67,20 @@ def is_iket_pftrace(path) -> bool:
     64 KiB name IKET's tracks (``StackedRanges`` or ``WarpLifeTime`` under ``CTA(x, y, z)``)."""
     if not Path(str(path)).is_file():
         return False
-    try:
-        with open_maybe_gzip(path) as f:
-            head = f.read(1 << 16)
-    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+    head = _head(path)
+    if head is None:
         return False
     return b"CTA(" in head and (b"StackedRanges" in head or b"WarpLifeTime" in head)
+
+
+def _head(path) -> bytes | None:
+    """The first 64 KiB of a regular file, inflated when gzip-compressed; None when it cannot be read: what the
+    sniffs below look at."""
+    try:
+        with open_maybe_gzip(path) as f:
+            return f.read(1 << 16)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return None
 
 
 def open_maybe_gzip(path):
@@ -95,10 +101,8 @@ def is_proton(path) -> bool:
         return False
     if not Path(str(path)).is_file():  # a FIFO or device is not sniffed (opening a FIFO waits for a writer)
         return False
-    try:
-        with open_maybe_gzip(path) as f:
-            head = f.read(1 << 16)
-    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+    head = _head(path)
+    if head is None:
         return False
     return len(set(m.group(0)[:3] for m in _SNIFF.finditer(head))) == 2
 
