@@ -4,6 +4,9 @@
     python scripts/check_outputs.py record /tmp/after
     python scripts/check_outputs.py compare /tmp/before /tmp/after
 
+Two checkouts recording at the same time set KTRACE_CHECK_TRACES to a folder of their own (the same value for
+both recordings they compare).
+
 For each samples/*.bin: convert (the trace's sha256), inspect and analyze (JSON and text); each samples/*.bin.gz
 and samples/repeats/*.bin analyzed (JSON and text), two kernels' --runs; then diff, check,
 query, merge and the multi-GPU analyze. Each command's stdout, stderr and exit code are kept; traces it writes
@@ -13,13 +16,16 @@ go into the recording folder (a fixed path, so printed paths compare too) and ar
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-TRACES = "/tmp/ktrace-check-outputs-traces"  # the same in every recording: printed paths compare
+# The same in every recording, so printed paths compare; KTRACE_CHECK_TRACES gives two checkouts recording at
+# once each its own folder (use one value for both recordings of a comparison).
+TRACES = os.environ.get("KTRACE_CHECK_TRACES", "/tmp/ktrace-check-outputs-traces")
 
 
 def _commands() -> dict[str, list[str]]:
