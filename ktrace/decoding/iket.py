@@ -23,7 +23,6 @@ started on is counted under its note and kept on its starting warp; one that end
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
-from .inflate import inflated_pieces, open_regular
+from .inflate import open_regular, read_bounded
 from .launch import _work_value
 from .proton import _merge_groups, _slices  # one reading of a warp group's slices
 
@@ -54,26 +53,9 @@ _FIX = "copy the .trace.json run-iket wrote again (or redo it: run-iket postproc
 
 
 def _read(path: Path) -> bytes:
-    with open_regular(path, "an IKET trace", _FIX) as f:
-        size = os.fstat(f.fileno()).st_size
-        try:
-            gz = f.read(2) == b"\x1f\x8b"
-            f.seek(0)
-            if not gz and size > MAX_TRACE_BYTES:
-                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 20} MiB: not one IKET "
-                                 "trace of a few launches (profile fewer launches, or one cluster: --enabled-cluster)")
-            if not gz:
-                raw = f.read(MAX_TRACE_BYTES + 1)
-        except OSError as e:
-            raise InputError(f"{path}: cannot be read ({e}); {_FIX}") from None
-        if gz:
-            limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
-            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 20} MiB: a gzip bomb, or not "
-                   "one IKET trace; check what it holds with gunzip -l")
-            return b"".join(list(inflated_pieces(path, f, limit, why, _FIX)))
-    if len(raw) > MAX_TRACE_BYTES:
-        raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 20} MiB: not one IKET trace")
-    return raw
+    return read_bounded(path, "an IKET trace", _FIX, max_bytes=MAX_TRACE_BYTES, ratio=MAX_INFLATE_RATIO,
+                        min_limit=MIN_INFLATE_LIMIT, too_big="not one IKET trace of a few launches (profile fewer "
+                        "launches, or one cluster: --enabled-cluster)")
 
 
 def _bad(path, what: str) -> InputError:

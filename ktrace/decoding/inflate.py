@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 
-__all__ = ["open_regular", "inflated_pieces", "PIECE_BYTES"]
+__all__ = ["open_regular", "inflated_pieces", "read_bounded", "PIECE_BYTES"]
 
 PIECE_BYTES = 16 << 20  # the most one inflate step returns
 
@@ -67,3 +67,38 @@ def inflated_pieces(path: Path, f, limit: int, why: str, fix: str):
         raise InputError(f"{path}: cannot be read ({e}); {fix}") from None
     if fed:
         raise InputError(f"{path}: the gzip stream ends early: a truncated copy; {fix}")
+
+
+def _size_words(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n >> 20} MiB"
+
+
+def read_bounded(path: Path, what: str, fix: str, *, max_bytes: int, ratio: int, min_limit: int,
+                 too_big: str) -> bytes:
+    """A whole input file's bytes, inflated when gzip-compressed: only a regular file, its size checked before
+    it is read, and a gzip stream inflated a piece at a time and refused as soon as it passes
+    min(max_bytes, max(min_limit, ratio x the file)).
+
+    what: what the file should hold ("a Proton trace"); too_big: what a file over the bound is not, and what to
+    do ("not one kernel's Proton trace (profile one kernel per Proton session)")."""
+    most = _size_words(max_bytes)
+    not_one = too_big.split(" (")[0]
+    with open_regular(path, what, fix) as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            gz = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            if not gz and size > max_bytes:
+                raise InputError(f"{path}: {size:,} bytes, more than {most}: {too_big}")
+            if not gz:
+                raw = f.read(max_bytes + 1)
+        except OSError as e:
+            raise InputError(f"{path}: cannot be read ({e}); {fix}") from None
+        if gz:
+            limit = min(max_bytes, max(min_limit, ratio * size))
+            why = f"{ratio} times the file, at most {most}: a gzip bomb, or {not_one}; check what it holds with gunzip -l"
+            # the pieces, joined once at the end: a refused stream never holds more than its limit
+            return b"".join(list(inflated_pieces(path, f, limit, why, fix)))
+    if len(raw) > max_bytes:  # it grew while read
+        raise InputError(f"{path}: more than {most}: {not_one}")
+    return raw

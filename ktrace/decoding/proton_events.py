@@ -7,14 +7,13 @@ Decoded."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import InputError
-from .inflate import inflated_pieces, open_regular
+from .inflate import read_bounded
 
 __all__ = ["read_events", "MAX_TRACE_BYTES", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT"]
 
@@ -32,29 +31,10 @@ _FIX = "copy the trace Proton wrote again"
 
 
 def _read(path: Path) -> bytes:
-    """The trace's bytes, inflated when gzip-compressed: only a regular file, checked before it is read, and a
-    gzip stream inflated a piece at a time and refused as soon as it passes its bound."""
-    with open_regular(path, "a Proton trace", _FIX) as f:
-        size = os.fstat(f.fileno()).st_size
-        try:
-            gz = f.read(2) == b"\x1f\x8b"
-            f.seek(0)
-            if not gz and size > MAX_TRACE_BYTES:
-                raise InputError(f"{path}: {size:,} bytes, more than {MAX_TRACE_BYTES >> 30} GiB: not one kernel's "
-                                 "Proton trace (profile one kernel per Proton session)")
-            if not gz:
-                raw = f.read(MAX_TRACE_BYTES + 1)
-        except OSError as e:
-            raise InputError(f"{path}: cannot be read ({e}); {_FIX}") from None
-        if gz:
-            limit = min(MAX_TRACE_BYTES, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
-            why = (f"{MAX_INFLATE_RATIO} times the file, at most {MAX_TRACE_BYTES >> 30} GiB: a gzip bomb, or not "
-                   "one kernel's Proton trace; check what it holds with gunzip -l")
-            # the pieces, joined once at the end: a refused stream never holds more than its limit
-            return b"".join(list(inflated_pieces(path, f, limit, why, _FIX)))
-    if len(raw) > MAX_TRACE_BYTES:  # it grew while read
-        raise InputError(f"{path}: more than {MAX_TRACE_BYTES >> 30} GiB: not one kernel's Proton trace")
-    return raw
+    """The trace's bytes, inflated when gzip-compressed, within the bounds of ``inflate.read_bounded``."""
+    return read_bounded(path, "a Proton trace", _FIX, max_bytes=MAX_TRACE_BYTES, ratio=MAX_INFLATE_RATIO,
+                        min_limit=MIN_INFLATE_LIMIT, too_big="not one kernel's Proton trace (profile one kernel "
+                        "per Proton session)")
 
 
 # Proton's writer (nlohmann::json, keys sorted) prints every event's fields in this order; a file that is
