@@ -33,7 +33,7 @@ from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
 from .inflate import open_regular, read_bounded
 from .launch import _work_value
-from .proton import _merge_groups, _slices  # one reading of a warp group's slices
+from .proton import _merge_groups, _slices, refuse_buffer_options  # one reading of a warp group's slices
 
 __all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "WARP_START", "WARP_EXIT"]
 
@@ -127,11 +127,8 @@ def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, even
     lanes = lanes or "warp"
     if lanes not in LANE_MODES:
         raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
-    given = sorted(k for k, v in dict(ignored, events=events, groups=groups).items() if v not in (None, False))
-    if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
-                         "IKET traces (their CTAs, warps and range names are in the trace)")
+    refuse_buffer_options(path, dict(ignored, events=events, groups=groups),
+                          "IKET traces (their CTAs, warps and range names are in the trace)")
     raw = _read(path)
     try:
         doc = json.loads(raw)

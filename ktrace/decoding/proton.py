@@ -109,6 +109,17 @@ def _clock(path, meta: dict, side, given, device) -> tuple[float, str]:
                         "are cycles / 1000, too long by the SM clock's ratio to 1 GHz")
 
 
+def refuse_buffer_options(path, options: dict, not_these: str) -> None:
+    """InputError naming every option in ``options`` given a value (not None or False): they apply to profiler
+    buffers, not to ``not_these`` (a trace whose lanes and names are in the trace itself)."""
+    given = sorted(k for k, v in options.items() if v not in (None, False))
+    if given:
+        flags = ", ".join("--" + {"work_bytes": "bytes", "work_flops": "flops"}.get(k, k).replace("_", "-")
+                          for k in given)
+        raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
+                         f"{not_these}")
+
+
 def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log=None, sidecar=None,
                 events=None, groups=None, name: str | None = None, **ignored) -> Decoded:
     """The Decoded of a Proton trace: a slice per scope instance, on lane (CTA, warp) or (CTA, warp group).
@@ -119,12 +130,8 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
     lanes = lanes or "warp"
     if lanes not in LANE_MODES:
         raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
-    given = sorted(k for k, v in dict(ignored, events=events, groups=groups).items() if v not in (None, False))
-    if given:
-        flags = ", ".join("--" + {"work_bytes": "bytes", "work_flops": "flops"}.get(k, k).replace("_", "-")
-                          for k in given)
-        raise InputError(f"{path}: {flags} {'apply' if len(given) > 1 else 'applies'} to profiler buffers, not "
-                         "Proton traces (their CTAs, warps and scope names are in the trace)")
+    refuse_buffer_options(path, dict(ignored, events=events, groups=groups),
+                          "Proton traces (their CTAs, warps and scope names are in the trace)")
     ts, dur, cta, core, warp, ev, names, kernels, unused = read_events(path)
     if len(kernels) > 1:
         raise InputError(f"{path}: holds {len(kernels)} kernels ({', '.join(kernels[:4])}): ktrace reads one "
