@@ -9,13 +9,23 @@ import json
 import re
 from json.encoder import encode_basestring  # what the encoder writes a str as, with ensure_ascii=False
 
-__all__ = ["dumps", "escape_raw", "EncodedRows", "EncodedLines", "encode_basestring"]
+__all__ = ["dumps", "escape_raw", "EncodedRows", "EncodedLines", "encode_basestring", "no_constant", "int_or_none"]
 
 # What json leaves raw with ensure_ascii=False and a terminal or an editor would act on: DEL, the C1 controls
 # (0x9b is CSI on some terminals), the bidirectional controls that make text read differently from how it is
 # stored, and the line separators JavaScript reads as line ends. Only ever inside strings: escaping them as
 # \uXXXX keeps the same value.
 _RAW_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def no_constant(name: str):
+    """``json.loads``' parse_constant for input files: NaN and Infinity refused (ValueError), as JSON has none."""
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def int_or_none(v) -> int | None:
+    """A JSON number as an int (a float cut toward 0), else None (booleans, strings, null)."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def escape_raw(text: str) -> str:

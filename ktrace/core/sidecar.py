@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from .errors import InputError
+from .jsonfmt import int_or_none, no_constant
 
 __all__ = ["SCHEMA", "text_problem", "sidecar_path", "read_sidecar", "write_sidecar", "launch_fields", "read_names_file"]
 
@@ -72,7 +73,7 @@ def read_sidecar(path: str | Path) -> dict:
         raise InputError(f"{p}: the metadata sidecar is not UTF-8 text ({e.reason} at byte {e.start}); fix it "
                          "or pass --no-sidecar") from None
     try:
-        meta = json.loads(text, parse_constant=_no_constant)
+        meta = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as e:
         raise InputError(f"{p}: the metadata sidecar is not valid JSON ({e}); fix it or pass --no-sidecar") from None
     except (ValueError, RecursionError) as e:
@@ -88,10 +89,6 @@ def read_sidecar(path: str | Path) -> dict:
     if problem:
         raise InputError(f"{p}: {problem}; fix it or pass --no-sidecar")
     return meta
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _bounds_problem(meta: dict) -> str:
@@ -188,16 +185,16 @@ def launch_fields(meta: dict) -> dict:
         "grid": _ints(meta.get("grid")),
         "block_dim": _ints(meta.get("block")),
         "device": dev.get("name") if isinstance(dev.get("name"), str) else None,
-        "num_sms": _int_or_none(dev.get("multiprocessors")),
+        "num_sms": int_or_none(dev.get("multiprocessors")),
         "event_names": meta.get("event_names"),
         "group_names": meta.get("group_names"),
-        "timer_tick_ns": _int_or_none(timer.get("tick_ns", meta.get("timer_tick_ns"))),
-        "host_launch_unix_ns": _int_or_none(meta.get("host_launch_unix_ns")),
+        "timer_tick_ns": int_or_none(timer.get("tick_ns", meta.get("timer_tick_ns"))),
+        "host_launch_unix_ns": int_or_none(meta.get("host_launch_unix_ns")),
         "timer_anchor_ns": _anchor(meta, timer),
         "producer": meta.get("producer") if isinstance(meta.get("producer"), str) else None,
-        "capacity_per_lane": _int_or_none(bufmeta.get("records_per_lane_capacity")),
+        "capacity_per_lane": int_or_none(bufmeta.get("records_per_lane_capacity")),
         "trailer": bufmeta.get("trailer") is True,
-        "records_written": _int_or_none(bufmeta.get("records_written")),
+        "records_written": int_or_none(bufmeta.get("records_written")),
         "work_bytes": _float_or_none(_obj(meta, "work").get("bytes")),
         "work_flops": _float_or_none(_obj(meta, "work").get("flops")),
         "probe_cost_ns": _float_or_none(timer.get("probe_cost_ns")),
@@ -215,10 +212,6 @@ def _ints(v) -> tuple[int, ...] | None:
     if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
         return tuple(v)
     return None
-
-
-def _int_or_none(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _float_or_none(v) -> float | None:
@@ -261,7 +254,7 @@ ANCHOR_KEYS = (("timer", "anchor_ns"), (None, "timer_anchor_ns"), (None, "anchor
 
 def _anchor(meta: dict, timer: dict) -> int | None:
     for where, key in ANCHOR_KEYS:
-        v = _int_or_none((timer if where == "timer" else meta).get(key))
+        v = int_or_none((timer if where == "timer" else meta).get(key))
         if v is not None and v > 0:
             return v
     return None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..core.choices import ALIGN_MODES
 from ..core.errors import InputError
+from ..core.jsonfmt import int_or_none
 from ..core.model import Decoded
 from ..core.sidecar import read_sidecar
 
@@ -258,12 +259,12 @@ def _facts(position: int, d) -> dict:
     return {
         "position": position,
         "source": str(source),
-        "index": _int(dev.get("index")),
+        "index": int_or_none(dev.get("index")),
         "name": launch.device,
         "bus": dev.get("pci_bus_id") if isinstance(dev.get("pci_bus_id"), str) else None,
         "time_origin": d.time_origin,
-        "offset": _int(timer.get("offset_to_reference_ns")),
-        "spread": _int(timer.get("offset_spread_ns")),
+        "offset": int_or_none(timer.get("offset_to_reference_ns")),
+        "spread": int_or_none(timer.get("offset_spread_ns")),
         "sync_id": sync.get("id") if isinstance(sync.get("id"), str) else None,
         "reference": sync.get("reference_pci_bus_id") if isinstance(sync.get("reference_pci_bus_id"), str) else None,
     }
@@ -292,7 +293,3 @@ def _first_ns(d) -> int | None:
             if len(a):
                 first = int(a.min()) if first is None else min(first, int(a.min()))
     return first
-
-
-def _int(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.jsonfmt import no_constant
 
 __all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets", "MAX_OFFSET_NS"]
 
@@ -70,7 +71,7 @@ def read_clocks_file(path) -> dict[str, GivenOffset]:
     """The offsets in a clocks file (see the module's docstring) as {GPU: GivenOffset}."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=no_constant)
     except OSError as e:
         raise InputError(f"{p}: cannot read the clocks file ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -141,10 +142,6 @@ def _bounded(v, limit: int = MAX_OFFSET_NS) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not -limit < v < limit:
         raise ValueError(v)
     return int(v)
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _is_int(v) -> bool:

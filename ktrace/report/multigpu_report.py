@@ -19,7 +19,7 @@ _HEAD, _TAIL = 40, 8
 
 
 def _ns(v) -> str:
-    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format_ns(v)
+    return "—" if _nan_or_none(v) else format_ns(v)
 
 
 _HOW = {"offset": "by the clock offsets measured at capture", "start": "by each buffer's first record",
