@@ -280,6 +280,28 @@ def _bomb_gz(body: bytes, mib: int, fill: bytes = b" ") -> bytes:
     return b"".join(out)
 
 
+def _mangled_gz(rng: random.Random, body: bytes, how: str) -> bytes:
+    """``body`` gzipped, then: whole, cut, with bits flipped, or in two members followed by padding."""
+    g = gzip.compress(body, mtime=0)
+    if how == "cut":
+        return g[:rng.randrange(len(g))]
+    if how == "flip":
+        g = bytearray(g)
+        for _ in range(rng.randrange(1, 5)):
+            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
+        return bytes(g)
+    if how == "members":
+        cut = rng.randrange(len(body))
+        pad = rng.choice([b"", bytes(rng.randrange(1, 100)), b"garbage", b"\x1f\x8b", b"\x1f\x8b\x08"])
+        return gzip.compress(body[:cut], mtime=0) + gzip.compress(body[cut:], mtime=0) + pad
+    return g
+
+
+def _pick(x: float, shares: list[tuple[float, str]], last: str) -> str:
+    """The name of the first share whose bound x is under, else ``last``."""
+    return next((name for bound, name in shares if x < bound), last)
+
+
 def proton_case(rng: random.Random) -> tuple[str, bytes]:
     """(the file's name, its bytes): a small Proton trace with one thing made hostile."""
     events = [_pev(c, w, n, ts=c * 0.5 + i * 0.2) for c in range(rng.choice([1, 2, 3])) for w in range(2)
@@ -321,26 +343,15 @@ def proton_case(rng: random.Random) -> tuple[str, bytes]:
         body = body[:rng.randrange(len(body))]
     elif how < 0.18:
         body = rng.choice([b"\xef\xbb\xbf" + body, body.decode("utf-8", "surrogatepass").encode("utf-16", "surrogatepass")])
-    gz = rng.random()
-    if gz < 0.6:
+    how = _pick(rng.random(), [(0.6, "plain"), (0.72, "whole"), (0.78, "cut"), (0.86, "flip"), (0.9, "members"),
+                               (0.96, "bomb")], "t.json")
+    if how == "plain":
         return "t.chrome_trace", body
-    if gz < 0.72:
-        return "t.chrome_trace.gz", gzip.compress(body, mtime=0)
-    if gz < 0.78:
-        g = gzip.compress(body, mtime=0)
-        return "t.chrome_trace.gz", g[:rng.randrange(len(g))]
-    if gz < 0.86:
-        g = bytearray(gzip.compress(body, mtime=0))
-        for _ in range(rng.randrange(1, 5)):
-            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
-        return "t.chrome_trace.gz", bytes(g)
-    if gz < 0.9:
-        cut = rng.randrange(len(body))
-        pad = rng.choice([b"", bytes(rng.randrange(1, 100)), b"garbage", b"\x1f\x8b"])
-        return "t.chrome_trace.gz", gzip.compress(body[:cut], mtime=0) + gzip.compress(body[cut:], mtime=0) + pad
-    if gz < 0.96:  # a bomb: spaces (valid JSON whitespace) or zeros, 1,000 times smaller compressed
+    if how == "t.json":
+        return "t.json", body  # known by its content
+    if how == "bomb":  # spaces (valid JSON whitespace) or zeros, 1,000 times smaller compressed
         return "t.chrome_trace.gz", _bomb_gz(body, rng.choice([8, 64, 256]), rng.choice([b" ", b"\0"]))
-    return "t.json", body  # known by its content
+    return "t.chrome_trace.gz", _mangled_gz(rng, body, how)
 
 
 def read_proton_case(path: Path, rng: random.Random, cli: bool) -> None:
@@ -417,20 +428,13 @@ def iket_case(rng: random.Random) -> tuple[str, bytes]:
         body = body[:at] + bytes([rng.choice([0xFF, 0xC0, 0x80, 0x00])]) + body[at + 1:]
     elif how < 0.15:
         body = body[:rng.randrange(len(body))]
-    gz = rng.random()
-    if gz < 0.7:
+    how = _pick(rng.random(), [(0.7, "plain"), (0.8, "whole"), (0.88, "flip"), (0.94, "cut"), (0.97, "members")],
+                "bomb")
+    if how == "plain":
         return "t.trace.json", body
-    if gz < 0.8:
-        return "t.trace.json.gz", gzip.compress(body, mtime=0)
-    if gz < 0.88:
-        g = bytearray(gzip.compress(body, mtime=0))
-        for _ in range(rng.randrange(1, 5)):
-            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
-        return "t.trace.json.gz", bytes(g)
-    if gz < 0.94:
-        g = gzip.compress(body, mtime=0)
-        return "t.trace.json.gz", g[:rng.randrange(len(g))]
-    return "t.trace.json.gz", _bomb_gz(body, rng.choice([8, 64]), b" ")
+    if how == "bomb":
+        return "t.trace.json.gz", _bomb_gz(body, rng.choice([8, 64]), b" ")
+    return "t.trace.json.gz", _mangled_gz(rng, body, how)
 
 
 def read_iket_case(path: Path, cli: bool) -> None:
@@ -462,22 +466,11 @@ def gzbuf_case(rng: random.Random, raw: bytes) -> bytes:
         for _ in range(rng.randrange(1, 20)):
             words[rng.randrange(len(words))] = rng.randrange(256)
     body = bytes(words)
-    how = rng.random()
-    if how < 0.4:
-        return gzip.compress(body, mtime=0)
-    if how < 0.55:
-        g = gzip.compress(body, mtime=0)
-        return g[:rng.randrange(len(g))]
-    if how < 0.7:
-        g = bytearray(gzip.compress(body, mtime=0))
-        for _ in range(rng.randrange(1, 5)):
-            g[rng.randrange(len(g))] ^= 1 << rng.randrange(8)
-        return bytes(g)
-    if how < 0.85:
-        cut = rng.randrange(len(body))
-        pad = rng.choice([b"", bytes(rng.randrange(1, 100)), b"garbage", b"\x1f\x8b\x08"])
-        return gzip.compress(body[:cut], mtime=0) + gzip.compress(body[cut:], mtime=0) + pad
-    if how < 0.97:  # zeros after the header: a claimed capacity far past the records
+    x = rng.random()
+    how = _pick(x, [(0.4, "whole"), (0.55, "cut"), (0.7, "flip"), (0.85, "members")], "bomb")
+    if how != "bomb":
+        return _mangled_gz(rng, body, how)
+    if x < 0.97:  # zeros after the header: a claimed capacity far past the records
         return _bomb_gz(body[:8], rng.choice([1, 16, 64]), b"\0")
     return _bomb_gz(body[:8], 1024, b"\0")  # 1 GiB of zeros in 1 MB: stops at the limit
 
