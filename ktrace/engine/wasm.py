@@ -223,7 +223,8 @@ class WasmTraceProcessor(Backend):
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # a damaged heap: the engine traps, aborts, times out or answers an error
-            problem = f"the engine failed on it: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            problem = f"the engine failed on it: {reason}"
         if problem:
             self._dead = "its snapshot did not restore"
             wasm_snapshot.discard(key)
