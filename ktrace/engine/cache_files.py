@@ -72,7 +72,7 @@ def read_private(path: Path, max_bytes: int | None = None) -> tuple[bytes | None
             return None, problem
         if max_bytes is not None and st.st_size > max_bytes:
             return None, f"{path} is larger ({st.st_size:,} bytes) than ktrace writes (at most {max_bytes:,})"
-        return f.read(max_bytes + 1 if max_bytes is not None else -1), ""
+        return f.read(st.st_size + 1 if max_bytes is not None else -1), ""  # no more than it held when checked
 
 
 def read_entry(entry: Path) -> tuple[bytes | None, str]:

@@ -74,12 +74,14 @@ HEADER_MAX_BYTES = 1 << 20
 HEADER_MAX_DEPTH = 16
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # linear: each character has one way to match
 # The figures a restored trace must answer as its fresh load did: what a wrong or damaged heap would change
-# first (the slices' count, times and durations; the tables around them). Sums modulo a prime stay integers
-# (no overflow at any trace size) that any changed value changes.
+# first (the slices' count, times and durations; the tables around them). Sums modulo a prime stay exact
+# integers (no overflow at any trace size, unlike sum(ts); total(ts), a float, would not see a change of a
+# few ns) that any one changed value changes. The slices' two sums are most of its cost: 16 ms for 44,000
+# slices (about 0.35 s for a million, where a load takes 5 s); more columns would cost as much each.
 FIGURES_SQL = ("SELECT count(*), ifnull(sum(ts % 1000000007), 0), ifnull(sum(dur % 1000000007), 0), "
-               "ifnull(sum(depth), 0), ifnull(sum(track_id), 0), (SELECT count(*) FROM track), "
-               "(SELECT count(*) FROM thread), (SELECT count(*) FROM process), (SELECT count(*) FROM args), "
-               "(SELECT count(*) FROM counter), (SELECT count(*) FROM instant) FROM slice")
+               "(SELECT count(*) FROM track), (SELECT count(*) FROM thread), (SELECT count(*) FROM process), "
+               "(SELECT count(*) FROM args), (SELECT count(*) FROM counter), (SELECT count(*) FROM instant) "
+               "FROM slice")
 _RECORD_PREFIX = "hmac-sha256"
 SECRET_NAME = "snapshot-secret"
 _SECRET_BYTES = 32
