@@ -692,3 +692,24 @@ def test_the_snapshot_secret_is_private_and_kept_outside_the_cache(snapshots, mo
     assert wasm_snapshot.secret() is None
     open_trace(traces["nested_ktrace"], engine="wasm").close()
     assert _entries(snapshots) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
+def test_the_cache_folder_note_is_said_once_in_a_run_that_compiles_loads_and_snapshots(traces, module_cache,
+                                                                                        tmp_path):
+    """A cache folder others can write is not used: the module, the snapshot and its lookup each ask for the
+    folder, and the run says so once."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    tmp = tmp_path / "tmp"
+    fallback = tmp / f"ktrace-cache-{os.getuid()}"
+    fallback.mkdir(parents=True, mode=0o700)
+    for compiled in module_cache.glob("*.cwasm*"):  # so that the run does not compile (15 s)
+        shutil.copyfile(compiled, fallback / compiled.name)
+    env = {"KTRACE_CACHE_DIR": str(shared), "TMPDIR": str(tmp)}
+    sql = "SELECT count(*) AS n FROM slice"
+    for run in ("writes the snapshot", "restores it"):
+        rc, out, err = run_ktrace("query", traces["nested_ktrace"], sql, env=env)
+        assert rc == 0 and err.count("not using the cache folder") == 1, (run, err)
+    assert _entries(fallback / "snapshots") and not (shared / "snapshots").exists()
