@@ -23,8 +23,8 @@ carries a valid record, whatever SHA-256 it recomputes. The figures (``FIGURES_S
 slice table's ts and dur, and the counts of the tables around it) are what the engine answered on the trace
 just loaded from its bytes; after a restore the engine is asked again, and the answers must be the same.
 Anything else (and an engine that fails or crashes on the restored state) removes the entry and loads the
-trace as before; the load writes a good entry in its place. Writes go to a temporary
-file renamed into place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
+trace as before; the load writes a good entry in its place. Writes go to a temporary file renamed into
+place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
 0: no snapshots), least recently used entries evicted first; traces under $KTRACE_SNAPSHOT_MIN_MIB (default
 4 MiB), which load in well under a second, are never snapshotted. A snapshot that cannot be written costs a
 full load next time, nothing more: it is never an error.
@@ -35,9 +35,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
-import os
 import stat
 import struct
 import sys
