@@ -44,7 +44,7 @@ def query_timeout_s() -> float:
         raise InputError(f"timeout {text!r}: give a number of seconds above 0, e.g. --timeout 600")
     return value
 
-# How long the figures a restored snapshot is checked by may take (a fresh load's answer them in well under a
+# How long the figures a restored snapshot is checked by may take (a fresh load answers them in well under a
 # second at any size the heap allows): a damaged heap that sends the engine round in circles costs this, then
 # a load.
 _CHECK_TIMEOUT_S = 60.0
