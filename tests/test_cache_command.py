@@ -102,14 +102,16 @@ def test_a_file_that_cannot_be_removed_exits_2_naming_it(cache, monkeypatch, cap
 
 def test_a_large_snapshot_is_announced_once_with_how_to_turn_snapshots_off(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KTRACE_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv(wasm_snapshot.BUDGET_ENV, raising=False)
     monkeypatch.setattr(wasm_snapshot, "_announced", [])
+    figures = lambda: (1, 2, 3)  # noqa: E731 (what the engine would answer)
     memory = np.ones(4 * wasm_snapshot.PAGE_BYTES, np.uint8)
-    assert wasm_snapshot.write("a" * 64, {}, memory) == ""
+    assert wasm_snapshot.write("a" * 64, {}, memory, figures) == ""
     assert capsys.readouterr().err == ""  # 262 KB: under the 100 MB it is said from
     monkeypatch.setattr(wasm_snapshot, "ANNOUNCE_BYTES", 100_000)
-    assert wasm_snapshot.write("b" * 64, {}, memory) == ""
-    assert wasm_snapshot.write("c" * 64, {}, memory) == ""
+    assert wasm_snapshot.write("b" * 64, {}, memory, figures) == ""
+    assert wasm_snapshot.write("c" * 64, {}, memory, figures) == ""
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("ktrace: kept a 0 MB snapshot of the loaded trace in ")
     assert "KTRACE_SNAPSHOT_GIB=0 turns snapshots off" in err[0] and "`ktrace cache`" in err[0]

@@ -48,9 +48,11 @@ def module_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def snapshots(module_cache, monkeypatch):
-    """This test's snapshot folder, empty; snapshots on for traces of any size."""
+def snapshots(module_cache, monkeypatch, tmp_path_factory):
+    """This test's snapshot folder, empty; snapshots on for traces of any size; the snapshot secret in a
+    configuration folder of the test's own."""
     monkeypatch.delenv("KTRACE_TP_SHELL", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
     monkeypatch.delenv(wasm_snapshot.BUDGET_ENV, raising=False)
     monkeypatch.setenv(wasm_snapshot.MIN_TRACE_ENV, "0")
     monkeypatch.setenv("KTRACE_CACHE_DIR", str(module_cache))
@@ -206,12 +208,22 @@ def _snapshot_of(trace, snapshots):
     return entry
 
 
-def _rewrite(entry, data, *, record=True):
+def _rewrite(entry, data, *, record=True, figures=None):
+    """Replaces the entry by ``data``; ``record``: with the record ktrace would write for it (an HMAC under this
+    user's secret, of its SHA-256 and the figures of the record it had, or ``figures``): as if ktrace itself
+    had written these bytes."""
+    kept = _figures(entry)
     os.unlink(entry)
     entry.write_bytes(data)
     os.chmod(entry, 0o600)
     if record:
-        cache_files.record_path(entry).write_text(f"sha256 {hashlib.sha256(data).hexdigest()}\n")
+        text = wasm_snapshot._record(wasm_snapshot.secret(), hashlib.sha256(data).hexdigest(), figures or kept)
+        cache_files.record_path(entry).write_text(text + "\n")
+
+
+def _figures(entry):
+    """The figures in the entry's record (what the trace's fresh load answered)."""
+    return tuple(int(x) for x in cache_files.record_path(entry).read_text().split()[2].split(","))
 
 
 def _loads_normally_and_replaces(trace, entry, restores, capsys, fresh, note=True):
@@ -464,4 +476,244 @@ def test_a_snapshot_header_nested_200000_deep_is_damaged_not_a_traceback():
 
     header = b"[" * 200_000 + b"]" * 200_000
     data = wasm_snapshot.MAGIC + struct.pack("<I", len(header)) + header
-    assert wasm_snapshot._parse(data, "k") == (None, "its header is damaged")
+    assert wasm_snapshot._parse(data, "k") == (None, "its header nests deeper than any ktrace writes (at most 16 "
+                                                     "levels)")
+
+
+def test_a_snapshot_header_is_bounded_in_size_and_depth_before_it_is_parsed(monkeypatch):
+    import struct
+
+    def parse(header: bytes):
+        return wasm_snapshot._parse(wasm_snapshot.MAGIC + struct.pack("<I", len(header)) + header, "k")
+
+    def fail(*args, **kwargs):
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(wasm_snapshot.json, "loads", fail)  # refused before the parser sees it
+    assert parse(b" " * (wasm_snapshot.HEADER_MAX_BYTES + 1))[1].startswith("its header is longer (1,048,577 bytes)")
+    assert "nests deeper" in parse(b'{"a": ' + b"[" * 17 + b"]" * 17 + b"}")[1]
+    # Brackets inside strings are text, not nesting: a log line full of them is fine.
+    monkeypatch.setattr(wasm_snapshot.json, "loads", lambda text: {})
+    assert parse(b'{"log": ["' + b"[{" * 1000 + b'\\\"]"]}')[1] == "its header is damaged"  # (no fields)
+    assert wasm_snapshot._header_depth(b'{"a": "[[[[", "b": [{"c": "\\"}]}') == 3
+
+
+# -- a snapshot that does not restore: removed, the trace loaded fresh in the same run ------------------------
+
+def _garbage_pages(entry, fill):
+    """The entry's bytes with its header and page map kept and its stored pages replaced by ``fill(n)``."""
+    import struct
+
+    data = entry.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(wasm_snapshot.MAGIC))
+    snapshot, _ = wasm_snapshot._parse(data, _header_key(entry))
+    pages_at = len(data) - len(snapshot.pages)
+    return data[:pages_at] + fill(len(snapshot.pages))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["random bytes", "zeros", "half the pages swapped"])
+def test_a_snapshot_whose_body_crashes_the_engine_is_removed_and_the_trace_loaded(body, traces, snapshots,
+                                                                                   restores, capsys, monkeypatch):
+    """A snapshot with a valid header and a valid record (as if ktrace had written a bad heap) whose pages make
+    the engine trap or answer wrong: the same open loads the trace instead, with the right answers."""
+    import numpy as np
+
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    rng = np.random.default_rng(7)
+    if body == "random bytes":
+        data = _garbage_pages(entry, lambda n: rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    elif body == "zeros":
+        data = _garbage_pages(entry, lambda n: bytes(n))
+    else:
+        kept = entry.read_bytes()
+        half = (len(kept) // 2) // wasm_snapshot.PAGE_BYTES * wasm_snapshot.PAGE_BYTES
+        tail = len(kept) - half
+        data = _garbage_pages(entry, lambda n: kept[-n:][n // 2:] + kept[-n:][:n // 2])
+        assert len(data) == len(kept) and tail
+    _rewrite(entry, data)
+    capsys.readouterr()
+    _same(_results(trace, figures=False), fresh)
+    err = capsys.readouterr().err
+    assert restores[-1] is False and "ktrace: not restoring the trace's snapshot" in err and "removed it" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert entry.read_bytes() != data  # replaced by the load's good one, which restores next time
+    _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is True and capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["zeros", "truncated"])
+def test_a_snapshot_that_fails_is_removed_even_when_no_new_one_is_written(body, traces, snapshots, restores, capsys,
+                                                                          monkeypatch):
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    if body == "zeros":
+        _rewrite(entry, _garbage_pages(entry, lambda n: bytes(n)))
+    else:  # header and page map whole, the pages cut short: its record signs exactly these bytes
+        _rewrite(entry, entry.read_bytes()[:-wasm_snapshot.PAGE_BYTES // 2])
+    monkeypatch.setattr(wasm_snapshot, "write", lambda *a, **k: "not written")
+    _same(_results(trace, figures=False), fresh)
+    assert not entry.exists() and not cache_files.record_path(entry).exists()
+    capsys.readouterr()
+    _same(_results(trace, figures=False), fresh)  # nothing left to meet again
+    assert capsys.readouterr().err == "" and restores[-1] is False and not entry.exists()
+
+
+@pytest.mark.slow
+def test_a_snapshot_whose_restore_raises_inside_the_engine_is_removed(traces, snapshots, restores, capsys,
+                                                                      monkeypatch):
+    from ktrace.engine.wasm_host import Host
+
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    with monkeypatch.context() as m:
+        def broken(self, state):
+            raise OSError("the host failed")
+
+        m.setattr(Host, "resume", broken)
+        capsys.readouterr()
+        _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is False and "the engine failed on it: the host failed" in capsys.readouterr().err
+    _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is True
+
+
+@pytest.mark.slow
+def test_the_command_line_recovers_from_a_snapshot_that_crashes_the_engine(traces, snapshots):
+    trace = traces["fi_batch_attention_decode_run1"]
+    sql = "SELECT count(*) AS n, sum(dur) AS dur FROM slice"
+    want = run_ktrace("query", trace, sql, env={wasm_snapshot.BUDGET_ENV: "0"})
+    assert want[0] == 0 and run_ktrace("query", trace, sql) == want
+    (entry,) = _entries(snapshots)
+    _rewrite(entry, _garbage_pages(entry, lambda n: b"\xff" * n))
+    rc, out, err = run_ktrace("query", trace, sql)
+    assert (rc, out) == want[:2] and "not restoring the trace's snapshot" in err and "Traceback" not in err
+    assert run_ktrace("query", trace, sql) == want  # and the next run is silent
+
+
+# -- the restored state checked against the trace ---------------------------------------------------------
+
+def _other_trace_under_this_key(trace, other, snapshots, monkeypatch):
+    """This trace's snapshot entry, rewritten to hold another trace's heap under this trace's key (the header's
+    key field rewritten): what someone who can write the cache can plant. Returns (entry, planted bytes)."""
+    entry = _snapshot_of(trace, snapshots)
+    key = _header_key(entry)
+    data = _snapshot_of_other(other, snapshots, entry)
+    import json, struct
+    (n,) = struct.unpack_from("<I", data, len(wasm_snapshot.MAGIC))
+    start = len(wasm_snapshot.MAGIC) + 4
+    their_key = json.loads(data[start:start + n])["key"]
+    return entry, data.replace(their_key.encode(), key.encode(), 1)
+
+
+@pytest.mark.slow
+def test_a_planted_heap_with_a_recomputed_sha256_record_gives_the_right_answer(traces, snapshots, restores, capsys,
+                                                                              monkeypatch):
+    """Another trace's heap under this trace's key with a plain SHA-256 record recomputed for it (what anyone who
+    can rewrite the cache file can make) used to restore, and `sum(dur)` was the other trace's, exit 0."""
+    trace, other = traces["nested_ktrace"], traces["blocks5000_ktrace"]
+    sql = "SELECT count(*) AS n, sum(dur) AS dur FROM slice"
+    want = run_ktrace("query", trace, sql, env={wasm_snapshot.BUDGET_ENV: "0"})
+    wrong = run_ktrace("query", other, sql, env={wasm_snapshot.BUDGET_ENV: "0"})
+    assert want[0] == 0 and want[1] != wrong[1]
+    entry, planted = _other_trace_under_this_key(trace, other, snapshots, monkeypatch)
+    _rewrite(entry, planted, record=False)
+    cache_files.record_path(entry).write_text(f"sha256 {hashlib.sha256(planted).hexdigest()}\n")
+    rc, out, err = run_ktrace("query", trace, sql)
+    assert (rc, out) == want[:2] and "does not match its integrity record" in err
+    assert run_ktrace("query", trace, sql) == want
+
+
+@pytest.mark.slow
+def test_a_record_made_with_another_secret_is_not_used(traces, snapshots, restores, capsys, monkeypatch):
+    trace, other = traces["nested_ktrace"], traces["blocks5000_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry, planted = _other_trace_under_this_key(trace, other, snapshots, monkeypatch)
+    figures = _figures(entry)
+    _rewrite(entry, planted, record=False)
+    forged = wasm_snapshot._record(b"\x00" * 32, hashlib.sha256(planted).hexdigest(), figures)
+    cache_files.record_path(entry).write_text(forged + "\n")
+    _loads_normally_and_replaces(trace, entry, restores, capsys, fresh)
+
+
+@pytest.mark.slow
+def test_a_restored_heap_that_does_not_answer_as_the_trace_did_is_not_used(traces, snapshots, restores, capsys,
+                                                                           monkeypatch):
+    """Even with a valid record (its figures those of this trace's fresh load), a heap that restores but does
+    not answer the figures as the trace did (another trace's here) is removed, and the trace loaded."""
+    trace, other = traces["nested_ktrace"], traces["blocks5000_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry, planted = _other_trace_under_this_key(trace, other, snapshots, monkeypatch)
+    _rewrite(entry, planted)  # signed with this user's secret and this trace's figures
+    capsys.readouterr()
+    _same(_results(trace, figures=False), fresh)
+    err = capsys.readouterr().err
+    assert restores[-1] is False and "does not answer as the trace loaded from its bytes did" in err
+    _same(_results(trace, figures=False), fresh)
+    assert restores[-1] is True
+
+
+@pytest.mark.slow
+def test_a_header_nested_deeper_than_ktrace_writes_is_removed_and_the_trace_loaded(traces, snapshots, restores,
+                                                                                   capsys, monkeypatch):
+    import json, struct
+
+    trace = traces["nested_ktrace"]
+    fresh = _fresh(trace, monkeypatch, figures=False)
+    entry = _snapshot_of(trace, snapshots)
+    data = entry.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(wasm_snapshot.MAGIC))
+    start = len(wasm_snapshot.MAGIC) + 4
+    header = json.loads(data[start:start + n])
+    for depth in (40, 200_000):
+        padded = dict(header, pad=json.loads("[" * 40 + "]" * 40)) if depth == 40 else None
+        text = json.dumps(padded).encode() if padded else \
+            json.dumps(header).encode()[:-1] + b', "pad": ' + b"[" * depth + b"]" * depth + b"}"
+        _rewrite(entry, data[:len(wasm_snapshot.MAGIC)] + struct.pack("<I", len(text)) + text + data[start + n:])
+        capsys.readouterr()
+        _same(_results(trace, figures=False), fresh)
+        err = capsys.readouterr().err
+        assert restores[-1] is False and "nests deeper than any ktrace writes" in err and "Traceback" not in err
+        data = entry.read_bytes()
+        _same(_results(trace, figures=False), fresh)
+        assert restores[-1] is True
+
+
+def test_the_snapshot_secret_is_private_and_kept_outside_the_cache(snapshots, module_cache, traces):
+    import stat
+
+    key = wasm_snapshot.secret()
+    path = wasm_snapshot.secret_path()
+    assert key is not None and len(key) == 32 and wasm_snapshot.secret() == key  # made once, then read
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert module_cache not in path.parents
+    os.chmod(path, 0o644)  # readable by others: no longer a secret, so no snapshot is read or written
+    assert wasm_snapshot.secret() is None
+    open_trace(traces["nested_ktrace"], engine="wasm").close()
+    assert _entries(snapshots) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
+def test_the_cache_folder_note_is_said_once_in_a_run_that_compiles_loads_and_snapshots(traces, module_cache,
+                                                                                        tmp_path):
+    """A cache folder others can write is not used: the module, the snapshot and its lookup each ask for the
+    folder, and the run says so once."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    tmp = tmp_path / "tmp"
+    fallback = tmp / f"ktrace-cache-{os.getuid()}"
+    fallback.mkdir(parents=True, mode=0o700)
+    for compiled in module_cache.glob("*.cwasm*"):  # so that the run does not compile (15 s)
+        shutil.copyfile(compiled, fallback / compiled.name)
+    env = {"KTRACE_CACHE_DIR": str(shared), "TMPDIR": str(tmp)}
+    sql = "SELECT count(*) AS n FROM slice"
+    for run in ("writes the snapshot", "restores it"):
+        rc, out, err = run_ktrace("query", traces["nested_ktrace"], sql, env=env)
+        assert rc == 0 and err.count("not using the cache folder") == 1, (run, err)
+    assert _entries(fallback / "snapshots") and not (shared / "snapshots").exists()

@@ -7,12 +7,17 @@ import dataclasses
 import functools
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Backend", "RawQueryResult", "UnsupportedRequest", "rpc_protos", "split_rpc_stream", "whole_payloads",
-           "proto_fields", "read_varint"]
+__all__ = ["Backend", "RawQueryResult", "SnapshotRejected", "UnsupportedRequest", "rpc_protos", "split_rpc_stream",
+           "whole_payloads", "proto_fields", "read_varint"]
 
 
 class UnsupportedRequest(Exception):
     """The engine does not know this RPC request (a trace processor older than the request type)."""
+
+
+class SnapshotRejected(Exception):
+    """``Backend.restore`` took up a snapshot that then failed its checks: the snapshot is removed, the
+    backend is spent (close it), and the trace is to be loaded in a fresh one."""
 
 
 @dataclasses.dataclass
@@ -44,7 +49,7 @@ class Backend(abc.ABC):
     def restore(self, trace_sha256: str) -> bool:
         """After ``expect``, instead of ``load``: takes up the state a snapshot kept of the trace whose bytes
         have that SHA-256 (hex). Returns False (nothing changed that a load would notice) when there is
-        none."""
+        none; raises SnapshotRejected when the state taken up failed its checks (the backend is spent)."""
         return False
 
     def save_snapshot(self, trace_sha256: str) -> None:

@@ -16,13 +16,15 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ktrace.core.terminal import printable
 
-__all__ = ["ensure_private_folder", "read_entry", "write_entry", "write_entry_from", "cache_lock", "record_path"]
+__all__ = ["ensure_private_folder", "read_entry", "read_checked_entry", "write_entry", "write_entry_from", "cache_lock",
+           "record_path", "remove_entry", "read_private"]
 
 _RECORD_PREFIX = "sha256 "
+RECORD_MAX_BYTES = 4096  # a record is one short line: a larger file is not ktrace's (and is never read whole)
 
 
 def _owner_problem(st: os.stat_result, what: str) -> str:
@@ -51,7 +53,9 @@ def record_path(entry: Path) -> Path:
     return entry.with_name(entry.name + ".sha256")
 
 
-def _read_private(path: Path) -> tuple[bytes | None, str]:
+def read_private(path: Path, max_bytes: int | None = None) -> tuple[bytes | None, str]:
+    """The file's bytes if it is a regular file of this user's that nobody else can write (never through a
+    symlink) of at most ``max_bytes``, else ``(None, why)`` (``why`` is "" when it does not exist)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -66,22 +70,44 @@ def _read_private(path: Path) -> tuple[bytes | None, str]:
         problem = _owner_problem(st, str(path))
         if problem:
             return None, problem
-        return f.read(), ""
+        if max_bytes is not None and st.st_size > max_bytes:
+            return None, f"{path} is larger ({st.st_size:,} bytes) than ktrace writes (at most {max_bytes:,})"
+        return f.read(st.st_size + 1 if max_bytes is not None else -1), ""  # no more than it held when checked
 
 
 def read_entry(entry: Path) -> tuple[bytes | None, str]:
     """The entry's bytes if they are the ones ktrace recorded, else ``(None, why)`` (``why`` is "" when
     there is simply no entry yet)."""
-    data, problem = _read_private(entry)
+    def plain(record: str, sha256_hex: str) -> str:
+        return "" if record == _RECORD_PREFIX + sha256_hex else "does not match its integrity record"
+
+    data, _, problem = read_checked_entry(entry, plain)
+    return data, problem
+
+
+def read_checked_entry(entry: Path, check: Callable[[str, str], str],
+                       max_bytes: int | None = None) -> tuple[bytes | None, str, str]:
+    """``(bytes, record, "")`` when ``check(record, sha256_hex)`` (the record's text, stripped, and the
+    entry's SHA-256) finds nothing wrong, else ``(None, "", why)`` (``why`` is "" when there is simply no
+    entry yet). ``max_bytes``: a larger entry is refused unread."""
+    data, problem = read_private(entry, max_bytes)
     if data is None:
-        return None, problem
-    record, problem = _read_private(record_path(entry))
+        return None, "", problem
+    record, problem = read_private(record_path(entry), RECORD_MAX_BYTES)
     if record is None:
-        return None, problem or f"{entry} has no integrity record beside it"
-    expected = record.decode("ascii", "replace").strip()
-    if expected != _RECORD_PREFIX + hashlib.sha256(data).hexdigest():
-        return None, f"{entry} does not match its integrity record (damaged or replaced)"
-    return data, ""
+        return None, "", problem or f"{entry} has no integrity record beside it"
+    text = record.decode("ascii", "replace").strip()
+    problem = check(text, hashlib.sha256(data).hexdigest())
+    if problem:
+        return None, "", f"{entry} {problem} (damaged or replaced)"
+    return data, text, ""
+
+
+def remove_entry(entry: Path) -> None:
+    """Removes the entry and its record (a link is removed, never followed); what cannot be removed stays."""
+    for path in (entry, record_path(entry)):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _write_atomically(path: Path, pieces: Iterable[bytes | bytearray | memoryview]) -> str:
@@ -109,14 +135,24 @@ def write_entry(entry: Path, data: bytes | bytearray) -> str:
     return write_entry_from(entry, [data])
 
 
-def write_entry_from(entry: Path, pieces: Iterable[bytes | bytearray | memoryview]) -> str:
+def write_entry_from(entry: Path, pieces: Iterable[bytes | bytearray | memoryview],
+                     record: Callable[[str], str] | None = None) -> str:
     """``write_entry`` of the pieces joined, without joining them (a heap snapshot is written straight from
-    the engine's memory); the record is the digest of exactly the bytes written."""
+    the engine's memory); the record is the digest of exactly the bytes written, or ``record(sha256_hex)``
+    of it (one line, what ``read_checked_entry``'s check then reads)."""
     try:
         digest = _write_atomically(entry, pieces)
-        _write_atomically(record_path(entry), [f"{_RECORD_PREFIX}{digest}\n".encode()])
     except OSError as exc:
         return f"{entry.parent}: {exc.strerror or exc}"
+    try:
+        text = record(digest) if record is not None else f"{_RECORD_PREFIX}{digest}"
+        _write_atomically(record_path(entry), [f"{text}\n".encode()])
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # an entry without its record is never read: do not leave it
+            os.unlink(entry)
+        if isinstance(exc, OSError):
+            return f"{entry.parent}: {exc.strerror or exc}"
+        raise
     return ""
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Union
 
 from ktrace.core.choices import ENGINES
-from ktrace.engine.backend import Backend, UnsupportedRequest
+from ktrace.engine.backend import Backend, SnapshotRejected, UnsupportedRequest
 from ktrace.engine.framing import Framing
 from ktrace.engine.result import QueryResult, decode
 from ktrace.engine.package_registration import check_package, dependency_order, strip_includes
@@ -168,14 +168,23 @@ def open_trace(trace: TraceInput, *, engine: str = "auto",
     """
     name, total, framing, chunks = _walked_source(trace)
     size = None if _is_gzip(trace) else total
-    backend = _start_engine(engine, size)
+
+    def started() -> Backend:
+        backend = _start_engine(engine, size)
+        try:
+            backend.expect(name, size)
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    backend = started()
     try:
-        backend.expect(name, size)
         digest = _sha256(trace) if backend.snapshot_wanted(total) else None
     except BaseException:
         backend.close()
         raise
-    return _load(backend, name, total, framing, chunks, progress, digest)
+    return _load(backend, name, total, framing, chunks, progress, digest, started)
 
 
 def _sha256(trace: TraceInput) -> str | None:
@@ -214,10 +223,21 @@ def _start_engine(engine: str, trace_bytes: int | None = None) -> Backend:
 
 
 def _load(backend: Backend, name: str, total: int, framing: Framing, chunks: Iterator[bytes],
-          progress: Progress | None, digest: str | None = None) -> Session:
-    """Loads the chunks (``_walked_source``: each walked by ``framing`` on its way) or restores their snapshot."""
+          progress: Progress | None, digest: str | None = None,
+          restart: Callable[[], Backend] | None = None) -> Session:
+    """Loads the chunks (``_walked_source``: each walked by ``framing`` on its way) or restores their snapshot;
+    a snapshot that fails its checks after the restore has been removed, and the chunks load in a fresh
+    backend (``restart()``)."""
     try:
-        if digest is not None and backend.restore(digest):
+        try:
+            restored = digest is not None and backend.restore(digest)
+        except SnapshotRejected:
+            if restart is None:
+                raise
+            backend.close()
+            backend = restart()
+            restored = False
+        if restored:
             # The snapshot was kept after a load of these very bytes passed every check below.
             stage(progress, "restoring the loaded trace from its snapshot")
             if progress is not None:

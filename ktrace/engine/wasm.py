@@ -19,8 +19,8 @@ import os
 import threading
 from typing import Any, Callable, Iterable
 
-from ktrace.engine.backend import (Backend, RawQueryResult, UnsupportedRequest, proto_fields, register_sql_package_rpc,
-                                   rpc_protos, split_rpc_stream, whole_payloads)
+from ktrace.engine.backend import (Backend, RawQueryResult, SnapshotRejected, UnsupportedRequest, proto_fields,
+                                   register_sql_package_rpc, rpc_protos, split_rpc_stream, whole_payloads)
 from ktrace._version import __version__
 from ktrace.engine import wasm_snapshot
 from ktrace.engine.wasm_cache import HEAP_MAX_BYTES, NARROW_HEAP_MAX_BYTES, import_wasmtime, load_module, module_facts
@@ -44,6 +44,10 @@ def query_timeout_s() -> float:
         raise InputError(f"timeout {text!r}: give a number of seconds above 0, e.g. --timeout 600")
     return value
 
+# How long the figures a restored snapshot is checked by may take (a fresh load answers them in well under a
+# second at any size the heap allows): a damaged heap that sends the engine round in circles costs this, then
+# a load.
+_CHECK_TIMEOUT_S = 60.0
 # Size of the request buffer inside the instance (the UI uses the same). Requests are split across it.
 _REQUEST_BUFFER_BYTES = 32 << 20
 # Field numbers in TraceProcessorRpc (protos/perfetto/trace_processor/trace_processor.proto).
@@ -66,6 +70,7 @@ class WasmTraceProcessor(Backend):
         self._reply_limit: int | None = None  # a query's max_bytes: the reply's pieces past it are not kept
         self._reply_cut = False
         self._gave_up = False
+        self._timeout_s: float | None = None  # instead of query_timeout_s(): the restored snapshot's check
         engine, module = load_module(wide)
         self._wasm_sha256, self._mutable_globals = module_facts(wide)
         self._engine = engine
@@ -187,11 +192,17 @@ class WasmTraceProcessor(Backend):
         What is not in linear memory is checked or carried over: the module's three mutable globals (the
         stack pointer and the stack's bounds, which the emscripten_stack_get_* exports read) and the table's
         size must equal the snapshot's, as must the request buffer and the reply callback's table slot that
-        the restored memory points to; the host's clock and log are carried over."""
+        the restored memory points to; the host's clock and log are carried over.
+
+        Then the engine is asked ``wasm_snapshot.FIGURES_SQL``, which must answer what the trace's fresh load
+        answered (kept in the snapshot's HMAC'd record). When it does not, or the engine fails on it (a crash,
+        a timeout of _CHECK_TIMEOUT_S), the snapshot is removed, this instance is spent and SnapshotRejected is
+        raised: the caller loads the trace in a fresh one."""
         key = self._snapshot_key(trace_sha256)
         snapshot, problem = wasm_snapshot.read(key)
         if snapshot is not None and snapshot.header.get("engine") != self._engine_state():
             snapshot, problem = None, "it was made by an engine set up differently"
+            wasm_snapshot.discard(key)
         if snapshot is None or not self._host.heap_bytes() <= snapshot.memory_bytes <= self._host.heap_max_bytes:
             if problem:
                 wasm_snapshot.note(problem)
@@ -203,10 +214,40 @@ class WasmTraceProcessor(Backend):
             return False
         if self._host.heap_bytes() != snapshot.memory_bytes:
             return False
-        snapshot.copy_into(self._host.memory(), fresh_bytes)
-        self._host.resume(snapshot.header["host"])
+        try:
+            snapshot.copy_into(self._host.memory(), fresh_bytes)
+            self._host.resume(snapshot.header["host"])
+            figures = self._figures(timeout_s=_CHECK_TIMEOUT_S)
+            problem = "" if figures == snapshot.figures else \
+                "the restored trace does not answer as the trace loaded from its bytes did"
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # a damaged heap: the engine traps, aborts, times out or answers an error
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            problem = f"the engine failed on it: {reason}"
+        if problem:
+            self._dead = "its snapshot did not restore"
+            wasm_snapshot.discard(key)
+            wasm_snapshot.note(problem)
+            raise SnapshotRejected(problem)
         wasm_snapshot.touch(key)
         return True
+
+    def _figures(self, timeout_s: float | None = None) -> tuple[int, ...]:
+        """What ``wasm_snapshot.FIGURES_SQL`` answers on the loaded trace (its one row, as integers)."""
+        from ktrace.engine.result import decode
+
+        self._timeout_s = timeout_s
+        try:
+            raw = self.query(wasm_snapshot.FIGURES_SQL)
+        finally:
+            self._timeout_s = None
+        if raw.error:
+            raise KtraceError(raw.error.strip().splitlines()[0] if raw.error.strip() else "the query failed")
+        rows = decode(raw).rows
+        if len(rows) != 1 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rows[0]):
+            raise KtraceError(f"the figures came back as {len(rows)} row(s) of other than integers")
+        return tuple(rows[0])
 
     def save_snapshot(self, trace_sha256: str) -> None:
         """Stores this instance's state, a trace just loaded and finalized with nothing queried yet, for
@@ -214,8 +255,11 @@ class WasmTraceProcessor(Backend):
         if self._dead:
             return
         try:
+            # The figures are asked once the memory is written: their query leaves nothing in the snapshot. An
+            # engine that crashes on them is found dead by the session's next query, which says so.
             wasm_snapshot.write(self._snapshot_key(trace_sha256),
-                                {"engine": self._engine_state(), "host": self._host.state()}, self._host.memory())
+                                {"engine": self._engine_state(), "host": self._host.state()}, self._host.memory(),
+                                figures=self._figures)
         except Exception:  # a cache that cannot be written (or anything else) changes no result
             pass
 
@@ -280,7 +324,7 @@ class WasmTraceProcessor(Backend):
                 self._on_rpc_request(self._store, len(piece))
 
         is_query = stream.msg[0].request == rpc_protos().TraceProcessorRpc.TPM_QUERY_STREAMING
-        timeout_s = query_timeout_s() if is_query else None
+        timeout_s = (self._timeout_s or query_timeout_s()) if is_query else None
         try:
             timed_out = self._guarded(send, timeout_s)
         except KeyboardInterrupt:

@@ -13,10 +13,18 @@ size, the engine state the restore checks), a bitmap of the memory's 64 KiB page
 stored pages in order. All-zero pages are not stored (about 40 % of a loaded trace's heap).
 
 The cache is untrusted: an entry is read only through ``cache_files`` (a private folder, a regular file of
-this user's, never through a symlink, its SHA-256 matching the record beside it; the hashed bytes are the
-bytes restored) and used only when its header matches what this process expects in every field. Anything
-else loads the trace as before, and the load writes a good entry in its place. Writes go to a temporary
-file renamed into place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
+this user's, never through a symlink, no larger than the budget) and used only when its record beside it is
+an HMAC-SHA256, under this user's snapshot secret, of the entry's SHA-256 and of the trace's figures (the
+hashed bytes are the bytes restored), and its header (at most HEADER_MAX_BYTES, nested at most
+HEADER_MAX_DEPTH deep) matches what this process expects in every field. The secret (``secret()``) is 32
+random bytes in ``$XDG_CONFIG_HOME/ktrace`` (``~/.config/ktrace``), outside the cache folder, readable by this
+user only: a cache folder copied, restored from a CI cache or rewritten by whoever cannot read that file never
+carries a valid record, whatever SHA-256 it recomputes. The figures (``FIGURES_SQL``: counts and sums of the
+slice table's ts and dur, and the counts of the tables around it) are what the engine answered on the trace
+just loaded from its bytes; after a restore the engine is asked again, and the answers must be the same.
+Anything else (and an engine that fails or crashes on the restored state) removes the entry and loads the
+trace as before; the load writes a good entry in its place. Writes go to a temporary file renamed into
+place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
 0: no snapshots), least recently used entries evicted first; traces under $KTRACE_SNAPSHOT_MIN_MIB (default
 4 MiB), which load in well under a second, are never snapshotted. A snapshot that cannot be written costs a
 full load next time, nothing more: it is never an error.
@@ -25,24 +33,28 @@ full load next time, nothing more: it is never an error.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
 import stat
 import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ktrace.engine.cache_files import cache_lock, ensure_private_folder, read_entry, record_path, write_entry_from
+from ktrace.engine.cache_files import (cache_lock, ensure_private_folder, read_checked_entry, read_private, record_path,
+                                       remove_entry, write_entry_from)
 from ktrace.engine.wasm_heap import env_number
 from ktrace.core.errors import InputError
 from ktrace.core.terminal import printable
 
-__all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "Snapshot", "wanted", "folder", "entry_path", "read",
-           "write", "touch"]
+__all__ = ["BUDGET_ENV", "MIN_TRACE_ENV", "PAGE_BYTES", "FIGURES_SQL", "Snapshot", "wanted", "folder", "entry_path",
+           "read", "write", "touch", "discard", "secret", "secret_path"]
 
 BUDGET_ENV = "KTRACE_SNAPSHOT_GIB"
 MIN_TRACE_ENV = "KTRACE_SNAPSHOT_MIN_MIB"
@@ -52,10 +64,27 @@ DEFAULT_BUDGET_BYTES = 2 << 30
 # snapshot is 22-36 MiB (the engine's own tables). From 4 MiB (a load of about 1.2 s) the disk is worth it.
 DEFAULT_MIN_TRACE_BYTES = 4 << 20
 PAGE_BYTES = 65536  # a wasm page
-MAGIC = b"ktrace-snapshot-1\n"
+MAGIC = b"ktrace-snapshot-2\n"  # 2: records are HMACs with the trace's figures
 SUFFIX = ".tpsnap"
 _STALE_TMP_S = 3600.0  # a temporary file this old was left by a write that died
 _LOCK_WAIT_S = 10.0  # a snapshot is worth less than waiting for another process's write
+# What the header holds is a few fields two levels deep and the engine's last 50 log lines: 1 MiB and 16
+# levels are far above any header ktrace writes, and far below what could exhaust the parser.
+HEADER_MAX_BYTES = 1 << 20
+HEADER_MAX_DEPTH = 16
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # linear: each character has one way to match
+# The figures a restored trace must answer as its fresh load did: what a wrong or damaged heap would change
+# first (the slices' count, times and durations; the tables around them). Sums modulo a prime stay exact
+# integers (no overflow at any trace size, unlike sum(ts); total(ts), a float, would not see a change of a
+# few ns) that any one changed value changes. The slices' two sums are most of its cost: 40 ms for 150,000
+# slices (about 0.3 s for a million, where a load takes 5 s); more columns would cost as much each.
+FIGURES_SQL = ("SELECT count(*), ifnull(sum(ts % 1000000007), 0), ifnull(sum(dur % 1000000007), 0), "
+               "(SELECT count(*) FROM track), (SELECT count(*) FROM thread), (SELECT count(*) FROM process), "
+               "(SELECT count(*) FROM args), (SELECT count(*) FROM counter), (SELECT count(*) FROM instant) "
+               "FROM slice")
+_RECORD_PREFIX = "hmac-sha256"
+SECRET_NAME = "snapshot-secret"
+_SECRET_BYTES = 32
 
 
 def _env_number(name: str, default: float, unit: str, example: str) -> float:
@@ -95,11 +124,70 @@ def entry_path(where: Path, key: str) -> Path:
     return where / f"trace-{key[:32]}{SUFFIX}"
 
 
+def secret_path() -> Path | None:
+    """Where this user's snapshot secret is kept: ``$XDG_CONFIG_HOME/ktrace``, else ``~/.config/ktrace`` (outside
+    the cache folder, so that a copy of the cache never holds it); None without a home folder."""
+    base = os.environ.get("XDG_CONFIG_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".config")
+        except (RuntimeError, KeyError, OSError):
+            return None
+    return Path(base) / "ktrace" / SECRET_NAME
+
+
+def secret() -> bytes | None:
+    """This user's snapshot secret (created on first use: 32 random bytes, mode 600, in a private folder), or
+    None when it cannot be had; then no snapshot is read or written."""
+    path = secret_path()
+    if path is None or ensure_private_folder(path.parent):
+        return None
+    data, _ = read_private(path, _SECRET_BYTES)
+    if data is None and not os.path.lexists(path):
+        # Made whole under another name, then linked into place: a concurrent reader never sees it half
+        # written, and of two processes creating it at once the first link wins and both read that one.
+        tmp = path.with_name(f"{SECRET_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(_SECRET_BYTES))
+            os.link(tmp, path)
+        except OSError:
+            pass
+        finally:
+            _remove(tmp)
+        data, _ = read_private(path, _SECRET_BYTES)
+    if data is None or len(data) != _SECRET_BYTES or os.lstat(path).st_mode & 0o077:  # others may read it
+        return None
+    return data
+
+
+def _record(key: bytes, sha256_hex: str, figures: tuple[int, ...]) -> str:
+    text = ",".join(map(str, figures))
+    mac = hmac.new(key, f"{sha256_hex} {text}".encode(), hashlib.sha256).hexdigest()
+    return f"{_RECORD_PREFIX} {mac} {text}"
+
+
+def _record_check(key: bytes, figures_out: list) -> Callable[[str, str], str]:
+    def check(record: str, sha256_hex: str) -> str:
+        m = re.fullmatch(rf"{_RECORD_PREFIX} ([0-9a-f]{{64}}) (-?[0-9]{{1,20}}(?:,-?[0-9]{{1,20}}){{0,31}})", record)
+        if m is None:
+            return "does not match its integrity record"
+        figures = tuple(int(x) for x in m.group(2).split(","))
+        if not hmac.compare_digest(_record(key, sha256_hex, figures), record):
+            return "does not match its integrity record"
+        figures_out.append(figures)
+        return ""
+    return check
+
+
 class Snapshot:
     """A snapshot read back and checked: its header (a dict), which pages it holds, and their bytes."""
 
-    def __init__(self, header: dict[str, Any], stored: np.ndarray, pages: np.ndarray) -> None:
+    def __init__(self, header: dict[str, Any], stored: np.ndarray, pages: np.ndarray,
+                 figures: tuple[int, ...] = ()) -> None:
         self.header = header
+        self.figures = figures  # what FIGURES_SQL answered on the trace loaded fresh
         self.stored = stored  # bool per page of memory
         self.pages = pages  # uint8, the stored pages one after another
 
@@ -127,16 +215,44 @@ class Snapshot:
 
 def read(key: str) -> tuple[Snapshot | None, str]:
     """The snapshot stored under ``key`` if it is intact and ktrace's, else ``(None, why)`` (why is "" when
-    there is no entry, or no cache folder)."""
+    there is no entry, or no cache folder or secret). An entry found and refused is removed (with its record),
+    so that no later run meets it again."""
     where = folder()
     if where is None:
         return None, ""
     entry = entry_path(where, key)
-    data, problem = read_entry(entry)
+    if not os.path.lexists(entry):
+        return None, ""
+    key_bytes = secret()
+    if key_bytes is None:
+        return None, ""
+    figures: list = []
+    data, _, problem = read_checked_entry(entry, _record_check(key_bytes, figures), max_bytes=budget_bytes())
     if data is None:
+        if problem:
+            remove_entry(entry)
         return None, problem
     snapshot, problem = _parse(data, key)
-    return snapshot, problem and f"{entry}: {problem}"
+    if snapshot is None:
+        remove_entry(entry)
+        return None, f"{entry}: {problem}"
+    snapshot.figures = figures[0]
+    return snapshot, ""
+
+
+def discard(key: str) -> None:
+    """Removes the snapshot stored under ``key`` and its record (one that did not restore)."""
+    where = folder()
+    if where is not None:
+        remove_entry(entry_path(where, key))
+
+
+def _header_depth(text: bytes) -> int:
+    """How deep the JSON ``text`` nests (its strings' brackets aside), in one vectorized pass."""
+    bare = np.frombuffer(_JSON_STRING.sub(b'""', text), np.uint8)
+    step = (np.isin(bare, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(bare, (ord("]"), ord("}"))).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
 
 
 def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
@@ -144,12 +260,18 @@ def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
         return None, "not a ktrace snapshot"
     (length,) = struct.unpack_from("<I", data, len(MAGIC))
     start = len(MAGIC) + 4
+    if length > HEADER_MAX_BYTES:
+        return None, f"its header is longer ({length:,} bytes) than any ktrace writes (at most {HEADER_MAX_BYTES:,})"
+    if start + length > len(data):
+        return None, "it is cut short"
+    text = bytes(data[start:start + length])
+    if _header_depth(text) > HEADER_MAX_DEPTH:
+        return None, f"its header nests deeper than any ktrace writes (at most {HEADER_MAX_DEPTH} levels)"
     try:
-        header = json.loads(data[start:start + length].decode())
+        header = json.loads(text.decode())
         memory_bytes = int(header["memory_bytes"])
         stored_count = int(header["stored_pages"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):  # a header nested too deep
-        # for the parser is damaged like any other
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
         return None, "its header is damaged"
     if header.get("key") != key:
         return None, "it was made for another trace or engine"
@@ -174,13 +296,17 @@ def _parse(data: bytes, key: str) -> tuple[Snapshot | None, str]:
     return Snapshot(header, stored, np.frombuffer(data, np.uint8, offset=pages_at)), ""
 
 
-def write(key: str, header: dict[str, Any], memory: np.ndarray) -> str:
-    """Stores ``memory`` (the instance's, as uint8) under ``key`` with ``header``; returns "" or why not.
+def write(key: str, header: dict[str, Any], memory: np.ndarray, figures: Callable[[], tuple[int, ...]]) -> str:
+    """Stores ``memory`` (the instance's, as uint8) under ``key`` with ``header``, and in its record
+    ``figures()`` (what FIGURES_SQL answers on it, asked once the memory is written); returns "" or why not.
     Evicts least recently used snapshots to stay within the budget; a snapshot over the budget is not
     written."""
     where = folder()
     if where is None:
         return "no private cache folder"
+    key_bytes = secret()
+    if key_bytes is None:
+        return "no private place for the snapshot secret"
     pages = memory.reshape(-1, PAGE_BYTES)
     stored = pages.view(np.uint64).any(axis=1)
     head = json.dumps(dict(header, key=key, memory_bytes=len(memory), page_bytes=PAGE_BYTES,
@@ -201,7 +327,7 @@ def write(key: str, header: dict[str, Any], memory: np.ndarray) -> str:
             return "the cache is locked by another process"
         entry = entry_path(where, key)
         _evict(where, budget - size, keep=entry)
-        problem = write_entry_from(entry, pieces())
+        problem = write_entry_from(entry, pieces(), lambda sha256_hex: _record(key_bytes, sha256_hex, figures()))
     if not problem:
         announce(size, where)
     return problem
@@ -281,6 +407,7 @@ def key(parts: list[str]) -> str:
 
 
 def note(problem: str) -> None:
-    """One line on stderr about a snapshot found but not used (as the module cache says of its entries)."""
-    print(printable(f"ktrace: not restoring the trace's snapshot ({problem}); loading the trace"), file=sys.stderr,
-          flush=True)
+    """One line on stderr about a snapshot found but not used, and removed (as the module cache says of its
+    entries)."""
+    print(printable(f"ktrace: not restoring the trace's snapshot ({problem}); removed it, loading the trace"),
+          file=sys.stderr, flush=True)
