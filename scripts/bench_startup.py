@@ -8,7 +8,10 @@ cases interleaved so that a burst of load from other jobs lands on all of them; 
 run are printed with the median's ratio to the floor's. Cases: the floor; ``import numpy`` (what the
 command line used to pay before it printed anything); ``ktrace --help`` as ``python -m ktrace`` and as the
 console script runs it (``from ktrace.cli import main``); ``convert --help``; ``analyze --help``; and
-``inspect`` and ``convert`` of a small real capture. Target (issue 25): every ``--help`` under 0.3 s.
+``inspect`` and ``convert`` of a small real capture; ``analyze`` (the text report) of a FlashInfer capture
+(``samples/fi_mla_decode_run1.bin.gz``, 30k records) and of ``samples/imbalance.bin``. Targets: every ``--help``
+under 0.3 s (issue 25); each ``analyze`` within 2.5x of ``import numpy`` of the same run (issue 46), the ratio
+printed in the "x numpy" column.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TARGET_S = 0.3
+ANALYZE_TARGET_X_NUMPY = 2.5
+_NUMPY = "python -c 'import numpy'"
+_ANALYZE_SAMPLES = ("fi_mla_decode_run1.bin.gz", "imbalance.bin")
 _CONSOLE = "import sys; from ktrace.cli import main; sys.argv[0] = 'ktrace'; sys.exit(main(sys.argv[1:]))"
 
 
@@ -39,6 +45,8 @@ def _cases(sample: str, out: str) -> dict[str, list[str]]:
         "ktrace analyze --help": [py, "-m", "ktrace", "analyze", "--help"],
         f"ktrace inspect {os.path.basename(sample)}": [py, "-m", "ktrace", "inspect", sample],
         f"ktrace convert {os.path.basename(sample)}": [py, "-m", "ktrace", "convert", sample, "-o", out, "-j", "1"],
+        **{f"ktrace analyze {name}": [py, "-m", "ktrace", "analyze", os.path.join(REPO, "samples", name)]
+           for name in _ANALYZE_SAMPLES},
     }
 
 
@@ -72,18 +80,23 @@ def main(argv=None) -> int:
             for name, cmd in cases.items():
                 walls[name].append(_wall(cmd, env))
     floor = statistics.median(walls["python -c pass (floor)"])
+    numpy_s = statistics.median(walls[_NUMPY])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{sys.executable} (Python {sys.version.split()[0]}), {os.cpu_count()} cores, load average {load:.1f}, "
           f"{a.runs} runs per case")
-    print(f"{'case':<40} {'median':>8} {'fastest':>8} {'x floor':>8}")
+    print(f"{'case':<40} {'median':>8} {'fastest':>8} {'x floor':>8} {'x numpy':>8}")
     rows = {}
     for name, w in walls.items():
         med = statistics.median(w)
         mark = ""
         if "--help" in name:
             mark = "  ok (< 0.3 s)" if med < TARGET_S else "  OVER 0.3 s"
-        print(f"{name:<40} {med:>7.3f}s {min(w):>7.3f}s {med / floor:>7.2f}x{mark}")
-        rows[name] = {"median_s": med, "fastest_s": min(w), "ratio_to_floor": med / floor, "walls_s": w}
+        if " analyze " in name and "--help" not in name:
+            within = med / numpy_s <= ANALYZE_TARGET_X_NUMPY
+            mark = f"  {'ok' if within else 'OVER'} ({'<=' if within else '>'} {ANALYZE_TARGET_X_NUMPY}x numpy)"
+        print(f"{name:<40} {med:>7.3f}s {min(w):>7.3f}s {med / floor:>7.2f}x {med / numpy_s:>7.2f}x{mark}")
+        rows[name] = {"median_s": med, "fastest_s": min(w), "ratio_to_floor": med / floor,
+                      "ratio_to_numpy": med / numpy_s, "walls_s": w}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"python": sys.version, "cores": os.cpu_count(), "load_average": load, "runs": a.runs,
