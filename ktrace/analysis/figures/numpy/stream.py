@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ....export.launch_args import launch_facts
 from ....core.model import Decoded, Summary
 from ....core.progress import stage
 from ....runtime.forked import Slots, available_cores, fork_imap, fork_later
@@ -384,7 +385,5 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
             waits = waits_table(cols, chunk_rows, sweep_jobs)
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()
-    from ....export.writer import launch_facts  # the trace writer's, imported here: analyze writes no trace
-
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
                       evidence, top=top)
