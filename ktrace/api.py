@@ -34,7 +34,6 @@ from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .core.model import Decoded, Summary
 from .core.outputs import check_output
 from .core.progress import stage
-from .report.inspect import inspect_dict
 from .runtime.forked import available_cores
 from .runtime.workers import in_worker, run_in_workers
 from .replays import whatif  # noqa: F401
@@ -124,6 +123,8 @@ def summarize(source, progress=None, **decode_options) -> tuple[Decoded, Summary
 
 def inspect(source, progress=None, **decode_options) -> dict:
     """The inspect report (schema ``ktrace.inspect/1``) for a buffer: layout, lanes, anomalies, notes."""
+    from .report.inspect import inspect_dict
+
     first, summary = summarize(source, progress=progress, **decode_options)
     return inspect_dict(first, summary)
 
@@ -142,7 +143,7 @@ def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str 
     from the trace processor); progress(done_bytes, total_bytes) while the trace loads;
     on_engine(engine, why): kept for ``annotate``'s signature (analyze's choice needs no explaining: it
     depends on the kind of input, not its size); jobs: worker processes of the
-    numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS record slots or more; the
+    numpy engine (default: the cores available, for a buffer holding NUMPY_MIN_RECORDS records or more; the
     figures are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
     EnvironmentMissing when the engine cannot start."""
     from .analysis import Thresholds, analyze_opened
@@ -278,9 +279,10 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
 
 
 # engine='auto' analyzes every buffer with numpy (the SQL package's figures, tested equal on every sample): no
-# trace processor to compile or load. A buffer of this many record slots or more gets several numpy workers;
+# trace processor to compile or load. A buffer holding this many records or more gets several numpy workers;
 # `annotate` (the trace drawn for the viewer, which the SQL package writes) takes numpy only from this size.
 NUMPY_MIN_RECORDS = 250_000
+COUNT_MAX_SLOTS = 1 << 24  # a buffer's records are counted (to choose its workers) up to this many slots (128 MB)
 NUMPY_DEFAULT_JOBS_MAX = 8  # more: more memory, little speed (1e8, 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
 
 
@@ -308,7 +310,6 @@ def _annotate_numpy_path(engine: str, dec, on_engine) -> bool:
 def _analyze(source, thresholds, engine, progress, name, decode_options, on_engine=None, capture=False, jobs=None):
     """The Analysis of a path or buffer (a Capture with its sidecar's control timings when ``capture``)."""
     from .analysis import analyze_opened, analyze_parts
-    from .analysis.compare.catalog import Capture
 
     buffer = engine in ("numpy", "auto") and not _is_trace_source(source)
     if engine == "numpy" and not buffer:
@@ -327,16 +328,33 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
             a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_jobs(jobs, dec))
         _refuse_unreadable(a, source, decode_options)
-        return Capture(a, _timing(inp, decode_options)) if capture else a
+        if not capture:
+            return a
+        from .analysis.compare.catalog import Capture  # diff's and the runs' (its noise model): not analyze's
+
+        return Capture(a, _timing(inp, decode_options))
 
 
 def _numpy_jobs(jobs: int | None, dec) -> int:
     """The numpy engine's worker processes: as asked (at most the cores available), else ``numpy_jobs``
-    for a large buffer (1 in a worker process of several captures analyzed side by side: those already use
-    the cores)."""
-    if jobs is None and (in_worker() or dec.body.size < NUMPY_MIN_RECORDS):
+    for a buffer holding NUMPY_MIN_RECORDS records or more (1 in a worker process of several captures analyzed
+    side by side: those already use the cores)."""
+    if jobs is None and (in_worker() or _records_held(dec) < NUMPY_MIN_RECORDS):
         return 1
     return numpy_jobs(jobs)
+
+
+def _records_held(dec) -> int:
+    """The records a buffer holds (its non-empty slots): what the numpy engine's work grows with. A buffer is
+    sized for the most a launch may write: fi_mla_decode_run1 has 1,048,575 slots for 30k records, where
+    starting workers cost more than they save. Counted up to COUNT_MAX_SLOTS slots (a few ms); a larger
+    buffer counts as full (reading it twice would cost more than the count could save)."""
+    slots = int(dec.body.size)
+    if slots < NUMPY_MIN_RECORDS or slots > COUNT_MAX_SLOTS:
+        return slots
+    import numpy as np
+
+    return int(np.count_nonzero(dec.body))
 
 
 def numpy_jobs(jobs: int | None) -> int:  # --jobs N (more than the cores cannot help), else the cores up to 8

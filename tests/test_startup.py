@@ -144,3 +144,30 @@ def test_the_engine_s_rpc_messages_are_perfetto_s():
     assert dict(methods.items()) == dict(ours.TraceProcessorRpc.TraceProcessorMethod.items())
     rpc = ours.TraceProcessorRpc(request=ours.TraceProcessorRpc.TPM_QUERY_STREAMING)
     assert theirs.TraceProcessorRpc.FromString(rpc.SerializeToString()).request == methods.Value("TPM_QUERY_STREAMING")
+
+
+# What the text report of a buffer needs no part of: the trace writer (protobuf), the Proton and IKET readers, the
+# engine, diff's catalog, plots and DataFrames; nor worker processes for a capture of a few thousand records.
+NOT_FOR_ANALYZE = ("google.protobuf", "pandas", "matplotlib", "wasmtime", "perfetto", "multiprocessing",
+                   "concurrent.futures.process", "ktrace.engine", "ktrace.export.writer", "ktrace.export.events",
+                   "ktrace.decoding.iket", "ktrace.decoding.proton", "ktrace.analysis.compare", "ktrace.capture")
+
+
+@pytest.mark.parametrize("name", ["fi_mla_decode_run1", "imbalance"])
+def test_analyze_of_a_buffer_imports_only_what_the_text_report_needs(name):
+    path = next(p for p in (ROOT / "samples" / f"{name}.bin", ROOT / "samples" / f"{name}.bin.gz") if p.is_file())
+    rc, modules, text = _modules("analyze", path)
+    assert rc == 0 and "ktrace.analysis.findings.replay" in modules  # the whole analysis ran, findings and stakes
+    assert _of(modules, NOT_FOR_ANALYZE) == []
+
+
+def test_a_large_buffer_holding_few_records_is_analyzed_without_workers():
+    # fi_mla_decode_run1: 1,048,575 record slots, 61,248 records written (a buffer sized for the most a launch
+    # could write): starting worker processes would cost more than they save
+    from ktrace import api
+    from ktrace.decoding import BufferDecoder
+
+    dec = BufferDecoder(ROOT / "samples" / "fi_mla_decode_run1.bin.gz")
+    assert dec.body.size >= api.NUMPY_MIN_RECORDS
+    assert api._records_held(dec) == 61_248 and api._numpy_jobs(None, dec) == 1
+    assert api._numpy_jobs(2, dec) == min(2, api.available_cores())  # --jobs is still obeyed

@@ -33,11 +33,11 @@ from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
 from .inflate import open_regular, read_bounded
 from .launch import _work_value
+from .options import IKET_OPTIONS
 from .proton import _merge_groups, _slices, refuse_buffer_options  # one reading of a warp group's slices
 
 __all__ = ["read_iket", "is_iket", "IKET_OPTIONS", "WARP_START", "WARP_EXIT"]
 
-IKET_OPTIONS = ("lanes", "launch", "work_bytes", "work_flops", "peak_gbps", "peak_tflops")
 WARP_START, WARP_EXIT = "warp start", "warp exit"  # the instants each warp's lifetime becomes
 LANE_MODES = ("warp", "warpgroup")
 WARPS_PER_GROUP = 4

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 
 from ..core.errors import InputError
-from ..core.filetypes import is_proton
+from ..core.filetypes import is_iket, is_proton
 from .decoder import BufferDecoder
-from .iket import IKET_OPTIONS, is_iket, read_iket
-from .proton import PROTON_OPTIONS, read_proton
+from .options import IKET_OPTIONS, PROTON_OPTIONS
+
+# The Proton and IKET readers are imported when such a trace is opened: a buffer needs neither.
 
 __all__ = ["open_source", "is_proton_source"]
 
@@ -28,10 +29,14 @@ def open_source(source, **options):
         if extra:
             flags = ", ".join("--" + k.replace("_mhz", "").replace("_", "-") for k in extra)
             raise InputError(f"{source}: {flags} {'apply' if len(extra) > 1 else 'applies'} to Triton Proton traces, not IKET traces")
+        from .iket import read_iket
+
         return read_iket(source, **{k: v for k, v in options.items() if k not in PROTON_OPTIONS or k in IKET_OPTIONS})
     if is_proton_source(source):
         if options.get("launch") is not None:
             raise InputError(f"{source}: --launch applies to IKET traces; a Proton trace holds one launch")
+        from .proton import read_proton
+
         return read_proton(source, **{k: v for k, v in options.items() if k != "launch"})
     given = [k for k in PROTON_OPTIONS + ("launch",) if options.get(k) not in (None, False)]
     if given:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from ..core.errors import InputError
 
-__all__ = ["DECODE_OPTIONS", "ALIASES", "decode_options"]
+__all__ = ["DECODE_OPTIONS", "ALIASES", "PROTON_OPTIONS", "IKET_OPTIONS", "decode_options"]
 
 DECODE_OPTIONS = ("sidecar", "events", "groups", "layout", "num_blocks", "num_groups", "name", "lanes", "sm_clock_mhz",
                   "proton_log", "launch", "work_bytes", "work_flops", "peak_gbps", "peak_tflops")
+# Those that apply to a Triton Proton trace (proton.py) and to an NVIDIA IKET trace (iket.py): here, so that
+# opening a buffer checks them without importing either reader.
+PROTON_OPTIONS = ("lanes", "sm_clock_mhz", "proton_log")
+IKET_OPTIONS = ("lanes", "launch", "work_bytes", "work_flops", "peak_gbps", "peak_tflops")
 ALIASES = {"event_names": "events", "group_names": "groups"}
 
 

@@ -31,11 +31,11 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.filetypes import is_proton
 from ..core.model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
+from .options import PROTON_OPTIONS
 from .proton_events import LANES_FREE, LANES_PER_EVENT, read_events
 
 __all__ = ["is_proton", "read_proton", "PROTON_OPTIONS", "LANE_MODES", "PROTON_MHZ", "parse_drops"]
 
-PROTON_OPTIONS = ("lanes", "sm_clock_mhz", "proton_log")
 LANE_MODES = ("warp", "warpgroup")
 PROTON_MHZ = 1000.0  # the clock Proton's writer assumes when it prints cycles as time
 WARPS_PER_GROUP = 4

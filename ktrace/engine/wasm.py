@@ -15,7 +15,6 @@ Session serializes calls).
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import threading
 from typing import Any, Callable, Iterable
 

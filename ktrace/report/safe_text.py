@@ -13,8 +13,10 @@ keeps every value exact (``jsonfmt.escape_raw`` writes the raw characters a term
 from __future__ import annotations
 
 import re
+import sys
 
-__all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console"]
+__all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console",
+           "for_stream"]
 
 from ..core.terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
 
@@ -89,6 +91,13 @@ def _can_print(encoding: str, text: str) -> bool:
         return True
     except (UnicodeEncodeError, LookupError):
         return False
+
+
+def for_stream(text: str, stream=None) -> str:
+    """``text`` as a plain ``print`` to ``stream`` (default stdout) can show it: µ (units are written µs, as
+    ``core.units.format_ns`` and the console write them) becomes u where the stream's encoding cannot print it."""
+    encoding = getattr(sys.stdout if stream is None else stream, "encoding", None)
+    return text if _can_print(encoding, "µ") else text.replace("µ", "u")
 
 
 def safe_console(**kwargs):

@@ -104,9 +104,9 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
     a worker that dies (killed, out of memory) or stops making progress raises ``WorkerLost`` (never a wait
     without end); Ctrl-C stops the workers; none is left behind."""
     items = list(items)
-    ctx = fork_context()
     jobs = max(1, min(int(jobs), len(items)))
-    if jobs == 1 or ctx is None:
+    ctx = fork_context() if jobs > 1 else None  # one job: multiprocessing not even imported
+    if ctx is None:
         for x in items:
             yield fn(shared, x)
         return

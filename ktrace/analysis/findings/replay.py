@@ -326,13 +326,21 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     mem = tl.members
     end = None
     rel = np.full(n, -np.inf)
+    # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
+    released = np.flatnonzero(has_rel)
+    rel_sets, rel_lat = rs[released], lat[released]
+    latest = _SetMax(mem, tl.set_starts) if len(mem) else None
+    y = np.empty(n)
     rounds = 0
     limit = max_rounds or n + 2
     settled = True
     while True:
         rounds += 1
-        lower = np.maximum(start, rel)
-        x = _lane_scan(lower + dur - A, lane_rank) + A
+        np.maximum(start, rel, out=y)
+        y += dur
+        y -= A
+        x = _lane_scan(y, lane_rank)
+        x += A
         if end is not None and np.array_equal(x, end):
             break
         end = x
@@ -341,8 +349,7 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
         if rounds >= limit:
             settled = False
             break
-        smax = np.maximum.reduceat(end[mem], tl.set_starts)
-        rel = np.where(has_rel, smax[rs] + lat, -np.inf)
+        rel[released] = latest.of(end)[rel_sets] + rel_lat
     begin = end - dur
     # What bound each begin: its release, its lane's previous end + gap, or its start.
     prev_end = np.r_[-np.inf, end[:-1]]
@@ -355,6 +362,24 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
                     settled)
 
 
+class _SetMax:
+    """Each release set's latest member end: ``np.maximum.reduceat(end[members], set_starts)``, with the sets of one
+    member (most of them: a slice released by one other) read directly, the rest reduced."""
+
+    def __init__(self, members: np.ndarray, set_starts: np.ndarray) -> None:
+        self.first = members[set_starts]
+        sizes = np.diff(np.r_[set_starts, len(members)])
+        self.several = np.flatnonzero(sizes > 1)
+        self.rows = members[np.repeat(sizes > 1, sizes)]  # the members of the sets of several, set by set
+        self.starts = np.cumsum(sizes[self.several]) - sizes[self.several]
+
+    def of(self, end: np.ndarray) -> np.ndarray:
+        out = end[self.first]
+        if len(self.several):
+            out[self.several] = np.maximum.reduceat(end[self.rows], self.starts)
+        return out
+
+
 def change_rounds(measured: Replayed) -> int:
     """The rounds a change's replay gets: a few times what the timeline as measured took (each round carries
     the releases one link further). A change that has not settled by then gives no prediction (a release chain
@@ -365,14 +390,20 @@ def change_rounds(measured: Replayed) -> int:
 def _lane_scan(y: np.ndarray, lane_rank: np.ndarray) -> np.ndarray:
     """The running maximum of y within each lane (lanes contiguous, lane_rank 0, 1, ... per lane)."""
     fin = np.isfinite(y)
-    lo = float(y[fin].min()) if fin.any() else 0.0
-    z = np.where(fin, y - lo, 0.0)
+    lo = float(np.where(fin, y, np.inf).min())  # inf: no finite value
+    lo = lo if lo != np.inf else 0.0
+    z = y - lo
+    np.copyto(z, 0.0, where=np.logical_not(fin, out=fin))  # a value not finite (an unbounded begin) counts as lo
     span = float(z.max()) + 1.0
     # Each lane's values lifted above every earlier lane's: one running maximum serves every lane. Exact while
     # the lifted values stay below 2**53 (float64's integers); else lane by lane.
     if span * (int(lane_rank[-1]) + 1) < 2 ** 52:
         off = lane_rank * span
-        return np.maximum.accumulate(z + off) - off + lo
+        z += off
+        np.maximum.accumulate(z, out=z)
+        z -= off
+        z += lo
+        return z
     out = np.empty_like(z)
     starts = np.flatnonzero(np.r_[True, lane_rank[1:] != lane_rank[:-1]])
     for s0, s1 in zip(starts.tolist(), np.r_[starts[1:], len(z)].tolist()):

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ....export.writer import launch_facts
+from ....export.launch_args import launch_facts
 from ....core.model import Decoded, Summary
 from ....core.progress import stage
 from ....runtime.forked import Slots, available_cores, fork_imap, fork_later
