@@ -109,3 +109,15 @@ def test_the_findings_of_a_sample_carry_their_kinds_typed_figures():
         kind = kinds.get(f.kind)
         assert kind is not None and isinstance(f.figures, kind.figures), f.kind
         assert f.to_dict()["figures"] == f.figures.to_dict()
+
+
+@pytest.mark.parametrize("module", ["ktrace.analysis.findings.verdict", "ktrace.report.whatif_report",
+                                    "ktrace.analysis.findings.kinds.base", "ktrace.analysis.findings.stakes"])
+def test_a_findings_module_imports_first_in_a_fresh_interpreter(module):
+    """The kinds' modules import Verdict: a module they import must not import the kinds' package back
+    (``ktrace whatif`` imports verdict.py first)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-600:]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...core.units import format_ns
-from .kinds.base import KindFigures
+
+if TYPE_CHECKING:  # the kinds' modules import Verdict: no import of the kinds package from here
+    from .kinds.base import KindFigures
 
 __all__ = ["Verdict", "format_ns", "fmt", "num", "signed"]
 
