@@ -12,6 +12,7 @@ accounts for (``claims``); its impact is what it keeps of those claims once the 
 - start_skew: the gap on the path before each of the phase's slices, up to how late that slice began.
 - large_wait, untimed_work: the path's gaps at that boundary.
 - idle_lanes: the phase's time on the path x the idle lanes' share.
+- serial_tail: its idle-lanes verdict's claims (the phase run alone at the end; kinds/serial_tail.py).
 - tail, wave_quantization, load_imbalance by lane totals, pipeline: the end of the wall, as long as the time
   at stake (kinds/tail.py, wave_quantization.py, load_imbalance.py, pipeline.py).
 
