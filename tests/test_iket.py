@@ -203,7 +203,7 @@ def test_an_iket_perfetto_trace_points_to_its_json(tmp_path):
 
 
 def test_wait_phases_are_known_by_their_names():
-    from ktrace.analysis.findings.timed_waits import is_wait_phase
+    from ktrace.analysis.findings.kinds.pipeline import is_wait_phase
 
     assert all(map(is_wait_phase, ["wait", "mma_wait", "tma-wait", "barrier.Wait", "WAIT", "load wait"]))
     assert not any(map(is_wait_phase, ["await", "waiting", "wait_tma", "waits", "compute", ""]))

@@ -2,7 +2,8 @@
 
 Turns the findings, the critical path and the occupancy figures into the plain rows of
 ``ktrace.export.annotations.Annotations`` (the writer knows nothing of the analysis). The time a finding
-concerns, by kind (docs/trace-format.md, "Annotations"):
+concerns, by kind (docs/trace-format.md, "Annotations"; each kind's ``span`` and ``roles`` in
+analysis/findings/kinds/):
 
 - ``tail``: from ``occupancy.tail_begin_ns`` to the kernel's end;
 - ``stable_straggler``, ``late_start`` (with a block): the instances that block finished last, first begin to
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.findings import kinds
+from ..analysis.findings.kinds.base import extent
 from ..export.annotations import Annotations, CounterSeries, SliceMarks, Span
 
 __all__ = ["annotations_of", "finding_span", "finding_label", "lanes_running", "GAP_NAMES"]
@@ -28,45 +31,14 @@ def _kernel(fig) -> tuple[int, int]:
     return int(fig.kernel.begin_ns or 0), int(fig.kernel.end_ns or 0)
 
 
-def _extent(inst, mask) -> tuple[int, int] | None:
-    if not mask.any():
-        return None
-    return int(inst.begin_ns[mask].min()), int(inst.end_ns[mask].max())
-
-
-def _one(inst, mask, score) -> tuple[int, int] | None:
-    if not mask.any():
-        return None
-    i = np.flatnonzero(mask)[int(np.argmax(np.asarray(score)[mask]))]
-    return int(inst.begin_ns[i]), int(inst.end_ns[i])
-
-
 def finding_span(f, fig) -> tuple[int, int]:
     """[begin_ns, end_ns] (trace ns) of the time finding ``f`` concerns, by its kind (module docstring)."""
-    inst, g = fig.instances, f.figures
+    inst = fig.instances
     mine = inst.phase == f.phase if f.phase is not None else np.zeros(len(inst), bool)
-    span = None
-    if f.kind == "tail" and len(fig.occupancy):
-        o = fig.occupancy.row(0)
-        if o["tail_begin_ns"] is not None:
-            span = int(o["tail_begin_ns"]), _kernel(fig)[1]
-    elif f.kind in ("stable_straggler", "late_start") and g.get("block") is not None:
-        span = _extent(inst, mine & (inst.last_block == g["block"]))
-    elif f.kind == "straggler_change" and g.get("segments"):
-        segs = g["segments"]
-        span = _extent(inst, mine & (inst.k >= min(s["first_k"] for s in segs)) &
-                       (inst.k <= max(s["last_k"] for s in segs)))
-    elif f.kind == "load_imbalance" and g.get("basis") == "instances":
-        span = _one(inst, mine, inst.max_dur_ns)
-    elif f.kind == "start_skew":
-        span = _one(inst, mine, inst.excess_ns)
-    elif f.kind == "large_wait" and g.get("max_k") is not None:
-        at = mine & (inst.k == g["max_k"])
-        if at.any():
-            i = int(np.flatnonzero(at)[0])
-            span = int(inst.begin_ns[i]), int(inst.end_ns[i]) + int(g.get("max_ns") or 0)
+    kind = kinds.get(f.kind)
+    span = kind.span(f, fig, mine) if kind else None  # each kind's module says what it draws
     if span is None and mine.any():
-        span = _extent(inst, mine)
+        span = extent(inst, mine)
     if span is None:
         span = _kernel(fig)
     lo, hi = _kernel(fig)
@@ -124,35 +96,12 @@ def _roles(a) -> dict:
     fig, inst = a.figures, a.figures.instances
     out: dict = {}
 
-    def mark(mask, role):
-        for i in np.flatnonzero(mask).tolist():  # a loop over the named instances
-            key = (inst.phase[i], int(inst.last_block[i]), int(inst.last_group[i]), int(inst.k[i]))
-            out.setdefault(key, set()).add(role)
-
     for f in a.findings:
-        g = f.figures
-        mine = inst.phase == f.phase
-        if f.kind in ("stable_straggler", "late_start") and g.get("block") is not None:
-            mark(mine & (inst.last_block == g["block"]), "straggler" if f.kind == "stable_straggler" else "late_start")
-        elif f.kind == "late_start":
-            mark(mine & (inst.last_begin_ns - inst.p50_begin_ns >= 2 * a.tick_ns), "late_start")
-        elif f.kind == "straggler_change":
-            for s in g.get("segments") or ():
-                mark(mine & (inst.last_block == s["block"]) & (inst.k >= s["first_k"]) & (inst.k <= s["last_k"]),
-                     "straggler")
-        elif f.kind == "load_imbalance" and g.get("basis") == "instances" and mine.any() \
-                and g.get("slowest_block") is not None:
-            at = np.flatnonzero(mine)[int(np.argmax(inst.max_dur_ns[mine]))]
-            out.setdefault((inst.phase[at], int(g["slowest_block"]), int(g["slowest_group"]), int(inst.k[at])),
-                           set()).add("slowest")
-        elif f.kind == "tail" and g.get("last_block") is not None:
-            lt = fig.lane_totals
-            lanes = np.flatnonzero((lt.block == g["last_block"]) & (lt.end_ns == (fig.kernel.end_ns or 0)))
-            ends = np.flatnonzero(inst.end_ns == (fig.kernel.end_ns or 0))
-            if len(lanes) and len(ends):  # the block's slice that ends the kernel (tied last finishers included)
-                i = int(ends[0])
-                key = (inst.phase[i], int(g["last_block"]), int(lt.group[lanes[0]]), int(inst.k[i]))
-                out.setdefault(key, set()).add("ends_kernel")
+        kind = kinds.get(f.kind)
+        if kind is None:
+            continue
+        for key, role in kind.roles(f, fig, inst.phase == f.phase, a.tick_ns):  # each kind's module names its slices
+            out.setdefault(key, set()).add(role)
     return out
 
 

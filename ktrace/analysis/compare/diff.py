@@ -27,6 +27,7 @@ from ...core.errors import InputError
 from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Figure, Timing, Value, as_capture,
                       group_values, kernel_values, phase_values, read_timing)
 from .diff_result import DIFF_SCHEMA, Change, CostShift, Diff, PhaseChange
+from ..findings import kinds
 from ..model.input_problems import input_problems
 from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, not_judged, reps_test, runs_needed,
                     runs_test)
@@ -277,16 +278,16 @@ def diff(before, after, *, assume_noise_pct: float | None = None) -> Diff:
                 same_timing, model=model.describe() if model is not None else "")
 
 
-# The figure each finding kind rests on: a finding is new (resolved) only when it got significantly worse
-# (better), not when a share crossed a threshold because the kernel got shorter.
-_EVIDENCE = {"load_imbalance": "imbalance", "stable_straggler": "last_lead_us", "late_start": "start_skew_us",
-             "start_skew": "excess_us", "large_wait": "wait_after_us", "straggler_change": "end_skew_us",
-             "rotating_imbalance": "end_skew_us", "moving_last_finisher": "end_skew_us"}
+def _evidence_figure(kind: str) -> str | None:
+    """The figure a finding kind rests on (its module's ``diff``): a finding is new (resolved) only when it got
+    significantly worse (better), not when a share crossed a threshold because the kernel got shorter."""
+    k = kinds.get(kind)
+    return k.diff if k else None
 
 
 def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Warnings resolved and new: a warning on one side only whose impact (kernel time at stake, mean over
-    the runs) moved by at least 1% of the wall and 2 ticks, and whose evidence figure (``_EVIDENCE``) moved
+    the runs) moved by at least 1% of the wall and 2 ticks, and whose evidence figure (its kind's ``diff``) moved
     beyond the noise the same way."""
     floor_ns = max(MIN_IMPACT * ctx["wall_us"] * 1e3, MIN_TICKS * ctx["tick_us"] * 1e3)
 
@@ -302,7 +303,7 @@ def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...],
 
     def evidence(key: str, verdict: str) -> bool:
         kind, phase = key.split(": ", 1)
-        figure = _EVIDENCE.get(kind)
+        figure = _evidence_figure(kind)
         p = next((p for p in phases if p.phase == phase and p.present == "both"), None)
         if figure is None or p is None:
             return True

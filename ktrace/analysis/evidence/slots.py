@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..model.results import Blocks
+from .keyed import run_starts
 
 __all__ = ["slot_figures", "UNIFORM_RATIO"]
 
@@ -30,7 +31,7 @@ def _per_sm_max(sm: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarra
     order = np.lexsort((delta, ts, s))
     s, delta = s[order], delta[order]
     run = np.cumsum(delta)
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    starts = run_starts(s)
     base = np.r_[0, run[starts[1:] - 1]]  # the running sum carried in from the SMs before
     level = run - np.repeat(base, np.diff(np.r_[starts, len(s)]))
     return np.maximum.reduceat(level, starts)

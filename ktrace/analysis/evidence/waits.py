@@ -361,7 +361,7 @@ def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np
         if len(packed):
             rs = packed >> 40
             gs = packed & ((1 << 40) - 1)
-            starts = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
+            starts = _run_starts(rs)
             n = np.diff(np.r_[starts, len(rs)])
             rows = rs[starts]
             med[rows] = (gs[starts + (n - 1) // 2] + gs[starts + n // 2]) / 2.0

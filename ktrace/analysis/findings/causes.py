@@ -11,53 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kinds
+from .kinds.base import claim_words
 from .verdict import Verdict, fmt as _fmt
 
 __all__ = ["merge", "LEAD_ORDER"]
 
-# Which verdict leads a cause's finding, first to last.
-LEAD_ORDER = ("serial_tail", "stable_straggler", "late_start", "straggler_change", "rotating_imbalance", "wave_quantization",
-              "pipeline", "load_imbalance", "large_wait", "untimed_work", "tail", "moving_last_finisher",
-              "start_skew", "idle_lanes", "critical_path")
+LEAD_ORDER = kinds.LEAD_ORDER  # which verdict leads a cause's finding, first to last
 
-
-SHORT_CHARS = 90  # a consequence's words in the lead's message
 MAX_CONSEQUENCES = 4  # listed in the message; figures.consequences holds them all
 
 
+def _kind(v: Verdict):
+    return kinds.get(v.kind)
+
+
 def _rank(v: Verdict) -> tuple:
-    basis = v.figures.get("basis")
-    kind = LEAD_ORDER.index(v.kind) if v.kind in LEAD_ORDER else len(LEAD_ORDER)
-    if v.kind == "load_imbalance" and basis == "lane_totals":
-        kind = 0.5  # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
-    if v.kind == "stable_straggler" and v.figures.get("cause") == "lag":
-        kind = LEAD_ORDER.index("late_start") + 0.5  # behind by lag it carries: a late start leads, if there is one
-    if v.kind == "tail" and v.cause == "heavy blocks":
-        kind = -1  # heavy blocks at the end of a multi-wave launch: the tail is what they cost
-    return (kind, -float(v.impact_ns))
+    """Which verdict of one cause leads: the kind's rank (its module's ``lead``), then the larger impact."""
+    k = _kind(v)
+    return (k.rank_of(v) if k else len(kinds.KINDS), -float(v.impact_ns))
 
 
 def _short(v: Verdict) -> str:
-    g = v.figures
-    if v.kind == "load_imbalance" and g.get("basis") == "instances":
-        return f"{v.phase}: load imbalance {g['imbalance']:.2f}x"
-    if v.kind == "large_wait":
-        return f"{v.phase} -> {g['next_phase']}: the others wait {_fmt(g['mean_ns'])} on average"
-    if v.kind == "tail":
-        return f"tail {_fmt(g['tail_ns'])} with {g['busy_sms_in_tail']:.1f} SMs busy"
-    if v.kind in ("stable_straggler", "late_start") and g.get("basis") == "lane":
-        return f"its first slice begins {_fmt(g['late_ns'])} after the median lane's"
-    if v.kind in ("stable_straggler", "late_start"):
-        return f"{v.phase}: last in {g.get('top_last_count')} of {g.get('instances')} instances"
-    if v.kind == "idle_lanes":
-        return f"{v.phase}: {g['idle_lanes']} of {g['idle_lanes'] + g['lanes']} lanes never ran it"
-    if v.kind == "start_skew":
-        return f"{v.phase}: begins {_fmt(g['mean_start_skew_ns'])} apart ({g.get('cause')})"
-    text = v.message.split(": ", 1)[-1].split("; ", 1)[0]  # the claim, not its advice
-    if len(text) <= SHORT_CHARS:
-        return text
-    cut = text[:SHORT_CHARS - 3].rsplit(" ", 1)[0].rstrip(",;:(")  # whole words only
-    return cut + "..."
+    k = _kind(v)
+    return k.short(v) if k else claim_words(v)
 
 
 def _consequences(rest: list[Verdict]) -> str:
@@ -65,9 +42,9 @@ def _consequences(rest: list[Verdict]) -> str:
     shorts: list[str] = []
     idle: dict = {}  # the same lanes idle in several phases: one entry naming the phases
     for m in rest:
-        if m.kind == "idle_lanes" and m.phase is not None:
+        if m.kind == kinds.IDLE_LANES and m.phase is not None:
             g = m.figures
-            n = (g["idle_lanes"], g["idle_lanes"] + g["lanes"])
+            n = (g.idle_lanes, g.idle_lanes + g.lanes)
             if n in idle:
                 idle[n].append(m.phase)
                 continue
@@ -104,10 +81,10 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
         else:
             alone.append([v])
     # A one-wave tail left by a block with no finding of its own is the lanes' unequal totals, when they are one.
-    for key in [k for k, m in groups.items() if len(m) == 1 and m[0].kind == "tail" and k.startswith("block ")]:
+    for key in [k for k, m in groups.items() if len(m) == 1 and m[0].kind == kinds.TAIL and k.startswith("block ")]:
         if "lanes" in groups:
             groups["lanes"].append(groups.pop(key)[0])
-    waits = [v for v in verdicts if v.kind == "large_wait" and v.figures.get("waited_block") is not None]
+    waits = [v for v in verdicts if v.kind == kinds.LARGE_WAIT and v.figures.get("waited_block") is not None]
     merged = []
     for members in list(groups.values()) + alone:
         members = sorted(members, key=_rank)
@@ -121,18 +98,21 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
             c = _claims(m, steps)
             by_kind[m.kind] = np.maximum(by_kind[m.kind], c) if m.kind in by_kind else c
         claims = max(by_kind.values(), key=lambda c: float(c.sum()))
-        figs = dict(lead.figures)
+        figs = lead.figures
         rest = members[1:]
         message = lead.message
+        waited_at = []
         for w in waits:
             if lead.cause == f"block {w.figures['waited_block']}" and w not in members:
                 message += (f"; the others wait for it after {w.phase} ({_fmt(w.figures['mean_ns'])} on average, "
                             "a separate finding)")
-                figs.setdefault("waited_at", []).append({"phase": w.phase, "next_phase": w.figures["next_phase"],
-                                                         "mean_ns": w.figures["mean_ns"]})
+                waited_at.append({"phase": w.phase, "next_phase": w.figures["next_phase"],
+                                  "mean_ns": w.figures["mean_ns"]})
+        if waited_at:
+            figs = figs.with_(waited_at=list(figs.get("waited_at", [])) + waited_at)
         if rest:
-            figs["consequences"] = [{"kind": m.kind, "phase": m.phase, "message": m.message,
-                                     "impact_ns": float(m.impact_ns)} for m in rest]
+            figs = figs.with_(consequences=[{"kind": m.kind, "phase": m.phase, "message": m.message,
+                                             "impact_ns": float(m.impact_ns)} for m in rest])
             message += "; the same cause shows as: " + _consequences(rest)
         if lead.claims is None and all(m.claims is None for m in members):
             raw = float(lead.impact_ns)

@@ -10,14 +10,14 @@ the wall and at least ``min_ticks`` timer ticks; otherwise it is info. Findings 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..model.results import Figures
 from ..model.thresholds import Thresholds
 from . import causes
 from . import verdicts
+from .kinds import KindFigures
 from .margins import marginal
-from .serial_tail import serial_tails
 from .stakes import Stakes
 from .verdict import format_ns
 
@@ -40,12 +40,12 @@ class Finding:
     evidence: str = ""
     impact_ns: float = 0.0
     impact_share: float | None = None
-    figures: dict = field(default_factory=dict)
+    figures: KindFigures | None = None
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "phase": self.phase, "severity": self.severity, "message": self.message,
                 "evidence": self.evidence, "impact_ns": self.impact_ns, "impact_share": self.impact_share,
-                "figures": dict(self.figures)}
+                "figures": self.figures.to_dict() if self.figures is not None else {}}
 
 
 def tick_of(fig: Figures, th: Thresholds) -> float:
@@ -60,21 +60,22 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
     th = th or Thresholds()
     tick = tick_of(fig, th)
     wall = float(fig.kernel.wall_ns or 0)
-    raw = serial_tails(fig, verdicts.all_verdicts(fig, th, tick), th, tick)
+    raw = verdicts.all_verdicts(fig, th, tick)
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
     stakes = Stakes(fig)
     for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns):
         impact = float(max(impact, 0.0))
-        figs = dict(v.figures)
+        figs = v.figures
         saving = stakes.saving(v)
         if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
-            figs["replayed_saving_ns"] = saving  # within min_ticks of it is the same figure, to the timer's steps)
+            figs = figs.with_(replayed_saving_ns=saving)  # within min_ticks of it is the same figure, to the
+            # timer's steps)
             impact = saving if impact > saving + th.min_ticks * tick else impact
         message = v.message
         if stakes.room is not None and impact > stakes.room:  # no stake promises a wall below the roofline
             rf = stakes.roofline
-            figs["roofline_cap_ns"] = stakes.room
+            figs = figs.with_(roofline_cap_ns=stakes.room)
             message += (f"; at most {format_ns(stakes.room)} can be saved: the work takes {format_ns(rf.floor_ns)} at "
                         f"the device's peak {'bandwidth' if rf.bound == 'bandwidth' else 'FLOP rate'} (the roofline)")
             impact = stakes.room
@@ -82,10 +83,10 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
         if severity == "warning":
             close = marginal(fig, v.kind, figs, v.phase, impact, th, tick, noise)
             if close is not None:  # within a rerun's noise of its threshold: info, said so
-                figs["marginal"] = close
+                figs = figs.with_(marginal=close)
                 severity = "info"
         if claimed != impact:
-            figs["claimed_ns"] = claimed  # before the findings ahead of it took their share of the path
+            figs = figs.with_(claimed_ns=claimed)  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
                            impact / wall if wall else None, figs))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}

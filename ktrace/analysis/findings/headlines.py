@@ -12,11 +12,12 @@ The words are docs/glossary.md's; a kernel with one warp group per block says "b
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
 from ..model import notebook as nb
+from . import kinds
+from .kinds.base import first_clause
 from .find import Finding, format_ns
 
 __all__ = ["Headline", "Vocabulary", "headline", "title_line", "roofline_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
@@ -81,10 +82,6 @@ def _t(ns) -> str:
     return format_ns(ns)
 
 
-def _ok(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
 def _cut(text: str, limit: int = HEADLINE_CHARS) -> str:
     if len(text) <= limit:
         return text
@@ -92,159 +89,15 @@ def _cut(text: str, limit: int = HEADLINE_CHARS) -> str:
     return cut + "…"
 
 
-def _first_clause(message: str) -> str:
-    return message.split("; ")[0]
-
-
-# One function per kind: (finding, vocabulary) -> (text, action). Each reads the figures its verdict stores
-# (verdicts.py, launch_verdicts.py); a figure missing (an older or newer rule) falls back to the message.
-def _straggler(f: Finding, v: Vocabulary):
-    g = f.figures
-    who = v.who(g.get("block", g.get("top_last_block")), g.get("group"))
-    text = (f"{who} finishes {f.phase} last in {g['top_last_count']} of {g['instances']} instances "
-            f"({_t(g['mean_work_excess_ns'])} over the median)")
-    if g.get("waited_at"):
-        text += "; the others wait"
-    return text, f"give {who} less of the {f.phase} work, or split its items"
-
-
-def _straggler_change(f: Finding, v: Vocabulary):
-    segs = f.figures["segments"]
-    parts = [f"{v.who(s['block'], s.get('group'))} (k {s['first_k']}-{s['last_k']})" for s in segs[:2]]
-    more = f" and {len(segs) - 2} more" if len(segs) > 2 else ""
-    return (f"the {v.unit} that finishes {f.phase} last changes: " + ", then ".join(parts) + more,
-            "even out each one's share of the work at those iterations")
-
-
-def _rotating(f: Finding, v: Vocabulary):
-    g = f.figures
-    return (f"in {g['long_instances']} of {g['instances']} instances one {v.unit} runs {f.phase} "
-            f"{_t(g['mean_work_excess_ns'])} long, a different one each time ({g['distinct_last_blocks']} blocks)",
-            "balance the work of each iteration across the blocks")
-
-
-def _late_start(f: Finding, v: Vocabulary):
-    g = f.figures
-    who = v.who(g.get("block"), g.get("group"))
-    do = "find what delays its start (its launch, its SM, work before its first probe)"
-    if g.get("basis") == "lane":
-        return f"{who} ends the kernel because it starts {_t(g['late_ns'])} late; its work is ordinary", do
-    return (f"{who} finishes {f.phase} last because it starts {_t(g['mean_late_start_ns'])} late, not because "
-            "of its work", do)
-
-
-def _imbalance(f: Finding, v: Vocabulary):
-    g = f.figures
-    if g.get("basis") == "lane_totals":
-        who = v.who(g["busiest_block"], g.get("busiest_group"))
-        return (f"{who} is busy {g['imbalance']:.1f}x the mean {v.unit} over the kernel "
-                f"({_t(g['max_lane_total_ns'])} vs {_t(g['mean_lane_total_ns'])})",
-                f"hand out work so the {v.unit}s' totals even out (heavy items first, or split them)")
-    sizes = f"({_t(g['mean_max_dur_ns'])} vs {_t(g['mean_dur_ns'])})"
-    if g.get("outlier") and _ok(g.get("slowest_block")):
-        who = v.who(g["slowest_block"], g.get("slowest_group"))
-        text = f"{who} takes {g['imbalance']:.1f}x the mean time in {f.phase} {sizes}"
-    else:
-        text = (f"{f.phase}: the slowest {v.unit} takes {g['imbalance']:.1f}x the mean {sizes}, not always the "
-                "same one")
-    return text, f"even out the {f.phase} work per {v.unit}"
-
-
-def _wait(f: Finding, v: Vocabulary):
-    g = f.figures
-    share = g.get("lane_time_fraction")
-    share = f", {share:.0%} of the {v.unit}s' time" if _ok(share) else ""
-    mean, block = _t(g["mean_ns"]), g.get("waited_block")
-    if g.get("waited_for") == "grid":
-        whom = f", for block {block}" if _ok(block) else share
-        return (f"every {v.unit} waits {mean} on average at the grid-wide barrier after {f.phase}{whom}",
-                "use fewer barriers, or a cheaper one" + (f"; shorten block {block}'s {f.phase} work" if _ok(block)
-                                                          else ""))
-    if g.get("waited_for") == "cluster":
-        whom = f" (for block {block})" if _ok(block) else ""
-        return (f"blocks wait for their cluster of {g.get('cluster_size', '?')} after {f.phase}{whom}: {mean} on "
-                f"average{share}", "even out the work within each cluster")
-    return (f"{v.unit}s wait after {f.phase} ({mean} on average{share}) and the trace does not show for what",
-            "add a probe where they wait to see what releases them")
-
-
-def _untimed(f: Finding, v: Vocabulary):
-    g = f.figures
-    share = g.get("lane_time_fraction")
-    share = f", {share:.0%} of the {v.unit}s' time" if _ok(share) else ""
-    return (f"{_t(g['mean_ns'])} of unprofiled work in each {v.unit} between {f.phase} and {g['next_phase']}{share}",
-            "put a probe around it, or count it in the phase it belongs to")
-
-
-def _idle(f: Finding, v: Vocabulary):
-    g = f.figures
-    n = g["idle_lanes"]
-    return (f"{n} of {n + g['lanes']} {v.unit}s never run {f.phase} while the others do",
-            f"give them a share of the {f.phase} work")
-
-
-def _serial(f: Finding, v: Vocabulary):
-    g = f.figures
-    return (f"{f.phase} runs on {g['lanes']} of {g['lanes'] + g['idle_lanes']} {v.unit}s for {_t(g['serial_ns'])} "
-            f"after the others are done (a serial tail)",
-            f"spread {f.phase} over the idle {v.unit}s (split its work)")
-
-
-def _pipeline(f: Finding, v: Vocabulary):
-    g = f.figures
-    b, w = v.group(g["bounding_group"]), v.group(g["waiting_group"])
-    return (f"{b} bounds each block; {w} is idle {g['idle_share']:.0%} of its time",
-            f"speed up {b}'s work (speeding up {w} alone gains nothing)")
-
-
-def _tail(f: Finding, v: Vocabulary):
-    g = f.figures
-    share = f" ({g['tail_ns'] / v.wall_ns:.0%} of the wall)" if v.wall_ns else ""
-    text = (f"the last {_t(g['tail_ns'])}{share} run with under half the SMs busy "
-            f"({g['busy_sms_in_tail']:.0f} of {g['sms']})")
-    waves = g.get("waves") or 1.0
-    heavy = g["last_block_dur_ns"] > 1.5 * max(g["median_block_dur_ns"] or 0, 1)
-    if waves > 1.05 and heavy:
-        do = "schedule the heavy blocks first, split heavy blocks, or use a persistent scheduler"
-    elif waves > 1.05:
-        do = "make the grid fill the last wave (the waves finding)"
-    else:
-        do = f"shorten the blocks that finish last (block {g['last_block']} ends the kernel)"
-    return text, do
-
-
-def _waves(f: Finding, v: Vocabulary):
-    g = f.figures
-    return (f"{g['blocks']} blocks fill the {g['slots']} slots {g['waves']:.2f} times: the last wave is "
-            f"{g['last_wave_fill']:.0%} full",
-            f"make the grid a multiple of {g['slots']} blocks, or use a persistent scheduler")
-
-
-def _skew(f: Finding, v: Vocabulary):
-    g = f.figures
-    return (f"{f.phase}: {v.unit}s begin up to {_t(g['mean_start_skew_ns'])} apart, so the phase takes "
-            f"{_t(g['mean_excess_ns'])} longer than its slowest {v.unit}", "")
-
-
-def _critical(f: Finding, v: Vocabulary):
-    return f"{f.phase} is {f.figures['share']:.0%} of the critical path", ""
-
-
-_BUILDERS = {"stable_straggler": _straggler, "straggler_change": _straggler_change, "rotating_imbalance": _rotating,
-             "late_start": _late_start, "load_imbalance": _imbalance, "large_wait": _wait, "untimed_work": _untimed,
-             "idle_lanes": _idle, "serial_tail": _serial, "pipeline": _pipeline, "tail": _tail, "wave_quantization": _waves,
-             "start_skew": _skew, "critical_path": _critical}
-
-
 def headline(f: Finding, v: Vocabulary | None = None) -> Headline:
     """The finding in plain words: a headline of at most HEADLINE_CHARS characters, the one thing to do and
     the evidence. From the typed figures; the message's first clause where they lack what the kind needs."""
     v = v or Vocabulary()
-    build = _BUILDERS.get(f.kind)
+    kind = kinds.get(f.kind)  # each kind's module builds its headline from its figures
     try:
-        text, action = build(f, v) if build else (_first_clause(f.message), "")
+        text, action = kind.headline(f, v) if kind else (first_clause(f.message), "")
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
-        text, action = _first_clause(f.message), ""
+        text, action = first_clause(f.message), ""
     return Headline(_cut(text), action, f.evidence)
 
 

@@ -9,7 +9,14 @@ import math
 
 import numpy as np
 
+from ..evidence.keyed import run_starts
 from .verdict import Verdict, fmt as _fmt, signed, num as _num
+from . import kinds as K
+from .kinds.late_start import LateStartFigures
+from .kinds.moving_last_finisher import MovingFigures
+from .kinds.rotating_imbalance import RotatingFigures
+from .kinds.stable_straggler import StragglerFigures
+from .kinds.straggler_change import StragglerChangeFigures
 from .phase_shape import carried
 
 __all__ = ["last_finisher"]
@@ -20,7 +27,7 @@ def _runs(seq: np.ndarray, min_len: int = 1):
     out before any becomes a tuple (an instance a run at 1e8 records: 0.24 s of Python)."""
     if not len(seq):
         return []
-    cut = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1], True])
+    cut = np.r_[run_starts(seq), len(seq)]
     first, end = cut[:-1], cut[1:]
     keep = end - first >= min_len
     first, end = first[keep], end[keep]
@@ -65,8 +72,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         # What a late start costs is the gap before its slice on the path (up to how late it began), not its
         # lead at the end, which it only carries.
         c = ctx.claim_before(p["phase"], inst.k, np.maximum(late, 0))
-        return Verdict("late_start", p["phase"], msg, ev, float(c.sum()), True,
-                       {**base, "block": block, "cause": "late_start"}, c,
+        return Verdict(K.LATE_START, p["phase"], msg, ev, float(c.sum()), True, LateStartFigures(**base, block=block), c,
                        f"block {block}" if block is not None else None)
 
 
@@ -108,8 +114,8 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         ev = (f"same block last in {count}/{n} instances (ties count as that block); on average its slice is "
               f"{signed(w, 'longer', 'shorter')} than the median and it begins {signed(lt, 'after', 'before')} the "
               "median begin")
-        return Verdict("stable_straggler", p["phase"], msg, ev, impact, cause != "small",
-                       {**base, "block": top, "cause": cause}, claims, f"block {top}")
+        return Verdict(K.STABLE_STRAGGLER, p["phase"], msg, ev, impact, cause != "small",
+                       StragglerFigures(**base, block=top, cause=cause), claims, f"block {top}")
     min_run = max(2, math.ceil(0.1 * n))
     runs = _runs(seq, min_run)
     covered = sum(r[2] - r[1] + 1 for r in runs)
@@ -122,14 +128,15 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                f"straggler ({int(long_.sum())} of {n} instances have a long last lane): fix each one's share of the "
                "work at those iterations")
         ev = f"runs of one last block of at least {min_run} instances cover {covered} of {n} instances"
-        return Verdict("straggler_change", p["phase"], msg, ev, impact, True, {**base, "segments": segs}, claims)
+        return Verdict(K.STRAGGLER_CHANGE, p["phase"], msg, ev, impact, True, StragglerChangeFigures(**base, segments=segs),
+                       claims)
     if long_.mean() >= th.stable_fraction:
         msg = (f"{label}: rotating imbalance: in {int(long_.sum())} of {n} instances one lane is long (the last "
                f"finisher's slice exceeds the median by {_fmt(float(work.mean()))} on average) and it is a "
                f"different lane each time ({p['distinct_last_blocks']} blocks); the cost is in the work assignment, "
                "not contention: balance the work of each iteration")
         ev = "last finisher's slice > imbalance threshold x the mean in most instances; no block is last for long"
-        return Verdict("rotating_imbalance", p["phase"], msg, ev, impact, True, base, claims)
+        return Verdict(K.ROTATING_IMBALANCE, p["phase"], msg, ev, impact, True, RotatingFigures(**base), claims)
     if late_.mean() >= 0.5:
         msg = (f"{label}: the last finisher moves ({p['distinct_last_blocks']} blocks in {n} instances) and it is "
                f"last because it starts late (begins {_fmt(float(late.mean()))} after the median lane on average, "
@@ -141,7 +148,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
            f"{signed(float(work.mean()), 'over', 'under')} the median on average) yet the ends spread over {_fmt(p['mean_end_skew_ns'])}: contention or "
            "synchronization")
     ev = "no long lane and no late start in most instances; the last block changes"
-    return Verdict("moving_last_finisher", p["phase"], msg, ev, impact, True, base, claims)
+    return Verdict(K.MOVING_LAST_FINISHER, p["phase"], msg, ev, impact, True, MovingFigures(**base), claims)
 
 
 

@@ -12,21 +12,22 @@ with ``--runs``). A finding that does not is info, marked ``figures.marginal`` (
 from __future__ import annotations
 
 from ..model.thresholds import margin_of, shipped_noise
+from . import kinds
 
 __all__ = ["marginal"]
 
-_WAITS = ("large_wait", "untimed_work", "pipeline")
+_WAITS = (kinds.LARGE_WAIT, kinds.UNTIMED_WORK, kinds.PIPELINE)  # their stakes move as the waits do
 
 
 def _checks(fig, kind: str, g: dict, phase, impact: float, th, tick: float, wall: float) -> list[tuple]:
     """(figure, value, threshold, family, ns per unit, kernel ns per unit) of what the finding's rule compares."""
     floor = max(th.min_impact * wall, th.min_ticks * tick)
-    if kind == "tail":
+    if kind == kinds.TAIL:
         floor = max(floor, th.tail_share * wall)
     # the stake moves as the kernel's wall does between runs; a wait's, as the waits do
     out = [("impact_ns", impact, floor, "wait" if kind in _WAITS else "kernel_wall", 1.0, 1.0)]
     imb = g.get("imbalance")
-    if kind == "load_imbalance" and isinstance(imb, (int, float)):
+    if kind == kinds.LOAD_IMBALANCE and isinstance(imb, (int, float)):
         if g.get("basis") == "lane_totals":
             unit = float(g.get("mean_lane_total_ns") or 0)
             out.append(("imbalance", float(imb), th.imbalance, "imbalance", unit, unit))

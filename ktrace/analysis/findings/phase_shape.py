@@ -1,6 +1,6 @@
 """What the figures show before a verdict names a cause: whether a phase's instances line up across lanes,
 which causes the waits into it had, whether its start skew is carried over from the phase before, and which
-block dominates a figure. verdicts.py, last_finisher.py and launch_verdicts.py read these."""
+block dominates a figure. verdicts.py, last_finisher.py and the kinds' detectors read these."""
 
 from __future__ import annotations
 

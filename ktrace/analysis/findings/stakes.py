@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.roofline import roofline_of
+from . import kinds as K
 from .replay import Timeline, change_rounds, measured_starts, replay, timeline
 
 __all__ = ["Stakes", "timeline_of_figures"]
@@ -75,26 +76,26 @@ class Stakes:
         g, tl = v.figures, self.tl
         names = tl.names
         phase = v.phase if v.phase in names else None
-        if v.kind == "late_start" and g.get("basis") == "lane":
+        if v.kind == K.LATE_START and g.get("basis") == "lane":
             return ("late_lane", int(g["block"]), int(g["group"]))
-        if v.kind == "pipeline":  # named by the phase the hand-off follows: the groups are its cause, not the phase
-            return ("pipeline", int(g["bounding_group"]), int(g["waiting_group"]))
+        if v.kind == K.PIPELINE:  # named by the phase the hand-off follows: the groups are its cause, not the phase
+            return ("bounding_group", int(g["bounding_group"]), int(g["waiting_group"]))
         if phase is None:
             return None
-        if v.kind == "late_start":
+        if v.kind == K.LATE_START:
             return ("late_phase", phase, g.get("block"))
-        if v.kind == "stable_straggler" and g.get("cause") in ("work", "both"):
+        if v.kind == K.STABLE_STRAGGLER and g.get("cause") in ("work", "both"):
             return ("median", phase, int(g["block"]))
-        if v.kind in ("straggler_change", "rotating_imbalance", "moving_last_finisher"):
+        if v.kind in (K.STRAGGLER_CHANGE, K.ROTATING_IMBALANCE, K.MOVING_LAST_FINISHER):
             return ("median", phase, None)
-        if v.kind == "load_imbalance" and g.get("basis") == "instances":
+        if v.kind == K.LOAD_IMBALANCE and g.get("basis") == "instances":
             return ("balance", phase)
-        if v.cause == "grid barrier" and v.kind in ("large_wait", "start_skew"):
+        if v.cause == "grid barrier" and v.kind in (K.LARGE_WAIT, K.START_SKEW):
             return ("barrier",)
-        if v.kind == "serial_tail":
+        if v.kind == K.SERIAL_TAIL:
             return ("spread", (phase,))
-        if v.kind == "idle_lanes":
-            extra = tuple(sorted({c["phase"] for c in g.get("consequences", []) if c["kind"] == "idle_lanes"
+        if v.kind == K.IDLE_LANES:
+            extra = tuple(sorted({c["phase"] for c in g.get("consequences", []) if c["kind"] == K.IDLE_LANES
                                   and c["phase"] in names}))
             return ("spread", tuple(sorted({phase, *extra})))
         return None
@@ -149,7 +150,7 @@ class Stakes:
                     mine = rows[tl.group[rows] == g]
                     lanes_g = len(np.unique(tl.lane[tl.group == g]))
                     dur[mine] *= len(np.unique(tl.lane[mine])) / max(lanes_g, 1)
-        elif kind == "pipeline":
+        elif kind == "bounding_group":
             _, h, g = key
             bh, bg = _busy(tl, h), _busy(tl, g)
             if not bh or not bg or bh <= bg:

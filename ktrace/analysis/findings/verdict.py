@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...core.units import format_ns
+
+if TYPE_CHECKING:  # the kinds' modules import Verdict: no import of the kinds package from here
+    from .kinds.base import KindFigures
 
 __all__ = ["Verdict", "format_ns", "fmt", "num", "signed"]
 
@@ -23,7 +27,7 @@ class Verdict:
     evidence: str
     impact_ns: float
     warn: bool = True
-    figures: dict = field(default_factory=dict)
+    figures: KindFigures | None = None  # the kind's typed figures (kinds/<kind>.py)
     claims: object = None
     cause: str | None = None
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...core.errors import InputError
+from ..evidence.keyed import run_starts
 from .replay import RELEASES, Replayed, Timeline, change_rounds, critical_rows, measured_starts, replay
 
 __all__ = ["Change", "WhatIf", "predict", "whatif", "change_dict", "path_parts"]
@@ -120,7 +121,7 @@ def _by_key(key: np.ndarray, x: np.ndarray, fn) -> np.ndarray:
     """fn(x) over the entries of each key, per entry (fn: np.mean or np.median)."""
     o = np.argsort(key, kind="stable")
     ks, xs = key[o], x[o]
-    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    starts = run_starts(ks)
     bounds = np.r_[starts, len(ks)]
     if fn is np.mean:
         val = np.add.reduceat(xs, starts) / np.diff(bounds)

@@ -1,0 +1,167 @@
+"""What every finding kind declares (``Kind``), the typed figures it stores (``KindFigures``) and the helpers
+its parts share: the time a finding concerns on the instances' table, the slices it names, a claim's few words.
+
+A kind's figures are a frozen dataclass: the fields in the order the JSON shows them, the optional ones left
+out of ``to_dict`` while they hold their default (``optional()``). The figures that finding-making adds to any
+kind (a tiny phase, the waits on a lead's block, the consequences, the replayed saving, the claim before the
+disjoint split) are the base class's, written after the kind's own. ``figures["x"]`` and ``figures.get("x")``
+read the JSON's view (a read-only mapping), so a reader of a finding's dict reads the dataclass alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
+           "instance_keys", "no_span", "no_roles", "ok", "fixed_rank",
+           "last_block_extent"]
+
+_OPTIONAL = "optional"
+
+
+def optional(default=None):
+    """A figure left out of the JSON while it holds ``default``."""
+    return field(default=default, metadata={_OPTIONAL: True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindFigures(Mapping):
+    """The numbers behind a finding (units in the names). Subclasses: one per kind (or per basis of a kind)."""
+
+    tiny_phase: bool = optional(False)  # the phase's slowest slice is under MIN_PHASE_TICKS: never a warning
+    waited_at: tuple = optional(())  # the waits on the lead's block after other phases (causes.merge)
+    consequences: tuple = optional(())  # the verdicts of the same cause after the lead (causes.merge)
+    replayed_saving_ns: float | None = optional(None)  # what removing the cause saves, replayed (stakes)
+    roofline_cap_ns: float | None = optional(None)  # the stake's bound: the wall less the work at the peaks
+    marginal: dict | None = optional(None)  # the threshold a warning cleared by less than the noise (margins)
+    claimed_ns: float | None = optional(None)  # the impact before the findings ahead of it took their share
+
+    _TAIL = ("tiny_phase", "waited_at", "consequences", "replayed_saving_ns", "roofline_cap_ns", "marginal",
+             "claimed_ns")
+
+    def _present(self):
+        own = [f for f in fields(self) if f.name not in self._TAIL]
+        tail = [f for f in fields(self) if f.name in self._TAIL]
+        for f in own + sorted(tail, key=lambda f: self._TAIL.index(f.name)):
+            v = getattr(self, f.name)
+            if f.metadata.get(_OPTIONAL) and (v is f.default or (not isinstance(v, np.ndarray) and v == f.default
+                                                                   and type(v) is type(f.default))):
+                continue
+            yield f.name, v
+
+    def to_dict(self) -> dict:
+        """The JSON's figures: the kind's own in order, then what finding-making added."""
+        return {k: (list(v) if k in ("waited_at", "consequences") else v) for k, v in self._present()}
+
+    def with_(self, **changes) -> "KindFigures":
+        return replace(self, **changes)
+
+    # the read-only mapping view (the JSON's keys)
+    def __getitem__(self, key):
+        for k, v in self._present():
+            if k == key:
+                return list(v) if k in ("waited_at", "consequences") else v
+        raise KeyError(key)
+
+    def __iter__(self):
+        return (k for k, _ in self._present())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._present())
+
+    __hash__ = None  # figures hold lists (segments, idle lanes): not hashable
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One finding kind, every part of it (a registry line in kinds/__init__.py; a test checks them all).
+
+    name: the kind in the JSON; detects: what it claims, in a sentence; figures: its figures' dataclass(es);
+    rank: which verdict of one cause leads its finding (smaller first; causes.merge), ``lead(verdict)`` the
+    rank of one verdict where it depends on its figures (None: ``rank``; ``fixed_rank`` for a kind whose
+    verdicts all rank alike); short(verdict): its few words as a consequence in
+    another finding's message; headline(finding, vocabulary): (text, action) for the short report;
+    span(finding, figures, mine): the time the annotated trace draws for it (None: the phase's extent, else the
+    kernel); roles(finding, figures, mine, tick_ns): ((phase, block, group, k), role) of the slices it names in
+    the trace; diff: the per-phase figure ``ktrace diff`` must see move before it calls the finding new or
+    resolved (None: its impact alone)."""
+
+    name: str
+    detects: str
+    figures: tuple
+    rank: float
+    lead: Callable
+    short: Callable
+    headline: Callable
+    span: Callable
+    roles: Callable
+    diff: str | None
+
+    def rank_of(self, v) -> float:
+        r = self.lead(v)
+        return self.rank if r is None else r
+
+
+SHORT_CHARS = 90  # a consequence's words in the lead's message
+
+
+def first_clause(message: str) -> str:
+    return message.split("; ")[0]
+
+
+def claim_words(v) -> str:
+    """The claim of a verdict's message, not its advice, in whole words up to SHORT_CHARS."""
+    text = v.message.split(": ", 1)[-1].split("; ", 1)[0]
+    if len(text) <= SHORT_CHARS:
+        return text
+    cut = text[:SHORT_CHARS - 3].rsplit(" ", 1)[0].rstrip(",;:(")  # whole words only
+    return cut + "..."
+
+
+def extent(inst, mask) -> tuple[int, int] | None:
+    """First begin to last end of the instances in mask."""
+    if not mask.any():
+        return None
+    return int(inst.begin_ns[mask].min()), int(inst.end_ns[mask].max())
+
+
+def one_instance(inst, mask, score) -> tuple[int, int] | None:
+    """The instance in mask with the largest score."""
+    if not mask.any():
+        return None
+    i = np.flatnonzero(mask)[int(np.argmax(np.asarray(score)[mask]))]
+    return int(inst.begin_ns[i]), int(inst.end_ns[i])
+
+
+def instance_keys(inst, mask, role: str) -> list:
+    """((phase, last block, last group, k), role) of the instances in mask: their last finishers' slices."""
+    return [((inst.phase[i], int(inst.last_block[i]), int(inst.last_group[i]), int(inst.k[i])), role)
+            for i in np.flatnonzero(mask).tolist()]  # a loop over the named instances
+
+
+def fixed_rank(v) -> None:
+    """Every verdict of the kind ranks at the kind's rank."""
+    return None
+
+
+def last_block_extent(f, fig, mine):
+    """The instances of the phase that the finding's block finished last, first begin to last end."""
+    b = f.figures.get("block")
+    return None if b is None else extent(fig.instances, mine & (fig.instances.last_block == b))
+
+
+def no_span(f, fig, mine):
+    return None
+
+
+def no_roles(f, fig, mine, tick_ns) -> list:
+    return []
+
+
+def ok(x) -> bool:
+    """A figure that is there: not None, not NaN."""
+    return x is not None and not (isinstance(x, float) and np.isnan(x))

@@ -1,0 +1,54 @@
+"""critical_path: the largest part of the critical path (a phase, or the gaps of one kind); information."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..verdict import Verdict, fmt as _fmt
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+
+NAME = "critical_path"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CriticalFigures(KindFigures):
+    share: float
+    part: str
+    dur_ns: float
+    wait_ns: float
+    total_ns: float
+    wall_ns: float
+    coverage: float | None
+
+
+
+def headline(f, v):
+    return f"{f.phase} is {f.figures['share']:.0%} of the critical path", ""
+
+
+# -- what it detects ---------------------------------------------------------------------------------
+
+def detect(ctx) -> Verdict | None:
+    fig = ctx.fig
+    c = fig.critical_shares
+    if not len(c) or not fig.kernel.wall_ns:
+        return None
+    i = int(np.argmax(c.total_ns))
+    r = c.row(i)
+    name = r["phase"] if r["part"] == "phase" else {"lead_in": "the lead-in before the path's first slice",
+                                                    "lane_gap": "gaps on the path's lanes",
+                                                    "block_switch": "waiting for an SM slot"}[r["part"]]
+    verb = "dominates" if r["share"] >= ctx.th.dominant_share else "is the largest part of"
+    parts = ", ".join(f"{(x['phase'] or x['part'])} {x['share']:.0%}" for x in c.rows())
+    msg = (f"{name} {verb} the critical path: {r['share']:.0%} of the kernel's wall time {_fmt(fig.kernel.wall_ns)} "
+           f"(parts: {parts})")
+    ev = "a backward walk from the kernel's last end through what each slice waited for; parts tile the wall"
+    return Verdict(NAME, r["phase"], msg, ev, float(r["total_ns"]), False, CriticalFigures(
+        share=r["share"], part=r["part"], dur_ns=r["dur_ns"], wait_ns=r["wait_ns"], total_ns=r["total_ns"],
+        wall_ns=fig.kernel.wall_ns, coverage=c.coverage(fig.kernel.wall_ns)))
+
+
+KIND = Kind(NAME, "the largest part of the critical path", (CriticalFigures,), 14, fixed_rank, claim_words, headline,
+            no_span, no_roles, None)

@@ -1,0 +1,114 @@
+"""late_start: a block finishes last because something delayed its own begin (a phase's last finisher, or the
+lane that ends the kernel), not because of its work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..verdict import Verdict, fmt as _fmt
+from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
+from .last_finisher_figures import LastFinisherFigures
+
+NAME = "late_start"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateStartFigures(LastFinisherFigures):
+    """A phase's last finisher that starts late (block None: a different block each time)."""
+
+    block: int | None
+    cause: str = "late_start"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateLaneFigures(KindFigures):
+    """The lane that ends the kernel began late (per-lane first begin, last end and busy time)."""
+
+    block: int
+    group: int
+    late_ns: float
+    behind_ns: float
+    busy_ns: int
+    cause: str = "late_start"
+    basis: str = "lane"
+    tick_ns: float
+
+
+
+def short(v) -> str:
+    g = v.figures
+    if g.get("basis") == "lane":
+        return f"its first slice begins {_fmt(g['late_ns'])} after the median lane's"
+    return f"{v.phase}: last in {g.get('top_last_count')} of {g.get('instances')} instances"
+
+
+def headline(f, v):
+    g = f.figures
+    who = v.who(g.get("block"), g.get("group"))
+    do = "find what delays its start (its launch, its SM, work before its first probe)"
+    if g.get("basis") == "lane":
+        return f"{who} ends the kernel because it starts {_fmt(g['late_ns'])} late; its work is ordinary", do
+    return (f"{who} finishes {f.phase} last because it starts {_fmt(g['mean_late_start_ns'])} late, not because "
+            "of its work", do)
+
+
+
+def roles(f, fig, mine, tick_ns):
+    inst, b = fig.instances, f.figures.get("block")
+    if b is not None:
+        return instance_keys(inst, mine & (inst.last_block == b), NAME)
+    return instance_keys(inst, mine & (inst.last_begin_ns - inst.p50_begin_ns >= 2 * tick_ns), NAME)
+
+
+# -- what it detects ---------------------------------------------------------------------------------
+
+def detect_lane(ctx) -> Verdict | None:
+    """The lane that ends the kernel began late and its work is not long: a late start, whatever its phases'
+    instances did after it (they only carry the lag)."""
+    fig, th = ctx.fig, ctx.th
+    lt = fig.lane_totals
+    k = fig.kernel
+    if len(lt) < 2 or not k.wall_ns:
+        return None
+    row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
+    g = lt.group[row]
+    m = lt.group == g
+    late = float(lt.begin_ns[row] - np.median(lt.begin_ns[m]))
+    behind = float(lt.end_ns[row] - np.median(lt.end_ns[m]))
+    busy_ok = lt.busy_ns[row] <= th.imbalance * float(np.median(lt.busy_ns[m]))
+    if late < ctx.eps or behind < ctx.eps or late * 2 < behind or not busy_ok:
+        return None
+    ws = ctx.slots.get("waves", 1.0) if ctx.slots else 1.0
+    if ws > 1.05:
+        return None  # a block of a later wave begins late by design: the tail and waves findings speak
+    if _idle_before_barrier(ctx, int(lt.lane[row]), float(lt.begin_ns[row])):
+        return None  # nothing to do before a barrier: idle (the idle lanes finding), not late
+    b = int(lt.block[row])
+    claims = ctx.claim_window(float(k.begin_ns), float(k.begin_ns) + late)
+    first = fig.lanes.phase[fig.lanes.lane == lt.lane[row]]
+    phase = str(first[0]) if len(first) else None
+    msg = (f"{ctx.who(b, int(g))} ends the kernel because it starts late: its first slice begins {_fmt(late)} after "
+           f"the median lane's, while its work ({_fmt(float(lt.busy_ns[row]))} busy) is within "
+           f"{th.imbalance:.2f}x of the median; it ends {_fmt(behind)} after the median lane; look at what delays its "
+           "start (its launch, its SM, work before its first probe), not its work")
+    ev = "per-lane first begin, last end and busy time (all phases); one wave in slots"
+    return Verdict(NAME, phase, msg, ev, float(claims.sum()), True, LateLaneFigures(
+        block=b, group=int(g), late_ns=late, behind_ns=behind, busy_ns=int(lt.busy_ns[row]), tick_ns=ctx.tick),
+        claims, f"block {b}")
+
+
+def _idle_before_barrier(ctx, lane: int, begin: float) -> bool:
+    """The lane's first slice begins after the end of a phase instance that half the lanes or more ran and it
+    never did: it waited at a barrier with nothing to do before it (replay.py releases it there)."""
+    fig = ctx.fig
+    ran = set(fig.lanes.phase[fig.lanes.lane == lane].tolist())
+    inst = fig.instances
+    other = np.array([p not in ran for p in inst.phase.tolist()], bool)
+    big = inst.lanes * 2 >= (fig.kernel.lanes or 0)
+    return bool((other & big & (inst.end_ns <= begin)).any())
+
+
+KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,
+            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us")

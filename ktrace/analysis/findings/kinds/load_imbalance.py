@@ -1,0 +1,255 @@
+"""load_imbalance: the slowest lane of a phase takes longer than the mean (instances that line up), or the
+lanes' totals over all phases are unequal (a work list)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..phase_shape import dominant, lined_up
+from ..verdict import Verdict, fmt as _fmt
+from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
+
+NAME = "load_imbalance"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstancesFigures(KindFigures):
+    """Per instance of a phase whose instances line up across lanes."""
+
+    basis: str = "instances"
+    imbalance: float
+    max_imbalance: float
+    mean_max_dur_ns: float
+    mean_dur_ns: float
+    instances: int
+    slowest_block: int | None
+    slowest_group: int | None
+    slowest_mean_dur_ns: float | None
+    tick_ns: float
+    mean_p50_dur_ns: float
+    mean_p90_dur_ns: float
+    outlier: bool
+    lane_totals_even: bool = optional(False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaneTotalsFigures(KindFigures):
+    """Each lane's busy time over all phases, on a work list."""
+
+    basis: str = "lane_totals"
+    group: int
+    imbalance: float
+    max_lane_total_ns: float
+    mean_lane_total_ns: float
+    busiest_block: int | None
+    busiest_group: int
+    kernel_end_block: int
+    tick_ns: float
+
+
+def lead(v) -> float | None:
+    # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
+    return 0.5 if v.figures.get("basis") == "lane_totals" else None
+
+
+def short(v) -> str:
+    g = v.figures
+    if g.get("basis") == "instances":
+        return f"{v.phase}: load imbalance {g['imbalance']:.2f}x"
+    return claim_words(v)
+
+
+def headline(f, v):
+    g = f.figures
+    if g.get("basis") == "lane_totals":
+        who = v.who(g["busiest_block"], g.get("busiest_group"))
+        return (f"{who} is busy {g['imbalance']:.1f}x the mean {v.unit} over the kernel "
+                f"({_fmt(g['max_lane_total_ns'])} vs {_fmt(g['mean_lane_total_ns'])})",
+                f"hand out work so the {v.unit}s' totals even out (heavy items first, or split them)")
+    sizes = f"({_fmt(g['mean_max_dur_ns'])} vs {_fmt(g['mean_dur_ns'])})"
+    if g.get("outlier") and ok(g.get("slowest_block")):
+        who = v.who(g["slowest_block"], g.get("slowest_group"))
+        text = f"{who} takes {g['imbalance']:.1f}x the mean time in {f.phase} {sizes}"
+    else:
+        text = (f"{f.phase}: the slowest {v.unit} takes {g['imbalance']:.1f}x the mean {sizes}, not always the "
+                "same one")
+    return text, f"even out the {f.phase} work per {v.unit}"
+
+
+def span(f, fig, mine):
+    """The phase's instance with the longest slice."""
+    if f.figures.get("basis") != "instances":
+        return None
+    return one_instance(fig.instances, mine, fig.instances.max_dur_ns)
+
+
+def roles(f, fig, mine, tick_ns):
+    """The slowest block's slice in the instance with the longest slice."""
+    g, inst = f.figures, fig.instances
+    if g.get("basis") != "instances" or not mine.any() or g.get("slowest_block") is None:
+        return []
+    at = mine.nonzero()[0][int(inst.max_dur_ns[mine].argmax())]
+    return [((inst.phase[at], int(g["slowest_block"]), int(g["slowest_group"]), int(inst.k[at])), "slowest")]
+
+
+# -- what it detects ---------------------------------------------------------------------------------
+
+def detect_instances(ctx, p, inst) -> Verdict | None:
+    th, fig = ctx.th, ctx.fig
+    imb, mean_max, mean = p["imbalance"], p["mean_max_dur_ns"], p["mean_dur_ns"]
+    if imb is None or imb <= th.imbalance or mean_max - mean < ctx.eps:
+        return None
+    # The slowest lanes stand out of the noise: the slowest slice is beyond the p50..p90 spread (doubled), or
+    # the p90 lane itself is slow (a broad imbalance); else the max of many lanes is the noise's own tail.
+    p50, p90 = float(inst.p50_dur_ns.mean()), float(inst.p90_dur_ns.mean())
+    outlier = mean_max - p50 >= 2 * (p90 - p50) or (p50 > 0 and p90 / p50 > th.imbalance)
+    cp = ctx.cp
+    claims = ctx.zeros()
+    m = np.flatnonzero((cp.kind == "slice") & (cp.phase == p["phase"]))
+    mean_k = ctx._per_k(m, inst.k, inst.mean_dur_ns)
+    claims[m] = np.maximum(cp.dur_ns[m] - mean_k, 0.0)
+    lanes = fig.lanes.where(fig.lanes.phase == p["phase"])
+    # A block stands out, not a lane: the warps or warp groups of one slow block are one cause.
+    blocks, first = np.unique(lanes.block, return_index=True)
+    per_block = np.full(len(blocks), -np.inf)
+    np.maximum.at(per_block, np.searchsorted(blocks, lanes.block), lanes.mean_dur_ns)
+    jb = dominant(per_block, ctx.eps)
+    if jb is not None:
+        mine = np.flatnonzero(lanes.block == blocks[jb])
+        slow = lanes.row(int(mine[np.argmax(lanes.mean_dur_ns[mine])]))
+        who = ctx.who(slow["block"], slow["group"])
+        named = f"slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}), well ahead of the next block"
+        cause = f"block {slow['block']}"
+    else:
+        top = np.argsort(-lanes.mean_dur_ns, kind="stable")[:3].tolist()
+        named = ("no block stands out on average (the slowest lanes: " +
+                 ", ".join(f"{ctx.who(int(lanes.block[t]), int(lanes.group[t]))} {_fmt(float(lanes.mean_dur_ns[t]))}"
+                           for t in top) + "): the long slices fall on different blocks")
+        slow, cause = None, None
+    msg = (f"{ctx.label(p)}: load imbalance {imb:.2f}x: the slowest lane takes {_fmt(mean_max)} per instance "
+           f"against a mean of {_fmt(mean)}; {named}; even out the work per lane")
+    ev = (f"slowest slice / mean slice over {p['instances']} instance(s) of {p['lanes']} lanes (worst instance "
+          f"{p['max_imbalance']:.2f}x); {int((claims > 0).sum())} of its slices on the critical path run over "
+          "their instance's mean")
+    figs = dict(imbalance=imb, max_imbalance=p["max_imbalance"], mean_max_dur_ns=mean_max, mean_dur_ns=mean,
+                instances=p["instances"], slowest_block=slow["block"] if slow else None,
+                slowest_group=slow["group"] if slow else None,
+                slowest_mean_dur_ns=slow["mean_dur_ns"] if slow else None, tick_ns=ctx.tick,
+                mean_p50_dur_ns=p50, mean_p90_dur_ns=p90, outlier=bool(outlier))
+    if not outlier:
+        ev += f"; the slowest slice is within the lanes' own spread (p50 {_fmt(p50)}, p90 {_fmt(p90)}): noise"
+    evened = _totals_even(ctx, p)
+    if evened:
+        ev += ("; but the lanes' totals over all phases even out (busiest lane " + f"{evened:.2f}x the mean) and no "
+               "barrier follows the phase: the other phases make up for it")
+        figs["lane_totals_even"] = True
+    return Verdict(NAME, p["phase"], msg, ev, float(claims.sum()), bool(outlier) and not evened,
+                   InstancesFigures(**figs), claims, cause)
+
+
+def _totals_even(ctx, p) -> float | None:
+    """The busiest lane's total / the mean, when every group's lanes' totals are within the imbalance threshold
+    and no barrier (grid or cluster) follows the phase; else None."""
+    wc = ctx.wc
+    after = set(wc.cause[wc.phase == p["phase"]].tolist())
+    if after & {"grid", "cluster"}:
+        return None
+    lt = ctx.fig.lane_totals
+    worst = 0.0
+    for g in np.unique(lt.group).tolist():
+        tot = lt.busy_ns[lt.group == g].astype(np.float64)
+        if len(tot) < 2 or not tot.mean():
+            continue
+        worst = max(worst, float(tot.max() / tot.mean()))
+    return worst if 0 < worst <= ctx.th.imbalance else None
+
+
+def _work_list(ctx) -> bool:
+    """Some top-level phase's instances do not line up across lanes (counts or times): a work list."""
+
+    fig = ctx.fig
+    for i in range(len(fig.phases)):
+        p = fig.phases.row(i)
+        if p["depth"] == 0 and not lined_up(ctx, p, ctx.instances(p["phase"])):
+            return True
+    return False
+
+
+def detect_lane_totals(ctx) -> Verdict | None:
+    """On a work list, balance is each lane's total busy time over all phases, within each warp group."""
+    fig, th = ctx.fig, ctx.th
+    lt = fig.lane_totals
+    k = fig.kernel
+    if len(lt) < 2 or not k.wall_ns or not _work_list(ctx):
+        return None
+    best = None
+    for g in np.unique(lt.group).tolist():
+        m = lt.group == g
+        tot = lt.busy_ns[m].astype(np.float64)
+        if len(tot) < 2:
+            continue
+        mean = float(tot.mean())
+        j = int(np.argmax(tot))
+        if mean and tot[j] / mean > th.imbalance and tot[j] - mean >= ctx.eps:
+            if best is None or tot[j] - mean > best[1] - best[2]:
+                best = (g, float(tot[j]), mean, np.flatnonzero(m), tot)
+    if best is None:
+        return None
+    g, top, mean, rows, tot = best
+    end_row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
+    ender = lt.row(end_row)
+    # A block stands out, not a lane: the lanes of one busy block (its warps) are one cause.
+    blocks = lt.block[rows]
+    ub = np.unique(blocks)
+    per_block = np.full(len(ub), -np.inf)
+    np.maximum.at(per_block, np.searchsorted(ub, blocks), tot)
+    j = dominant(per_block, ctx.eps)
+    busiest = lt.row(int(rows[int(np.argmax(tot))]))
+    lanes = fig.lanes
+    mine = lanes.lane == busiest["lane"]
+    parts = sorted(zip(lanes.sum_dur_ns[mine].tolist(), lanes.phase[mine].tolist()), reverse=True)
+    share = ", ".join(f"{ph} {_fmt(float(d))} ({d / max(top, 1):.0%})" for d, ph in parts[:4])
+    gain = top - mean
+    claims = ctx.claim_last(gain)
+    label = f" of group {g}" if ctx.several_groups else ""
+    if j is not None:
+        who = ctx.who(busiest["block"], busiest["group"])
+        ends = ("and it ends the kernel" if ender["lane"] == busiest["lane"] else
+                f"(the kernel's last lane is {ctx.who(ender['block'], ender['group'])}, busy "
+                f"{_fmt(float(ender['busy_ns']))})")
+        msg = (f"lane totals: the lanes{label} take unequal work: {who} is busy {_fmt(top)} over all phases against "
+               f"a mean of {_fmt(mean)} ({top / mean:.2f}x) {ends}; its time: {share}; hand out work so the lanes' "
+               "totals even out (heavy items first, or split them)")
+        cause = f"block {busiest['block']}"
+    else:
+        cause = "lanes"
+        order = np.argsort(-tot, kind="stable")[:4]
+        names = ", ".join(f"{ctx.who(int(lt.block[rows[t]]), int(lt.group[rows[t]]))} {_fmt(float(tot[t]))}"
+                          for t in order.tolist())
+        msg = (f"lane totals: the lanes{label} take unequal work: the busiest lanes ({names}) against a mean of "
+               f"{_fmt(mean)} ({top / mean:.2f}x); no single lane stands out; hand out work so the lanes' totals even "
+               "out (heavy items first, or split them)")
+    ev = (f"per-lane busy time (top-level slices, all phases) of {len(tot)} lanes; the phases' instances do not line "
+          f"up across lanes (counts or times), so per-instance figures compare unrelated items")
+    if j is not None:
+        for w in _cluster_waits_on(ctx, busiest["block"]):
+            msg += (f"; the other blocks of its cluster of {w['cluster_size']} wait for it after {w['phase']} "
+                    f"({w['waited_block_count']} gaps)")
+            ev += f"; cluster waits evidenced at {w['phase']} -> {w['next_phase']}"
+    return Verdict(NAME, None, msg, ev, float(claims.sum()), True, LaneTotalsFigures(
+        group=g, imbalance=top / mean, max_lane_total_ns=top, mean_lane_total_ns=mean,
+        busiest_block=busiest["block"] if j is not None else None, busiest_group=busiest["group"],
+        kernel_end_block=ender["block"], tick_ns=ctx.tick), claims, cause)
+
+
+def _cluster_waits_on(ctx, block: int) -> list[dict]:
+    """The boundaries at which other blocks of ``block``'s cluster wait for it (WaitCauses rows)."""
+    wc = ctx.wc
+    rows = np.flatnonzero((wc.cause == "cluster") & (np.nan_to_num(wc.waited_block.astype(np.float64), nan=-1) == block))
+    return [wc.row(i) for i in rows.tolist()]
+
+
+KIND = Kind(NAME, "a phase's slowest lane, or a lane's total over the phases, well over the mean",
+            (InstancesFigures, LaneTotalsFigures), 7, lead, short, headline, span, roles, "imbalance")

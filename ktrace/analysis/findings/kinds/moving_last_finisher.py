@@ -1,0 +1,24 @@
+"""moving_last_finisher: the last finisher moves and no lane is long or late: contention or synchronization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Kind, claim_words, first_clause, fixed_rank, no_roles, no_span
+from .last_finisher_figures import LastFinisherFigures
+
+NAME = "moving_last_finisher"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MovingFigures(LastFinisherFigures):
+    pass
+
+
+
+def headline(f, v):
+    return first_clause(f.message), ""
+
+
+KIND = Kind(NAME, "the last finisher moves with no long or late lane", (MovingFigures,), 11, fixed_rank, claim_words,
+            headline, no_span, no_roles, "end_skew_us")

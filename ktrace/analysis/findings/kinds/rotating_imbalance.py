@@ -1,0 +1,28 @@
+"""rotating_imbalance: in most instances one lane is long, a different one each time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....core.units import format_ns as _t
+from .base import Kind, claim_words, fixed_rank, no_roles, no_span
+from .last_finisher_figures import LastFinisherFigures
+
+NAME = "rotating_imbalance"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RotatingFigures(LastFinisherFigures):
+    pass
+
+
+
+def headline(f, v):
+    g = f.figures
+    return (f"in {g['long_instances']} of {g['instances']} instances one {v.unit} runs {f.phase} "
+            f"{_t(g['mean_work_excess_ns'])} long, a different one each time ({g['distinct_last_blocks']} blocks)",
+            "balance the work of each iteration across the blocks")
+
+
+KIND = Kind(NAME, "one lane is long in most instances, a different one each time", (RotatingFigures,), 4, fixed_rank,
+            claim_words, headline, no_span, no_roles, "end_skew_us")

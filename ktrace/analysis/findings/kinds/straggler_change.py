@@ -1,0 +1,43 @@
+"""straggler_change: the phase's last finisher is stable within segments of the run, a different block in each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Kind, claim_words, extent, fixed_rank, instance_keys
+from .last_finisher_figures import LastFinisherFigures
+
+NAME = "straggler_change"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerChangeFigures(LastFinisherFigures):
+    segments: list  # {block, group, first_k, last_k, instances} per run of one last block
+
+
+
+def headline(f, v):
+    segs = f.figures["segments"]
+    parts = [f"{v.who(s['block'], s.get('group'))} (k {s['first_k']}-{s['last_k']})" for s in segs[:2]]
+    more = f" and {len(segs) - 2} more" if len(segs) > 2 else ""
+    return (f"the {v.unit} that finishes {f.phase} last changes: " + ", then ".join(parts) + more,
+            "even out each one's share of the work at those iterations")
+
+
+def span(f, fig, mine):
+    segs, inst = f.figures.get("segments"), fig.instances
+    if not segs:
+        return None
+    return extent(inst, mine & (inst.k >= min(s["first_k"] for s in segs)) & (inst.k <= max(s["last_k"] for s in segs)))
+
+
+def roles(f, fig, mine, tick_ns):
+    inst, out = fig.instances, []
+    for s in f.figures.get("segments") or ():
+        out += instance_keys(inst, mine & (inst.last_block == s["block"]) & (inst.k >= s["first_k"]) &
+                             (inst.k <= s["last_k"]), "straggler")
+    return out
+
+
+KIND = Kind(NAME, "the phase's stable straggler changes during the run", (StragglerChangeFigures,), 3, fixed_rank,
+            claim_words, headline, span, roles, "end_skew_us")

@@ -1,0 +1,32 @@
+"""The figures of a boundary's waits, shared by the two kinds one wait detector makes (large_wait.detect):
+large_wait and untimed_work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import KindFigures, optional
+
+__all__ = ["WaitFigures"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitFigures(KindFigures):
+    """One boundary's waits (WaitCauses' row) and the instance after which the longest began."""
+
+    next_phase: str
+    group: int | None
+    count: int
+    sum_ns: float
+    mean_ns: float
+    p50_ns: float
+    max_ns: float
+    waited_for: str  # 'grid', 'cluster', 'own', 'unexplained', ...
+    synced_instances: int
+    tested_instances: int
+    follow_slope: float | None
+    lane_time_fraction: float
+    tick_ns: float
+    cluster_size: int | None = optional(None)
+    waited_block: int | None
+    max_k: int | None
