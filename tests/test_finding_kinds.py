@@ -121,3 +121,16 @@ def test_a_findings_module_imports_first_in_a_fresh_interpreter(module):
 
     p = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-600:]
+
+
+def test_a_work_lists_busiest_lane_leads_just_behind_a_stable_straggler():
+    """A load imbalance read from the lanes' totals (a work list) leads its cause before a late start but after a
+    stable straggler, wherever the kinds' ranks start (serial_tail took rank 0 after this order was set)."""
+    from types import SimpleNamespace
+
+    from ktrace.analysis.findings.kinds import late_start, load_imbalance, stable_straggler
+    by_totals = SimpleNamespace(kind=load_imbalance.NAME, figures={"basis": "lane_totals"})
+    by_instances = SimpleNamespace(kind=load_imbalance.NAME, figures={"basis": "instances"})
+    rank = load_imbalance.KIND.rank_of
+    assert stable_straggler.KIND.rank < rank(by_totals) < late_start.KIND.rank
+    assert rank(by_instances) == load_imbalance.KIND.rank

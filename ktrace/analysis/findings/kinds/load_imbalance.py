@@ -9,6 +9,7 @@ import numpy as np
 
 from ..phase_shape import dominant, lined_up
 from ..verdict import Verdict, fmt as _fmt
+from . import stable_straggler
 from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
 
 NAME = "load_imbalance"
@@ -51,7 +52,8 @@ class LaneTotalsFigures(KindFigures):
 
 def lead(v) -> float | None:
     # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
-    return 0.5 if v.figures.get("basis") == "lane_totals" else None
+    # just behind a stable straggler, as before serial_tail took rank 0
+    return stable_straggler.KIND.rank + 0.5 if v.figures.get("basis") == "lane_totals" else None
 
 
 def short(v) -> str:
