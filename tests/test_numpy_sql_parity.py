@@ -10,6 +10,7 @@ import pytest
 import ktrace
 from ktrace.analysis.evidence import in_parts
 from ktrace.decoding.encode import phase_buffer
+from ktrace.report.analysis_report import sampled_line
 
 from conftest import SAMPLES, quick_first, run_ktrace
 
@@ -34,6 +35,7 @@ def test_numpy_equals_the_sql_package_on_every_sample(path):
     by_numpy = ktrace.analyze(path)  # the default: numpy
     by_sql = ktrace.analyze(path, engine="wasm")
     assert (by_numpy.engine, by_sql.engine) == ("numpy", "wasm")
+    assert sampled_line(by_numpy) is None and sampled_line(by_sql) is None  # every slice read, and not said
     a, b = _comparable(by_numpy), _comparable(by_sql)
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     assert differ == [], differ
@@ -54,8 +56,10 @@ def test_a_sampled_evidence_is_the_same_sample_on_both_engines(name, monkeypatch
     by_numpy, by_sql = ktrace.analyze(SAMPLES / name), ktrace.analyze(SAMPLES / name, engine="wasm")
     causes = by_numpy.figures.wait_causes
     assert (causes.tested_gaps < causes.count).any()  # a sample was read, and the JSON says so
-    assert by_numpy.figures.top is None and by_sql.figures.top is None
     assert _differ(by_numpy, by_sql) == []
+    assert by_numpy.figures.top is None and by_sql.figures.top is None
+    said = sampled_line(by_numpy)  # the report says the evidence was a sample, whichever engine read it
+    assert said and said == sampled_line(by_sql) and "not replayed" in said, said
 
 
 def _barrier_buffer(blocks: int, groups: int, steps: int, seed: int = 7) -> np.ndarray:
@@ -86,8 +90,10 @@ def test_numpy_equals_the_sql_package_above_the_evidence_bound(tmp_path):
     assert by_numpy.figures.kernel.slices > in_parts.EVIDENCE_MAX_SLICES
     causes = by_numpy.figures.wait_causes
     assert len(causes) >= 3 and (causes.tested_gaps < causes.count).all()  # sampled, and said so
-    assert by_numpy.figures.top is None and by_sql.figures.top is None
     assert _differ(by_numpy, by_sql) == []
+    assert by_numpy.figures.top is None and by_sql.figures.top is None
+    said = sampled_line(by_numpy)  # the report says the evidence was a sample, whichever engine read it
+    assert said and said == sampled_line(by_sql) and "not replayed" in said, said
 
 
 def test_analyze_on_a_new_machine_compiles_no_engine(tmp_path):
