@@ -48,7 +48,8 @@ def _differ(by_numpy, by_sql) -> list[str]:
     return by_numpy.figures.differences(by_sql.figures) + sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-@pytest.mark.parametrize("name", quick_first(["imbalance.bin", "cluster_ktrace.bin", "warpgroups_flashinfer.bin"], 1))
+@pytest.mark.parametrize("name", quick_first(["imbalance.bin", "cluster_ktrace.bin", "warpgroups_flashinfer.bin",
+                                                  "nested_ktrace.bin", "slots_ktrace.bin", "pipeline_flashinfer.bin"], 1))
 def test_a_sampled_evidence_is_the_same_sample_on_both_engines(name, monkeypatch):
     # Beyond EVIDENCE_MAX_SLICES top-level slices both engines read the same sample of whole blocks (64 here,
     # so that a sample is small): the wait causes, the lead-ins, the findings, and no replay on either side.
