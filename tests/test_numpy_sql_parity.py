@@ -1,13 +1,18 @@
 """The main job's numpy figures equal the SQL package's on every sample (the package stays the reference for
-``ktrace query``, SQL rules and the annotated trace), and analyzing a buffer needs no trace processor."""
+``ktrace query``, SQL rules and the annotated trace), at every size (the wait evidence is read the same way
+beyond EVIDENCE_MAX_SLICES top-level slices), and analyzing a buffer needs no trace processor."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ktrace
+from ktrace.analysis.evidence import in_parts
+from ktrace.decoding.encode import phase_buffer
+from ktrace.report.analysis_report import sampled_line
 
-from conftest import SAMPLES, run_ktrace
+from conftest import SAMPLES, quick_first, run_ktrace
 
 _SAMPLES = sorted([*SAMPLES.glob("*.bin"), *SAMPLES.glob("*.bin.gz"),
                    *SAMPLES.glob("repeats/*.bin")])
@@ -30,9 +35,66 @@ def test_numpy_equals_the_sql_package_on_every_sample(path):
     by_numpy = ktrace.analyze(path)  # the default: numpy
     by_sql = ktrace.analyze(path, engine="wasm")
     assert (by_numpy.engine, by_sql.engine) == ("numpy", "wasm")
+    assert sampled_line(by_numpy) is None and sampled_line(by_sql) is None  # every slice read, and not said
     a, b = _comparable(by_numpy), _comparable(by_sql)
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     assert differ == [], differ
+
+
+def _differ(by_numpy, by_sql) -> list[str]:
+    """What differs between the two analyses: every figure (Figures.differences: the lead-ins too) and every
+    key of the JSON output but the engine's name."""
+    a, b = _comparable(by_numpy), _comparable(by_sql)
+    return by_numpy.figures.differences(by_sql.figures) + sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+@pytest.mark.parametrize("name", quick_first(["imbalance.bin", "cluster_ktrace.bin", "warpgroups_flashinfer.bin",
+                                                  "nested_ktrace.bin", "slots_ktrace.bin", "pipeline_flashinfer.bin"], 1))
+def test_a_sampled_evidence_is_the_same_sample_on_both_engines(name, monkeypatch):
+    # Beyond EVIDENCE_MAX_SLICES top-level slices both engines read the same sample of whole blocks (64 here,
+    # so that a sample is small): the wait causes, the lead-ins, the findings, and no replay on either side.
+    monkeypatch.setattr(in_parts, "EVIDENCE_MAX_SLICES", 64)
+    by_numpy, by_sql = ktrace.analyze(SAMPLES / name), ktrace.analyze(SAMPLES / name, engine="wasm")
+    causes = by_numpy.figures.wait_causes
+    assert (causes.tested_gaps < causes.count).any()  # a sample was read, and the JSON says so
+    assert _differ(by_numpy, by_sql) == []
+    assert by_numpy.figures.top is None and by_sql.figures.top is None
+    said = sampled_line(by_numpy)  # the report says the evidence was a sample, whichever engine read it
+    assert said and said == sampled_line(by_sql) and "not replayed" in said, said
+
+
+def _barrier_buffer(blocks: int, groups: int, steps: int, seed: int = 7) -> np.ndarray:
+    """A persistent kernel of load/compute/reduce steps, each after a grid barrier (the last lane's end of the
+    step before, plus 320 ns), with a tick of jitter, a random skew, and block 5 three times as slow in compute:
+    waits at every boundary, released by the grid."""
+    rng = np.random.default_rng(seed)
+    lanes = blocks * groups
+    event = np.arange(steps) % 3
+    dur = np.asarray([960, 1920, 320])[event] + 32 * rng.integers(0, 4, (lanes, steps))
+    dur[5 * groups:6 * groups, event == 1] *= 3
+    skew = 32 * rng.integers(0, 8, (lanes, steps))
+    span = (skew + dur).max(axis=0) + 320
+    start = 10_000 + np.r_[0, np.cumsum(span[:-1])]
+    begin = start + skew
+    return phase_buffer(begin, begin + dur, event, num_groups=groups, sm=np.arange(blocks))
+
+
+@pytest.mark.slow
+def test_numpy_equals_the_sql_package_above_the_evidence_bound(tmp_path):
+    # The smallest case that crosses the real bound (2^19 top-level slices): 64 blocks x 2 warp groups x 4,100
+    # steps = 524,800 slices. The evidence is a sample on both engines; every figure and finding is equal.
+    buf = _barrier_buffer(64, 2, 4100)
+    path = tmp_path / "above_bound.bin"
+    buf.astype("<u8").tofile(path)
+    by_numpy = ktrace.analyze(path, events="load,compute,reduce")
+    by_sql = ktrace.analyze(path, engine="wasm", events="load,compute,reduce")
+    assert by_numpy.figures.kernel.slices > in_parts.EVIDENCE_MAX_SLICES
+    causes = by_numpy.figures.wait_causes
+    assert len(causes) >= 3 and (causes.tested_gaps < causes.count).all()  # sampled, and said so
+    assert _differ(by_numpy, by_sql) == []
+    assert by_numpy.figures.top is None and by_sql.figures.top is None
+    said = sampled_line(by_numpy)  # the report says the evidence was a sample, whichever engine read it
+    assert said and said == sampled_line(by_sql) and "not replayed" in said, said
 
 
 def test_analyze_on_a_new_machine_compiles_no_engine(tmp_path):

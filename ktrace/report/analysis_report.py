@@ -21,7 +21,7 @@ from ..analysis.findings.headlines import Vocabulary, headline, roofline_line, s
 from .analysis_plot import plot_analysis  # noqa: F401  (ktrace analyze --plot)
 from .safe_text import md_cell, md_code, md_text, printable
 
-__all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines", "MAX_INSTANCE_ROWS"]
+__all__ = ["analysis_text", "analysis_markdown", "plot_analysis", "quality_lines", "sampled_line", "MAX_INSTANCE_ROWS"]
 
 MAX_INSTANCE_ROWS = 16  # per phase; longer tables show the first and last rows (the JSON has all)
 _HEAD, _TAIL = 10, 4
@@ -195,6 +195,20 @@ def _warnings_line(a: Analysis, warnings) -> str:
     return f"{n} warning{'' if n == 1 else 's'}, {format_ns(c['warnings_ns'])} at stake{share}:"
 
 
+def sampled_line(a: Analysis) -> str | None:
+    """Where the wait evidence read a sample of the blocks (beyond EVIDENCE_MAX_SLICES top-level slices, on
+    either engine: evidence/in_parts.py), one line that says so; None where it read every slice."""
+    from ..analysis.evidence.in_parts import EVIDENCE_MAX_SLICES
+
+    w = a.figures.wait_causes
+    tested, total = int(np.sum(w.tested_gaps)), int(np.sum(w.count))
+    if tested >= total:
+        return None
+    return (f"wait evidence: a sample of the blocks ({tested:,} of {total:,} waits tested: over "
+            f"{EVIDENCE_MAX_SLICES:,} top-level slices); the counts, sums and longest waits are of every slice; "
+            "the stakes are the critical path's, not replayed")
+
+
 def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int) -> str | None:
     infos = sum(f.severity != "warning" for f in a.findings)
     more = []
@@ -289,6 +303,9 @@ def _short(a: Analysis, show_all: bool, details: bool) -> list:
         for f in infos:
             h = headline(f, v)
             out.append(Prose(f"{h.text} ({_stake(f)})", first="  - ", indent="    ", style="cyan"))
+    sampled = sampled_line(a)
+    if sampled:
+        out.append(Prose(sampled, indent="  ", style="dim"))
     more = _more_line(a, show_all, details, len(warnings) - len(shown))
     if more:
         out.append(Prose(more, indent="  ", style="dim"))
@@ -478,6 +495,8 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
     elif infos:
         parts += ["", f"<sub>{len(infos)} info finding{'' if len(infos) == 1 else 's'} below the impact floor "
                   "(`--all` lists them)</sub>"]
+    if sampled_line(a):
+        parts += ["", f"<sub>{md_text(sampled_line(a))}</sub>"]
     parts.append("")
     full = [f for f in a.findings if show_all or f.severity == "warning"]
     if full:

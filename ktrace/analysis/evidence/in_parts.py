@@ -8,6 +8,10 @@ slice, a range of lanes at a time, what must be exact: the latest end of
 each phase instance (the grid test's reference), each boundary's gap count, sum and longest gap, and the gap
 before each instance's last finisher. The tests' rates, spreads and slopes are the sample's
 (``WaitCauses.tested_gaps`` says how many gaps they read).
+
+Both engines read the evidence this way: the numpy engine from its columns (``read_evidence``), the SQL package's
+reader from the top-level slices it read from the trace (``read_top_evidence``), the same sample of the same
+slices, so that their figures stay equal at every size.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 from ...runtime.forked import fork_imap
 from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
-__all__ = ["read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
+__all__ = ["read_evidence", "read_top_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
 PIECE_ROWS = 1 << 16  # top-level slices a range is read in at a time (stream.CHUNK_ROWS)
@@ -108,6 +112,32 @@ def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, j
     sample = TopSlices(*(np.concatenate([getattr(x, f) for x in parts]) for f in TopSlices.__dataclass_fields__))
     return ((sample, tick, names, num_blocks), {"grid": grid, "totals": totals, "max_cluster": _SUBSET},
             (sample, instances.phase_index, instances.k, instances.last_lane), {"last_gaps": last_gap})
+
+
+def read_top_evidence(top: TopSlices, tick: float, names: dict, num_blocks, instances) -> tuple:
+    """``read_evidence`` of top-level slices already in memory (the SQL package's, in lane order: by begin, then
+    slice id): the same sample of the same blocks, and the same exact figures from every slice."""
+    return read_evidence(_TopColumns(top), [(0, len(top.lane))], tick, names, num_blocks, instances)
+
+
+class _TopColumns:
+    """TopSlices seen as the numpy engine's columns (stream.Columns), as far as ``read_evidence`` reads them:
+    every slice top-level, each phase_index its own code."""
+
+    def __init__(self, top: TopSlices) -> None:
+        self.n = len(top.lane)
+        self.lane, self.k, self.begin, self.end = top.lane, top.k, top.begin, top.end
+        self.code = top.phase_index
+        self.phase_index = np.arange(int(top.phase_index.max()) + 1 if self.n else 1)
+        self.depth = np.zeros(self.n, np.int8)
+        self.num_groups = 1  # _Plan's block ids run to the highest lane: a block id is never above its lane's
+        self._block, self._group = top.block, top.group
+
+    def block_of(self, rows) -> np.ndarray:
+        return self._block[rows]
+
+    def group_of(self, rows) -> np.ndarray:
+        return self._group[rows]
 
 
 class _Plan:

@@ -13,6 +13,7 @@ from ...model.results import (Blocks, BusySms, CriticalPath, CriticalShares, Fig
 import numpy as np
 
 from ....core.progress import stage
+from ...evidence import in_parts
 from ...evidence.waits import TopSlices, lead_ins
 from ..numpy.phase_tables import wait_causes_of
 from .package import MODULES, include_all, register
@@ -47,8 +48,12 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
     # the same; 0.6 s of a 1e6-record analysis no longer waits for the engine).
     _include(session, progress, MODULES[:2], 0)
     kernel, launch, top = _kernel(session), _launch(session), _top_slices(session)
+    names = _phase_names(session)
+    # Beyond EVIDENCE_MAX_SLICES top-level slices, the evidence reads the sample the numpy engine reads
+    # (evidence/in_parts.py), which needs the instance table; and, as there, no replay (top: None).
+    sampled = len(top.lane) > in_parts.EVIDENCE_MAX_SLICES and int(top.block.max()) <= int(top.lane.max())
     with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
-        causes = beside.submit(wait_causes_of, top, kernel, _phase_names(session), launch)
+        causes = None if sampled else beside.submit(wait_causes_of, top, kernel, names, launch)
         _include(session, progress, MODULES[2:], 2)
         stage(progress, "reading the figures")
         phases, instances = query_table(session, Phases), query_table(session, PhaseInstances)
@@ -56,9 +61,15 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
             ("lanes", PhaseLanes), ("waits", Waits), ("critical_path", CriticalPath),
             ("critical_shares", CriticalShares), ("blocks", Blocks), ("lane_totals", LaneTotals),
             ("busy_sms", BusySms), ("occupancy", Occupancy))}
-        leads = lead_ins(top, instances.phase_index, instances.k, instances.last_lane)
+        if sampled:
+            nb = launch.get("num_blocks")
+            nb = nb if isinstance(nb, int) and nb > 0 else None
+            read = in_parts.read_top_evidence(top, kernel.tick_ns, names, nb, instances)
+            evidence, top = in_parts.finish_evidence(read), None
+        else:
+            evidence = causes.result(), lead_ins(top, instances.phase_index, instances.k, instances.last_lane)
         return Figures(kernel=kernel, launch=launch, phases=phases, instances=instances, **tables,
-                       wait_causes=causes.result(), lead_ins=leads, top=top)
+                       wait_causes=evidence[0], lead_ins=evidence[1], top=top)
 
 
 def _include(session, progress, modules, done: int) -> None:
