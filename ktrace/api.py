@@ -35,7 +35,7 @@ from .core.model import Decoded, Summary
 from .core.outputs import check_output
 from .core.progress import stage
 from .report.inspect import inspect_dict
-from .runtime.forked import available_cores
+from .runtime.config import Parallelism
 from .runtime.workers import in_worker, run_in_workers
 from .replays import whatif  # noqa: F401
 
@@ -281,7 +281,6 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
 # trace processor to compile or load. A buffer of this many record slots or more gets several numpy workers;
 # `annotate` (the trace drawn for the viewer, which the SQL package writes) takes numpy only from this size.
 NUMPY_MIN_RECORDS = 250_000
-NUMPY_DEFAULT_JOBS_MAX = 8  # more: more memory, little speed (1e8, 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
 
 
 def _numpy_path(engine: str, dec) -> bool:
@@ -325,22 +324,24 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         elif dec is None:
             a = analyze_opened(inp.decoded, thresholds, name=name)
         else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
-            a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_jobs(jobs, dec))
+            a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_parallelism(jobs, dec))
         _refuse_unreadable(a, source, decode_options)
         return Capture(a, _timing(inp, decode_options)) if capture else a
 
 
-def _numpy_jobs(jobs: int | None, dec) -> int:
-    """The numpy engine's worker processes: as asked (at most the cores available), else ``numpy_jobs``
-    for a large buffer (1 in a worker process of several captures analyzed side by side: those already use
-    the cores)."""
+def _numpy_parallelism(jobs: int | None, dec) -> Parallelism:
+    """The numpy engine's runtime configuration: ``jobs`` workers as asked (at most the cores available), else
+    ``numpy_parallelism`` for a large buffer (1 in a worker process of several captures analyzed side by side:
+    those already use the cores)."""
     if jobs is None and (in_worker() or dec.body.size < NUMPY_MIN_RECORDS):
-        return 1
-    return numpy_jobs(jobs)
+        return Parallelism.build(1)
+    return numpy_parallelism(jobs)
 
 
-def numpy_jobs(jobs: int | None) -> int:  # --jobs N (more than the cores cannot help), else the cores up to 8
-    return max(1, min(available_cores(), NUMPY_DEFAULT_JOBS_MAX if jobs is None else int(jobs)))
+def numpy_parallelism(jobs: int | None) -> Parallelism:
+    """The numpy engine's runtime configuration: --jobs N (more than the cores cannot help), else the cores up
+    to ``Parallelism.default_jobs_max``."""
+    return Parallelism.build(jobs, cap=Parallelism.default_jobs_max)
 
 
 def _refuse_unreadable(a: Analysis, source, decode_options) -> None:

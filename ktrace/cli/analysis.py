@@ -161,13 +161,14 @@ def _say_buffer_beside(source) -> None:
             return
 
 
-def _json_jobs(a, result) -> int:
-    """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else its default)."""
+def _json_jobs(a, result):
+    """The runtime configuration writing the JSON's long tables: the numpy engine's (--jobs, else its default);
+    1 (this process) for the SQL package's."""
     if result.engine != "numpy":
         return 1
-    from ..api import numpy_jobs
+    from ..api import numpy_parallelism
 
-    return numpy_jobs(a.jobs)
+    return numpy_parallelism(a.jobs)
 
 
 def _sayer(bar):

@@ -22,11 +22,10 @@ import traceback
 from typing import Iterator
 
 from ..core.errors import KtraceError
-from ..runtime.forked import (POLL_S, Watch, available_cores, fork_context, starting_workers, to_the_end,
-                              worker_ignores_interrupts)
+from ..runtime.forked import POLL_S, Watch, fork_context, starting_workers, to_the_end, worker_ignores_interrupts
 from .events import PartOutput, PartWriter, WriteState
 
-__all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
+__all__ = ["parallel_parts", "batches", "fork_context"]
 
 _SHM = "/dev/shm"  # parts go from a worker to the parent through files here (memory), else in the temp folder
 
