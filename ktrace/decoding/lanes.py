@@ -142,9 +142,9 @@ class LaneReader:
             starts = range(0, cap, rows_per_block)
             threads = min(threads, len(starts))
             if threads > 1:  # blocks of rows side by side: reads, copies and writes let go of the GIL
-                from concurrent.futures import ThreadPoolExecutor
+                from ..runtime.config import thread_pool
 
-                with ThreadPoolExecutor(threads, thread_name_prefix="ktrace-transpose") as pool:
+                with thread_pool(threads, "ktrace-transpose") as pool:
                     list(pool.map(copy_rows, starts))
             else:
                 for r0 in starts:

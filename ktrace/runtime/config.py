@@ -34,12 +34,16 @@ same bytes either way.
 from __future__ import annotations
 
 import os
+from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from . import forked
+from .forked import Slots
 
-__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "parallelism", "available_cores"]
+__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "parallelism", "available_cores", "thread_pool",
+           "Slots"]
 
 STAGES = ("parts", "sweeps", "critical_path", "evidence_tests", "copy", "json", "transpose", "convert", "captures")
 SERIAL_ENV = "KTRACE_SERIAL"
@@ -167,3 +171,28 @@ def parallelism(jobs: "int | Parallelism | None") -> Parallelism:
     if isinstance(jobs, Parallelism):
         return jobs
     return Parallelism(jobs=max(1, int(jobs or 1)), cores=available_cores(), serial=serial_stages())
+
+
+@contextmanager
+def thread_pool(threads: int, name: str):
+    """``threads`` threads beside this one (concurrent.futures' ``ThreadPoolExecutor``, its threads named
+    ``name``), shut down on leaving the block; with 0, an executor that runs each call at once in this thread
+    (its Future already done). Where the runtime's threads come from: numpy and file I/O let go of the GIL, so
+    work on arrays runs side by side."""
+    if threads <= 0:
+        yield _InThisThread()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
+        yield pool
+
+
+class _InThisThread(Executor):
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - raised by result(), as a pool's would be
+            f.set_exception(e)
+        return f

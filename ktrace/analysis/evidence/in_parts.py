@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime.config import SERIAL, Stage
+from ...runtime.config import SERIAL, Stage, thread_pool
 from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
 __all__ = ["read_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
@@ -50,9 +50,7 @@ def finish_evidence(read, threads: int = 1) -> tuple[WaitCauses, LeadIns]:
     args, kwargs, li_args, li_kwargs = read
     if threads <= 1:
         return wait_causes(*args, **kwargs), lead_ins(*li_args, **li_kwargs)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-lead-ins") as beside:
+    with thread_pool(1, "ktrace-lead-ins") as beside:
         li = beside.submit(lead_ins, *li_args, **li_kwargs)
         return wait_causes(*args, **kwargs, threads=threads), li.result()
 

@@ -15,8 +15,6 @@ capture, and the engine's figures the same whether a buffer comes as one part or
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -24,8 +22,7 @@ import numpy as np
 from ....export.writer import launch_facts
 from ....core.model import Decoded, Summary
 from ....core.progress import stage
-from ....runtime.config import Parallelism, parallelism
-from ....runtime.forked import Slots
+from ....runtime.config import Parallelism, Slots, parallelism, thread_pool
 from . import structure as st
 from ...evidence.in_parts import finish_evidence, read_evidence
 from .phase_tables import figures_of, kernel_figures, phases_table
@@ -55,7 +52,7 @@ class Columns:
 
     KEPT = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
 
-    def __init__(self, num_groups: int, capacity: int = 1 << 16, copier: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, num_groups: int, capacity: int = 1 << 16, copier=None) -> None:
         self.num_groups = num_groups
         self._copier = copier  # threads that copy a large part's columns side by side (numpy lets go of the GIL)
         self.n = 0
@@ -299,13 +296,6 @@ def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
     return max(-(-n // (jobs * rounds)), 1)
 
 
-def _done(value) -> Future:
-    """A Future that already holds ``value`` (what runs in this process without workers)."""
-    f: Future = Future()
-    f.set_result(value)
-    return f
-
-
 def _critical_path(state, _):
     cols, preds, kernel = state
     return critical_path(cols, preds, kernel.begin_ns, kernel.end_ns)
@@ -337,7 +327,8 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
              par: Parallelism) -> Figures:
     cols, head, given, summary = None, None, summary, Summary() if summary is None else summary
     threads = par.threads("copy")
-    with ThreadPoolExecutor(threads, thread_name_prefix="ktrace-copy") if threads > 1 else nullcontext() as copier:
+    with thread_pool(threads if threads > 1 else 0, "ktrace-copy") as pool:
+        copier = pool if threads > 1 else None
         for h, part_summary, r in parts:
             if head is None:
                 head = h
@@ -374,13 +365,12 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweeps.jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweeps)
     top = read[0][0] if not read[1] else None  # every top-level slice (not a sample): what the replay reads
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
+    with thread_pool(1 if par.stage("evidence_tests").parallel else 0, "ktrace-evidence") as beside:
         # Its boundaries side by side on the cores the workers leave, at most Parallelism.evidence_threads (on
         # 16 cores with 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with
         # 0.45 GB more memory; where the workers take every core, more threads only contend).
         threads = par.threads("evidence_tests")
-        tests = (beside.submit(finish_evidence, read, threads) if par.stage("evidence_tests").parallel
-                 else _done(finish_evidence(read)))
+        tests = beside.submit(finish_evidence, read, threads)
         del read
         stage(progress, "lanes and waits")
         preds = Preds(cols, blocks, sweeps).fill(cols, inst)

@@ -5,7 +5,6 @@ Returns the same ``Figures`` as the numpy engine (stream.py), so the two can be 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
 from ...model.results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Kernel, LaneTotals, Occupancy,
@@ -13,6 +12,7 @@ from ...model.results import (Blocks, BusySms, CriticalPath, CriticalShares, Fig
 import numpy as np
 
 from ....core.progress import stage
+from ....runtime.config import thread_pool
 from ...evidence.waits import TopSlices, lead_ins
 from ..numpy.phase_tables import wait_causes_of
 from .package import MODULES, include_all, register
@@ -47,7 +47,7 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
     # the same; 0.6 s of a 1e6-record analysis no longer waits for the engine).
     _include(session, progress, MODULES[:2], 0)
     kernel, launch, top = _kernel(session), _launch(session), _top_slices(session)
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
+    with thread_pool(1, "ktrace-evidence") as beside:
         causes = beside.submit(wait_causes_of, top, kernel, _phase_names(session), launch)
         _include(session, progress, MODULES[2:], 2)
         stage(progress, "reading the figures")
