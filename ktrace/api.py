@@ -98,7 +98,7 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, jobs=None, *
     path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written. jobs: worker
-    processes (None: the cores available; 1: none), the same bytes whatever the number."""
+    processes (None: the cores available, on 3 cores or more; 1: none), the same bytes whatever the number."""
     path = Path(out) if out is not None else default_output(source)
     src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
     check_output(path, [source, *_sidecar_given(decode_options)], "trace")
@@ -141,9 +141,9 @@ def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str 
     computed with numpy, no trace processor), or 'auto' (a buffer's figures from numpy at every size, a trace's
     from the trace processor); progress(done_bytes, total_bytes) while the trace loads;
     on_engine(engine, why): kept for ``annotate``'s signature (analyze's choice needs no explaining: it
-    depends on the kind of input, not its size); jobs: worker processes of the
-    numpy engine (default: the cores available, for a buffer of NUMPY_MIN_RECORDS record slots or more; the
-    figures are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
+    depends on the kind of input, not its size); jobs: worker processes of the numpy engine (default: the
+    cores available on 3 cores or more, for a buffer of NUMPY_MIN_RECORDS record slots or more; the figures
+    are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
     EnvironmentMissing when the engine cannot start."""
     from .analysis import Thresholds, analyze_opened
     thresholds = Thresholds.of(thresholds)  # a wrong kind fails now, not after the decoding

@@ -96,6 +96,16 @@ def test_build_caps_the_workers_at_the_cores(monkeypatch):
     assert Parallelism.build(12).jobs == 4 and Parallelism.build(0).jobs == 1
 
 
+def test_below_three_cores_the_default_is_one_process_and_asked_workers_still_fork(monkeypatch):
+    # Measured on 2 cores: the workers and the parent beside them contend (docs/performance.md).
+    monkeypatch.delenv("KTRACE_SERIAL", raising=False)
+    monkeypatch.setattr(config, "available_cores", lambda: 2)
+    assert Parallelism.build().jobs == 1 and Parallelism.build(cap=8).jobs == 1
+    assert Parallelism.build(2).jobs == 2
+    monkeypatch.setattr(config, "available_cores", lambda: 3)
+    assert Parallelism.build().jobs == 3
+
+
 def test_ktrace_serial_names_stages_or_all():
     assert serial_stages({"KTRACE_SERIAL": "sweeps, json"}) == {"sweeps", "json"}
     assert serial_stages({"KTRACE_SERIAL": "all"}) == set(STAGES)

@@ -219,7 +219,8 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4)])
+@pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4),
+                                                    (2, None, 1), (2, "2", 2)])
 def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, monkeypatch, capsys):
     import ktrace.analysis as analysis
     from ktrace.runtime import forked

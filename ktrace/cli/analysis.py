@@ -52,8 +52,8 @@ def register(sub) -> None:
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
     a.add_argument("-j", "--jobs", type=process_count, metavar="N",
                    help="numpy engine: worker processes decoding and reducing ranges of lanes side by side (default: "
-                   "the cores available up to 8, for a buffer of 250,000 record slots or more; at most the cores; "
-                   "1: none); the figures are the same whatever N")
+                   "the cores available up to 8, for a buffer of 250,000 record slots or more on 3 cores or more; at "
+                   "most the cores; 1: none); the figures are the same whatever N")
     engine_option(a, numpy=True)
     align_option(a)
     decode_options(a)

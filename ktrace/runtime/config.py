@@ -110,16 +110,22 @@ class Parallelism:
     captures_min_bytes: int = 4 << 20  # diff: captures of fewer bytes in all are analyzed in this process
     default_jobs_max: int = 8  # the numpy engine's workers without --jobs: the cores, at most this many (more:
     # more memory, little speed; 1e8 records on 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
+    min_cores: int = 3  # without --jobs, fewer cores than this: one process. On 2 cores the workers and the
+    # parent (which merges, copies and tests beside them) contend: analyze's parallel stages took 1.2-1.7x the
+    # time of one process at 1e6-1e7 records, convert 1.1-1.2x (docs/performance.md, scripts/bench_stages.py)
     stall_s: float | None = None  # a worker silent (no result, no CPU time) this long is stuck; None: forked.STALL_S
 
     @classmethod
     def build(cls, jobs: int | None = None, *, cap: int | None = None, env=None, **thresholds) -> "Parallelism":
-        """The configuration of a command: ``jobs`` workers (None: the cores available, at most ``cap``),
-        never more than the cores; $KTRACE_SERIAL's stages held in one process."""
+        """The configuration of a command: ``jobs`` workers (None: the cores available, at most ``cap``, and
+        one process below ``min_cores`` cores), never more than the cores; $KTRACE_SERIAL's stages held in one
+        process."""
         cores = available_cores()
         want = cores if jobs is None else int(jobs)
         if jobs is None and cap is not None:
             want = min(want, cap)
+        if jobs is None and cores < thresholds.get("min_cores", cls.min_cores):
+            want = 1
         return cls(jobs=max(1, min(cores, want)), cores=cores, serial=serial_stages(env), **thresholds)
 
     def stage(self, name: str, size: int | None = None) -> Stage:

@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .config import Parallelism
+from .config import Parallelism, available_cores
 from .forked import (POLL_S, Watch, lost_if_dead, lost_worker, pool_pids, results_closed, starting_workers,
                      to_the_end, worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
@@ -36,7 +36,7 @@ def default_jobs(items: Sequence, par: Parallelism | None = None) -> int:
     capped by the number of items; 1 when the items are files of fewer than ``par.captures_min_bytes`` in all
     (starting a worker, an interpreter with ktrace and the engine's compiled module, takes longer than
     analyzing a small capture)."""
-    par = Parallelism.build() if par is None else par
+    par = Parallelism.build(available_cores()) if par is None else par  # whole captures: no parent work beside
     if _total_bytes(items, par.captures_min_bytes) < par.captures_min_bytes:
         return 1
     return max(1, min(par.stage("captures").jobs, len(items)))
