@@ -1,6 +1,7 @@
 """How ktrace spreads work over cores: one configuration object, built once per command, read at stage level.
 
-    par = Parallelism.build(jobs=4)               # --jobs 4 (None: the cores available); $KTRACE_SERIAL read
+    par = Parallelism.build(jobs=4)               # --jobs 4 (None: the cores available, 1 below min_cores);
+                                                  # $KTRACE_SERIAL read
     sweeps = par.stage("sweeps", size=n_slices)   # this stage's workers (1: it runs in this process)
     for r in sweeps.imap(reduce_range, columns, ranges): ...
 
@@ -21,8 +22,8 @@ Stages (``STAGES``), with what each measured on 2 and 16 cores (``docs/performan
   on the cores the workers leave;
 - ``copy``: the parts' columns copied out in threads on the cores the workers leave;
 - ``json``: the long tables of the JSON written by forked workers, from ``json_min_rows`` rows;
-- ``transpose``: a buffer's record area copied lane-major in threads (decoding a capture whose lanes
-  interleave);
+- ``transpose``: a buffer file's record area copied lane-major in threads before its parts are decoded (a
+  file of ``BufferDecoder.TRANSPOSE_MIN_BYTES``, 256 MiB, or more: not reached at 1e7 records);
 - ``convert``: ``ktrace convert``'s ranges of lanes decoded and encoded by forked workers;
 - ``captures``: the captures of ``ktrace diff`` analyzed by spawned workers, from ``captures_min_bytes``.
 
@@ -34,7 +35,6 @@ same bytes either way.
 from __future__ import annotations
 
 import os
-from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
@@ -185,20 +185,19 @@ def thread_pool(threads: int, name: str):
     ``name``), shut down on leaving the block; with 0, an executor that runs each call at once in this thread
     (its Future already done). Where the runtime's threads come from: numpy and file I/O let go of the GIL, so
     work on arrays runs side by side."""
-    if threads <= 0:
-        yield _InThisThread()
-        return
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Executor, Future, ThreadPoolExecutor  # here: no import at start-up
 
+    if threads <= 0:
+        class InThisThread(Executor):
+            def submit(self, fn, /, *args, **kwargs) -> Future:
+                f: Future = Future()
+                try:
+                    f.set_result(fn(*args, **kwargs))
+                except Exception as e:  # noqa: BLE001 - raised by result(), as a pool's would be
+                    f.set_exception(e)
+                return f
+
+        yield InThisThread()
+        return
     with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
         yield pool
-
-
-class _InThisThread(Executor):
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        f: Future = Future()
-        try:
-            f.set_result(fn(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - raised by result(), as a pool's would be
-            f.set_exception(e)
-        return f
