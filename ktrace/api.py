@@ -34,7 +34,7 @@ from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .core.model import Decoded, Summary
 from .core.outputs import check_output
 from .core.progress import stage
-from .runtime.forked import available_cores
+from .runtime.config import Parallelism
 from .runtime.workers import in_worker, run_in_workers
 from .replays import whatif  # noqa: F401
 
@@ -97,7 +97,7 @@ def convert(source, out=None, *, tracks: str = "sm", progress=None, jobs=None, *
     path (default: the buffer's path with ``.perfetto-trace``); tracks: ``sm`` (launch > SM > block >
     group), ``block`` or ``flat``; decode_options: ``events``, ``groups``, ``layout``, ``sidecar``,
     ``num_blocks``, ``num_groups``. progress(done, total) is called as records are written. jobs: worker
-    processes (None: the cores available; 1: none), the same bytes whatever the number."""
+    processes (None: the cores available, on 3 cores or more; 1: none), the same bytes whatever the number."""
     path = Path(out) if out is not None else default_output(source)
     src = _open(source, decode_options, "convert")  # unknown options first: a usage error says so
     check_output(path, [source, *_sidecar_given(decode_options)], "trace")
@@ -142,9 +142,9 @@ def analyze(source, thresholds: Thresholds | dict | None = None, *, engine: str 
     computed with numpy, no trace processor), or 'auto' (a buffer's figures from numpy at every size, a trace's
     from the trace processor); progress(done_bytes, total_bytes) while the trace loads;
     on_engine(engine, why): kept for ``annotate``'s signature (analyze's choice needs no explaining: it
-    depends on the kind of input, not its size); jobs: worker processes of the
-    numpy engine (default: the cores available, for a buffer holding NUMPY_MIN_RECORDS records or more; the
-    figures are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
+    depends on the kind of input, not its size); jobs: worker processes of the numpy engine (default: the
+    cores available on 3 cores or more, for a buffer holding NUMPY_MIN_RECORDS records or more; the figures
+    are the same for any number). ``print()`` it for the report. InputError for bad input or thresholds,
     EnvironmentMissing when the engine cannot start."""
     from .analysis import Thresholds, analyze_opened
     thresholds = Thresholds.of(thresholds)  # a wrong kind fails now, not after the decoding
@@ -283,7 +283,6 @@ def analyze_merged(trace, thresholds: Thresholds | None = None, *, engine: str =
 # `annotate` (the trace drawn for the viewer, which the SQL package writes) takes numpy only from this size.
 NUMPY_MIN_RECORDS = 250_000
 COUNT_MAX_SLOTS = 1 << 24  # a buffer's records are counted (to choose its workers) up to this many slots (128 MB)
-NUMPY_DEFAULT_JOBS_MAX = 8  # more: more memory, little speed (1e8, 4/8/16 cores: 32/25/23 s, 3.5/3.6/4.3 GiB)
 
 
 def _numpy_path(engine: str, dec) -> bool:
@@ -326,7 +325,7 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         elif dec is None:
             a = analyze_opened(inp.decoded, thresholds, name=name)
         else:  # a range of lanes at a time, a few narrow columns per slice: bounded memory
-            a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_jobs(jobs, dec))
+            a = analyze_parts(dec, thresholds, name=name, progress=progress, jobs=_numpy_parallelism(jobs, dec))
         _refuse_unreadable(a, source, decode_options)
         if not capture:
             return a
@@ -335,13 +334,13 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         return Capture(a, _timing(inp, decode_options))
 
 
-def _numpy_jobs(jobs: int | None, dec) -> int:
-    """The numpy engine's worker processes: as asked (at most the cores available), else ``numpy_jobs``
-    for a buffer holding NUMPY_MIN_RECORDS records or more (1 in a worker process of several captures analyzed
-    side by side: those already use the cores)."""
+def _numpy_parallelism(jobs: int | None, dec) -> Parallelism:
+    """The numpy engine's runtime configuration: ``jobs`` workers as asked (at most the cores available), else
+    ``numpy_parallelism`` for a buffer holding NUMPY_MIN_RECORDS records or more (1 in a worker process of
+    several captures analyzed side by side: those already use the cores)."""
     if jobs is None and (in_worker() or _records_held(dec) < NUMPY_MIN_RECORDS):
-        return 1
-    return numpy_jobs(jobs)
+        return Parallelism.build(1)
+    return numpy_parallelism(jobs)
 
 
 def _records_held(dec) -> int:
@@ -357,8 +356,10 @@ def _records_held(dec) -> int:
     return int(np.count_nonzero(dec.body))
 
 
-def numpy_jobs(jobs: int | None) -> int:  # --jobs N (more than the cores cannot help), else the cores up to 8
-    return max(1, min(available_cores(), NUMPY_DEFAULT_JOBS_MAX if jobs is None else int(jobs)))
+def numpy_parallelism(jobs: int | None) -> Parallelism:
+    """The numpy engine's runtime configuration: --jobs N (more than the cores cannot help), else the cores up
+    to ``Parallelism.default_jobs_max``."""
+    return Parallelism.build(jobs, cap=Parallelism.default_jobs_max)
 
 
 def _refuse_unreadable(a: Analysis, source, decode_options) -> None:

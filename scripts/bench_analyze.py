@@ -11,8 +11,8 @@ included with shared pages counted once):
 
 - floor: numpy reads the buffer and splits the fields (bench_convert.py's floor, writing nothing);
 - numpy1: `ktrace analyze BUF --engine numpy --json --jobs 1` (the numpy engine in one process);
-- numpy: `ktrace analyze BUF --engine numpy --json` (worker processes on every core: what `--engine auto`
-  runs from 250,000 record slots);
+- numpy: `ktrace analyze BUF --engine numpy --json` (the default: worker processes on every core up to 8 from
+  250,000 record slots, where there are 3 cores or more; one process on fewer);
 - wasm: `ktrace analyze BUF --engine wasm --json` (the SQL package in the embedded trace processor), only up
   to --sql-max records (it loads every slice, and cannot hold 1e8 events at all);
 - with --split, the SQL run split into loading the trace and each module of the package.

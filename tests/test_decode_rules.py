@@ -268,10 +268,12 @@ def test_huge_buffer_path_transposes_and_decodes_the_same(tmp_path, monkeypatch)
     # Copied a few rows at a time by several threads: the same lane-major file.
     from ktrace.decoding import lanes as lane_io
 
+    from ktrace.runtime import config
+
     monkeypatch.setattr(lane_io, "BLOCK_WORDS", 2 * lanes)
-    monkeypatch.setattr(lane_io, "available_cores", lambda: 4)
-    for threads in (1, 4):
-        monkeypatch.setattr(lane_io, "COPY_THREADS", threads)
+    monkeypatch.setattr(config, "available_cores", lambda: 4)
+    for serial in ("transpose", ""):  # one thread, then 4
+        monkeypatch.setenv("KTRACE_SERIAL", serial)
         copied = BufferDecoder(path)
         assert copied._lane_major.read_bytes() == dec._lane_major.read_bytes()
         assert [p.slices.begin_ns.tolist() for p in copied.parts()] == [p.slices.begin_ns.tolist() for p in parts]

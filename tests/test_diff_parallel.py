@@ -14,7 +14,8 @@ import pytest
 
 from ktrace.decoding.encode import phase_buffer
 from ktrace.core.outputs import temporary_folder, temporary_root
-from ktrace.runtime.workers import PARALLEL_MIN_BYTES, default_jobs, run_in_workers
+from ktrace.runtime.config import Parallelism
+from ktrace.runtime.workers import default_jobs, run_in_workers
 
 from conftest import ROOT, interruptible, run_ktrace, sample
 
@@ -55,7 +56,7 @@ def test_small_files_stay_in_this_process(tmp_path):
     small.write_bytes(b"\0" * 64)
     assert default_jobs([small, small]) == 1
     big = tmp_path / "b.bin"
-    big.write_bytes(b"\0" * PARALLEL_MIN_BYTES)
+    big.write_bytes(b"\0" * Parallelism.captures_min_bytes)
     assert 1 <= default_jobs([big, big, big]) <= min(3, len(os.sched_getaffinity(0)))
 
 

@@ -70,9 +70,10 @@ def test_long_tables_written_by_workers_give_the_same_text(name, monkeypatch):
     one = a.to_json()
     long = [t for t in (a.figures.instances, a.figures.critical_path, a.figures.lanes, a.figures.blocks) if len(t) > 8]
     assert len(long) >= 2
-    monkeypatch.setattr(table, "PARALLEL_ROWS", 8)  # every table of more than 8 rows goes to a worker
-    assert a.to_json(jobs=2) == one
-    assert a.to_json(jobs=3) == one
+    from ktrace.runtime.config import Parallelism
+
+    for jobs in (2, 3):  # every table of 8 rows or more goes to the workers
+        assert a.to_json(jobs=Parallelism(jobs=jobs, cores=jobs, json_min_rows=8)) == one
 
 
 @pytest.mark.parametrize("text, written", [
@@ -99,8 +100,9 @@ def test_a_tables_rows_written_in_pieces_by_workers_escape_what_a_terminal_would
     t = T.from_columns({"n": list(range(len(names))), "s": names})
     dumps = lambda obj: jsonfmt.dumps(obj, ensure_ascii=False, allow_nan=False)  # noqa: E731
     want = dumps({"t": t.rows()})
-    monkeypatch.setattr(table, "PARALLEL_ROWS", 4)  # the table is cut into pieces written by workers
-    for jobs in (1, 2, 3):
-        got = dumps({"t": json_rows_of([t, t], jobs)[0]})
+    from ktrace.runtime.config import Parallelism
+
+    for jobs in (1, 2, 3):  # the table is cut into pieces written by workers
+        got = dumps({"t": json_rows_of([t, t], Parallelism(jobs=jobs, cores=jobs, json_min_rows=4))[0]})
         assert got == want and json.loads(got)["t"] == t.rows()
         assert not any(c in got for c in "\x9b\u202e\x7f\u2028")

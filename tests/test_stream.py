@@ -155,17 +155,20 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
     monkeypatch.setattr(evidence_stream, "EVIDENCE_MAX_SLICES", 64)
     from ktrace.analysis.figures.numpy import stream
 
-    monkeypatch.setattr(stream, "FORK_ROWS", 0)  # the sweeps' chunks go to the workers however few the slices
+    from ktrace.runtime.config import Parallelism
+
+    # The sweeps' chunks go to the workers however few the slices.
+    two_workers = Parallelism(jobs=2, cores=2, sweep_min_slices=0)
     dec = BufferDecoder(os.path.join(SAMPLES, f"{name}.bin"))
     per_part = max(1, dec.launch.num_blocks // 8) * dec.capacity_per_lane * dec.launch.num_groups
     one = decoder_figures(dec, jobs=1, chunk_rows=50, records_per_part=per_part)
-    two = decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part)
+    two = decoder_figures(dec, jobs=two_workers, chunk_rows=50, records_per_part=per_part)
     assert len(dec.part_ranges(per_part)) > 2 and one.kernel.slices > 100
     assert two.differences(one) == []
     assert two.wait_causes.rows() == one.wait_causes.rows() and two.lead_ins.rows() == one.lead_ins.rows()
     # The parts' columns come back by pipe where their shared-memory slots would be too large: the same.
     monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 0)
-    assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
+    assert decoder_figures(dec, jobs=two_workers, chunk_rows=50, records_per_part=per_part).differences(one) == []
     # Where the workers leave cores, each part's columns are copied out by threads side by side: the same.
     import threading
 
@@ -173,7 +176,6 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
 
     monkeypatch.setattr(stream, "SLOTS_MAX_BYTES", 1 << 30)
     monkeypatch.setattr(stream, "COPY_ROWS", 1)
-    monkeypatch.setattr(stream, "available_cores", lambda: 8)
     copied_by, append = set(), growing.Growing.append
 
     def spy(self, *a):
@@ -181,7 +183,8 @@ def test_worker_processes_give_the_figures_of_one_process(name, monkeypatch):
         return append(self, *a)
 
     monkeypatch.setattr(growing.Growing, "append", spy)
-    assert decoder_figures(dec, jobs=2, chunk_rows=50, records_per_part=per_part).differences(one) == []
+    on_8_cores = Parallelism(jobs=2, cores=8, sweep_min_slices=0)
+    assert decoder_figures(dec, jobs=on_8_cores, chunk_rows=50, records_per_part=per_part).differences(one) == []
     assert copied_by == {"ktrace-copy"}
 
 
@@ -216,7 +219,8 @@ def test_analyze_with_workers_writes_the_same_json(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4)])
+@pytest.mark.parametrize("cores,asked,expected", [(32, None, 8), (32, "12", 12), (4, None, 4), (4, "12", 4),
+                                                    (2, None, 1), (2, "2", 2)])
 def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, monkeypatch, capsys):
     import ktrace.analysis as analysis
     from ktrace.runtime import forked
@@ -226,11 +230,10 @@ def test_numpy_workers_default_to_the_cores_up_to_eight(cores, asked, expected, 
     real = analysis.analyze_parts
 
     def spy(dec, thresholds=None, *, name, progress=None, jobs=1):
-        seen.append(jobs)
-        return real(dec, thresholds, name=name, progress=progress, jobs=min(jobs, 2))
+        seen.append(jobs.jobs)  # the command's runtime configuration
+        return real(dec, thresholds, name=name, progress=progress, jobs=min(jobs.jobs, 2))
 
     monkeypatch.setattr(forked, "available_cores", lambda: cores)
-    monkeypatch.setattr(api, "available_cores", lambda: cores)
     monkeypatch.setattr(analysis, "analyze_parts", spy)
     monkeypatch.setattr(api, "NUMPY_MIN_RECORDS", 1)  # the sample analyzed as a large buffer is
     buf = os.path.join(SAMPLES, "blocks5000_ktrace.bin")
@@ -330,7 +333,10 @@ def test_rows_by_chunk_sorted_by_workers_are_the_stable_sort(runs, jobs, piece, 
         lut[edges[i]:edges[i + 1]] = i
     cum = np.r_[0, np.cumsum(np.bincount(k, minlength=steps))]
     out = shared_array(len(k), np.int32)
-    got = instance_math.chunk_order_forked(lut, k, [int(cum[e]) for e in edges[:-1]] + [len(k)], out, jobs)
+    from ktrace.runtime.config import Stage
+
+    got = instance_math.chunk_order_forked(lut, k, [int(cum[e]) for e in edges[:-1]] + [len(k)], out,
+                                           Stage("sweeps", jobs))
     assert got is out and out.tolist() == np.argsort(lut[k], kind="stable").tolist()
 
 
@@ -362,10 +368,11 @@ def test_evidence_boundaries_tested_side_by_side_give_the_rows_of_one_thread(nam
     calls = []
     finish = evidence_stream.finish_evidence
     monkeypatch.setattr(stream, "finish_evidence", lambda read, threads=1: calls.append(threads) or finish(read, threads))
-    monkeypatch.setattr(stream, "available_cores", lambda: 16)  # 13 cores left: 3 threads (at most 4)
-    monkeypatch.setattr(stream, "FORK_ROWS", 0)
+    from ktrace.runtime.config import Parallelism
+
     path = os.path.join(SAMPLES, f"{name}.bin" + (".gz" if name.startswith("fi_") else ""))
     one = decoder_figures(BufferDecoder(path), jobs=1, chunk_rows=50)
-    three = decoder_figures(BufferDecoder(path), jobs=3, chunk_rows=50)
+    on_16_cores = Parallelism(jobs=3, cores=16, sweep_min_slices=0)  # 13 cores left: 3 threads (at most 4)
+    three = decoder_figures(BufferDecoder(path), jobs=on_16_cores, chunk_rows=50)
     assert calls == [1, 3] and len(one.wait_causes) >= 2
     assert three.wait_causes.rows() == one.wait_causes.rows() and three.lead_ins.rows() == one.lead_ins.rows()

@@ -193,9 +193,10 @@ class Analysis:
                               "steps": rows(f.critical_path), "shares": rows(f.critical_shares)},
         }
 
-    def to_json(self, indent: int | None = 2, jobs: int = 1) -> str:
+    def to_json(self, indent: int | None = 2, jobs=1) -> str:
         """``to_dict()`` as JSON text (NaN never appears: undefined figures are null). jobs: worker processes
-        that write the long tables side by side (the same text for any number)."""
+        that write the long tables side by side, or the command's ``runtime.Parallelism`` (the same text for
+        any number)."""
         if indent is None:
             return jsonfmt.dumps(self.to_dict(), indent=None, ensure_ascii=False, allow_nan=False)
         # The same text, each table's rows written a column at a time (Table.json_rows).
@@ -246,11 +247,12 @@ def analyze_opened(source, thresholds: Thresholds | None = None, *, name: str | 
     return _finish(name or source.trace_name, source.engine_name, sql_figures(source, upid=upid, progress=progress), th)
 
 
-def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None, jobs: int = 1) -> Analysis:
+def analyze_parts(dec, thresholds: Thresholds | None = None, *, name: str, progress=None, jobs=1) -> Analysis:
     """The Analysis of a buffer from its decoded parts (dec: a BufferDecoder, decoded a range of lanes at a
     time), in memory bounded by a few narrow columns per slice (``stream_figures``: the figures equal
     ``numpy_figures``' of the whole buffer). jobs: worker processes decoding and reducing ranges of lanes
-    side by side (the figures are the same for any number). progress(done_lanes, lanes) after each range."""
+    side by side, or the command's ``runtime.Parallelism`` (the figures are the same for any number).
+    progress(done_lanes, lanes) after each range."""
     th = Thresholds.of(thresholds)
     stage(progress, "decoding the buffer", dec.lanes, "lanes")
     on_part = None if progress is None else (lambda lanes: progress(lanes[1], dec.lanes))

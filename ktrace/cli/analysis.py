@@ -52,8 +52,8 @@ def register(sub) -> None:
                    help="override a finding threshold (repeatable), e.g. --threshold imbalance=1.2")
     a.add_argument("-j", "--jobs", type=process_count, metavar="N",
                    help="numpy engine: worker processes decoding and reducing ranges of lanes side by side (default: "
-                   "the cores available up to 8, for a buffer of 250,000 record slots or more; at most the cores; "
-                   "1: none); the figures are the same whatever N")
+                   "the cores available up to 8, for a buffer of 250,000 record slots or more on 3 cores or more; at "
+                   "most the cores; 1: none); the figures are the same whatever N")
     engine_option(a, numpy=True)
     align_option(a)
     decode_options(a)
@@ -161,13 +161,14 @@ def _say_buffer_beside(source) -> None:
             return
 
 
-def _json_jobs(a, result) -> int:
-    """Worker processes writing the JSON's long tables: those of the numpy engine (--jobs, else its default)."""
+def _json_jobs(a, result):
+    """The runtime configuration writing the JSON's long tables: the numpy engine's (--jobs, else its default);
+    1 (this process) for the SQL package's."""
     if result.engine != "numpy":
         return 1
-    from ..api import numpy_jobs
+    from ..api import numpy_parallelism
 
-    return numpy_jobs(a.jobs)
+    return numpy_parallelism(a.jobs)
 
 
 def _sayer(bar):

@@ -22,7 +22,7 @@ def register(sub) -> None:
     tracks_option(c)
     c.add_argument("-j", "--jobs", type=process_count, metavar="N",
                    help="worker processes decoding and encoding ranges of lanes in parallel (default: the cores "
-                   "available; 1: none); the trace is the same whatever N")
+                   "available, on 3 cores or more; 1: none); the trace is the same whatever N")
     decode_options(c)
 
     i = sub.add_parser("inspect", help="what is in a buffer: layout, lanes, records, anomalies",

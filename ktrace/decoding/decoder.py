@@ -64,7 +64,9 @@ class BufferDecoder:
         self.layout = get_layout(layout) if layout else LAYOUTS[choose(scores)]
         self.match = LayoutMatch(self.layout.name, "forced" if layout else "detected", scores)
         if self._worth_transposing():
-            self.reader.copy_lane_major()
+            from ..runtime.config import Parallelism
+
+            self.reader.copy_lane_major(Parallelism.build().threads("transpose"))
         self._time_reference()
 
     @property

@@ -8,20 +8,15 @@ into a temporary file, so each range of lanes is one contiguous read.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from ..runtime.forked import available_cores
 from ..core.outputs import temporary_folder
 from .layouts import HEADER_WORDS
 from .source import Buffer
 
 BLOCK_WORDS = 1 << 20  # copying the record area lane-major: 8 MB read at a time
-COPY_THREADS = 4  # the most threads copying the record area lane-major, in the parent before any worker starts
-# (a 1e8-record buffer, 763 MB, on 16 cores: 0.97-1.04 s in one thread, 0.45-0.49 s in 4, 0.50-0.55 s in 8; each
-# thread keeps its own malloc arena of freed blocks: 8 threads took the process tree's PSS 123 MiB higher)
 
 __all__ = ["LaneReader", "lane_ranges"]
 
@@ -121,8 +116,10 @@ class LaneReader:
             self._band = b0, b1, band
         return band[lo - b0:hi - b0]
 
-    def copy_lane_major(self) -> None:
-        """Copy the record area lane-major into a temporary file, which ``block`` reads from then on."""
+    def copy_lane_major(self, threads: int = 1) -> None:
+        """Copy the record area lane-major into a temporary file, which ``block`` reads from then on; blocks of
+        rows side by side in ``threads`` threads (the runtime's ``transpose`` stage: the same file for any
+        number)."""
         cap, lanes = self.capacity_per_lane, self.lanes
         self._tmpdir = temporary_folder("ktrace-")
         self.lane_major = Path(self._tmpdir.name) / "lanes.u64"
@@ -143,9 +140,11 @@ class LaneReader:
                     os.pwrite(fd, memoryview(cols[ln]), (ln * cap + r0) * 8)
 
             starts = range(0, cap, rows_per_block)
-            threads = min(COPY_THREADS, available_cores(), len(starts))
+            threads = min(threads, len(starts))
             if threads > 1:  # blocks of rows side by side: reads, copies and writes let go of the GIL
-                with ThreadPoolExecutor(threads, thread_name_prefix="ktrace-transpose") as pool:
+                from ..runtime.config import thread_pool
+
+                with thread_pool(threads, "ktrace-transpose") as pool:
                     list(pool.map(copy_rows, starts))
             else:
                 for r0 in starts:

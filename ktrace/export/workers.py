@@ -22,11 +22,10 @@ import traceback
 from typing import Iterator
 
 from ..core.errors import KtraceError
-from ..runtime.forked import (POLL_S, Watch, available_cores, fork_context, starting_workers, to_the_end,
-                              worker_ignores_interrupts)
+from ..runtime.forked import POLL_S, Watch, fork_context, starting_workers, to_the_end, worker_ignores_interrupts
 from .events import PartOutput, PartWriter, WriteState
 
-__all__ = ["parallel_parts", "available_cores", "batches", "fork_context"]
+__all__ = ["parallel_parts", "batches", "fork_context"]
 
 _SHM = "/dev/shm"  # parts go from a worker to the parent through files here (memory), else in the temp folder
 
@@ -44,9 +43,16 @@ def batches(ranges: list, capacity_per_lane: int, band_bytes: int) -> list[list]
     return out
 
 
-def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState, jobs: int) -> Iterator[PartOutput]:
+def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState, jobs: int,
+                   stall_s: float | None = None) -> Iterator[PartOutput]:
     """Every part of ``work`` (batches of (k, lo, hi), k = 0, 1, ... in lane order) written by ``jobs`` worker
-    processes, yielded in order. ``state`` is the WriteState before part 0; it is left as after the last part."""
+    processes, yielded in order. ``state`` is the WriteState before part 0; it is left as after the last part.
+    stall_s: the runtime's bound on workers that make no progress (None: ``forked.STALL_S``).
+
+    Its own processes and pipes, not the runtime's pool (``forked.fork_imap``): a part that declares tracks or
+    names waits, in the worker that decoded it, for the state the parts before it left, and sends its own back
+    (a two-way exchange in the middle of a task, which a ``concurrent.futures`` task cannot hold); handing such
+    a part back to the parent instead would decode it twice, or send its decoded arrays through a pipe."""
     from multiprocessing.connection import wait
 
     ctx = fork_context()
@@ -85,7 +91,7 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
         def pids() -> list[int]:
             return [p.pid for p in procs if p.pid and p.exitcode is None]
 
-        watch = Watch(pids)
+        watch = Watch(pids, stall_s)
         while nxt < n_parts:
             msgs = got.get(nxt, [])
             kinds = [m[0] for m in msgs]
@@ -107,7 +113,7 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
                 if not ready:  # never a wait without a bound: workers that use no CPU for STALL_S are stuck
                     watch.check()
                     continue
-                watch = Watch(pids)
+                watch = Watch(pids, stall_s)
                 for c in ready:
                     try:
                         msg = c.recv()

@@ -25,7 +25,8 @@ from .launch_args import launch_facts
 from .events import ARG_NAMES, SEQ_ID, Names, PartOutput, PartWriter, SmHulls, WriteState, hull_packets, track_packets
 from .packets import pb2 as _pb2, emit as _emit
 from .tracks import LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, launch_track
-from .workers import available_cores, batches, fork_context, parallel_parts
+from ..runtime.config import Parallelism, Stage, parallelism
+from .workers import batches, fork_context, parallel_parts
 
 __all__ = ["write_trace", "write_chunks", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
 
@@ -85,15 +86,15 @@ def _launch_slice(d: Decoded, summary: Summary, space: TraceSpace = _DEFAULT_SPA
 
 
 def _written_parts(source, records_per_part: int | None, writer: PartWriter, state: WriteState,
-                   jobs: int) -> Iterator[PartOutput]:
+                   stage: Stage) -> Iterator[PartOutput]:
     """Each part written, in lane order: by worker processes (a BufferDecoder of several batches of ranges,
-    jobs > 1, where processes can be forked), else in this process."""
+    the runtime's ``convert`` stage has workers, where processes can be forked), else in this process."""
     if isinstance(source, Decoded):
         return _local_parts([source], writer, state)
-    if jobs > 1 and isinstance(source, BufferDecoder) and fork_context() is not None:
+    if stage.parallel and isinstance(source, BufferDecoder) and fork_context() is not None:
         work = batches(source.part_ranges(records_per_part), source.capacity_per_lane, source.reader.BAND_BYTES)
         if len(work) > 1:
-            return parallel_parts(source, work, writer, state, jobs)
+            return parallel_parts(source, work, writer, state, stage.jobs, stage.stall_s)
     return _local_parts(source.parts(records_per_part), writer, state)
 
 
@@ -110,7 +111,7 @@ def _chain(*its):
 
 def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None] | None = None,
                  summary_out: list | None = None, records_per_part: int | None = None,
-                 space: TraceSpace = _DEFAULT_SPACE, marks=None, jobs: int | None = 1):
+                 space: TraceSpace = _DEFAULT_SPACE, marks=None, jobs: int | Parallelism | None = 1):
     """The trace as a sequence of byte strings.
 
     source: a Decoded, or a BufferDecoder (decoded and written a range of lanes at a time).
@@ -120,13 +121,14 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
     (an annotated trace, ``ktrace analyze --trace``): those phase slices' BEGIN packets also carry an arg
     ``ktrace.role`` and the critical path's flow ids; None (converting) writes every packet as usual.
     jobs: worker processes decoding and encoding ranges of lanes in parallel (``workers.py``; None: the cores
-    available; 1: all in this process). The bytes are the same whatever the number.
+    available; 1: all in this process), or the command's ``runtime.Parallelism`` (its ``convert`` stage). The
+    bytes are the same whatever the number.
     """
     if tracks not in TRACK_MODES:
         raise ValueError(f"tracks must be one of {TRACK_MODES}")
-    jobs = available_cores() if jobs is None else jobs
-    if jobs < 1:
+    if isinstance(jobs, int) and jobs < 1:
         raise ValueError(f"jobs {jobs}: 1 or more")
+    stage = (Parallelism.build() if jobs is None else parallelism(jobs)).stage("convert")
     off = space.uuid_offset
     mode = tracks if (tracks != "sm" or source.layout.name == "flashinfer") else "block"  # no SM field
     state = WriteState(Names(space.seq_id), TrackState.new(source))
@@ -140,7 +142,7 @@ def trace_chunks(source, tracks: str = "sm", progress: Callable[[int, int], None
     head.append(track_packets([launch_track(source, off, parent)], set(), space=space))
     summary, sm_hulls, first = Summary(), SmHulls(), None
     total = getattr(source, "lanes", None)
-    for part in _written_parts(source, records_per_part, PartWriter(mode, space, marks), state, jobs):
+    for part in _written_parts(source, records_per_part, PartWriter(mode, space, marks), state, stage):
         if first is None:
             first = part.bare
             yield from head

@@ -95,14 +95,14 @@ def worker_ignores_interrupts() -> None:
 
 
 def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1,
-              window: int | None = None) -> Iterator:
+              window: int | None = None, stall_s: float | None = None) -> Iterator:
     """``fn(shared, x) for x in items``, in order, computed by up to ``jobs`` forked worker processes (in this
     process when jobs is 1, there is one item, or the platform cannot fork). ``fn`` is a module-level function
     (sent by name), ``shared`` is inherited by the fork (read it, never write it: a write stays in the worker).
     window: item i is handed out only once the caller is done with result i - window (has asked for the one
     after it), so that it may reuse what that result held (a ``Slots`` slot). An error in a worker is raised here;
     a worker that dies (killed, out of memory) or stops making progress raises ``WorkerLost`` (never a wait
-    without end); Ctrl-C stops the workers; none is left behind."""
+    without end; stall_s: that bound, None for STALL_S); Ctrl-C stops the workers; none is left behind."""
     items = list(items)
     jobs = max(1, min(int(jobs), len(items)))
     ctx = fork_context() if jobs > 1 else None  # one job: multiprocessing not even imported
@@ -118,7 +118,7 @@ def fork_imap(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs:
         futures = deque(_submit(pool, fn, c) for c in chunks[:ahead])
         handed = len(futures)
         while futures:
-            for r in wait_result(futures.popleft(), pool):
+            for r in wait_result(futures.popleft(), pool, stall_s):
                 yield r
             if handed < len(chunks):  # the caller is done with the oldest result: the next chunk may start
                 futures.append(_submit(pool, fn, chunks[handed]))
@@ -135,9 +135,10 @@ def _chunksize(n: int, jobs: int, window: int | None) -> int:
     return 1 if window else max(1, n // (16 * jobs))
 
 
-def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1) -> list:
+def fork_map(fn: Callable[[Any, Any], Any], shared: Any, items: Sequence, jobs: int = 1,
+             stall_s: float | None = None) -> list:
     """``list(fork_imap(fn, shared, items, jobs))``."""
-    return list(fork_imap(fn, shared, items, jobs))
+    return list(fork_imap(fn, shared, items, jobs, stall_s=stall_s))
 
 
 class fork_later:
@@ -146,8 +147,9 @@ class fork_later:
     r = later.result()``. The worker is stopped on leaving the block, whatever happened in it; one that dies
     or stops making progress raises ``WorkerLost`` from ``result``."""
 
-    def __init__(self, fn: Callable[[Any, Any], Any], shared: Any, x: Any, fork: bool = True) -> None:
-        self._fn, self._shared, self._x, self._fork = fn, shared, x, fork
+    def __init__(self, fn: Callable[[Any, Any], Any], shared: Any, x: Any, fork: bool = True,
+                 stall_s: float | None = None) -> None:
+        self._fn, self._shared, self._x, self._fork, self._stall_s = fn, shared, x, fork, stall_s
         self._pool = self._pending = None
         self._done = False
         self._value: Any = None
@@ -168,7 +170,7 @@ class fork_later:
     def result(self) -> Any:
         """The worker's result (waiting for it); its error raised here."""
         if not self._done:
-            self._value, self._done = wait_result(self._pending, self._pool)[0], True
+            self._value, self._done = wait_result(self._pending, self._pool, self._stall_s)[0], True
         return self._value
 
     def __exit__(self, *exc) -> None:
@@ -267,13 +269,14 @@ STALL_S = 120.0  # no result, and no CPU time used by any worker (or a process o
 POLL_S = 1.0
 
 
-def wait_result(future, pool) -> Any:
+def wait_result(future, pool, stall_s: float | None = None) -> Any:
     """``future.result()`` of a process pool's task, bounded: a dead worker, or none of the pool's processes
-    using any CPU time for STALL_S while the result is awaited, raises WorkerLost (the pool is then unusable)."""
+    using any CPU time for stall_s (None: STALL_S) while the result is awaited, raises WorkerLost (the pool is
+    then unusable)."""
     from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
 
-    watch = Watch(pool_pids(pool))
+    watch = Watch(pool_pids(pool), stall_s)
     while not wait([future], timeout=POLL_S).done:
         lost_if_dead(pool)
         watch.check()
@@ -309,10 +312,12 @@ def lost_worker(pool) -> WorkerLost:
 class Watch:
     """Whether worker processes still make progress: the CPU time of theirs (and their own children's) changes.
     ``Watch(pids)``: pids() lists the workers' process ids now (a pool's: ``pool_pids(pool)``); ``check()``,
-    called while waiting, raises WorkerLost once none of them used any CPU time for STALL_S."""
+    called while waiting, raises WorkerLost once none of them used any CPU time for stall_s (None: STALL_S, read
+    when the watch starts)."""
 
-    def __init__(self, pids: Callable[[], list[int]]) -> None:
+    def __init__(self, pids: Callable[[], list[int]], stall_s: float | None = None) -> None:
         self._pids = pids
+        self._stall_s = STALL_S if stall_s is None else stall_s
         self._cpu = _tree_cpu(self._pids())
         self._since = time.monotonic()
 
@@ -320,9 +325,9 @@ class Watch:
         cpu = _tree_cpu(self._pids())
         if cpu is None or cpu != self._cpu:
             self._cpu, self._since = cpu, time.monotonic()
-        elif time.monotonic() - self._since >= STALL_S:
-            raise WorkerLost(f"the worker processes made no progress for {STALL_S:g} s (stuck); run again, or with "
-                             "--jobs 1 (one process)")
+        elif time.monotonic() - self._since >= self._stall_s:
+            raise WorkerLost(f"the worker processes made no progress for {self._stall_s:g} s (stuck); run again, "
+                             "or with --jobs 1 (one process)")
 
 
 def pool_pids(pool) -> Callable[[], list[int]]:

@@ -19,38 +19,36 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from .forked import (POLL_S, Watch, available_cores, lost_if_dead, lost_worker, pool_pids, results_closed,
-                     starting_workers, to_the_end, worker_ignores_interrupts)
+from .config import Parallelism, available_cores
+from .forked import (POLL_S, Watch, lost_if_dead, lost_worker, pool_pids, results_closed, starting_workers,
+                     to_the_end, worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
 
-__all__ = ["default_jobs", "run_in_workers", "in_worker", "PARALLEL_MIN_BYTES"]
+__all__ = ["default_jobs", "run_in_workers", "in_worker"]
 
 _STOP_WAIT_S = 10.0  # how long a stopped worker may take to unwind before it is killed
 _busy = False  # in a worker: whether a call is running (SIGTERM then unwinds it, else exits at once)
 _worker = False  # whether this process is a worker of run_in_workers
 
 
-# Below this many bytes of input in all, the default is to work in this process: starting a worker (an
-# interpreter, ktrace, the engine's compiled module) takes longer than analyzing a small capture.
-PARALLEL_MIN_BYTES = 4 << 20
-
-
-def default_jobs(items: Sequence) -> int:
-    """The cores this process may run on (its CPU affinity), capped by the number of items; 1 when the
-    items are files of fewer than PARALLEL_MIN_BYTES in all."""
-    cores = available_cores()
-    if _total_bytes(items) < PARALLEL_MIN_BYTES:
+def default_jobs(items: Sequence, par: Parallelism | None = None) -> int:
+    """The workers of the ``captures`` stage (``par``, default: built for the cores this process may run on),
+    capped by the number of items; 1 when the items are files of fewer than ``par.captures_min_bytes`` in all
+    (starting a worker, an interpreter with ktrace and the engine's compiled module, takes longer than
+    analyzing a small capture)."""
+    par = Parallelism.build(available_cores()) if par is None else par  # whole captures: no parent work beside
+    if _total_bytes(items, par.captures_min_bytes) < par.captures_min_bytes:
         return 1
-    return max(1, min(cores, len(items)))
+    return max(1, min(par.stage("captures").jobs, len(items)))
 
 
-def _total_bytes(items: Sequence) -> int:
+def _total_bytes(items: Sequence, enough: int) -> int:
     total = 0
     for x in items:
         try:
             total += os.stat(x).st_size
         except (TypeError, ValueError, OSError):
-            return PARALLEL_MIN_BYTES  # not a file, or not there: let the worker say so
+            return enough  # not a file, or not there: let the worker say so
     return total
 
 

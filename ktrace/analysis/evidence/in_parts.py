@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime.forked import fork_imap
+from ...runtime.config import SERIAL, Stage, thread_pool
 from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
 __all__ = ["read_evidence", "read_top_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
@@ -54,16 +54,15 @@ def finish_evidence(read, threads: int = 1) -> tuple[WaitCauses, LeadIns]:
     args, kwargs, li_args, li_kwargs = read
     if threads <= 1:
         return wait_causes(*args, **kwargs), lead_ins(*li_args, **li_kwargs)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-lead-ins") as beside:
+    with thread_pool(1, "ktrace-lead-ins") as beside:
         li = beside.submit(lead_ins, *li_args, **li_kwargs)
         return wait_causes(*args, **kwargs, threads=threads), li.result()
 
 
-def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, jobs: int = 1) -> tuple:
+def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, stage: Stage = SERIAL) -> tuple:
     """What the evidence's tests read (``finish_evidence``): every top-level slice where they are few; else a
-    sample, and what must be exact from every slice, read a range of lanes at a time."""
+    sample, and what must be exact from every slice, read a range of lanes at a time (the ranges mapped by the
+    runtime's ``stage``)."""
     n_top = int((cols.depth == 0).sum())
     if n_top <= EVIDENCE_MAX_SLICES:
         top = _top(cols, 0, cols.n)
@@ -87,7 +86,7 @@ def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, j
     tot = np.zeros((3, nph * nph * ng), np.int64)
     last_gap = np.full(len(inst_key), np.nan)
     parts, chunk_ends = [], []
-    for keys, ends, lowest, sample, n, sums, most, r, gaps in fork_imap(_pass1, plan, cuts, jobs):  # every slice
+    for keys, ends, lowest, sample, n, sums, most, r, gaps in stage.imap(_pass1, plan, cuts):  # every slice
         np.maximum.at(latest, keys, ends)
         chunk_ends.append((keys, ends, lowest))
         parts.append(sample)

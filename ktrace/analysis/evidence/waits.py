@@ -126,9 +126,9 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
 
     spans = list(zip(bstarts.tolist(), bends.tolist()))
     if threads > 1 and len(spans) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+        from ...runtime.config import thread_pool
 
-        with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="ktrace-boundary") as pool:
+        with thread_pool(min(threads, len(spans)), "ktrace-boundary") as pool:
             tested = list(pool.map(test, spans))
     else:
         tested = [test(span) for span in spans]

@@ -9,12 +9,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...runtime.forked import fork_imap
+from ...runtime.config import Parallelism, parallelism
 from ...core.jsonfmt import EncodedLines, EncodedRows, encode_basestring, escape_raw
 
-__all__ = ["Table", "table", "kinds", "INT", "REAL", "TEXT", "INTN", "json_rows_of", "PARALLEL_ROWS"]
-
-PARALLEL_ROWS = 4096  # json_rows_of: tables this long are written by worker processes
+__all__ = ["Table", "table", "kinds", "INT", "REAL", "TEXT", "INTN", "json_rows_of"]
 
 _INT, _REAL, _TEXT = "int", "real", "text"
 _INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
@@ -127,13 +125,17 @@ class Table:
         return out
 
 
-def json_rows_of(tables: list, jobs: int = 1) -> list:
-    """Each table's rows as ``EncodedLines`` (``Table.json_lines``). With jobs > 1, the tables of
-    PARALLEL_ROWS rows or more are cut into ranges of rows of about equal cells, twice as many as the jobs,
-    written side by side by forked worker processes (the same text for any number): one worker a table left
-    the rest idle behind the longest one (at 1e8 records, the instance table alone took most of 6 s)."""
+def json_rows_of(tables: list, jobs: int | Parallelism = 1) -> list:
+    """Each table's rows as ``EncodedLines`` (``Table.json_lines``). jobs: worker processes, or the command's
+    Parallelism: where its ``json`` stage has workers, the tables of ``json_min_rows`` rows or more are cut
+    into ranges of rows of about equal cells, twice as many as the jobs, mapped by that stage (the same text
+    for any number): one worker a table left the rest idle behind the longest one (at 1e8 records, the
+    instance table alone took most of 6 s)."""
+    par = parallelism(jobs)
+    write = par.stage("json")
+    jobs = write.jobs
     out = [[] for _ in tables]
-    big = [i for i, t in enumerate(tables) if len(t) >= PARALLEL_ROWS] if jobs > 1 else []
+    big = [i for i, t in enumerate(tables) if par.stage("json", len(t)).parallel]
     cells = {i: len(tables[i]) * len(tables[i].columns()) for i in big}
     target = max(sum(cells.values()) // (2 * jobs), 1)
     pieces = []
@@ -142,7 +144,7 @@ def json_rows_of(tables: list, jobs: int = 1) -> list:
         cuts = np.linspace(0, n, max(1, min(n, round(cells[i] / target))) + 1).astype(np.int64).tolist()
         pieces += [(i, a, b) for a, b in zip(cuts[:-1], cuts[1:])]
     if len(pieces) > 1:
-        for (i, _, _), text in zip(pieces, fork_imap(_json_lines_at, tables, pieces, jobs)):
+        for (i, _, _), text in zip(pieces, write.imap(_json_lines_at, tables, pieces)):
             out[i].append(text)
     return [EncodedLines(o) if o else EncodedLines((t.json_lines(),)) for t, o in zip(tables, out)]
 

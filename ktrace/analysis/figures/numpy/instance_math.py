@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ....runtime.forked import fork_map, shared_array
+from ....runtime.config import SERIAL, Stage
 from .growing import narrowest_type
 from ...evidence.keyed import run_starts
 
@@ -143,18 +143,18 @@ def chunk_order(lut: np.ndarray, k: np.ndarray, bounds: list[int], piece_rows: i
     return out
 
 
-def chunk_order_forked(lut: np.ndarray, k: np.ndarray, bounds: list[int], out: np.ndarray, jobs: int) -> np.ndarray:
-    """``chunk_order(lut, k, bounds, out=out)`` by up to ``jobs`` forked workers, ``out`` in shared memory
-    (``forked.shared_array``): ranges of rows, about four a worker, each counted by chunk, then each sorted
+def chunk_order_forked(lut: np.ndarray, k: np.ndarray, bounds: list[int], out: np.ndarray, stage: Stage) -> np.ndarray:
+    """``chunk_order(lut, k, bounds, out=out)`` by the workers of the runtime's ``stage``, ``out`` in shared
+    memory (``Stage.array``): ranges of rows, about four a worker, each counted by chunk, then each sorted
     alone and its rows of every chunk written where the ranges before it leave off (the same order). One
     process took 0.66 s of 1e8 records' phase instances on 2 cores, while every worker waited."""
     n = len(k)
-    step = max(PIECE_ROWS, -(-n // (4 * max(jobs, 1))))
+    step = max(PIECE_ROWS, -(-n // (4 * max(stage.jobs, 1))))
     pieces = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-    counts = np.array(fork_map(_piece_counts, (lut, k, len(bounds) - 1), pieces, jobs), np.int64).reshape(
+    counts = np.array(stage.map(_piece_counts, (lut, k, len(bounds) - 1), pieces), np.int64).reshape(
         len(pieces), len(bounds) - 1)
     at = np.asarray(bounds[:-1], np.int64) + np.cumsum(counts, axis=0) - counts  # per piece and chunk
-    fork_map(_piece_order, (lut, k, out), [(lo, hi, at[i], counts[i]) for i, (lo, hi) in enumerate(pieces)], jobs)
+    stage.map(_piece_order, (lut, k, out), [(lo, hi, at[i], counts[i]) for i, (lo, hi) in enumerate(pieces)])
     return out
 
 
@@ -196,13 +196,13 @@ def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
 class ChunkRows:
     """The rows of each k range (``stream_instances._k_ranges``): first in row order (one stable sort of the
     rows by their range, ``chunk_order``), then, once sweep 1 has grouped a range's rows by instance, in that
-    grouping (``keep``), which sweep 2 reads instead of sorting them again. In shared memory
-    (``forked.shared_array``), made before the workers fork, so that what sweep 1's workers keep reaches
-    sweep 2's."""
+    grouping (``keep``), which sweep 2 reads instead of sorting them again. In shared memory where the
+    ``stage`` has workers (``Stage.array``), made before they fork, so that what sweep 1's workers keep
+    reaches sweep 2's."""
 
-    def __init__(self, cols, chunks: list[tuple[int, int]], jobs: int = 1) -> None:
+    def __init__(self, cols, chunks: list[tuple[int, int]], stage: Stage = SERIAL) -> None:
         n = cols.n
-        self.order = shared_array(n, narrowest_type(0, max(n - 1, 0)))
+        self.order = stage.array(n, narrowest_type(0, max(n - 1, 0)))
         if len(chunks) <= 1:
             self.bounds = [0, n]
             self.order[:] = np.arange(n)
@@ -213,8 +213,8 @@ class ChunkRows:
             lut[k0:k1] = i
         cum = np.r_[0, np.cumsum(cols.per_k)]
         self.bounds = [int(cum[k0]) for k0, _ in chunks] + [int(cum[-1])]
-        if jobs > 1:
-            chunk_order_forked(lut, cols.k, self.bounds, self.order, jobs)
+        if stage.parallel:
+            chunk_order_forked(lut, cols.k, self.bounds, self.order, stage)
         else:
             chunk_order(lut, cols.k, self.bounds, out=self.order)
 

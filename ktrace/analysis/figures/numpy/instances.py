@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import structure as st
-from ....runtime.forked import fork_imap, fork_map, shared_array
+from ....runtime.config import SERIAL, Stage
 from .growing import narrowest, narrowest_type
 from .phase_tables import waits_columns
 from .instance_math import (ChunkRows, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
@@ -69,9 +69,9 @@ def _grouped(cols, rows: np.ndarray, ncode: int, k0: int, k1: int):
     return rows, local[starts].astype(np.int64) + k0 * ncode, starts
 
 
-def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
+def instance_sweeps(cols, blocks, chunk_rows: int, stage: Stage = SERIAL) -> Instances:
     """The instance table and what later figures need (``Instances``), in two sweeps over chunks of whole
-    instances, each chunk in one of ``jobs`` forked workers (the same result for any number)."""
+    instances, the chunks mapped by the runtime's ``stage`` (the same result for any number of workers)."""
     n, ncode = cols.n, max(len(cols.names), 1)
     inst = Instances()
     inst.is_last = np.zeros(n, bool)
@@ -82,10 +82,10 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
         inst.index_of, inst.lane_span = None, 1
         return inst
     chunks = _k_ranges(cols, chunk_rows)
-    by_chunk = ChunkRows(cols, chunks, jobs)
+    by_chunk = ChunkRows(cols, chunks, stage)
     items = [(i, *c) for i, c in enumerate(chunks)]
     # Sweep 1: each instance's latest end, and its tied last finishers.
-    got = fork_map(_sweep_ends, (cols, ncode, by_chunk), items, jobs)
+    got = stage.map(_sweep_ends, (cols, ncode, by_chunk), items)
     inst.keys, inst.inst_end = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
     inst.index_of = _dense_index(inst.keys)
     inst.block_row = _block_rows(blocks)
@@ -99,8 +99,8 @@ def instance_sweeps(cols, blocks, chunk_rows: int, jobs: int = 1) -> Instances:
     del tied
     # Sweep 2: every other figure of each instance, on the rows as sweep 1 grouped them.
     starts_at = np.r_[0, np.cumsum(counts)[:-1]].tolist()
-    got = fork_map(_sweep_figures, (cols, blocks, inst, by_chunk, sizes),
-                   [(item[0], i0, count) for item, i0, count in zip(items, starts_at, counts)], jobs)
+    got = stage.map(_sweep_figures, (cols, blocks, inst, by_chunk, sizes),
+                    [(item[0], i0, count) for item, i0, count in zip(items, starts_at, counts)])
     del by_chunk, sizes
     inst.last_row = np.concatenate([g[1] for g in got])
     inst.is_last[inst.last_row] = True
@@ -227,11 +227,11 @@ def _block_rows(blocks) -> np.ndarray:
     return rows
 
 
-def lanes_table(cols, inst: Instances, chunk_rows: int, jobs: int = 1) -> PhaseLanes:
-    """ktrace_phase_lane, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers)."""
+def lanes_table(cols, inst: Instances, chunk_rows: int, stage: Stage = SERIAL) -> PhaseLanes:
+    """ktrace_phase_lane, a chunk of whole lanes at a time (mapped by the runtime's ``stage``)."""
     if not cols.n:
         return PhaseLanes.empty()
-    out = fork_map(_lanes_chunk, (cols, inst), _lane_cuts(cols, chunk_rows), jobs)
+    out = stage.map(_lanes_chunk, (cols, inst), _lane_cuts(cols, chunk_rows))
     t = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
     order = np.lexsort((t["lane"], t["phase_index"]))
     t = {k: v[order] for k, v in t.items()}
@@ -262,13 +262,13 @@ def _lanes_chunk(state, chunk: tuple[int, int]) -> dict:
     }
 
 
-def waits_table(cols, chunk_rows: int, jobs: int = 1) -> Waits:
-    """ktrace_wait, a chunk of whole lanes at a time (each in one of ``jobs`` forked workers): each chunk gives
+def waits_table(cols, chunk_rows: int, stage: Stage = SERIAL) -> Waits:
+    """ktrace_wait, a chunk of whole lanes at a time (mapped by the runtime's ``stage``): each chunk gives
     its distinct (pair, wait) values with their counts (the percentiles need every wait, not every row) and its
     longest wait per pair; they are merged after. The waits themselves were gathered and sorted in this
     process: at 1e8 records, 5e7 of them, serial."""
     nph = len(cols.names)
-    got = [g for g in fork_imap(_waits_chunk, cols, _lane_cuts(cols, chunk_rows), jobs) if g is not None]
+    got = [g for g in stage.imap(_waits_chunk, cols, _lane_cuts(cols, chunk_rows)) if g is not None]
     if not got:
         return Waits.empty()
     (pair_of, value), counts = st.unique_columns(np.concatenate([g[0] for g in got]),
@@ -328,16 +328,15 @@ class Preds:
     that instance's last finisher (kind 0, wait), else for the lane's previous slice (1, lane_gap); a
     later-wave block's first top-level slice waited for the block that freed its SM slot (2, block_switch).
     ``code``: row * 4 + kind, -1 none. Found before the walk (``fill``), a piece of rows at a time by up to
-    ``jobs`` forked workers, each writing its piece in place (``code`` is then shared memory), so that the
-    walk reads one value a step: it looked each step up in the columns, a cache miss each at 1e8 records
+    the workers of the runtime's ``stage``, each writing its piece in place (``code`` is then shared memory),
+    so that the walk reads one value a step: it looked each step up in the columns, a cache miss each at 1e8 records
     (4.9 s; 0.23 s at 1e7). (The lanes' workers once sent them back by pipe: at 1e8 records 200 MB pickled,
     piped and copied, 1.6 s of the parent's CPU; then the walk's own worker found them, alone: on 16 cores
     at 1e8 records, 1.7 s of CPU that every other stage had finished waiting for.)"""
 
-    def __init__(self, cols, blocks, jobs: int = 1) -> None:
-        self.jobs = jobs
-        dtype = narrowest_type(-1, 4 * max(cols.n, 1))
-        self.code = shared_array(cols.n, dtype) if jobs > 1 else np.empty(cols.n, dtype)
+    def __init__(self, cols, blocks, stage: Stage = SERIAL) -> None:
+        self.stage = stage
+        self.code = stage.array(cols.n, narrowest_type(-1, 4 * max(cols.n, 1)))
         # Per block row: where a later-wave block's first top-level slice waited (-1: it did not).
         self.switch = np.full(len(blocks), -1, np.int64)
         before = st.blocks_before(blocks)
@@ -349,9 +348,9 @@ class Preds:
     def fill(self, cols, inst) -> "Preds":
         """``code`` of every row, in pieces of at most _FILL_ROWS rows (each piece's temporaries stay small),
         about four a worker."""
-        step = max(1, min(_FILL_ROWS, -(-cols.n // (4 * self.jobs))))
+        step = max(1, min(_FILL_ROWS, -(-cols.n // (4 * self.stage.jobs))))
         pieces = [(a, min(a + step, cols.n)) for a in range(0, cols.n, step)]
-        for _ in fork_imap(_fill_piece, (self, cols, inst), pieces, self.jobs):
+        for _ in self.stage.imap(_fill_piece, (self, cols, inst), pieces):
             pass
         return self
 

@@ -15,8 +15,6 @@ capture, and the engine's figures the same whether a buffer comes as one part or
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -24,7 +22,7 @@ import numpy as np
 from ....export.launch_args import launch_facts
 from ....core.model import Decoded, Summary
 from ....core.progress import stage
-from ....runtime.forked import Slots, available_cores, fork_imap, fork_later
+from ....runtime.config import Parallelism, Slots, parallelism, thread_pool
 from . import structure as st
 from ...evidence.in_parts import finish_evidence, read_evidence
 from .phase_tables import figures_of, kernel_figures, phases_table
@@ -41,14 +39,10 @@ EVIDENCE_CHUNKS = 16  # the evidence reads ranges of lanes of at least this many
 # workers no more ranges than twice the workers: each range sends back arrays as long as the instances (at 1e8
 # records, 48 ranges of 2^20 sent 650 MB for the parent to merge), and none past 2^22 slices (its row list: 32 MB);
 # each is read in pieces of a chunk (evidence_stream.PIECE_ROWS)
-EVIDENCE_THREADS = 4  # the most threads the evidence's tests take (on cores the workers leave)
-FORK_ROWS = 1 << 20  # the sweeps' chunks go to worker processes only past this many slices (at 1e6 records,
-# forking cost more than it saved)
-COPY_ROWS = 1 << 16  # with workers, a part of this many slices has its columns copied out by threads side by side
-# (at 1e8 records on 8 workers of 16 cores: the parent's copies 0.54 -> 0.34 s, its CPU 0.53 -> 0.13 s; the stage
-# stays bound by the workers' decoding); not where the workers take every core (on 2 cores threads made the
-# copies slower: 0.20 -> 0.25-0.38 s at 1e7, parts of 2^14 slices)
-COPY_THREADS = 4
+COPY_ROWS = 1 << 16  # with copy threads (``Parallelism.threads("copy")``), a part of this many slices has its
+# columns copied out side by side (at 1e8 records on 8 workers of 16 cores: the parent's copies 0.54 -> 0.34 s, its
+# CPU 0.53 -> 0.13 s; the stage stays bound by the workers' decoding); not where the workers take every core (on 2
+# cores threads made the copies slower: 0.20 -> 0.25-0.38 s at 1e7, parts of 2^14 slices)
 SLOTS_MAX_BYTES = 1 << 30  # the most address space the parts' shared-memory slots take (resident: what is written)
 
 
@@ -58,7 +52,7 @@ class Columns:
 
     KEPT = ("lane", "k", "event", "sm", "depth", "begin", "end", "prev")
 
-    def __init__(self, num_groups: int, capacity: int = 1 << 16, copier: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, num_groups: int, capacity: int = 1 << 16, copier=None) -> None:
         self.num_groups = num_groups
         self._copier = copier  # threads that copy a large part's columns side by side (numpy lets go of the GIL)
         self.n = 0
@@ -245,20 +239,25 @@ def numpy_figures(d: Decoded, summary: Summary | None = None) -> Figures:
 
 
 def stream_figures(parts: Iterable[Decoded], *, chunk_rows: int = CHUNK_ROWS, progress=None,
-                   max_slices: int | None = None, summary: Summary | None = None, jobs: int = 1) -> Figures:
+                   max_slices: int | None = None, summary: Summary | None = None,
+                   jobs: int | Parallelism = 1) -> Figures:
     """Every figure of the analysis from a buffer's decoded parts, in lane order (``BufferDecoder.parts``).
     progress: told each stage after decoding (``ktrace.core.progress``). max_slices: at most how many slices the
     parts hold (half the record slots): the columns are allocated once at that size. summary: the buffer's
     Summary when the parts hold only its slices, else the parts' Summaries merged. jobs: worker processes
-    for the cross-lane sweeps (the figures are the same for any number)."""
-    return _figures((_reduced(d) for d in parts), chunk_rows, progress, max_slices, summary, jobs)
+    for the cross-lane sweeps, or the command's Parallelism (the figures are the same for any number)."""
+    return _figures((_reduced(d) for d in parts), chunk_rows, progress, max_slices, summary, parallelism(jobs))
 
 
-def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progress=None, on_part=None,
+def decoder_figures(dec, *, jobs: int | Parallelism = 1, chunk_rows: int = CHUNK_ROWS, progress=None, on_part=None,
                     records_per_part: int | None = None) -> Figures:
     """``stream_figures`` of a BufferDecoder's parts (``records_per_part``: their size, ``part_ranges``), each
-    decoded and reduced by one of ``jobs`` forked worker processes (in this process for 1), as are the
-    cross-lane sweeps' chunks: the same figures for any number. on_part(lane_range) after each part."""
+    decoded and reduced by one of ``jobs`` forked worker processes (in this process for 1; or the command's
+    Parallelism: its ``parts`` stage), as are the cross-lane sweeps' chunks: the same figures for any number.
+    on_part(lane_range) after each part."""
+    par = parallelism(jobs)
+    decode = par.stage("parts")
+    jobs = decode.jobs
     ranges = dec.part_ranges(records_per_part)
     # Each part's columns come back through a ring of shared-memory slots, each large enough for the most
     # slices a part can hold (half its record slots) at 8 bytes a column; by pipe where the ring would be
@@ -276,14 +275,14 @@ def decoder_figures(dec, *, jobs: int = 1, chunk_rows: int = CHUNK_ROWS, progres
 
     def parts():
         items = [(i % window, r) for i, r in enumerate(ranges)]
-        for h, summary, r in fork_imap(_decode_reduced_slot, (dec, slots), items, jobs, window=window):
+        for h, summary, r in decode.imap(_decode_reduced_slot, (dec, slots), items, window=window):
             if r is not None:
                 r.from_slot(slots)
             yield h, summary, r  # taken (copied out of its slot) before the next part is asked for
             if on_part is not None:
                 on_part(h.lane_range)
 
-    return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, jobs)
+    return _figures(parts(), chunk_rows, progress, int(dec.body.size) // 2 + 1, None, par)
 
 
 def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
@@ -295,13 +294,6 @@ def balanced_chunk_rows(n: int, chunk_rows: int, jobs: int) -> int:
         return chunk_rows
     rounds = -(-n // (jobs * max(chunk_rows, 1)))  # chunks per worker
     return max(-(-n // (jobs * rounds)), 1)
-
-
-def _done(value) -> Future:
-    """A Future that already holds ``value`` (what runs in this process without workers)."""
-    f: Future = Future()
-    f.set_result(value)
-    return f
 
 
 def _critical_path(state, _):
@@ -331,10 +323,12 @@ def _emptied(d: Decoded) -> Decoded:
     return replace(d, slices=empty(d.slices), instants=empty(d.instants), anomalies=empty(d.anomalies))
 
 
-def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: Summary | None, jobs: int) -> Figures:
+def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: Summary | None,
+             par: Parallelism) -> Figures:
     cols, head, given, summary = None, None, summary, Summary() if summary is None else summary
-    threads = min(COPY_THREADS, available_cores() - jobs) if jobs > 1 else 1  # on the cores the workers leave
-    with ThreadPoolExecutor(threads, thread_name_prefix="ktrace-copy") if threads > 1 else nullcontext() as copier:
+    threads = par.threads("copy")
+    with thread_pool(threads if threads > 1 else 0, "ktrace-copy") as pool:
+        copier = pool if threads > 1 else None
         for h, part_summary, r in parts:
             if head is None:
                 head = h
@@ -347,15 +341,15 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     if head is None:
         raise ValueError("stream_figures: no parts")
     cols.finish(head.launch.event_name)
-    sweep_jobs = jobs if cols.n > FORK_ROWS else 1
-    chunk_rows = balanced_chunk_rows(cols.n, chunk_rows, sweep_jobs)
+    sweeps = par.stage("sweeps", size=cols.n)
+    chunk_rows = balanced_chunk_rows(cols.n, chunk_rows, sweeps.jobs)
     blocks = cols.blocks()
     lane_totals = cols.lane_totals()
     kernel = kernel_figures(head.launch, summary, cols.distinct_durations(),
                             int(cols.begin.min()) if cols.n else None, int(cols.end.max()) if cols.n else None,
                             cols.n, cols.lanes_with_slices, len(cols.names))
     stage(progress, "phase instances")
-    inst = instance_sweeps(cols, blocks, chunk_rows, sweep_jobs)
+    inst = instance_sweeps(cols, blocks, chunk_rows, sweeps)
     groups = cols.code_pairs([np.stack([p[0][0], p[0][1] % cols.num_groups]) for p in cols._event_lane])
     lane_pairs, per_lane = cols.code_pairs(cols._event_lane, counts=True)
     phases = phases_table(cols, inst, lane_totals, groups, lane_pairs, per_lane)
@@ -366,23 +360,23 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     stage(progress, "wait evidence")
     names = dict(zip(phases.phase_index.tolist(), phases.phase.tolist()))
     per_range = EVIDENCE_CHUNKS * chunk_rows
-    if sweep_jobs > 1:  # no more ranges than twice the workers, none past 2^22 slices
-        per_range = max(per_range, min(-(-cols.n // (2 * sweep_jobs)), 1 << 22))
-    cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweep_jobs))
-    read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweep_jobs)
+    if sweeps.parallel:  # no more ranges than twice the workers, none past 2^22 slices
+        per_range = max(per_range, min(-(-cols.n // (2 * sweeps.jobs)), 1 << 22))
+    cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweeps.jobs))
+    read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweeps)
     top = read[0][0] if not read[1] else None  # every top-level slice (not a sample): what the replay reads
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
-        # Its boundaries side by side on the cores the workers leave, at most EVIDENCE_THREADS (on 16 cores with
-        # 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with 0.45 GB more
-        # memory; where the workers take every core, more threads only contend).
-        threads = max(1, min(jobs, available_cores() - jobs, EVIDENCE_THREADS))
-        tests = beside.submit(finish_evidence, read, threads) if jobs > 1 else _done(finish_evidence(read))
+    with thread_pool(1 if par.stage("evidence_tests").parallel else 0, "ktrace-evidence") as beside:
+        # Its boundaries side by side on the cores the workers leave, at most Parallelism.evidence_threads (on
+        # 16 cores with 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with
+        # 0.45 GB more memory; where the workers take every core, more threads only contend).
+        threads = par.threads("evidence_tests")
+        tests = beside.submit(finish_evidence, read, threads)
         del read
         stage(progress, "lanes and waits")
-        preds = Preds(cols, blocks, sweep_jobs).fill(cols, inst)
-        with fork_later(_critical_path, (cols, preds, kernel), None, fork=jobs > 1) as walk:
-            lanes = lanes_table(cols, inst, chunk_rows, sweep_jobs)
-            waits = waits_table(cols, chunk_rows, sweep_jobs)
+        preds = Preds(cols, blocks, sweeps).fill(cols, inst)
+        with par.stage("critical_path").later(_critical_path, (cols, preds, kernel), None) as walk:
+            lanes = lanes_table(cols, inst, chunk_rows, sweeps)
+            waits = waits_table(cols, chunk_rows, sweeps)
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,

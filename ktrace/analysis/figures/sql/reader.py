@@ -5,7 +5,6 @@ Returns the same ``Figures`` as the numpy engine (stream.py), so the two can be 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
 from ...model.results import (Blocks, BusySms, CriticalPath, CriticalShares, Figures, Kernel, LaneTotals, Occupancy,
@@ -14,6 +13,7 @@ import numpy as np
 
 from ....core.progress import stage
 from ...evidence import in_parts
+from ....runtime.config import thread_pool
 from ...evidence.waits import TopSlices, lead_ins
 from ..numpy.phase_tables import wait_causes_of
 from .package import MODULES, include_all, register
@@ -52,7 +52,7 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
     # Beyond EVIDENCE_MAX_SLICES top-level slices, the evidence reads the sample the numpy engine reads
     # (evidence/in_parts.py), which needs the instance table; and, as there, no replay (top: None).
     sampled = len(top.lane) > in_parts.EVIDENCE_MAX_SLICES and int(top.block.max()) <= int(top.lane.max())
-    with ThreadPoolExecutor(1, thread_name_prefix="ktrace-evidence") as beside:
+    with thread_pool(1, "ktrace-evidence") as beside:
         causes = None if sampled else beside.submit(wait_causes_of, top, kernel, names, launch)
         _include(session, progress, MODULES[2:], 2)
         stage(progress, "reading the figures")
