@@ -169,5 +169,7 @@ def test_a_large_buffer_holding_few_records_is_analyzed_without_workers():
 
     dec = BufferDecoder(ROOT / "samples" / "fi_mla_decode_run1.bin.gz")
     assert dec.body.size >= api.NUMPY_MIN_RECORDS
-    assert api._records_held(dec) == 61_248 and api._numpy_jobs(None, dec) == 1
-    assert api._numpy_jobs(2, dec) == min(2, api.available_cores())  # --jobs is still obeyed
+    from ktrace.runtime.config import available_cores
+
+    assert api._records_held(dec) == 61_248 and api._numpy_parallelism(None, dec).jobs == 1
+    assert api._numpy_parallelism(2, dec).jobs == min(2, available_cores())  # --jobs is still obeyed
