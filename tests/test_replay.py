@@ -245,3 +245,47 @@ def test_a_change_whose_replay_does_not_settle_gives_no_prediction(monkeypatch):
     monkeypatch.setattr(whatif_module, "change_rounds", lambda measured: 1)
     with pytest.raises(InputError, match="did not settle"):
         whatif(tl, Change(balance=("compute",)))
+
+
+@pytest.mark.parametrize("name", ["imbalance_ktrace.bin", "fi_mla_decode_run1.bin.gz", "worklist_ktrace.bin",
+                                  "waves_ktrace.bin", "pipeline_flashinfer.bin"])
+def test_the_replay_a_level_at_a_time_gives_the_rounds_ends_bit_for_bit(name, monkeypatch):
+    """replay_order.py computes each slice once, a level of runs at a time; the rounds over every slice until
+    nothing changes must give the same begins, ends, bounds and wall, as measured and with changed durations,
+    latencies, starts and gaps."""
+    from ktrace.analysis.findings import replay as replay_module
+    from ktrace.analysis.findings.replay_order import order_of
+
+    tl, _ = timeline_of_path(SAMPLES / name)
+    assert order_of(tl) is not None  # a measured timeline has levels
+    rng = np.random.default_rng(5)
+    starts = replay_module.measured_starts(tl)
+    cases = [(None, None, None, None)] + [
+        (tl.dur * rng.uniform(0.2, 3.0, len(tl)), np.where(np.isfinite(starts), starts * rng.uniform(0, 1, len(tl)),
+                                                           starts),
+         tl.latency * rng.uniform(0, 3, len(tl)), tl.gap * rng.uniform(0, 2, len(tl))) for _ in range(3)]
+    for dur, start, lat, gap in cases:
+        in_order = replay(tl, dur, start, lat, gap, max_rounds=10 ** 6)
+        with monkeypatch.context() as m:
+            m.setattr(replay_module, "order_of", lambda tl: None)
+            by_rounds = replay(tl, dur, start, lat, gap, max_rounds=10 ** 6)
+        assert in_order.settled and by_rounds.settled
+        assert np.array_equal(in_order.begin, by_rounds.begin) and np.array_equal(in_order.end, by_rounds.end)
+        assert np.array_equal(in_order.bound, by_rounds.bound) and in_order.wall_ns == by_rounds.wall_ns
+        assert by_rounds.rounds <= in_order.rounds  # the levels stand for at least the rounds they replace
+
+
+def test_a_release_set_waiting_on_its_own_lane_has_no_order_and_the_rounds_decide():
+    from dataclasses import replace as with_
+
+    from ktrace.analysis.findings.replay_order import order_of
+
+    tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
+    # a released slice whose set gets, as its first member, the slice after it on its own lane: a cycle
+    i = next(int(i) for i in np.flatnonzero(tl.rel_set >= 0) if i + 1 < len(tl) and tl.lane[i + 1] == tl.lane[i])
+    members = tl.members.copy()
+    members[tl.set_starts[tl.rel_set[i]]] = i + 1
+    cyclic = with_(tl, members=members)
+    assert order_of(cyclic) is None
+    r = replay(cyclic, max_rounds=64)  # the rounds, as before: a slice waiting for its own lane's later end
+    assert not r.settled and r.rounds == 64  # grows every round, never settles: no prediction

@@ -32,6 +32,7 @@ import numpy as np
 from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
+from .replay_order import ends_in_order, order_of
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
 
@@ -334,7 +335,14 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     rounds = 0
     limit = max_rounds or n + 2
     settled = True
-    while True:
+    od = order_of(tl) if len(mem) else None
+    # the levels stand for the rounds they take; fewer rounds allowed: the rounds, to say they did not settle
+    od = od if od is not None and od.levels + 1 <= limit else None
+    in_order = None if od is None else ends_in_order(od, tl, dur, start, lat, A)
+    if in_order is not None:  # each slice once, a level at a time: the rounds' fixed point (replay_order.py)
+        end, rounds = in_order, od.levels + 1
+        rel[released] = latest.of(end)[rel_sets] + rel_lat
+    while in_order is None:
         rounds += 1
         np.maximum(start, rel, out=y)
         y += dur
