@@ -37,6 +37,7 @@ __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measure
 
 RELEASES = ("start", "lane", "grid", "cluster", "group", "slot")
 _NEG = np.iinfo(np.int64).min // 4  # no release
+_NEG2 = -(2 ** 62)  # no bound, in the whole-ns rounds: below every lifted value
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,19 +321,40 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     start = np.where(np.isfinite(start), np.rint(start), start)
     has_rel = tl.rel_set >= 0
     rs = np.maximum(tl.rel_set, 0)
+    limit = max_rounds or n + 2
+    # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
+    released = np.flatnonzero(has_rel)
+    fast = _rounds_whole_ns(tl, dur, start, lat, gap, released, rs[released], limit) if len(tl.members) else None
+    if fast is not None:
+        end, rel, rounds, settled = fast
+    else:
+        end, rel, rounds, settled = _rounds(tl, dur, start, lat, gap, released, rs[released], limit)
+    begin = end - dur
+    # What bound each begin: its release, its lane's previous end + gap, or its start.
+    prev_end = np.r_[-np.inf, end[:-1]]
+    via_lane = np.where(tl.first, -np.inf, prev_end + gap)
+    bound = np.where(has_rel & (rel >= via_lane) & (rel >= start), tl.release,
+                     np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
+    wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
+    base = tl.kernel_begin
+    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
+                    settled)
+
+
+def _rounds(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
+    """The rounds to the fixed point, in float64: (ends, the released slices' bounds (-inf: none), rounds, settled).
+    Each round recomputes the releases from the ends of the round before, then every lane at once."""
+    n = len(tl)
     a = np.where(tl.first, 0.0, gap + dur)
     A = np.cumsum(a)
     lane_rank = np.cumsum(tl.first) - 1
     mem = tl.members
     end = None
     rel = np.full(n, -np.inf)
-    # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
-    released = np.flatnonzero(has_rel)
-    rel_sets, rel_lat = rs[released], lat[released]
+    rel_lat = lat[released]
     latest = _SetMax(mem, tl.set_starts) if len(mem) else None
     y = np.empty(n)
     rounds = 0
-    limit = max_rounds or n + 2
     settled = True
     while True:
         rounds += 1
@@ -350,16 +372,132 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
             settled = False
             break
         rel[released] = latest.of(end)[rel_sets] + rel_lat
-    begin = end - dur
-    # What bound each begin: its release, its lane's previous end + gap, or its start.
-    prev_end = np.r_[-np.inf, end[:-1]]
-    via_lane = np.where(tl.first, -np.inf, prev_end + gap)
-    bound = np.where(has_rel & (rel >= via_lane) & (rel >= start), tl.release,
-                     np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
-    wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
-    base = tl.kernel_begin
-    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
-                    settled)
+    return end, rel, rounds, settled
+
+
+_WHOLE = 2 ** 50  # the whole-ns rounds' values stay below this (float64 holds every integer below 2**53)
+
+
+def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
+    """The rounds of _rounds, the same ends and bounds bit for bit, on int64 with the lanes lifted once (not every
+    round): each round writes only the released slices' bounds and runs one running maximum. None where a value
+    is not a whole ns below 2**50 (not finite, a start of +inf): then _rounds gives them.
+
+    Where a lane's first slice has no bound yet (a release not reached in round 1), _rounds counts it at the
+    round's lowest bound (``lo``): so does this."""
+    n = len(tl)
+    fin = np.isfinite(start)
+    if not (np.isfinite(dur).all() and np.isfinite(lat).all() and np.isfinite(gap).all()) or \
+            (~fin & (start != -np.inf)).any():
+        return None
+    a = np.where(tl.first, 0.0, gap + dur)
+    top = max(float(np.abs(a).sum()), float(np.abs(dur).max()), float(np.abs(lat).max()),
+              float(np.abs(start[fin]).max()) if fin.any() else 0.0)
+    if top >= _WHOLE:
+        return None
+    D = dur.astype(np.int64)
+    heads = np.flatnonzero(tl.first)
+    lane_rank = np.cumsum(tl.first) - 1
+    A = np.cumsum(a.astype(np.int64))
+    a_head = A[heads][lane_rank]  # each lane's A at its first slice: each lane in its own frame (smaller values)
+    c = D - (A - a_head)  # y = max(start, release) + c in the lane's frame; y - a_head in the global one
+    ys = np.where(fin, start, 0.0).astype(np.int64) + c
+    is_rel = np.zeros(n, bool)
+    is_rel[released] = True
+    rel_c, rel_head = c[released], a_head[released]
+    rel_lat = lat[released].astype(np.int64)
+    rel_ys = np.where(fin[released], ys[released], _NEG2)
+    rel_fin = bool(fin[released].any())
+    # The bounds of the rows a release never moves (a start), and of every start (round 1: no release yet).
+    stats = [_lo_hi(ys[m], (ys - a_head)[m]) for m in (fin & ~is_rel, fin)]
+    unbound = heads[~fin[heads]]  # lanes' first slices without a start: bound by a release, or by lo
+    latest = _SetMax(tl.members, tl.set_starts)
+    lanes = int(lane_rank[-1]) + 1
+    steps = int(np.diff(np.r_[heads, n]).max() - 1).bit_length()  # the doublings that span the longest lane
+    m = len(released)
+    yr, yg, relv = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    z, xa, xb, ends = (np.empty(n, np.int64) for _ in range(4))
+    span = 0
+    off = d = rel_off = None
+    prev = None
+    rounds = 0
+    settled = True
+    while True:
+        rounds += 1
+        if rounds == 1:
+            (lo, hi, glo), nb = stats[1], unbound
+        else:
+            np.add(relv, rel_c, out=yr)
+            if rel_fin:
+                np.maximum(yr, rel_ys, out=yr)
+            np.subtract(yr, rel_head, out=yg)
+            lo, hi, glo = _merge(stats[0], (int(yr.min()), int(yr.max()), int(yg.min())) if m else (None,) * 3)
+            nb = unbound[~is_rel[unbound]]
+        nb_y = None
+        if len(nb):  # counted at the round's lowest bound, global frame
+            nb_y = (glo if glo is not None else 0) + a_head[nb]
+            lo, hi, _ = _merge((lo, hi, glo), (int(nb_y.min()), int(nb_y.max()), None))
+        if lo is None:
+            lo = hi = 0
+        if max(abs(lo), abs(hi)) >= _WHOLE:
+            return None
+        if hi - lo >= span:  # (re)lift the lanes: each lane's values above every earlier lane's
+            span = 2 * (hi - lo + 1)
+            if span * (lanes + 1) >= 2 ** 61:
+                return None
+            off = lane_rank * span
+            np.copyto(z, np.where(fin, ys + off, _NEG2))
+            rel_off = off[released]
+            d = (A - a_head) - off
+        if rounds > 1:
+            yr += rel_off
+            z[released] = yr
+        if nb_y is not None:
+            z[nb] = nb_y + off[nb]
+        x = _running_max(z, steps, xa, xb)
+        x += d
+        if prev is not None and np.array_equal(x, prev):
+            break
+        prev = np.copyto(ends, x) or ends  # the buffers are the next round's
+        if rounds >= limit:
+            settled = False
+            break
+        np.take(latest.of(prev), rel_sets, out=relv)
+        relv += rel_lat
+    rel = np.full(n, -np.inf)
+    if rounds > 1:
+        rel[released] = relv
+    return prev.astype(np.float64), rel, rounds, settled
+
+
+def _running_max(z: np.ndarray, steps: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The running maximum of z over windows of 2**steps values (a or b, the buffers; z unchanged): by doubling,
+    a maximum of whole arrays per step, which numpy runs many times faster than np.maximum.accumulate's
+    value-by-value loop."""
+    if steps > 20:
+        return np.maximum.accumulate(z, out=a)
+    src, dst = z, a
+    for i in range(steps):
+        k = 1 << i
+        np.maximum(src[k:], src[:-k], out=dst[k:])
+        dst[:k] = src[:k]
+        src, dst = dst, (b if dst is a else a)
+    if src is z:
+        np.copyto(a, z)
+        return a
+    return src
+
+
+def _lo_hi(y: np.ndarray, y_global: np.ndarray):
+    """(lowest, highest) of y and the lowest of y_global; None where empty."""
+    if not len(y):
+        return None, None, None
+    return int(y.min()), int(y.max()), int(y_global.min())
+
+
+def _merge(p, q):
+    """Two (lo, hi, global lo) merged; None: none."""
+    return tuple(a if b is None else b if a is None else f(a, b) for a, b, f in zip(p, q, (min, max, min)))
 
 
 class _SetMax:
