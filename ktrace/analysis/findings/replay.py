@@ -170,6 +170,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     bkey = (ph[pp] * nph + ph) * (int(group.max()) + 1 if n else 1) + group
     gi = np.flatnonzero(~first)
     sizes: set = set()
+    by_group: dict = {}
     for (p, q, g), r in cause_of.items():
         c = r["cause"]
         if c not in ("grid", "cluster", "group"):
@@ -195,7 +196,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             h = r["handoff_group"]
             if h is None:
                 continue
-            key, rel_end = _handoff(block, group, end, int(h), rows, begin, tick)
+            key, rel_end = _handoff(block, group, end, int(h), rows, begin, tick, by_group)
             kind = 4
         lat = begin[rows] - rel_end
         ok = (key >= 0) & (rel_end <= begin[rows])
@@ -279,20 +280,24 @@ def _set_max(key: np.ndarray, end: np.ndarray, query: np.ndarray) -> np.ndarray:
     return mx[np.searchsorted(ks[starts], query)]
 
 
-def _handoff(block, group, end, h: int, rows, begin, tick):
+def _handoff(block, group, end, h: int, rows, begin, tick, by_group: dict):
     """Per waiting row: (the row key of group h's slice of the same block with the latest end at or before the
-    row's begin + 1 tick, or -1; that end)."""
-    mh = np.flatnonzero(group == h)
-    o = mh[np.lexsort((end[mh], block[mh]))]
-    kb, ke = block[o], end[o]
+    row's begin + 1 tick, or -1; that end). by_group: group h's slices sorted by (block, end), kept per h (each
+    boundary a group hands off at asks again)."""
+    if h not in by_group:
+        mh = np.flatnonzero(group == h)
+        o = mh[np.lexsort((end[mh], block[mh]))]
+        kb, ke = block[o], end[o]
+        e0 = int(ke.min() if len(ke) else 0)
+        by_group[h] = (o, kb, e0, (kb.astype(np.int64) << 42) + (ke - e0))
+    o, kb, e0, comp = by_group[h]
     # Position of the last (block, end) <= (row's block, begin + tick).
     lim = begin[rows] + int(tick)
     i = np.searchsorted(kb, block[rows], side="right")  # past the block's slices
     lo = np.searchsorted(kb, block[rows], side="left")
     # within [lo, i): ends sorted ascending
     j = np.full(len(rows), -1, np.int64)
-    comp = (kb.astype(np.int64) << 42) + (ke - int(ke.min() if len(ke) else 0))
-    q = (block[rows].astype(np.int64) << 42) + (lim - int(ke.min() if len(ke) else 0))
+    q = (block[rows].astype(np.int64) << 42) + (lim - e0)
     p = np.searchsorted(comp, q, side="right") - 1
     good = (p >= lo) & (p < i) & (p >= 0)
     j[good] = o[p[good]]
