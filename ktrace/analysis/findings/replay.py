@@ -435,9 +435,9 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
             np.add(relv, rel_c, out=yr)
             if rel_fin:
                 np.maximum(yr, rel_ys, out=yr)
-            np.subtract(yr, rel_head, out=yg)
-            lo, hi, glo = _merge(stats[0], (int(yr.min()), int(yr.max()), int(yg.min())) if m else (None,) * 3)
             nb = unbound[~is_rel[unbound]]
+            glo_r = int(np.subtract(yr, rel_head, out=yg).min()) if m and len(nb) else None  # only where asked
+            lo, hi, glo = _merge(stats[0], (int(yr.min()), int(yr.max()), glo_r) if m else (None,) * 3)
         nb_y = None
         if len(nb):  # counted at the round's lowest bound, global frame
             nb_y = (glo if glo is not None else 0) + a_head[nb]
