@@ -416,7 +416,7 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
     # The bounds of the rows a release never moves (a start), and of every start (round 1: no release yet).
     stats = [_lo_hi(ys[m], (ys - a_head)[m]) for m in (fin & ~is_rel, fin)]
     unbound = heads[~fin[heads]]  # lanes' first slices without a start: bound by a release, or by lo
-    latest = _SetMax(tl.members, tl.set_starts)
+    latest = _SetMax(tl.members, tl.set_starts).of_sets(rel_sets)
     lanes = int(lane_rank[-1]) + 1
     steps = int(np.diff(np.r_[heads, n]).max() - 1).bit_length()  # the doublings that span the longest lane
     m = len(released)
@@ -467,7 +467,7 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
         if rounds >= limit:
             settled = False
             break
-        np.take(latest.of(prev), rel_sets, out=relv)
+        latest(prev, relv)
         relv += rel_lat
     rel = np.full(n, -np.inf)
     if rounds > 1:
@@ -515,6 +515,21 @@ class _SetMax:
         self.several = np.flatnonzero(sizes > 1)
         self.rows = members[np.repeat(sizes > 1, sizes)]  # the members of the sets of several, set by set
         self.starts = np.cumsum(sizes[self.several]) - sizes[self.several]
+
+    def of_sets(self, sets: np.ndarray):
+        """A reader of ``of(end)[sets]`` in one gather (a set of one member: its row), the sets of several
+        reduced: call it with (end, out)."""
+        which = np.full(len(self.first), -1, np.int64)
+        which[self.several] = np.arange(len(self.several))
+        direct, multi = self.first[sets], np.flatnonzero(which[sets] >= 0)
+        multi_set = which[sets[multi]]
+
+        def read(end: np.ndarray, out: np.ndarray) -> np.ndarray:
+            np.take(end, direct, out=out)
+            if len(multi):
+                out[multi] = np.maximum.reduceat(end[self.rows], self.starts)[multi_set]
+            return out
+        return read
 
     def of(self, end: np.ndarray) -> np.ndarray:
         out = end[self.first]
