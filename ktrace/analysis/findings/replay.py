@@ -410,32 +410,38 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
     is_rel = np.zeros(n, bool)
     is_rel[released] = True
     rel_c, rel_head = c[released], a_head[released]
-    rel_lat = lat[released].astype(np.int64)
     rel_ys = np.where(fin[released], ys[released], _NEG2)
     rel_fin = bool(fin[released].any())
     # The bounds of the rows a release never moves (a start), and of every start (round 1: no release yet).
     stats = [_lo_hi(ys[m], (ys - a_head)[m]) for m in (fin & ~is_rel, fin)]
     unbound = heads[~fin[heads]]  # lanes' first slices without a start: bound by a release, or by lo
-    latest = _SetMax(tl.members, tl.set_starts).of_sets(rel_sets)
+    # The sources: the rows a bound can begin (a start, a release, a lane's first slice); every other row ends at
+    # its lane's running maximum over the sources before it (``at``: its last source), so the rounds run on these.
+    src_mask = fin | is_rel | tl.first
+    src = np.flatnonzero(src_mask)
+    at = np.cumsum(src_mask) - 1
+    al = A - a_head
+    latest = _SetMax(tl.members, tl.set_starts).of_sets(rel_sets, at, al, lat[released].astype(np.int64))
     lanes = int(lane_rank[-1]) + 1
-    steps = int(np.diff(np.r_[heads, n]).max() - 1).bit_length()  # the doublings that span the longest lane
-    m = len(released)
+    steps = int(np.bincount(lane_rank[src]).max() - 1).bit_length()  # the doublings that span a lane's sources
+    m, k = len(released), len(src)
+    rel_at, unbound_at, free = at[released], at[unbound], ~is_rel[unbound]
     yr, yg, relv = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
-    z, xa, xb, ends = (np.empty(n, np.int64) for _ in range(4))
+    z, xa, xb, ends = (np.empty(k, np.int64) for _ in range(4))
     span = 0
-    off = d = rel_off = None
+    off = off_src = rel_off = None
     prev = None
     rounds = 0
     settled = True
     while True:
         rounds += 1
         if rounds == 1:
-            (lo, hi, glo), nb = stats[1], unbound
+            (lo, hi, glo), nb, nb_at = stats[1], unbound, unbound_at
         else:
             np.add(relv, rel_c, out=yr)
             if rel_fin:
                 np.maximum(yr, rel_ys, out=yr)
-            nb = unbound[~is_rel[unbound]]
+            nb, nb_at = unbound[free], unbound_at[free]
             glo_r = int(np.subtract(yr, rel_head, out=yg).min()) if m and len(nb) else None  # only where asked
             lo, hi, glo = _merge(stats[0], (int(yr.min()), int(yr.max()), glo_r) if m else (None,) * 3)
         nb_y = None
@@ -451,16 +457,16 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
             if span * (lanes + 1) >= 2 ** 61:
                 return None
             off = lane_rank * span
-            np.copyto(z, np.where(fin, ys + off, _NEG2))
+            off_src = off[src]
+            np.copyto(z, np.where(fin[src], ys[src] + off_src, _NEG2))
             rel_off = off[released]
-            d = (A - a_head) - off
         if rounds > 1:
             yr += rel_off
-            z[released] = yr
+            z[rel_at] = yr
         if nb_y is not None:
-            z[nb] = nb_y + off[nb]
+            z[nb_at] = nb_y + off[nb]
         x = _running_max(z, steps, xa, xb)
-        x += d
+        x -= off_src  # each source's running maximum, unlifted: the rounds compare these
         if prev is not None and np.array_equal(x, prev):
             break
         prev = np.copyto(ends, x) or ends  # the buffers are the next round's
@@ -468,11 +474,10 @@ def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, lim
             settled = False
             break
         latest(prev, relv)
-        relv += rel_lat
     rel = np.full(n, -np.inf)
     if rounds > 1:
         rel[released] = relv
-    return prev.astype(np.float64), rel, rounds, settled
+    return (prev[at] + al).astype(np.float64), rel, rounds, settled
 
 
 def _running_max(z: np.ndarray, steps: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -516,18 +521,21 @@ class _SetMax:
         self.rows = members[np.repeat(sizes > 1, sizes)]  # the members of the sets of several, set by set
         self.starts = np.cumsum(sizes[self.several]) - sizes[self.several]
 
-    def of_sets(self, sets: np.ndarray):
-        """A reader of ``of(end)[sets]`` in one gather (a set of one member: its row), the sets of several
-        reduced: call it with (end, out)."""
+    def of_sets(self, sets: np.ndarray, at: np.ndarray, base: np.ndarray, lat: np.ndarray):
+        """A reader of ``of(end)[sets] + lat`` where each row's end is ``u[at[row]] + base[row]``: one gather (a
+        set of one member: its row), the sets of several reduced. Call it with (u, out)."""
         which = np.full(len(self.first), -1, np.int64)
         which[self.several] = np.arange(len(self.several))
         direct, multi = self.first[sets], np.flatnonzero(which[sets] >= 0)
         multi_set = which[sets[multi]]
+        direct_at, direct_add = at[direct], base[direct] + lat
+        rows_at, rows_base, multi_lat = at[self.rows], base[self.rows], lat[multi]
 
-        def read(end: np.ndarray, out: np.ndarray) -> np.ndarray:
-            np.take(end, direct, out=out)
+        def read(u: np.ndarray, out: np.ndarray) -> np.ndarray:
+            np.take(u, direct_at, out=out)
+            out += direct_add
             if len(multi):
-                out[multi] = np.maximum.reduceat(end[self.rows], self.starts)[multi_set]
+                out[multi] = np.maximum.reduceat(u[rows_at] + rows_base, self.starts)[multi_set] + multi_lat
             return out
         return read
 
