@@ -384,9 +384,10 @@ _WHOLE = 2 ** 50  # the whole-ns rounds' values stay below this (float64 holds e
 
 
 def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
-    """The rounds of _rounds, the same ends and bounds bit for bit, on int64 with the lanes lifted once (not every
-    round): each round writes only the released slices' bounds and runs one running maximum. None where a value
-    is not a whole ns below 2**50 (not finite, a start of +inf): then _rounds gives them.
+    """The rounds of _rounds, the same ends, bounds and rounds bit for bit, on int64 with the lanes lifted once
+    (not every round), over the sources only (the rows a bound can begin): each round writes the released slices'
+    bounds and runs one running maximum, by doubling (_running_max). None where a value is not a whole ns below
+    2**50 (not finite, a start of +inf): then _rounds gives them.
 
     Where a lane's first slice has no bound yet (a release not reached in round 1), _rounds counts it at the
     round's lowest bound (``lo``): so does this."""
