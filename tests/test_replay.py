@@ -113,6 +113,26 @@ def test_the_whole_ns_rounds_give_the_float_rounds_bit_for_bit(name):
         np.testing.assert_array_equal(fast[1], ref[1])  # the released slices' bounds
 
 
+def test_the_timeline_of_slices_in_any_order_is_the_same():
+    """The figures' top-level slices come in lane order (the timeline then skips its sort); the same slices
+    shuffled give the same timeline, field by field."""
+    from ktrace import analyze
+    from ktrace.analysis.findings.replay import timeline
+    from ktrace.analysis.findings.stakes import timeline_of_figures
+    from ktrace.analysis.model.wait_tables import TopSlices
+
+    fig = analyze(SAMPLES / "fi_mla_decode_run1.bin.gz").figures
+    tl = timeline_of_figures(fig)
+    top = fig.top
+    perm = np.random.default_rng(3).permutation(len(top.lane))
+    shuffled = TopSlices(*(getattr(top, f)[perm] for f in ("lane", "block", "group", "phase_index", "k", "begin",
+                                                           "end")))
+    again = timeline(shuffled, tl.names, fig)
+    for f in ("lane", "block", "group", "phase", "k", "begin", "end", "first", "gap", "release", "rel_set", "latency",
+              "start", "members", "set_starts", "later_wave"):
+        np.testing.assert_array_equal(getattr(again, f), getattr(tl, f), err_msg=f)
+
+
 def test_a_replay_of_values_beyond_whole_ns_takes_the_float_rounds():
     """A duration of 2**51 ns (beyond what the int64 rounds take: their values stay below 2**50) is replayed by
     the float rounds, and settles with that slice lasting what it was given."""

@@ -140,7 +140,8 @@ def timeline_of(d, fig: Figures) -> Timeline:
 def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     """The Timeline of the top-level slices ``s`` (phase_index: codes into ``names``) with the edges that
     ``fig``'s wait causes and blocks evidence."""
-    order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+    keys = (s.lane, s.begin, s.end, s.phase_index, s.k)
+    order = np.arange(len(s.lane)) if _in_order(keys) else np.lexsort(keys[::-1])  # the figures': in order
     lane, block, group = s.lane[order], s.block[order], s.group[order]
     ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     n = len(lane)
@@ -241,6 +242,17 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     start = np.where(first & (release == 0), begin, _NEG)  # a released first slice: its release bounds it
     return Timeline(lane, block, group, ph, k, begin, end, tuple(names), first, gap, release, rel_set, latency,
                     start, mrow, set_starts, later, kb, ke, tick)
+
+
+def _in_order(keys) -> bool:
+    """Whether the rows are in the order of ``keys`` (the most significant first) already: each pair of
+    neighbours in order (np.lexsort, stable, would give them back as they are)."""
+    open_ = np.ones(max(len(keys[0]) - 1, 0), bool)  # neighbours the keys so far leave tied
+    for key in keys:
+        if (open_ & (key[1:] < key[:-1])).any():
+            return False
+        open_ &= key[1:] == key[:-1]
+    return True
 
 
 def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
