@@ -81,6 +81,74 @@ def test_replay_of_the_unchanged_timeline_gives_every_measured_begin_back(name):
     np.testing.assert_array_equal(r.end, tl.end)
 
 
+# The MLA decode capture first: two warp groups handing off (67 rounds), the first screen's sample.
+ROUNDS = ["fi_mla_decode_run1.bin.gz"] + [n for n in ALL if n != "fi_mla_decode_run1.bin.gz"]
+
+
+@pytest.mark.parametrize("name", quick_first(ROUNDS, 3))
+def test_the_whole_ns_rounds_give_the_float_rounds_bit_for_bit(name):
+    """The rounds every replay runs (on int64, lanes lifted once, a running maximum by doubling) end where the
+    float64 rounds end, bit for bit, with the same bounds and rounds: unchanged, with changed durations,
+    latencies and gaps, and cut short before they settle."""
+    from ktrace.analysis.findings.replay import _rounds, _rounds_whole_ns, measured_starts
+
+    tl, _ = timeline_of_path(SAMPLES / name)
+    if not len(tl.members):
+        pytest.skip("no release sets: one round, the lanes alone")
+    rng = np.random.default_rng(7)
+    dur, lat, gap, start = (tl.dur.astype(float), tl.latency.astype(float), tl.gap.astype(float),
+                            measured_starts(tl))
+    cut = np.rint(dur * np.where(rng.random(len(tl)) < 0.3, 0.6, 1.0))
+    late = start.copy()
+    late[np.isfinite(late)] += np.rint(rng.random(int(np.isfinite(late).sum())) * 5000)
+    released = np.flatnonzero(tl.rel_set >= 0)
+    cases = [(dur, start, lat, gap, len(tl) + 2), (cut, start, lat, gap, 10 ** 6),
+             (dur, late, np.rint(lat * 0.5), np.rint(gap * 1.5), 10 ** 6), (np.rint(dur * 1.37), start, lat, gap, 3)]
+    for d, s, la, g, limit in cases:
+        fast = _rounds_whole_ns(tl, d, s, la, g, released, tl.rel_set[released], limit)
+        assert fast is not None
+        ref = _rounds(tl, d, s, la, g, released, tl.rel_set[released], limit)
+        assert fast[2:] == ref[2:]  # rounds, settled
+        np.testing.assert_array_equal(fast[0], ref[0])  # ends
+        np.testing.assert_array_equal(fast[1], ref[1])  # the released slices' bounds
+
+
+def test_the_timeline_of_slices_in_any_order_is_the_same():
+    """The figures' top-level slices come in lane order (the timeline then skips its sort); the same slices
+    shuffled give the same timeline, field by field."""
+    from ktrace import analyze
+    from ktrace.analysis.findings.replay import timeline
+    from ktrace.analysis.findings.stakes import timeline_of_figures
+    from ktrace.analysis.model.wait_tables import TopSlices
+
+    fig = analyze(SAMPLES / "fi_mla_decode_run1.bin.gz").figures
+    tl = timeline_of_figures(fig)
+    top = fig.top
+    perm = np.random.default_rng(3).permutation(len(top.lane))
+    shuffled = TopSlices(*(getattr(top, f)[perm] for f in ("lane", "block", "group", "phase_index", "k", "begin",
+                                                           "end")))
+    again = timeline(shuffled, tl.names, fig)
+    for f in ("lane", "block", "group", "phase", "k", "begin", "end", "first", "gap", "release", "rel_set", "latency",
+              "start", "members", "set_starts", "later_wave"):
+        np.testing.assert_array_equal(getattr(again, f), getattr(tl, f), err_msg=f)
+
+
+def test_a_replay_of_values_beyond_whole_ns_takes_the_float_rounds():
+    """A duration of 2**51 ns (beyond what the int64 rounds take: their values stay below 2**50) is replayed by
+    the float rounds, and settles with that slice lasting what it was given."""
+    from ktrace.analysis.findings.replay import _rounds_whole_ns, measured_starts
+
+    tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
+    dur = tl.dur.astype(float)
+    last = int(np.argmax(tl.end))
+    dur[last] = 2.0 ** 51
+    released = np.flatnonzero(tl.rel_set >= 0)
+    assert _rounds_whole_ns(tl, dur, measured_starts(tl), tl.latency * 1.0, tl.gap * 1.0, released,
+                            tl.rel_set[released], 10) is None
+    r = replay(tl, dur)
+    assert r.settled and r.end[last] == r.begin[last] + 2 ** 51
+
+
 def test_balancing_a_straggler_gives_the_wall_of_the_balanced_kernel_exactly():
     lanes, iters = 8, 4
     latency = 320 + 64 * (np.arange(lanes) % 4)  # each lane's release after the barrier's last arrival

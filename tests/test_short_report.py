@@ -73,6 +73,66 @@ def test_every_sample_fits_the_first_screen(monkeypatch):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.parametrize("name", ["fi_mla_decode_run1.bin.gz", "imbalance.bin", "late_start_flashinfer.bin",
+                                  "warpgroups.bin", "ab/imbalance_before.bin"])
+def test_the_short_report_into_a_pipe_is_what_rich_prints(monkeypatch, name):
+    """Into a pipe the short report is written as plain lines, without rich: byte for byte what rich's console
+    prints, at $COLUMNS 100, 80 and 60, without $COLUMNS, and with --all; a width where a line needs rich's own
+    wrapping (40) is left to rich."""
+    import ktrace
+    from ktrace.cli._common import PIPE_MIN_WIDTH, console
+    from ktrace.cli.analysis import print_analysis
+    from ktrace.report.analysis_report import short_lines
+
+    a = ktrace.analyze(SAMPLE_DIR / name)
+    for columns in ("100", "80", "60", None, "40"):
+        for show_all in (False, True):
+            if columns is None:
+                monkeypatch.delenv("COLUMNS", raising=False)
+            else:
+                monkeypatch.setenv("COLUMNS", columns)
+            plain, drawn = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(plain):
+                print_analysis(a, show_all=show_all)
+            with contextlib.redirect_stdout(drawn):
+                print_analysis(a, console(), show_all=show_all)  # a console given: rich draws it
+            assert plain.getvalue() == drawn.getvalue(), (columns, show_all)
+            lines = short_lines(a, show_all, int(columns) if columns else None, PIPE_MIN_WIDTH)
+            if columns in ("100", "80", None):  # the plain lines were written, not rich's
+                assert lines is not None, (columns, show_all)
+            elif columns == "40":
+                assert lines is None
+
+
+@pytest.mark.parametrize("kernel", ["k" * 130, "注意力_kernel", "kernel\x1b[2J"])
+def test_a_kernel_name_too_long_wide_or_raw_prints_as_rich_prints_it(monkeypatch, tmp_path, kernel):
+    """A kernel name longer than a pipe's 100 columns (its paragraph as wide as the name), of characters two
+    columns wide, or holding an escape: into a pipe the same bytes as rich's console prints."""
+    import json
+    import shutil
+
+    import ktrace
+    from ktrace.cli._common import console
+    from ktrace.cli.analysis import print_analysis
+
+    shutil.copy(SAMPLE_DIR / "imbalance.bin", tmp_path / "k.bin")
+    meta = json.loads((SAMPLE_DIR / "imbalance.json").read_text())
+    (tmp_path / "k.json").write_text(json.dumps({**meta, "kernel": kernel}))
+    a = ktrace.analyze(tmp_path / "k.bin")
+    for columns in (None, "100", "80"):
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        plain, drawn = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(plain):
+            print_analysis(a)
+        with contextlib.redirect_stdout(drawn):
+            print_analysis(a, console())
+        assert plain.getvalue() == drawn.getvalue(), columns
+        assert "\x1b[" not in plain.getvalue()
+
+
 def test_the_short_report_of_the_imbalance_sample_says_what_to_do(monkeypatch):
     import ktrace
 

@@ -147,10 +147,11 @@ def test_the_engine_s_rpc_messages_are_perfetto_s():
 
 
 # What the text report of a buffer needs no part of: the trace writer (protobuf), the Proton and IKET readers, the
-# engine, diff's catalog, plots and DataFrames; nor worker processes for a capture of a few thousand records.
+# engine, diff's catalog, plots and DataFrames; nor worker processes for a capture of a few thousand records; nor,
+# into a pipe, rich (the short report is plain lines there; rich draws it in a terminal and the --details tables).
 NOT_FOR_ANALYZE = ("google.protobuf", "pandas", "matplotlib", "wasmtime", "perfetto", "multiprocessing",
                    "concurrent.futures.process", "ktrace.engine", "ktrace.export.writer", "ktrace.export.events",
-                   "ktrace.decoding.iket", "ktrace.decoding.proton", "ktrace.analysis.compare", "ktrace.capture")
+                   "ktrace.decoding.iket", "ktrace.decoding.proton", "ktrace.analysis.compare", "ktrace.capture", "rich")
 
 
 @pytest.mark.parametrize("name", ["fi_mla_decode_run1", "imbalance"])

@@ -185,6 +185,17 @@ def _sayer(bar):
 
 def print_analysis(result, con=None, show_all: bool = False, details: bool = False) -> None:
     """An Analysis as ``ktrace analyze`` prints it (text): the short report; ``details`` adds the tables."""
+    if con is None and not details and not sys.stdout.isatty():  # a pipe or a file: the lines rich would print
+        from ..report.analysis_report import short_lines
+        from ..report.safe_text import for_stream
+        from ._common import PIPE_MIN_WIDTH, _columns
+
+        items = short_lines(result, show_all, _columns(), PIPE_MIN_WIDTH)
+        if items is not None:
+            for lines in items:  # one write each, as the console prints them
+                sys.stdout.write(for_stream("".join(line + "\n" for line in lines)))
+                sys.stdout.flush()
+            return
     from ..report.analysis_report import analysis_text
 
     con = con or console()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -261,19 +262,59 @@ class Prose:
                 t.stylize(self.first_style, 0, len(self.first))
             yield t
 
+    def widest(self) -> int:
+        """Its longest word after the indent: the narrowest it can be drawn (a pipe's console measures it so)."""
+        return len(self.indent) + max(map(len, self.text.split() or [""]))
+
     def __rich_measure__(self, console, options):
         from rich.measure import Measurement
 
-        words = self.text.split() or [""]
-        n = len(self.indent) + max(map(len, words))
+        n = self.widest()
         return Measurement(n, n)
 
 
+class _Line(NamedTuple):
+    """One line of text and its style (a rich Text where rich draws it): the short report is built of these
+    and Prose, so that a stream without colour gets it without importing rich (short_lines)."""
+
+    text: str
+    style: str = ""
+
+
 def _short(a: Analysis, show_all: bool, details: bool) -> list:
-    """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
-    thing to do and at most two lines of evidence, then what else there is."""
+    """The short report as rich renderables (_short_items')."""
     from rich.text import Text
 
+    return [Text(x.text, style=x.style) if isinstance(x, _Line) else x for x in _short_items(a, show_all, details)]
+
+
+def short_lines(a: Analysis, show_all: bool, width: int | None, min_width: int) -> list[list[str]] | None:
+    """The short report (no ``details``) as the lines a console without colour prints, item by item (a
+    paragraph's lines together, as one ``print`` writes them): every line at ``width`` (None: a line at
+    ``min_width``, a paragraph at least as wide as its longest word, as a pipe's console draws them). None where
+    a line would be wider than that, or holds characters other than printable ASCII, µ and …: rich draws those
+    (its wrapping, its character widths) through analysis_text."""
+    out = []
+    for x in _short_items(a, show_all, False):
+        if isinstance(x, _Line):
+            w, lines = width or min_width, [x.text]
+        else:
+            w = width or max(min_width, x.widest())
+            lines = x.lines(w)
+        if any(len(line) > w or not _PLAIN.fullmatch(line) for line in lines):
+            return None
+        out.append(lines)
+    if not len(a.phases):
+        out.append(["no phase slices in this trace"])
+    return out
+
+
+_PLAIN = re.compile("[ -~µ…]*")  # printable ASCII, µ and …
+
+
+def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
+    """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
+    thing to do and at most two lines of evidence, then what else there is: Prose and _Line."""
     v = _vocab(a)
     out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
@@ -282,11 +323,11 @@ def _short(a: Analysis, show_all: bool, details: bool) -> list:
         out.append(Prose(roofline_line(a), indent="  "))
     quality = quality_lines(a)
     if quality:
-        out.append(Text("data quality: not every record is in the figures", style="bold red"))
+        out.append(_Line("data quality: not every record is in the figures", style="bold red"))
         out += [Prose(q, first="  ! ", indent="    ", style="yellow") for q in quality]
     warnings = [f for f in a.findings if f.severity == "warning"]
     shown = warnings if details else warnings[:MAX_SHORT_WARNINGS]
-    out.append(Text(_warnings_line(a, warnings), style="bold" if warnings else "green"))
+    out.append(_Line(_warnings_line(a, warnings), style="bold" if warnings else "green"))
     for i, f in enumerate(shown, 1):
         h = headline(f, v)
         num = f"{i:>2}. "
@@ -298,8 +339,8 @@ def _short(a: Analysis, show_all: bool, details: bool) -> list:
     if show_all:
         infos = [f for f in a.findings if f.severity != "warning"]
         if infos:
-            out.append(Text(f"{len(infos)} info finding{'' if len(infos) == 1 else 's'} (below the impact floor, "
-                            "--threshold min_impact=...):", style="bold"))
+            out.append(_Line(f"{len(infos)} info finding{'' if len(infos) == 1 else 's'} (below the impact floor, "
+                             "--threshold min_impact=...):", style="bold"))
         for f in infos:
             h = headline(f, v)
             out.append(Prose(f"{h.text} ({_stake(f)})", first="  - ", indent="    ", style="cyan"))

@@ -38,6 +38,7 @@ __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measure
 
 RELEASES = ("start", "lane", "grid", "cluster", "group", "slot")
 _NEG = np.iinfo(np.int64).min // 4  # no release
+_NEG2 = -(2 ** 62)  # no bound, in the whole-ns rounds: below every lifted value
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,7 +141,8 @@ def timeline_of(d, fig: Figures) -> Timeline:
 def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     """The Timeline of the top-level slices ``s`` (phase_index: codes into ``names``) with the edges that
     ``fig``'s wait causes and blocks evidence."""
-    order = np.lexsort((s.k, s.phase_index, s.end, s.begin, s.lane))
+    keys = (s.lane, s.begin, s.end, s.phase_index, s.k)
+    order = np.arange(len(s.lane)) if _in_order(keys) else np.lexsort(keys[::-1])  # the figures': in order
     lane, block, group = s.lane[order], s.block[order], s.group[order]
     ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
     n = len(lane)
@@ -170,6 +172,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     bkey = (ph[pp] * nph + ph) * (int(group.max()) + 1 if n else 1) + group
     gi = np.flatnonzero(~first)
     sizes: set = set()
+    by_group: dict = {}
     for (p, q, g), r in cause_of.items():
         c = r["cause"]
         if c not in ("grid", "cluster", "group"):
@@ -195,7 +198,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             h = r["handoff_group"]
             if h is None:
                 continue
-            key, rel_end = _handoff(block, group, end, int(h), rows, begin, tick)
+            key, rel_end = _handoff(block, group, end, int(h), rows, begin, tick, by_group)
             kind = 4
         lat = begin[rows] - rel_end
         ok = (key >= 0) & (rel_end <= begin[rows])
@@ -242,6 +245,17 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
                     start, mrow, set_starts, later, kb, ke, tick)
 
 
+def _in_order(keys) -> bool:
+    """Whether the rows are in the order of ``keys`` (the most significant first) already: each pair of
+    neighbours in order (np.lexsort, stable, would give them back as they are)."""
+    open_ = np.ones(max(len(keys[0]) - 1, 0), bool)  # neighbours the keys so far leave tied
+    for key in keys:
+        if (open_ & (key[1:] < key[:-1])).any():
+            return False
+        open_ &= key[1:] == key[:-1]
+    return True
+
+
 def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
     """A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
     never did (a CTA with nothing to do before a grid barrier) was released by that instance's end: it was
@@ -279,20 +293,24 @@ def _set_max(key: np.ndarray, end: np.ndarray, query: np.ndarray) -> np.ndarray:
     return mx[np.searchsorted(ks[starts], query)]
 
 
-def _handoff(block, group, end, h: int, rows, begin, tick):
+def _handoff(block, group, end, h: int, rows, begin, tick, by_group: dict):
     """Per waiting row: (the row key of group h's slice of the same block with the latest end at or before the
-    row's begin + 1 tick, or -1; that end)."""
-    mh = np.flatnonzero(group == h)
-    o = mh[np.lexsort((end[mh], block[mh]))]
-    kb, ke = block[o], end[o]
+    row's begin + 1 tick, or -1; that end). by_group: group h's slices sorted by (block, end), kept per h (each
+    boundary a group hands off at asks again)."""
+    if h not in by_group:
+        mh = np.flatnonzero(group == h)
+        o = mh[np.lexsort((end[mh], block[mh]))]
+        kb, ke = block[o], end[o]
+        e0 = int(ke.min() if len(ke) else 0)
+        by_group[h] = (o, kb, e0, (kb.astype(np.int64) << 42) + (ke - e0))
+    o, kb, e0, comp = by_group[h]
     # Position of the last (block, end) <= (row's block, begin + tick).
     lim = begin[rows] + int(tick)
     i = np.searchsorted(kb, block[rows], side="right")  # past the block's slices
     lo = np.searchsorted(kb, block[rows], side="left")
     # within [lo, i): ends sorted ascending
     j = np.full(len(rows), -1, np.int64)
-    comp = (kb.astype(np.int64) << 42) + (ke - int(ke.min() if len(ke) else 0))
-    q = (block[rows].astype(np.int64) << 42) + (lim - int(ke.min() if len(ke) else 0))
+    q = (block[rows].astype(np.int64) << 42) + (lim - e0)
     p = np.searchsorted(comp, q, side="right") - 1
     good = (p >= lo) & (p < i) & (p >= 0)
     j[good] = o[p[good]]
@@ -321,19 +339,40 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     start = np.where(np.isfinite(start), np.rint(start), start)
     has_rel = tl.rel_set >= 0
     rs = np.maximum(tl.rel_set, 0)
+    limit = max_rounds or n + 2
+    # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
+    released = np.flatnonzero(has_rel)
+    fast = _rounds_whole_ns(tl, dur, start, lat, gap, released, rs[released], limit) if len(tl.members) else None
+    if fast is not None:
+        end, rel, rounds, settled = fast
+    else:
+        end, rel, rounds, settled = _rounds(tl, dur, start, lat, gap, released, rs[released], limit)
+    begin = end - dur
+    # What bound each begin: its release, its lane's previous end + gap, or its start.
+    prev_end = np.r_[-np.inf, end[:-1]]
+    via_lane = np.where(tl.first, -np.inf, prev_end + gap)
+    bound = np.where(has_rel & (rel >= via_lane) & (rel >= start), tl.release,
+                     np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
+    wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
+    base = tl.kernel_begin
+    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
+                    settled)
+
+
+def _rounds(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
+    """The rounds to the fixed point, in float64: (ends, the released slices' bounds (-inf: none), rounds, settled).
+    Each round recomputes the releases from the ends of the round before, then every lane at once."""
+    n = len(tl)
     a = np.where(tl.first, 0.0, gap + dur)
     A = np.cumsum(a)
     lane_rank = np.cumsum(tl.first) - 1
     mem = tl.members
     end = None
     rel = np.full(n, -np.inf)
-    # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
-    released = np.flatnonzero(has_rel)
-    rel_sets, rel_lat = rs[released], lat[released]
+    rel_lat = lat[released]
     latest = _SetMax(mem, tl.set_starts) if len(mem) else None
     y = np.empty(n)
     rounds = 0
-    limit = max_rounds or n + 2
     settled = True
     od = order_of(tl) if len(mem) else None
     # the levels stand for the rounds they take; fewer rounds allowed: the rounds, to say they did not settle
@@ -358,16 +397,138 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
             settled = False
             break
         rel[released] = latest.of(end)[rel_sets] + rel_lat
-    begin = end - dur
-    # What bound each begin: its release, its lane's previous end + gap, or its start.
-    prev_end = np.r_[-np.inf, end[:-1]]
-    via_lane = np.where(tl.first, -np.inf, prev_end + gap)
-    bound = np.where(has_rel & (rel >= via_lane) & (rel >= start), tl.release,
-                     np.where(tl.first | (start >= via_lane), 0, 1)).astype(np.int8)
-    wall = int(round(float(end.max()) - min(float(begin.min()), 0.0)))
-    base = tl.kernel_begin
-    return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
-                    settled)
+    return end, rel, rounds, settled
+
+
+_WHOLE = 2 ** 50  # the whole-ns rounds' values stay below this (float64 holds every integer below 2**53)
+
+
+def _rounds_whole_ns(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
+    """The rounds of _rounds, the same ends, bounds and rounds bit for bit, on int64 with the lanes lifted once
+    (not every round), over the sources only (the rows a bound can begin): each round writes the released slices'
+    bounds and runs one running maximum, by doubling (_running_max). None where a value is not a whole ns below
+    2**50 (not finite, a start of +inf): then _rounds gives them.
+
+    Where a lane's first slice has no bound yet (a release not reached in round 1), _rounds counts it at the
+    round's lowest bound (``lo``): so does this."""
+    n = len(tl)
+    fin = np.isfinite(start)
+    if not (np.isfinite(dur).all() and np.isfinite(lat).all() and np.isfinite(gap).all()) or \
+            (~fin & (start != -np.inf)).any():
+        return None
+    a = np.where(tl.first, 0.0, gap + dur)
+    top = max(float(np.abs(a).sum()), float(np.abs(dur).max()), float(np.abs(lat).max()),
+              float(np.abs(start[fin]).max()) if fin.any() else 0.0)
+    if top >= _WHOLE:
+        return None
+    D = dur.astype(np.int64)
+    heads = np.flatnonzero(tl.first)
+    lane_rank = np.cumsum(tl.first) - 1
+    A = np.cumsum(a.astype(np.int64))
+    a_head = A[heads][lane_rank]  # each lane's A at its first slice: each lane in its own frame (smaller values)
+    c = D - (A - a_head)  # y = max(start, release) + c in the lane's frame; y - a_head in the global one
+    ys = np.where(fin, start, 0.0).astype(np.int64) + c
+    is_rel = np.zeros(n, bool)
+    is_rel[released] = True
+    rel_c, rel_head = c[released], a_head[released]
+    rel_ys = np.where(fin[released], ys[released], _NEG2)
+    rel_fin = bool(fin[released].any())
+    # The bounds of the rows a release never moves (a start), and of every start (round 1: no release yet).
+    stats = [_lo_hi(ys[m], (ys - a_head)[m]) for m in (fin & ~is_rel, fin)]
+    unbound = heads[~fin[heads]]  # lanes' first slices without a start: bound by a release, or by lo
+    # The sources: the rows a bound can begin (a start, a release, a lane's first slice); every other row ends at
+    # its lane's running maximum over the sources before it (``at``: its last source), so the rounds run on these.
+    src_mask = fin | is_rel | tl.first
+    src = np.flatnonzero(src_mask)
+    at = np.cumsum(src_mask) - 1
+    al = A - a_head
+    latest = _SetMax(tl.members, tl.set_starts).of_sets(rel_sets, at, al, lat[released].astype(np.int64))
+    lanes = int(lane_rank[-1]) + 1
+    steps = int(np.bincount(lane_rank[src]).max() - 1).bit_length()  # the doublings that span a lane's sources
+    m, k = len(released), len(src)
+    rel_at, unbound_at, free = at[released], at[unbound], ~is_rel[unbound]
+    yr, yg, relv = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    z, xa, xb, ends = (np.empty(k, np.int64) for _ in range(4))
+    span = 0
+    off = off_src = rel_off = None
+    prev = None
+    rounds = 0
+    settled = True
+    while True:
+        rounds += 1
+        if rounds == 1:
+            (lo, hi, glo), nb, nb_at = stats[1], unbound, unbound_at
+        else:
+            np.add(relv, rel_c, out=yr)
+            if rel_fin:
+                np.maximum(yr, rel_ys, out=yr)
+            nb, nb_at = unbound[free], unbound_at[free]
+            glo_r = int(np.subtract(yr, rel_head, out=yg).min()) if m and len(nb) else None  # only where asked
+            lo, hi, glo = _merge(stats[0], (int(yr.min()), int(yr.max()), glo_r) if m else (None,) * 3)
+        nb_y = None
+        if len(nb):  # counted at the round's lowest bound, global frame
+            nb_y = (glo if glo is not None else 0) + a_head[nb]
+            lo, hi, _ = _merge((lo, hi, glo), (int(nb_y.min()), int(nb_y.max()), None))
+        if lo is None:
+            lo = hi = 0
+        if max(abs(lo), abs(hi)) >= _WHOLE:
+            return None
+        if hi - lo >= span:  # (re)lift the lanes: each lane's values above every earlier lane's
+            span = 2 * (hi - lo + 1)
+            if span * (lanes + 1) >= 2 ** 61:
+                return None
+            off = lane_rank * span
+            off_src = off[src]
+            np.copyto(z, np.where(fin[src], ys[src] + off_src, _NEG2))
+            rel_off = off[released]
+        if rounds > 1:
+            yr += rel_off
+            z[rel_at] = yr
+        if nb_y is not None:
+            z[nb_at] = nb_y + off[nb]
+        x = _running_max(z, steps, xa, xb)
+        x -= off_src  # each source's running maximum, unlifted: the rounds compare these
+        if prev is not None and np.array_equal(x, prev):
+            break
+        prev = np.copyto(ends, x) or ends  # the buffers are the next round's
+        if rounds >= limit:
+            settled = False
+            break
+        latest(prev, relv)
+    rel = np.full(n, -np.inf)
+    if rounds > 1:
+        rel[released] = relv
+    return (prev[at] + al).astype(np.float64), rel, rounds, settled
+
+
+def _running_max(z: np.ndarray, steps: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The running maximum of z over windows of 2**steps values (a or b, the buffers; z unchanged): by doubling,
+    a maximum of whole arrays per step, which numpy runs many times faster than np.maximum.accumulate's
+    value-by-value loop."""
+    if steps > 20:
+        return np.maximum.accumulate(z, out=a)
+    src, dst = z, a
+    for i in range(steps):
+        k = 1 << i
+        np.maximum(src[k:], src[:-k], out=dst[k:])
+        dst[:k] = src[:k]
+        src, dst = dst, (b if dst is a else a)
+    if src is z:
+        np.copyto(a, z)
+        return a
+    return src
+
+
+def _lo_hi(y: np.ndarray, y_global: np.ndarray):
+    """(lowest, highest) of y and the lowest of y_global; None where empty."""
+    if not len(y):
+        return None, None, None
+    return int(y.min()), int(y.max()), int(y_global.min())
+
+
+def _merge(p, q):
+    """Two (lo, hi, global lo) merged; None: none."""
+    return tuple(a if b is None else b if a is None else f(a, b) for a, b, f in zip(p, q, (min, max, min)))
 
 
 class _SetMax:
@@ -380,6 +541,24 @@ class _SetMax:
         self.several = np.flatnonzero(sizes > 1)
         self.rows = members[np.repeat(sizes > 1, sizes)]  # the members of the sets of several, set by set
         self.starts = np.cumsum(sizes[self.several]) - sizes[self.several]
+
+    def of_sets(self, sets: np.ndarray, at: np.ndarray, base: np.ndarray, lat: np.ndarray):
+        """A reader of ``of(end)[sets] + lat`` where each row's end is ``u[at[row]] + base[row]``: one gather (a
+        set of one member: its row), the sets of several reduced. Call it with (u, out)."""
+        which = np.full(len(self.first), -1, np.int64)
+        which[self.several] = np.arange(len(self.several))
+        direct, multi = self.first[sets], np.flatnonzero(which[sets] >= 0)
+        multi_set = which[sets[multi]]
+        direct_at, direct_add = at[direct], base[direct] + lat
+        rows_at, rows_base, multi_lat = at[self.rows], base[self.rows], lat[multi]
+
+        def read(u: np.ndarray, out: np.ndarray) -> np.ndarray:
+            np.take(u, direct_at, out=out)
+            out += direct_add
+            if len(multi):
+                out[multi] = np.maximum.reduceat(u[rows_at] + rows_base, self.starts)[multi_set] + multi_lat
+            return out
+        return read
 
     def of(self, end: np.ndarray) -> np.ndarray:
         out = end[self.first]
