@@ -342,11 +342,12 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     limit = max_rounds or n + 2
     # Each round sets only the released slices' bounds (the rest stay -inf): their rows, sets and latencies once.
     released = np.flatnonzero(has_rel)
-    fast = _rounds_whole_ns(tl, dur, start, lat, gap, released, rs[released], limit) if len(tl.members) else None
-    if fast is not None:
-        end, rel, rounds, settled = fast
-    else:
-        end, rel, rounds, settled = _rounds(tl, dur, start, lat, gap, released, rs[released], limit)
+    got = _in_levels(tl, dur, start, lat, gap, released, rs[released], limit) if len(tl.members) else None
+    if got is None and len(tl.members):
+        got = _rounds_whole_ns(tl, dur, start, lat, gap, released, rs[released], limit)
+    if got is None:
+        got = _rounds(tl, dur, start, lat, gap, released, rs[released], limit)
+    end, rel, rounds, settled = got
     begin = end - dur
     # What bound each begin: its release, its lane's previous end + gap, or its start.
     prev_end = np.r_[-np.inf, end[:-1]]
@@ -357,6 +358,23 @@ def replay(tl: Timeline, dur=None, start=None, latency=None, gap=None, *, max_ro
     base = tl.kernel_begin
     return Replayed(np.rint(begin).astype(np.int64) + base, np.rint(end).astype(np.int64) + base, bound, wall, rounds,
                     settled)
+
+
+def _in_levels(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
+    """The rounds' fixed point with each slice computed once, a level of runs at a time (replay_order.py), as
+    _rounds gives it: (ends, the released slices' bounds, rounds, settled); None where the timeline has no
+    levels (a cycle), where its levels are more than the rounds allowed (the rounds then say they did not
+    settle), or where a run's first slice has no bound."""
+    od = order_of(tl)
+    if od is None or od.levels + 1 > limit:  # the levels stand for the rounds they take
+        return None
+    A = np.cumsum(np.where(tl.first, 0.0, gap + dur))
+    end = ends_in_order(od, tl, dur, start, lat, A)
+    if end is None:
+        return None
+    rel = np.full(len(tl), -np.inf)
+    rel[released] = _SetMax(tl.members, tl.set_starts).of(end)[rel_sets] + lat[released]
+    return end, rel, od.levels + 1, True
 
 
 def _rounds(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
@@ -374,14 +392,7 @@ def _rounds(tl: Timeline, dur, start, lat, gap, released, rel_sets, limit: int):
     y = np.empty(n)
     rounds = 0
     settled = True
-    od = order_of(tl) if len(mem) else None
-    # the levels stand for the rounds they take; fewer rounds allowed: the rounds, to say they did not settle
-    od = od if od is not None and od.levels + 1 <= limit else None
-    in_order = None if od is None else ends_in_order(od, tl, dur, start, lat, A)
-    if in_order is not None:  # each slice once, a level at a time: the rounds' fixed point (replay_order.py)
-        end, rounds = in_order, od.levels + 1
-        rel[released] = latest.of(end)[rel_sets] + rel_lat
-    while in_order is None:
+    while True:
         rounds += 1
         np.maximum(start, rel, out=y)
         y += dur
