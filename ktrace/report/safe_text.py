@@ -93,11 +93,28 @@ def _can_print(encoding: str, text: str) -> bool:
         return False
 
 
+# What the report writes beyond ASCII, and its ASCII spelling for a stream that cannot print it.
+_ASCII = str.maketrans({"µ": "u", "…": "...", "—": "-", "–": "-", "×": "x", "≤": "<=", "≥": ">=", "→": "->",
+                        "←": "<-", "≈": "~", "·": ".", "│": "|", "─": "-"})
+
+
+def fit_encoding(text: str, encoding: str | None) -> str:
+    """``text`` as a stream of ``encoding`` can show it: unchanged where it can; else the report's own symbols
+    in ASCII (µs as us, … as ...) and anything else the encoding lacks as a backslash escape."""
+    if _can_print(encoding, text):
+        return text
+    enc = encoding or "utf-8"
+    try:
+        return text.translate(_ASCII).encode(enc, "backslashreplace").decode(enc)
+    except LookupError:
+        return text.translate(_ASCII).encode("ascii", "backslashreplace").decode("ascii")
+
+
 def for_stream(text: str, stream=None) -> str:
-    """``text`` as a plain ``print`` to ``stream`` (default stdout) can show it: µ (units are written µs, as
-    ``core.units.format_ns`` and the console write them) becomes u where the stream's encoding cannot print it."""
-    encoding = getattr(sys.stdout if stream is None else stream, "encoding", None)
-    return text if _can_print(encoding, "µ") else text.replace("µ", "u")
+    """``text`` as a plain ``print`` to ``stream`` (default stdout) can show it (``fit_encoding``): µ (units
+    are written µs, as ``core.units.format_ns`` and the console write them) becomes u, … becomes ..., where the
+    stream's encoding cannot print them."""
+    return fit_encoding(text, getattr(sys.stdout if stream is None else stream, "encoding", None))
 
 
 def safe_console(**kwargs):
@@ -109,9 +126,9 @@ def safe_console(**kwargs):
         def _render_buffer(self, buffer):
             # The segments' text is what the report holds; their styles become escape codes only after this.
             # Units are written µs (core.units.format_ns); a terminal whose encoding cannot print µ gets us.
-            micro = "µ" if _can_print(self.encoding, "µ") else "u"
+            enc = self.encoding
             return super()._render_buffer(
-                s if s.control else Segment(printable(s.text, keep_newlines=True).replace("µ", micro), s.style,
+                s if s.control else Segment(fit_encoding(printable(s.text, keep_newlines=True), enc), s.style,
                                             s.control)
                 for s in buffer)
 
