@@ -33,13 +33,19 @@ class Order:
     """The levels of a timeline's runs, and for each level what computing it reads.
 
     Per level ``i``: rows[i], its slices' rows (its runs' rows, run by run, in lane order); run_len[i], its runs'
-    lengths; head_at[i], each run's first position within rows[i]; prev[i], the row before each run on its lane
-    (-1: the lane's first run); sets[i], the release sets whose members all end in the levels before (their
-    latest end computed as level i begins), members[i] and member_starts[i] their members' rows, set by set."""
+    lengths (None: every run one slice); head_at[i], each run's first position within rows[i]; released[i] and
+    rel_set[i], the runs (positions among the level's runs) whose first slice a set released, and that set;
+    rel_row[i], those first slices' rows; after[i] and prev[i], the runs with a run before them on their lane,
+    and that run's last row; sets[i], the release sets whose members all end in the levels before (their latest
+    end computed as level i begins), members[i] and member_starts[i] their members' rows, set by set."""
 
     rows: list
     run_len: list
     head_at: list
+    released: list
+    rel_set: list
+    rel_row: list
+    after: list
     prev: list
     sets: list
     members: list
@@ -75,7 +81,7 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _levels(tl) -> Order | None:
     n = len(tl)
     if not n:
-        return Order([], [], [], [], [], [], [])
+        return Order(*([] for _ in range(11)))
     has_rel = tl.rel_set >= 0
     head_mask = tl.first | has_rel
     heads = np.flatnonzero(head_mask)
@@ -125,61 +131,55 @@ def _levels(tl) -> Order | None:
         frontier = cand[waiting[cand] == 0]
     if done < nruns:
         return None
-    rows, lens, head_at, prev, sets, members, mstarts = [], [], [], [], [], [], []
+    parts = [[] for _ in range(11)]
     for runs, st in zip(level_runs, level_sets):
         h, ln = heads[runs], run_len[runs]
-        rows.append(_ranges(h, h + ln))
-        lens.append(ln)
-        head_at.append(np.cumsum(ln) - ln)
-        prev.append(np.where(lane_prev[runs], h - 1, -1))
-        sets.append(st)
+        got = np.flatnonzero(has_rel[h])
+        after = np.flatnonzero(lane_prev[runs])
         m = mem[_ranges(ss[st], ss[st] + set_size[st])]
-        members.append(m)
-        mstarts.append(np.cumsum(set_size[st]) - set_size[st])
-    return Order(rows, lens, head_at, prev, sets, members, mstarts)
+        for part, v in zip(parts, (_ranges(h, h + ln), None if (ln == 1).all() else ln, np.cumsum(ln) - ln, got,
+                                   tl.rel_set[h[got]].astype(np.int64), h[got], after, h[after] - 1, st, m,
+                                   np.cumsum(set_size[st]) - set_size[st])):
+            part.append(v)
+    return Order(*parts)
 
 
 def ends_in_order(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
     """Every slice's end (ns after the kernel's begin, float64 whole ns), computed a level at a time: the
     replay's rounds' fixed point. None where a run's first slice has no bound (no start, no release, no lane
     before it) or the values pass float64's integers: the rounds decide those."""
-    n = len(tl)
-    end = np.empty(n)
+    end = np.empty(len(tl))
     latest = np.full(len(tl.set_starts), -np.inf)
-    rel_set = tl.rel_set
-    for i in range(od.levels):
-        if len(od.sets[i]):
-            latest[od.sets[i]] = np.maximum.reduceat(end[od.members[i]], od.member_starts[i])
-        rows, head_at, prev = od.rows[i], od.head_at[i], od.prev[i]
-        h = rows[head_at]
-        y = start[rows] + dur[rows]
-        y -= A[rows]
-        # the first slice of a run: its release, and the lane before it (its end, carried as end - A)
-        rs = rel_set[h]
-        y_head = y[head_at]
-        got = rs >= 0
-        if got.any():
-            y_head[got] = np.maximum(y_head[got], latest[rs[got]] + lat[h[got]] + dur[h[got]] - A[h[got]])
-        after = prev >= 0
-        if after.any():
-            p = prev[after]
-            y_head[after] = np.maximum(y_head[after], end[p] - A[p])
-        if not np.isfinite(y_head).all():
-            return None
-        y[head_at] = y_head
-        if len(rows) > len(head_at):
-            hv = np.repeat(y_head, od.run_len[i])
-            np.copyto(y, hv, where=~np.isfinite(y))
-            lo = float(y.min())
-            span = float(y.max()) - lo + 1.0
-            if span * len(head_at) >= _EXACT:
-                return None
-            off = np.repeat(np.arange(len(head_at), dtype=np.float64) * span, od.run_len[i])
-            y -= lo
-            y += off
-            np.maximum.accumulate(y, out=y)
-            y -= off
-            y += lo
-        y += A[rows]
-        end[rows] = y
-    return end
+    own = start + dur - A  # a slice's own bound, less the lane's sum before it
+    via_release = lat + dur - A  # the same from its release set's latest end
+    with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
+        for i in range(od.levels):
+            if len(od.sets[i]):
+                latest[od.sets[i]] = np.maximum.reduceat(end[od.members[i]], od.member_starts[i])
+            rows, run_len = od.rows[i], od.run_len[i]
+            y = own[rows]
+            y_head = y if run_len is None else y[od.head_at[i]]
+            g = od.released[i]
+            if len(g):  # the first slice of a run: its release
+                y_head[g] = np.maximum(y_head[g], latest[od.rel_set[i]] + via_release[od.rel_row[i]])
+            a = od.after[i]
+            if len(a):  # and the lane before it: its end, carried as end - A
+                p = od.prev[i]
+                y_head[a] = np.maximum(y_head[a], end[p] - A[p])
+            if run_len is not None:
+                y[od.head_at[i]] = y_head
+                hv = np.repeat(y_head, run_len)
+                np.copyto(y, hv, where=~np.isfinite(y))
+                lo = float(y.min())
+                span = float(y.max()) - lo + 1.0
+                if not span * len(run_len) < _EXACT:  # also: not finite
+                    return None
+                off = np.repeat(np.arange(len(run_len), dtype=np.float64) * span, run_len)
+                y -= lo
+                y += off
+                np.maximum.accumulate(y, out=y)
+                y -= off
+                y += lo
+            y += A[rows]
+            end[rows] = y
+    return end if np.isfinite(end).all() else None
