@@ -28,16 +28,16 @@ REPO = os.path.dirname(HERE)
 ANALYZE_STAGES = ("parts", "sweeps", "critical_path", "evidence_tests", "copy", "json")
 
 
-def _bench_convert():
-    spec = importlib.util.spec_from_file_location("_bench_convert", os.path.join(HERE, "bench_convert.py"))
+def _script(name: str):
+    """A sibling script loaded as a module (its main() does not run)."""
+    spec = importlib.util.spec_from_file_location(f"_{name}", os.path.join(HERE, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
+_analyze = _script("bench_analyze")
+_bench_convert, _median = _analyze._bench_convert, _analyze._median  # one copy of each, in bench_analyze.py
 
 
 # One measurement: a fresh process that times the parallel stages alone (the numpy engine's figures of the
@@ -125,7 +125,6 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     bc = _bench_convert()
     os.makedirs(a.workdir, exist_ok=True)
-    ktrace = [sys.executable, "-m", "ktrace"]
     print(f"{os.cpu_count()} cores, {len(os.sched_getaffinity(0))} available; median of {a.runs} interleaved runs")
     results = []
     for n in [int(float(x)) for x in a.records.split(",") if x.strip()]:
