@@ -156,6 +156,16 @@ def test_an_ascii_stream_gets_the_whole_report_in_ascii(name):
     assert out.isascii() and "..." in out and len(out.splitlines()) > 3
 
 
+def test_merge_report_on_an_ascii_stream_spells_plus_minus_in_ascii(tmp_path):
+    # its alignment line holds "±2.24 µs": printed as "+/-2.24 us", never a UnicodeEncodeError
+    from conftest import run_ktrace
+
+    rc, out, err = run_ktrace("merge", sample("multigpu_gpu0"), sample("multigpu_gpu1"), "-o",
+                              str(tmp_path / "m.perfetto-trace"), "--report", env={"PYTHONIOENCODING": "ascii"})
+    assert rc == 0 and "Traceback" not in err, err
+    assert out.isascii() and "+/-2.24 us" in out
+
+
 # -- help texts name every input kind ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", ["convert", "inspect", "analyze", "diff", "check", "query"])

@@ -39,6 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _never_unprintable() -> None:
+    """A character stdout's encoding lacks (an ASCII terminal, PYTHONIOENCODING=ascii) is written escaped
+    (\\xb1), never a UnicodeEncodeError: the report's own symbols are spelled in ASCII before that
+    (report.safe_text.fit_encoding); this covers any other line. stderr does so already."""
+    try:
+        if sys.stdout.errors == "strict":
+            sys.stdout.reconfigure(errors="backslashreplace")
+    except (AttributeError, ValueError, OSError):  # not a text stream that can change (a test's capture)
+        pass
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     try:  # --json / --markdown alone print to stdout; their file is given as --json=FILE (formats.py)
@@ -56,6 +67,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_INPUT
     handlers = {name: fn for mod in COMMAND_MODULES for name, fn in mod.HANDLERS.items()}
+    _never_unprintable()
     one_blas_thread()  # before numpy loads: no BLAS thread spinning beside the work
     if a.command in TUNED_COMMANDS:  # this process is ktrace's own: numpy's temporaries reuse their pages
         tune_allocator()

@@ -39,12 +39,13 @@ def register(sub) -> None:
 def _cmd_merge(a) -> int:
     from ..api import merge
     from ..report.multigpu_report import alignment_lines
-    from ..report.safe_text import printable
+    from ..report.safe_text import for_stream, printable
 
     res = merge(a.buffers, a.output, align_mode=a.align, tracks=a.tracks, report=a.report, offsets=a.offset,
                 clocks=a.clocks, **decode_kwargs(a))
     for line in alignment_lines(res.alignment):
-        print(line, file=sys.stderr if line.startswith("note:") else sys.stdout)
+        stream = sys.stderr if line.startswith("note:") else sys.stdout
+        print(for_stream(line, stream), file=stream)
     slices = ", ".join(f"{c.label.split(' (')[0]} {s.slices:,}" for c, s in zip(res.alignment.clocks, res.summaries))
     print(printable(f"{res.path}: {res.bytes:,} bytes; slices: {slices}"))
     if res.cross_gpu is not None:

@@ -162,7 +162,7 @@ def align(decoders, mode: str = "offset", given: dict | None = None) -> Alignmen
         if not measured:
             if len(facts) > 1:
                 notes.append("no measured clock offsets in the sidecars: the GPUs' own clocks are used as they are, "
-                             "and GPUs of one host disagree by tens of microseconds or more (16.4 us and about 100 us on two pairs "
+                             "and GPUs of one host disagree by tens of microseconds or more (16.4 µs and about 100 µs on two pairs "
                              "of H200s); "
                              "capture with ktrace run --device 0,1 to measure them")
             shifts = [0] * len(facts)

@@ -95,7 +95,7 @@ def _can_print(encoding: str, text: str) -> bool:
 
 # What the report writes beyond ASCII, and its ASCII spelling for a stream that cannot print it.
 _ASCII = str.maketrans({"µ": "u", "…": "...", "—": "-", "–": "-", "×": "x", "≤": "<=", "≥": ">=", "→": "->",
-                        "←": "<-", "≈": "~", "·": ".", "│": "|", "─": "-"})
+                        "←": "<-", "≈": "~", "·": ".", "│": "|", "─": "-", "±": "+/-"})
 
 
 def fit_encoding(text: str, encoding: str | None) -> str:
