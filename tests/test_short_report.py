@@ -73,6 +73,24 @@ def test_every_sample_fits_the_first_screen(monkeypatch):
     assert not bad, "\n".join(bad)
 
 
+def _plain_and_drawn(a, monkeypatch, columns, **options) -> tuple[str, str]:
+    """The short report at $COLUMNS ``columns`` (None: unset) as written to a pipe, and as rich's console draws
+    it (a console given)."""
+    from ktrace.cli._common import console
+    from ktrace.cli.analysis import print_analysis
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    plain, drawn = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(plain):
+        print_analysis(a, **options)
+    with contextlib.redirect_stdout(drawn):
+        print_analysis(a, console(), **options)
+    return plain.getvalue(), drawn.getvalue()
+
+
 @pytest.mark.parametrize("name", ["fi_mla_decode_run1.bin.gz", "imbalance.bin", "late_start_flashinfer.bin",
                                   "warpgroups.bin", "ab/imbalance_before.bin"])
 def test_the_short_report_into_a_pipe_is_what_rich_prints(monkeypatch, name):
@@ -80,23 +98,14 @@ def test_the_short_report_into_a_pipe_is_what_rich_prints(monkeypatch, name):
     prints, at $COLUMNS 100, 80 and 60, without $COLUMNS, and with --all; a width where a line needs rich's own
     wrapping (40) is left to rich."""
     import ktrace
-    from ktrace.cli._common import PIPE_MIN_WIDTH, console
-    from ktrace.cli.analysis import print_analysis
+    from ktrace.cli._common import PIPE_MIN_WIDTH
     from ktrace.report.analysis_report import short_lines
 
     a = ktrace.analyze(SAMPLE_DIR / name)
     for columns in ("100", "80", "60", None, "40"):
         for show_all in (False, True):
-            if columns is None:
-                monkeypatch.delenv("COLUMNS", raising=False)
-            else:
-                monkeypatch.setenv("COLUMNS", columns)
-            plain, drawn = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(plain):
-                print_analysis(a, show_all=show_all)
-            with contextlib.redirect_stdout(drawn):
-                print_analysis(a, console(), show_all=show_all)  # a console given: rich draws it
-            assert plain.getvalue() == drawn.getvalue(), (columns, show_all)
+            plain, drawn = _plain_and_drawn(a, monkeypatch, columns, show_all=show_all)
+            assert plain == drawn, (columns, show_all)
             lines = short_lines(a, show_all, int(columns) if columns else None, PIPE_MIN_WIDTH)
             if columns in ("100", "80", None):  # the plain lines were written, not rich's
                 assert lines is not None, (columns, show_all)
@@ -112,25 +121,15 @@ def test_a_kernel_name_too_long_wide_or_raw_prints_as_rich_prints_it(monkeypatch
     import shutil
 
     import ktrace
-    from ktrace.cli._common import console
-    from ktrace.cli.analysis import print_analysis
 
     shutil.copy(SAMPLE_DIR / "imbalance.bin", tmp_path / "k.bin")
     meta = json.loads((SAMPLE_DIR / "imbalance.json").read_text())
     (tmp_path / "k.json").write_text(json.dumps({**meta, "kernel": kernel}))
     a = ktrace.analyze(tmp_path / "k.bin")
     for columns in (None, "100", "80"):
-        if columns is None:
-            monkeypatch.delenv("COLUMNS", raising=False)
-        else:
-            monkeypatch.setenv("COLUMNS", columns)
-        plain, drawn = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(plain):
-            print_analysis(a)
-        with contextlib.redirect_stdout(drawn):
-            print_analysis(a, console())
-        assert plain.getvalue() == drawn.getvalue(), columns
-        assert "\x1b[" not in plain.getvalue()
+        plain, drawn = _plain_and_drawn(a, monkeypatch, columns)
+        assert plain == drawn, columns
+        assert "\x1b[" not in plain
 
 
 def test_the_short_report_of_the_imbalance_sample_says_what_to_do(monkeypatch):
