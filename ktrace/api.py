@@ -22,7 +22,6 @@ import os
 from contextlib import ExitStack
 from functools import partial
 from itertools import chain
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,7 @@ from .core.progress import stage
 from .runtime.config import Parallelism
 from .runtime.workers import in_worker, run_in_workers
 from .replays import whatif  # noqa: F401
+from .core.records import frozen
 
 if TYPE_CHECKING:
     from .analysis import Analysis, Thresholds
@@ -54,7 +54,7 @@ __all__ = ["ConvertResult", "MergedTrace", "decode", "convert", "inspect", "anal
            "annotate", "AnnotatedTrace", "annotated_output", "whatif"]
 
 
-@dataclass(frozen=True)
+@frozen
 class ConvertResult:
     """What ``convert`` wrote: the trace's path and size (bytes), the buffer's facts and counts."""
 
@@ -179,7 +179,7 @@ def merge_output(sources) -> Path:
     return first.with_name(first.stem + "_merged.perfetto-trace")
 
 
-@dataclass(frozen=True)
+@frozen
 class MergedTrace:
     """What ``merge`` wrote (``trace``: path, bytes, alignment, each buffer's Summary) and, when asked for,
     the cross-GPU figures of the same decoders."""
@@ -484,7 +484,7 @@ def annotated_output(source) -> Path:
     return Path("ktrace.analyzed.perfetto-trace")
 
 
-@dataclass(frozen=True)
+@frozen
 class AnnotatedTrace:
     """What ``annotate`` wrote: the trace (path, bytes; ``written`` False when the source already was an
     annotated trace, served as it is), the Analysis drawn in it, and ``focus``: [begin_ns, end_ns] of the top

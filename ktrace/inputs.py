@@ -26,6 +26,7 @@ from .core.filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_ike
 from .core.model import Decoded, Summary
 from .core.outputs import temporary_folder
 from .core.progress import stage
+from .core.records import frozen
 
 __all__ = ["Input", "Gpus", "open_input", "open_gpus", "refuse_traces", "buffer_options", "given_options", "is_session",
            "is_trace", "is_proton_source", "TRACE_SUFFIXES", "BUFFER_SUFFIXES", "NEEDS"]
@@ -159,7 +160,7 @@ def _stem(source) -> str:
     return Path(name).stem if name not in ("buffer", "None") else "buffer"
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpus:
     """Several GPUs' buffers, opened once: a decoder per buffer (in the order given) and how their clocks
     line up (``alignment.clocks[g]`` is buffer g)."""

@@ -14,7 +14,6 @@ check it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core import jsonfmt
@@ -22,6 +21,7 @@ from ..core.lazy import lazy_names
 from ..core.filetypes import TRACE_SUFFIXES
 from ..core.progress import stage
 from .model.thresholds import Thresholds
+from ..core.records import frozen
 
 if TYPE_CHECKING:
     from .model.data_quality import DataQuality
@@ -73,7 +73,7 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY, lambda: __all__, globals())
 ANALYSIS_SCHEMA = "ktrace.analysis/2"
 
 
-@dataclass(frozen=True, repr=False)
+@frozen(repr=False)
 class Analysis:
     """What ``analyze`` found: the figures, the findings, and how they were computed. ``print(a)`` prints the
     report ``ktrace analyze`` prints; in Jupyter, ``a`` shows it as HTML.

@@ -9,9 +9,9 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from dataclasses import dataclass
 
 from ..core.errors import EnvironmentMissing
+from ..core.records import frozen
 
 __all__ = ["driver", "ensure_context", "device_info", "DeviceInfo", "INSTALL_HINT", "device_index"]
 
@@ -129,7 +129,7 @@ def _pop(ctx) -> None:
         pass
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceInfo:
     """The current device: name, compute capability, SM count, clocks (kHz), driver and toolkit versions."""
 

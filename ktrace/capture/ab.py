@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +26,7 @@ from ..core import abrecord
 from ..core.errors import InputError
 from ..core.paired import DEFAULT_THRESHOLD_PCT, MIN_PAIRS
 from . import settings as _settings
+from ..core.records import frozen
 
 __all__ = ["PairedTimes", "time_pairs", "CudaEvents", "DriverCall", "ABSession", "run_ab", "METHOD"]
 
@@ -35,7 +35,7 @@ METHOD = ("{events} around one launch of each variant's unprofiled build on one 
           "(A B, B A, ...) after {warmup} warm-up pairs; {pairs} pairs, one process, one GPU")
 
 
-@dataclass(frozen=True)
+@frozen
 class PairedTimes:
     """Kernel times of each pair (µs), in the order the pairs ran; ``order[i]``: "AB" when before ran first."""
 
@@ -115,7 +115,7 @@ class CudaEvents:
         self.stream.synchronize()
 
 
-@dataclass(frozen=True)
+@frozen
 class DriverCall:
     """A driver script and its arguments: one side of ``ktrace run --ab``."""
 
@@ -141,7 +141,7 @@ class DriverCall:
         return shlex.join([str(self.path), *self.argv])
 
 
-@dataclass(frozen=True)
+@frozen
 class ABSession:
     """What ``run_ab`` did: both captures (saved, sidecars naming the record), the pairs, the record read back."""
 

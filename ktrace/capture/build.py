@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.records import frozen
 
 __all__ = [
     "HEADERS",
@@ -84,7 +85,7 @@ def _flashinfer_version() -> str | None:
         return None
 
 
-@dataclass(frozen=True)
+@frozen
 class HeaderChoice:
     """The profiler header a build uses: ``producer`` is "flashinfer" or "ktrace"."""
 
@@ -124,7 +125,7 @@ def resolve_header(header: str = "auto", flashinfer_include=None) -> HeaderChoic
     return HeaderChoice("ktrace", ktrace_include(), "ktrace")
 
 
-@dataclass(frozen=True)
+@frozen
 class BuildSpec:
     """What nvcc is given for one kernel: the source with the header in front, include folders, options."""
 

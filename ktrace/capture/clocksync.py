@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import EnvironmentMissing, InputError
+from ..core.records import frozen
 
 __all__ = ["ClockOffset", "ClockSync", "measure_clock_offsets", "interpolate_offset", "METHOD", "sidecar_clock",
            "clock_keys", "ENV_SYNC"]
@@ -49,7 +50,7 @@ extern "C" __global__ void ktrace_clock_sync(const volatile unsigned* go, volati
 """
 
 
-@dataclass(frozen=True)
+@frozen
 class ClockOffset:
     """One GPU against the reference. offset_to_reference_ns: this GPU's %globaltimer minus the reference's
     at the same instant (subtract it from this GPU's times to put them on the reference's axis);
@@ -65,7 +66,7 @@ class ClockOffset:
     samples_ns: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class ClockSync:
     """One measurement over several GPUs: the reference is ``offsets[0]``; times are host Unix ns."""
 

@@ -22,13 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.outputs import write_atomically
 from ._cuda import device_index
 from .clocksync import ENV_SYNC, ClockSync, clock_keys, measure_clock_offsets, sidecar_clock
+from ..core.records import frozen
 
 __all__ = ["parse_devices", "device_index", "launch_barrier", "sidecar_clock", "write_manifest",
            "run_on_devices", "DeviceRun", "MultiRun", "apply_clock_sync"]
@@ -100,7 +100,7 @@ def write_manifest(paths) -> None:
         Path(target).write_text(json.dumps([str(p) for p in paths]))
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceRun:
     """One GPU's process: its exit status, output, and the buffers it saved."""
 
@@ -111,7 +111,7 @@ class DeviceRun:
     saved: tuple[Path, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class MultiRun:
     """A run over several GPUs: the clock measurements around it, and each GPU's process."""
 

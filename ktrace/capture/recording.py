@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +27,7 @@ import numpy as np
 from ..decoding import layouts as _layouts
 from ..core.errors import InputError, KtraceError
 from . import settings as _settings
+from ..core.records import frozen
 
 __all__ = ["BUFFER", "LaunchCapture", "profile", "saved_captures", "forget_saved", "KeptLaunch", "keeping_launches"]
 
@@ -52,7 +52,7 @@ def forget_saved() -> None:
     _SAVED.clear()
 
 
-@dataclass(frozen=True)
+@frozen
 class KeptLaunch:
     """A launch ``profile`` captured, kept for an A/B session (``ktrace run --ab``): its capture, its arguments
     (``BUFFER`` where the profiler buffer goes) and ``launch(args, stream)``, which launches the unprofiled build

@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from ..core.records import frozen
 
 __all__ = ["Settings", "current", "configure"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Settings:
     """header: "auto" | "flashinfer" | "ktrace"; out_dir: where ``Capture.save()`` writes by default;
     suffix: appended to capture names (``imbalance`` + ``_ktrace``); reps/warmup: timing runs per build;

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 
 import numpy as np
+from ..core.records import frozen
 
 __all__ = ["Calibration", "cached", "measure_tick", "cache_file"]
 
@@ -32,7 +33,7 @@ extern "C" __global__ void ktrace_read_timer(unsigned long long* out, long long*
 }
 """
 
-@dataclass(frozen=True)
+@frozen
 class Calibration:
     """What ``ktrace calibrate`` measured on one device. Times in ns, clocks in MHz."""
 

@@ -7,10 +7,11 @@ builds alternate (A B, B A, A B, ...) so clock or thermal drift falls on both al
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable
 
 import numpy as np
+from ..core.records import frozen
 
 __all__ = ["Stats", "Comparison", "time_interleaved", "stats_of"]
 
@@ -27,7 +28,7 @@ extern "C" __global__ void ktrace_spin(unsigned long long ns) {
 _spin: dict = {}
 
 
-@dataclass(frozen=True)
+@frozen
 class Stats:
     """Kernel times of one build over the timed runs, in microseconds."""
 
@@ -44,7 +45,7 @@ class Stats:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@frozen
 class Comparison:
     """The instrumented build against its control. ``overhead_ratio`` = instrumented / control medians."""
 

@@ -16,7 +16,6 @@ order, warm-up pairs, a busy kernel before each call), then one profiled call of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import abrecord
@@ -25,11 +24,12 @@ from ..core.paired import DEFAULT_THRESHOLD_PCT
 from .ab import PairedTimes, time_pairs
 from .timing import Comparison
 from .torchflow import Recorded, TorchBackend, cached_timer, save_one, time_callables
+from ..core.records import frozen
 
 __all__ = ["record_ab", "RecordedAB"]
 
 
-@dataclass(frozen=True)
+@frozen
 class RecordedAB:
     """What ``record_ab`` saved: both buffers, each side's overhead timing, the pairs, the record read back."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from . import jsonfmt
 from .errors import InputError
 from .filetypes import buffer_stem, is_trace
 from .paired import DEFAULT_THRESHOLD_PCT, MIN_PAIRS, PairedTest, paired_test
+from .records import frozen
 
 __all__ = ["SCHEMA", "SUFFIX", "Record", "Found", "record_name", "file_sha256", "build_record", "write_record",
            "read_record", "find_record", "placement"]
@@ -98,7 +98,7 @@ def write_record(path, record: dict) -> Path:
     return write_atomically(path, (jsonfmt.dumps(record, indent=1, allow_nan=False) + "\n").encode("utf-8"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Record:
     """A read record: its file, the JSON, and the paired test recomputed from its pairs."""
 
@@ -154,7 +154,7 @@ def read_record(path) -> Record:
     return Record(p, data, test)
 
 
-@dataclass(frozen=True)
+@frozen
 class Found:
     """What ``find_record`` found for two captures: the record and whether they were given the other way
     round (``test`` is then already read that way), or a note on a record named but unusable."""

@@ -6,9 +6,10 @@ Every record of a buffer ends up in exactly one of three places: a phase slice (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
+from .records import frozen
 
 __all__ = [
     "Summary",
@@ -59,7 +60,7 @@ LANE_NOTES = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Launch:
     """Facts about the launch, from the buffer header and the metadata sidecar (when there is one)."""
 
@@ -105,7 +106,7 @@ class Launch:
         return f"group {g}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Slices:
     """Phase slices, one row each, sorted by (lane, begin sequence). Times in ns on the trace's axis."""
 
@@ -131,7 +132,7 @@ class Slices:
         return self.end_ns - self.begin_ns
 
 
-@dataclass(frozen=True)
+@frozen
 class Instants:
     """Instant records (type 2, and type 3 'finalize' in layouts that define it)."""
 
@@ -149,7 +150,7 @@ class Instants:
         return len(self.lane)
 
 
-@dataclass(frozen=True)
+@frozen
 class Anomalies:
     """Records that are neither in a slice nor an instant, with the reason (an ANOMALY_KINDS key)."""
 
@@ -174,7 +175,7 @@ class Anomalies:
         return {k: int(n) for k, n in zip(self.KINDS, c) if n}
 
 
-@dataclass(frozen=True)
+@frozen
 class LayoutMatch:
     """How well each candidate layout's tag fields agree with the records' positions (0..1)."""
 
@@ -187,7 +188,7 @@ class LayoutMatch:
         return self.scores.get(self.name, 0.0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Decoded:
     """A decoded buffer: the launch, the records' fate, and what was noticed on the way."""
 
@@ -218,7 +219,7 @@ class Decoded:
 _EXAMPLES = 3
 
 
-@dataclass(frozen=True)
+@frozen
 class Summary:
     """Counts and examples over a whole buffer, merged from its decoded parts (lane ranges)."""
 

@@ -20,12 +20,13 @@ is 'no change' (said so when it excludes zero), a significant mean change of the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from .choices import DEFAULT_THRESHOLD_PCT
 from .errors import InputError
+from .records import frozen
 
 __all__ = ["PairedTest", "paired_test", "t_quantile", "t_two_sided_p", "sign_interval", "MIN_PAIRS",
            "DEFAULT_THRESHOLD_PCT"]
@@ -116,7 +117,7 @@ def sign_interval(diffs, confidence: float) -> tuple[float, float, float]:
     return med, float(d[k - 1]), float(d[n - k])
 
 
-@dataclass(frozen=True)
+@frozen
 class PairedTest:
     """after - before over n interleaved pairs, in microseconds (relative figures: of the before mean).
 

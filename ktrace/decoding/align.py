@@ -10,7 +10,7 @@ records (``mode="start"``), which says nothing about how the GPUs really lined u
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.choices import ALIGN_MODES
@@ -18,13 +18,14 @@ from ..core.errors import InputError
 from ..core.jsonfmt import int_or_none
 from ..core.model import Decoded
 from ..core.sidecar import read_sidecar
+from ..core.records import frozen
 
 __all__ = ["first_record_ns", "shifted", "ALIGN_MODES", "GpuClock", "Alignment", "Shifted", "align", "shift_decoded", "open_decoders"]
 
 UNANCHORED = "first record"
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuClock:
     """One buffer's place among several: which GPU, its measured offset, and the shift applied.
 
@@ -49,7 +50,7 @@ class GpuClock:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
+@frozen
 class Alignment:
     """How the buffers were put on one axis: the mode, each buffer's clock, and what the user should know."""
 

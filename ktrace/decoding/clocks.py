@@ -22,11 +22,11 @@ spreads and their difference), or::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.jsonfmt import no_constant
+from ..core.records import frozen
 
 __all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets", "MAX_OFFSET_NS"]
 
@@ -35,7 +35,7 @@ __all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets", 
 MAX_OFFSET_NS = 2**62
 
 
-@dataclass(frozen=True)
+@frozen
 class GivenOffset:
     """One GPU's offset to the reference (ns), how well it is known (ns, None: not stated), and where it
     came from (``--offset 1=16400``, ``--clocks clocks.json``)."""

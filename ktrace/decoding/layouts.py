@@ -13,11 +13,11 @@ the layouts apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.errors import InputError
+from ..core.records import frozen
 
 __all__ = ["Layout", "LAYOUTS", "detect_layout", "get_layout", "HEADER_WORDS", "header_word", "split_header",
            "record_tag", "record_ts_lo", "record_type", "BEGIN", "END", "INSTANT", "FINALIZE", "buffer_words",
@@ -82,7 +82,7 @@ def timer_anchor(words: np.ndarray) -> int:
 # -- tag layouts --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     name: str
     description: str

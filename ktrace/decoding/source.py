@@ -4,7 +4,6 @@ files, or anything array-like."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ from ..core.errors import InputError
 from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_iket_pftrace, is_trace
 from .inflate import inflated_pieces, open_regular
 from .layouts import split_header
+from ..core.records import frozen
 
 __all__ = ["Buffer", "load_buffer", "parse_header"]
 
@@ -25,7 +25,7 @@ MAX_GZIP_BUFFER_BYTES = 512 << 20
 GZIP_LANES_FREE, GZIP_LANES_PER_BYTE = 1 << 20, 16
 
 
-@dataclass(frozen=True)
+@frozen
 class Buffer:
     """A buffer's words (uint64; word 0 is the header) and where they came from."""
 

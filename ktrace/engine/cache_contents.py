@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from ktrace.engine.cache_files import record_path
 from ktrace.engine.wasm_cache import cache_dir
 from ktrace.engine.wasm_snapshot import SUFFIX as SNAPSHOT_SUFFIX
+from ..core.records import frozen
 
 __all__ = ["CacheEntry", "cache_folders", "cache_entries", "clear_cache"]
 
@@ -27,7 +27,7 @@ SNAPSHOT_PREFIX = "trace-"
 SNAPSHOTS = "snapshots"
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheEntry:
     """One thing the cache holds: its kind ('compiled engine', 'snapshot', 'unfinished write'), its file, its
     bytes (its integrity record's included) and when it was last used (seconds since the epoch)."""

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ktrace.engine.backend import RawQueryResult, proto_fields
+from ..core.records import frozen
 
 __all__ = ["QueryResult", "decode"]
 
@@ -23,7 +24,7 @@ _NULL, _VARINT, _FLOAT64, _STRING, _BLOB = 1, 2, 3, 4, 5
 _EXACT_IN_FLOAT64 = 2**53
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class QueryResult:
     """The rows of one query, immutable.
 

@@ -16,7 +16,7 @@ sequence of their own (``ANNOTATION_SEQ``, inline names, no interning), under th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -25,6 +25,7 @@ import numpy as np
 from .packets import pb2 as _pb2, emit as _emit
 from .packets import _rows, encode_events, varint_len
 from .tracks import LAUNCH_UUID
+from ..core.records import frozen
 
 __all__ = ["Span", "CounterSeries", "SliceMarks", "Annotations", "annotation_chunks", "marked_records",
            "encode_marked", "ANNOTATION_SEQ",
@@ -41,7 +42,7 @@ COUNTER_UUID = _ANN_BASE + (1 << 21)  # + i for the i-th counter
 _RANK0 = -(1 << 20)  # sibling ranks: annotations before every SM or block track (ranks >= 0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Span:
     """One slice: ``name`` over [begin_ns, end_ns] (trace ns), args (name, str | int | float) pairs."""
 
@@ -51,7 +52,7 @@ class Span:
     args: tuple = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class CounterSeries:
     """A counter track: from ``ts[i]`` on (trace ns) the value is ``values[i]``, counted in ``unit`` (the
     viewer's axis says "132 SMs", not "132 count")."""
@@ -63,7 +64,7 @@ class CounterSeries:
     unit: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class SliceMarks:
     """Phase slices to decorate, one row each, keyed by (phase name, block, group, k): ``role`` (an arg
     ``ktrace.role``; "" for none), ``flow_out`` (a flow id leaving the slice; 0 for none) and ``flow_in`` (a
@@ -86,7 +87,7 @@ class SliceMarks:
         return SliceMarks((), z, z, z, (), z.astype(np.uint64), z.astype(np.uint64))
 
 
-@dataclass(frozen=True)
+@frozen
 class Annotations:
     """What an annotated trace adds. findings: a Span per finding, in the findings' order; path: the
     critical path's parts in time order; path_flows: (from part index, to part index) per hop, used when the

@@ -12,20 +12,20 @@ offset from its sidecar, or onto the first buffer's first record with ``align="s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.align import Alignment, GpuClock, Shifted, align, open_decoders
 from ..core.model import Summary
 from .tracks import GPU_UUID_STRIDE
 from .writer import TraceSpace, trace_chunks, write_chunks
+from ..core.records import frozen
 
 __all__ = ["MergeResult", "merge_traces", "merge_chunks", "gpu_space", "MAX_GPUS"]
 
 MAX_GPUS = 127  # one packet sequence id (a one-byte varint) per GPU
 
 
-@dataclass(frozen=True)
+@frozen
 class MergeResult:
     """What ``merge_traces`` wrote: the path, its size in bytes, how the GPUs were aligned, and each
     buffer's Summary (in the order given)."""

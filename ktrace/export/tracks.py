@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core.choices import TRACK_MODES
 from ..core.model import Decoded
+from ..core.records import frozen
 
 __all__ = ["TrackTree", "TrackState", "build_tracks", "launch_track", "lane_description", "TRACK_MODES", "LAUNCH_UUID",
            "PROCESS_UUID", "GPU_UUID_STRIDE"]
@@ -28,7 +29,7 @@ BLOCK_BASE = 1 << 42  # a block's track, when its warp groups have tracks of the
 SM_BASE = 1 << 43  # an SM's track: SM_BASE + sm + 1 (sm = -1: SM ids that cannot be trusted)
 
 
-@dataclass(frozen=True)
+@frozen
 class Track:
     uuid: int
     parent: int | None
@@ -37,7 +38,7 @@ class Track:
     description: str = ""  # a lane track's block, group and SM (lane_description)
 
 
-@dataclass(frozen=True)
+@frozen
 class TrackTree:
     tracks: list  # Track, parents before children
     lane_uuid: np.ndarray  # uuid of each lane's track, indexed by lane

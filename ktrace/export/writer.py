@@ -14,7 +14,6 @@ default space writes exactly the single-buffer trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -27,11 +26,12 @@ from .packets import pb2 as _pb2, emit as _emit
 from .tracks import LAUNCH_UUID, PROCESS_UUID, TRACK_MODES, TrackState, launch_track
 from ..runtime.config import Parallelism, Stage, parallelism
 from .workers import batches, fork_context, parallel_parts
+from ..core.records import frozen
 
 __all__ = ["write_trace", "write_chunks", "trace_bytes", "trace_chunks", "launch_facts", "ARG_NAMES", "TraceSpace"]
 
 
-@dataclass(frozen=True)
+@frozen
 class TraceSpace:
     """Where one buffer's packets go in a trace: seq_id (trusted_packet_sequence_id, 1..127), uuid_offset
     (added to every track uuid), process (pid, name): a process track above the launch track, with

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from . import forked
 from .forked import Slots
+from ..core.records import frozen
 
 __all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "parallelism", "available_cores", "thread_pool",
            "Slots"]
@@ -54,7 +55,7 @@ def available_cores() -> int:
     return forked.available_cores()
 
 
-@dataclass(frozen=True)
+@frozen
 class Stage:
     """How one stage's work is spread: ``jobs`` forked workers (1: in this process). What a formula is handed:
     it splits its work into items and maps them here; the results are the same for any number of workers."""
@@ -88,7 +89,7 @@ class Stage:
 SERIAL = Stage()
 
 
-@dataclass(frozen=True)
+@frozen
 class Parallelism:
     """The one configuration of parallel work, built once per command (``build``) and handed to its stages.
 

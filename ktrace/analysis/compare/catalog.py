@@ -14,7 +14,6 @@ is estimated: compare.py's docstring.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -25,12 +24,13 @@ from ...core.filetypes import is_trace
 from ...core.sidecar import read_sidecar
 from .. import Analysis
 from .noise import SD_PER_P10_P90
+from ...core.records import frozen
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "as_capture", "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES",
            "read_timing", "kernel_values", "phase_values", "group_values"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Figure:
     """One named figure: its unit, whether lower is better (None: neither), and what it is."""
 
@@ -88,7 +88,7 @@ GROUP_FIGURES = _catalog(
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class Value:
     """A figure's value (None when undefined) and its noise, both in the figure's unit. ``noise``: the
     capture's own evidence of spread (the timer tick, p10-p90 across instances or timed repetitions);
@@ -103,7 +103,7 @@ class Value:
     reps: int = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class Timing:
     """Median kernel times (µs) of the instrumented build and its unprofiled control, with p10/p90 over the
     timed repetitions and their count (0: not given), from a capture's sidecar ``timing``; None where the
@@ -160,7 +160,7 @@ def read_timing(source, sidecar=None) -> Timing | None:
         return None
 
 
-@dataclass(frozen=True)
+@frozen
 class Capture:
     """One capture as rules and comparisons see it: an analysis and, when its sidecar has them, its control
     timings; its figure values are computed once, on first use."""

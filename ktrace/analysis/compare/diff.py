@@ -21,7 +21,7 @@ or resolved only when its impact moved by 1% of the wall.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...core.errors import InputError
 from .catalog import (GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES, Capture, Figure, Timing, Value, as_capture,
@@ -32,6 +32,7 @@ from ..model.input_problems import input_problems
 from .noise import (MIN_IMPACT, MIN_TICKS, SD_PER_P10_P90, SESSION_NOISE, assumed, not_judged, reps_test, runs_needed,
                     runs_test)
 from .noise_model import modelled, noise_model, observations
+from ...core.records import frozen
 
 __all__ = ["Figure", "Value", "Timing", "Capture", "Change", "PhaseChange", "CostShift", "Diff",
            "KERNEL_FIGURES", "PHASE_FIGURES", "GROUP_FIGURES", "DIFF_SCHEMA", "read_timing",
@@ -50,7 +51,7 @@ _TIMING = ("profiled_us", "control_us", "overhead_ratio")
 _MEDIANS = ("profiled_us", "control_us")
 
 
-@dataclass(frozen=True)
+@frozen
 class _Side:
     """One side of a diff: one capture or several runs of it."""
 

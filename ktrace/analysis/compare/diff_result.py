@@ -3,9 +3,10 @@ between phases, and the whole result with its JSON (schema ``ktrace.diff/1``, do
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ...core import jsonfmt
+from ...core.records import frozen
 
 __all__ = ["Change", "PhaseChange", "CostShift", "Diff", "DIFF_SCHEMA", "VERDICTS", "paired_line"]
 
@@ -41,7 +42,7 @@ def paired_line(t) -> str:
     return line
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     """One figure before and after, in ``unit``. ``noise``: the threshold the change had to exceed.
     ``test``: how it was judged ('runs', 'reps', 'assumed', 'exact', 'tied'; 'none': not judged, no estimate
@@ -116,7 +117,7 @@ class Change:
                 "p_value": self.p_value, "confidence": None if self.p_value is None else 1.0 - self.p_value}
 
 
-@dataclass(frozen=True)
+@frozen
 class PhaseChange:
     """A phase's figures before and after. present: 'both', 'before' (gone after) or 'after' (new)."""
 
@@ -132,7 +133,7 @@ class PhaseChange:
         return {"phase": self.phase, "present": self.present, "figures": [c.to_dict() for c in self.changes]}
 
 
-@dataclass(frozen=True)
+@frozen
 class CostShift:
     """Cost that moved between phases: time on the critical path (critical_us) that fell significantly in
     some phases and rose significantly in others. ``fell_us``/``rose_us``: phase -> change (µs)."""
@@ -155,7 +156,7 @@ class CostShift:
                 "kernel_wall_change_us": self.kernel_wall_change_us, "message": self.message}
 
 
-@dataclass(frozen=True)
+@frozen
 class Diff:
     """``before`` against ``after``: kernel figures, every phase's figures, cost moved, findings resolved/new
     (judged; not judged: ``findings_gone`` / ``findings_appeared``)."""

@@ -29,9 +29,9 @@ of the kernel wall. Counts are exact. Which block finishes last is information, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+from ...core.records import frozen
 
 __all__ = ["MIN_TICKS", "MIN_IMPACT", "ALPHA", "SESSION_NOISE", "MAX_RUNS", "Judgement", "t_test", "runs_test",
            "reps_test", "assumed", "not_judged", "runs_needed", "SD_PER_P10_P90"]
@@ -47,7 +47,7 @@ MAX_RUNS = 20
 SD_PER_P10_P90 = 1 / 2.5631
 
 
-@dataclass(frozen=True)
+@frozen
 class Judgement:
     """significant: the change passed its test and every floor (None: not judged, no noise estimate);
     noise: the threshold it had to exceed, in the figure's unit; test: 'runs', 'reps', 'assumed', 'floor'

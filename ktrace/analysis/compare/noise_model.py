@@ -17,12 +17,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from ..model.thresholds import margin_of
 from .noise import MIN_IMPACT, MIN_TICKS, Judgement, not_judged
+from ...core.records import frozen
 
 __all__ = ["FAMILIES", "KERNEL_FAMILIES", "Bound", "NoiseModel", "noise_model", "noise_margin", "family_of",
            "observations", "fit", "modelled", "margin_for", "MODEL_SCHEMA", "MODEL_PATH"]
@@ -66,7 +67,7 @@ def _up(x: float) -> float:
     return float(f"{m}e{e}")
 
 
-@dataclass(frozen=True)
+@frozen
 class Bound:
     """One family's largest same-input change that cleared the floors: ``relative`` (a fraction of the
     figure's value), ``ticks`` (timer ticks), ``wall_share`` (the kernel time it stands for / the kernel
@@ -83,7 +84,7 @@ class Bound:
                 "seen": self.seen, "worst": self.worst}
 
 
-@dataclass(frozen=True)
+@frozen
 class NoiseModel:
     """Per family, the largest change seen between runs of the same inputs (``Bound``); ``runs``: the runs
     it was measured on, ``kernels``: how many same-input sets (kernels), ``refined``: runs of the user's own

@@ -13,12 +13,12 @@ gives but that names different blocks holds, its block does not (``blocks`` list
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...core import jsonfmt
 from ...core.errors import InputError
+from ...core.records import frozen
 
 __all__ = ["RunFinding", "RunsAnalysis", "runs_analysis", "RUNS_SCHEMA", "PHASE_FIGURES"]
 
@@ -37,7 +37,7 @@ def named_block(f) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class RunFinding:
     """One warning over the runs: in how many runs it is a warning, the blocks it names (block -> runs), its
     impact's range (ns) and the first run's message."""
@@ -66,7 +66,7 @@ class RunFinding:
                 "min_impact_ns": self.min_impact_ns, "max_impact_ns": self.max_impact_ns, "message": self.message}
 
 
-@dataclass(frozen=True)
+@frozen
 class RunsAnalysis:
     """Analyses of several runs of one kernel (``sources``, ``analyses`` in the same order)."""
 

@@ -13,7 +13,6 @@ end. Skews below the alignment's spread (``x.alignment.spread_ns``) are within t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -22,6 +21,7 @@ from ...core import jsonfmt
 from ...decoding.align import Alignment, Shifted, align, open_decoders
 from ..model.results import Table
 from ..model.table import table
+from ...core.records import frozen
 
 __all__ = ["CrossGpu", "GpuPhaseInstances", "CrossGpuInstances", "CrossGpuPhases", "MultiGpuAnalysis", "cross_gpu",
            "CROSS_GPU_SCHEMA", "MULTI_SCHEMA"]
@@ -64,7 +64,7 @@ class CrossGpuPhases(Table):
         max_end_skew_ns="int")
 
 
-@dataclass(frozen=True)
+@frozen
 class CrossGpu:
     """The cross-GPU figures and the alignment they rest on (``alignment.clocks[g]`` is GPU position g)."""
 
@@ -82,7 +82,7 @@ class CrossGpu:
                 "instances": self.instances.rows(), "per_gpu": self.per_gpu.rows()}
 
 
-@dataclass(frozen=True)
+@frozen
 class MultiGpuAnalysis:
     """Several GPUs' captures: each one's Analysis (in the order given, ``labels[g]`` naming GPU g) and the
     cross-GPU figures over them."""

@@ -10,7 +10,6 @@ the wall and at least ``min_ticks`` timer ticks; otherwise it is info. Findings 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..model.results import Figures
 from ..model.thresholds import Thresholds
@@ -20,13 +19,14 @@ from .kinds import KindFigures
 from .margins import marginal
 from .stakes import Stakes
 from .verdict import format_ns
+from ...core.records import frozen
 
 __all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
 
 SEVERITIES = ("warning", "info")
 
 
-@dataclass(frozen=True)
+@frozen
 class Finding:
     """One verdict. kind: see docs/analysis-schema.md; phase: the phase it is about (None for the launch);
     severity: 'warning' or 'info'; message: the claim and the advice; evidence: what in the data shows it;

@@ -13,19 +13,19 @@ The words are docs/glossary.md's; a kernel with one warp group per block says "b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from ..model import notebook as nb
 from . import kinds
 from .kinds.base import first_clause
 from .find import Finding, format_ns
+from ...core.records import frozen
 
 __all__ = ["Headline", "Vocabulary", "headline", "title_line", "roofline_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
 
 HEADLINE_CHARS = 100  # a headline longer than this is cut at a word (the message has the rest)
 
 
-@dataclass(frozen=True)
+@frozen
 class Headline:
     """text: the claim in plain words; action: the one thing to do ('' when the finding asks nothing);
     evidence: what in the data shows it (the finding's evidence, as is)."""
@@ -35,7 +35,7 @@ class Headline:
     evidence: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Vocabulary:
     """What the words depend on: whether blocks hold several warp groups (then "lane" means a block's warp
     group, and a lane is named "block B group G"), the kernel's wall (ns) and the warp groups' names."""

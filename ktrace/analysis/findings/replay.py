@@ -25,7 +25,7 @@ chained one after another (barriers in a row), not slices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
 from .replay_order import ends_in_order, order_of
+from ...core.records import frozen
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
 
@@ -41,7 +42,7 @@ _NEG = np.iinfo(np.int64).min // 4  # no release
 _NEG2 = -(2 ** 62)  # no bound, in the whole-ns rounds: below every lifted value
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class Timeline:
     """The top-level slices in lane order (lane, begin, end) and what each waited for.
 
@@ -91,7 +92,7 @@ class Timeline:
 
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class Replayed:
     """A replay's result: each slice's begin and end (ns, the timeline's rows), what bound each begin (index
     into RELEASES), the wall, the rounds it took, and whether it settled (reached the times no further round

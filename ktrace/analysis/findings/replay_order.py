@@ -19,16 +19,16 @@ one) has no levels: ``order_of`` gives None and the replay keeps its rounds.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
+from ...core.records import frozen
 
 __all__ = ["Order", "order_of", "ends_in_order"]
 
 _EXACT = float(2 ** 52)  # lifted values stay integers of float64 below this
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class Order:
     """The levels of a timeline's runs, and for each level what computing it reads.
 

@@ -4,18 +4,19 @@ docs/analysis-schema.md, "Cause model and replay")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ...core.errors import InputError
 from ..evidence.keyed import run_starts
 from .replay import RELEASES, Replayed, Timeline, change_rounds, critical_rows, measured_starts, replay
+from ...core.records import frozen
 
 __all__ = ["Change", "WhatIf", "predict", "whatif", "change_dict", "path_parts"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     """What a what-if removes or changes (each empty/None: not changed).
 
@@ -47,7 +48,7 @@ class Change:
 
 
 
-@dataclass(frozen=True)
+@frozen
 class WhatIf:
     """measured_wall_ns: the kernel's wall; replayed_wall_ns: the unchanged timeline replayed (equal to it where
     the model holds); predicted_wall_ns: with the change; saving_ns = replayed - predicted; path: the critical

@@ -28,12 +28,12 @@ import math
 import operator
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InputError
 from ..compare.catalog import GROUP_FIGURES, KERNEL_FIGURES, PHASE_FIGURES
 from ..model.input_problems import parse_allowed
+from ...core.records import frozen
 
 __all__ = ["OPERATORS", "Rule", "SqlRule", "Section", "RuleBook", "RuleResult", "Check", "parse_rule",
            "load_rules_file", "rule_book"]
@@ -46,7 +46,7 @@ _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _BASELINE = re.compile(rf"^baseline(?:\s*(?P<op>[*+-])\s*(?P<k>{_NUM}))?$|^(?P<k2>{_NUM})\s*\*\s*baseline$")
 
 
-@dataclass(frozen=True)
+@frozen
 class Rule:
     """``metric op limit``: limit is ``value``, or the baseline's figure combined with ``baseline_k`` by
     ``baseline_op`` ('*', '+' or '-'). scope: 'kernel', a phase name or '*'; group: the warp group of
@@ -71,7 +71,7 @@ class Rule:
         return f"{scope}{'' if self.group is None else f'@{self.group}'}.{self.figure}"
 
 
-@dataclass(frozen=True)
+@frozen
 class SqlRule:
     """A query that must return no rows (each row is a violation)."""
 
@@ -81,7 +81,7 @@ class SqlRule:
     uses_baseline = False
 
 
-@dataclass(frozen=True)
+@frozen
 class Section:
     """Rules for the kernels whose name matches ``pattern`` (fnmatch; None: every kernel), and the kinds of
     broken input (input_problems.PROBLEM_KINDS) it accepts (``allow_anomalies``)."""
@@ -91,7 +91,7 @@ class Section:
     allow: frozenset = frozenset()
 
 
-@dataclass(frozen=True)
+@frozen
 class RuleBook:
     """Every rule, by the kernels it applies to."""
 
@@ -120,7 +120,7 @@ class RuleBook:
         return tuple(s.pattern for s in self.sections if s.pattern is not None)
 
 
-@dataclass(frozen=True)
+@frozen
 class RuleResult:
     """One rule on one subject (a wildcard rule gives one result per phase). status: 'pass', 'fail' or
     'skip'; measured/limit/baseline in ``unit``; for a SQL rule, row_count and the first rows."""
@@ -146,7 +146,7 @@ class RuleResult:
                 "rows": [dict(r) for r in self.rows]}
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     """The rules applied to one capture."""
 

@@ -6,7 +6,8 @@ must say, before its findings, how much of the capture that is (docs/analysis-sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
+from ...core.records import frozen
 
 __all__ = ["DataQuality", "data_quality", "records_written_warning", "LAYOUT_FLOOR", "LAYOUT_WARN", "UNREADABLE_KINDS", "UNPAIRED_KINDS", "refusal"]
 
@@ -19,7 +20,7 @@ UNPAIRED_KINDS = ("begin_without_end", "end_without_begin")
 UNREADABLE_KINDS = ("tag_mismatch", "unknown_type", "unknown_event", "backwards")
 
 
-@dataclass(frozen=True)
+@frozen
 class DataQuality:
     """The capture's records that are not in the figures, by cause (counts of records unless named lanes).
 

@@ -6,9 +6,9 @@ no guard, records the capacity guard dropped, a layout that barely matches. A ga
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .data_quality import LAYOUT_WARN, UNPAIRED_KINDS, UNREADABLE_KINDS, data_quality
+from ...core.records import frozen
 
 __all__ = ["PROBLEM_KINDS", "Problem", "input_problems", "parse_allowed"]
 
@@ -37,7 +37,7 @@ _FIX = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Problem:
     """One kind of problem (PROBLEM_KINDS): how many records or lanes, in words, and how to fix it."""
 

@@ -8,7 +8,7 @@ arrays of str (None where SQL has NULL).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from .wait_tables import LeadIns, TopSlices, WaitCauses
 from .launch_shape import Blocks, BusySms, LaneTotals, Occupancy
 from .table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
+from ...core.records import frozen
 
 __all__ = [
     "Table",
@@ -126,7 +127,7 @@ class CriticalShares(Table):
         return float(self.total_ns.sum()) / wall_ns if wall_ns else None
 
 
-@dataclass(frozen=True)
+@frozen
 class Kernel:
     """The kernel's extent over its phase slices (ns) and the timer resolution every figure carries.
 
@@ -151,7 +152,7 @@ class Kernel:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class Figures:
     """Every figure of the analysis, from SQL (figures.py) or from the numpy engine (stream.py).
 

@@ -9,7 +9,8 @@ wall below it (docs/analysis-schema.md, "Roofline").
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from ...core.records import frozen
 
 __all__ = ["PEAKS", "Roofline", "peaks_of", "roofline_of", "WORK_MAX_BYTES", "WORK_MAX_FLOPS", "PEAK_MAX"]
 
@@ -50,7 +51,7 @@ def peaks_of(device: str | None) -> tuple[str, float, float] | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class Roofline:
     """The work, its achieved rates over the wall, the peaks and the least wall they allow (None: unknown)."""
 

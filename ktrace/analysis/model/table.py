@@ -4,13 +4,14 @@ kind per column (int, real, intn: an integer that may be NULL, text), comparable
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...runtime.config import Parallelism, parallelism
 from ...core.jsonfmt import EncodedLines, EncodedRows, encode_basestring, escape_raw
+from ...core.records import frozen
 
 __all__ = ["Table", "table", "kinds", "INT", "REAL", "TEXT", "INTN", "json_rows_of"]
 
@@ -18,7 +19,7 @@ _INT, _REAL, _TEXT = "int", "real", "text"
 _INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class Table:
     """Columns of equal length. Subclasses declare the columns as fields and their kinds in KINDS."""
 
@@ -159,7 +160,7 @@ def table(cls):
     order), each a field holding a numpy array; the class declares them once, there."""
     own = dict(cls.__dict__.get("__annotations__", {}))
     cls.__annotations__ = {**{name: "np.ndarray" for name in cls.KINDS}, **own}
-    return dataclass(frozen=True, eq=False)(cls)
+    return frozen(eq=False)(cls)
 
 
 def _as_kind(values, kind: str) -> np.ndarray:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from functools import lru_cache
 from pathlib import Path
 
 from ...core.errors import InputError
+from ...core.records import frozen
 
 __all__ = ["Thresholds", "NOISE_MODEL_PATH", "shipped_noise", "margin_of"]
 
@@ -41,7 +42,7 @@ def margin_of(bound: tuple, value: float, tick_ns: float, unit_ns: float, per_ns
     return min([rel, max(kernel, key=lambda x: x[0])] if kernel else [rel], key=lambda x: x[0])
 
 
-@dataclass(frozen=True)
+@frozen
 class Thresholds:
     """When a figure becomes a finding. Override by name: ``Thresholds.parse(["imbalance=1.2"])``."""
 

@@ -3,11 +3,11 @@ waited for, per phase boundary and warp group, and the gap before each phase ins
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..model.table import INT as _INT, INTN as _INTN, REAL as _REAL, TEXT as _TEXT, Table, kinds as _kinds, table
+from ...core.records import frozen
 
 __all__ = ["WaitCauses", "LeadIns", "TopSlices"]
 
@@ -38,7 +38,7 @@ class LeadIns(Table):
     KINDS = _kinds(phase_index=_INT, k=_INT, last_lead_in_ns=_INTN, median_lead_in_ns=_REAL, lanes_with_prev=_INT)
 
 
-@dataclass(frozen=True)
+@frozen
 class TopSlices:
     """The top-level phase slices the evidence reads: one entry per slice (any order)."""
 

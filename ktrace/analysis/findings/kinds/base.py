@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 import numpy as np
+from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
            "instance_keys", "no_span", "no_roles", "ok", "fixed_rank",
@@ -28,7 +29,7 @@ def optional(default=None):
     return field(default=default, metadata={_OPTIONAL: True})
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class KindFigures(Mapping):
     """The numbers behind a finding (units in the names). Subclasses: one per kind (or per basis of a kind)."""
 
@@ -76,7 +77,7 @@ class KindFigures(Mapping):
     __hash__ = None  # figures hold lists (segments, idle lanes): not hashable
 
 
-@dataclass(frozen=True)
+@frozen
 class Kind:
     """One finding kind, every part of it (a registry line in kinds/__init__.py; a test checks them all).
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ....core.records import frozen
 
 NAME = "critical_path"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class CriticalFigures(KindFigures):
     share: float
     part: str

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..verdict import Verdict
 from .base import Kind, KindFigures, fixed_rank, no_roles, no_span
+from ....core.records import frozen
 
 NAME = "idle_lanes"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class IdleFigures(KindFigures):
     idle_lanes: int
     lanes: int

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .base import KindFigures
+from ....core.records import frozen
 
 __all__ = ["LastFinisherFigures"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class LastFinisherFigures(KindFigures):
     """Over the phase's instances: who finished last, how often, by how much, and why (work, late, lag)."""
 

@@ -3,18 +3,18 @@ lane that ends the kernel), not because of its work."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
 from .last_finisher_figures import LastFinisherFigures
+from ....core.records import frozen
 
 NAME = "late_start"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class LateStartFigures(LastFinisherFigures):
     """A phase's last finisher that starts late (block None: a different block each time)."""
 
@@ -22,7 +22,7 @@ class LateStartFigures(LastFinisherFigures):
     cause: str = "late_start"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class LateLaneFigures(KindFigures):
     """The lane that ends the kernel began late (per-lane first begin, last end and busy time)."""
 

@@ -3,7 +3,6 @@ lanes' totals over all phases are unequal (a work list)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,11 +10,12 @@ from ..phase_shape import dominant, lined_up
 from ..verdict import Verdict, fmt as _fmt
 from . import stable_straggler
 from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
+from ....core.records import frozen
 
 NAME = "load_imbalance"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class InstancesFigures(KindFigures):
     """Per instance of a phase whose instances line up across lanes."""
 
@@ -35,7 +35,7 @@ class InstancesFigures(KindFigures):
     lane_totals_even: bool = optional(False)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class LaneTotalsFigures(KindFigures):
     """Each lane's busy time over all phases, on a work list."""
 

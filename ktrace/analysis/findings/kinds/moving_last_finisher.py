@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .base import Kind, claim_words, first_clause, fixed_rank, no_roles, no_span
 from .last_finisher_figures import LastFinisherFigures
+from ....core.records import frozen
 
 NAME = "moving_last_finisher"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class MovingFigures(LastFinisherFigures):
     pass
 

@@ -14,13 +14,13 @@ last part of the wall.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...evidence.waits import HANDOFF_TICKS
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
+from ....core.records import frozen
 
 NAME = "pipeline"
 
@@ -29,7 +29,7 @@ WAITING_SHARE = 0.5  # from timed waits: a group waits when its wait phases are 
 BOUNDING_SHARE = 0.1  # ... for a group that hardly waits, at most this
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class PipelineFigures(KindFigures):
     waiting_group: int
     bounding_group: int

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ....core.units import format_ns as _t
 from .base import Kind, claim_words, fixed_rank, no_roles, no_span
 from .last_finisher_figures import LastFinisherFigures
+from ....core.records import frozen
 
 NAME = "rotating_imbalance"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class RotatingFigures(LastFinisherFigures):
     pass
 

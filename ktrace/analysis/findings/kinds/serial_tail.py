@@ -9,18 +9,18 @@ that ran it run it alone for at least ``tail_share`` of the wall.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from . import idle_lanes
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ....core.records import frozen
 
 NAME = "serial_tail"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class SerialTailFigures(KindFigures):
     serial_ns: float  # the longest time one lane runs the phase after the idle lanes are done
     block: int

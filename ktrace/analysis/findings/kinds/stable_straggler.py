@@ -3,17 +3,17 @@ it carries)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ....core.units import format_ns as _t
 from . import late_start
 from .base import Kind, instance_keys, last_block_extent
 from .last_finisher_figures import LastFinisherFigures
+from ....core.records import frozen
 
 NAME = "stable_straggler"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class StragglerFigures(LastFinisherFigures):
     block: int
     cause: str  # 'work', 'both', 'lag' or 'small'

@@ -3,18 +3,18 @@ why (a barrier's slow release, the launch, waves, carried over, nested, unexplai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance
+from ....core.records import frozen
 
 NAME = "start_skew"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class SkewFigures(KindFigures):
     mean_excess_ns: float
     mean_wall_ns: float

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .base import Kind, claim_words, extent, fixed_rank, instance_keys
 from .last_finisher_figures import LastFinisherFigures
+from ....core.records import frozen
 
 NAME = "straggler_change"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class StragglerChangeFigures(LastFinisherFigures):
     segments: list  # {block, group, first_k, last_k, instances} per run of one last block
 

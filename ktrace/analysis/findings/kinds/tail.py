@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt, num as _num
 from .base import Kind, KindFigures
+from ....core.records import frozen
 
 NAME = "tail"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class TailFigures(KindFigures):
     last_block: int
     last_block_begin_ns: float  # after the kernel's begin

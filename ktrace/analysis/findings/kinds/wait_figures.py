@@ -3,14 +3,14 @@ large_wait and untimed_work."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .base import KindFigures, optional
+from ....core.records import frozen
 
 __all__ = ["WaitFigures"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class WaitFigures(KindFigures):
     """One boundary's waits (WaitCauses' row) and the instance after which the longest began."""
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ....core.records import frozen
 
 NAME = "wave_quantization"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class WavesFigures(KindFigures):
     """The launch's slot figures (evidence/slots.py: slot_figures)."""
 
