@@ -16,6 +16,7 @@ import pytest
 from ktrace.analysis.compare.catalog import PHASE_FIGURES
 from ktrace.analysis.findings import kinds
 from ktrace.analysis.findings.kinds.base import Kind, KindFigures
+from ktrace.core.records import is_frozen
 
 ROOT = Path(__file__).resolve().parent.parent / "ktrace"
 KINDS_DIR = ROOT / "analysis" / "findings" / "kinds"
@@ -54,8 +55,7 @@ def test_a_kind_declares_every_part(kind: Kind):
     assert kind.detects.strip()
     for part in ("lead", "short", "headline", "span", "roles"):
         assert callable(getattr(kind, part)), f"{kind.name}.{part} is not a function"
-    assert kind.figures and all(issubclass(c, KindFigures) and dataclasses.is_dataclass(c)
-                                and c.__dataclass_params__.frozen for c in kind.figures)
+    assert kind.figures and all(issubclass(c, KindFigures) and is_frozen(c) for c in kind.figures)
     assert kind.diff is None or kind.diff in PHASE_FIGURES, f"{kind.name}: diff compares an unknown figure"
 
 

@@ -17,7 +17,7 @@ from dataclasses import field
 
 import pytest
 
-from ktrace.core.records import STDLIB_ENV, frozen
+from ktrace.core.records import STDLIB_ENV, frozen, is_frozen
 
 # The class bodies each test builds twice: once with frozen(), once with the standard decorator.
 BODIES = {
@@ -168,6 +168,7 @@ def test_what_it_does_not_support_is_refused():
 
     with pytest.raises(TypeError, match="derives only from other frozen"):
         frozen(Derived)
+    assert is_frozen(_build("plain", False)) and is_frozen(_build("plain", True)) and not is_frozen(WithPostInit)
     with pytest.raises(TypeError, match="non-default argument 'b'"):
         exec("class Bad:\n    a: int = 0\n    b: int\n", ns := {})  # noqa: S102
         frozen(ns["Bad"])

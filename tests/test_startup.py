@@ -147,10 +147,11 @@ def test_the_engine_s_rpc_messages_are_perfetto_s():
 
 
 # What the text report of a buffer needs no part of: the trace writer (protobuf), the Proton and IKET readers, the
-# engine, diff's catalog, plots and DataFrames; nor worker processes for a capture of a few thousand records; nor,
-# into a pipe, rich (the short report is plain lines there; rich draws it in a terminal and the --details tables).
+# engine, diff's catalog, plots and DataFrames; nor worker processes or threads for a capture of a few thousand
+# records (concurrent.futures and the logging it imports: ~6 ms); nor, into a pipe, rich (the short report is plain
+# lines there; rich draws it in a terminal and the --details tables).
 NOT_FOR_ANALYZE = ("google.protobuf", "pandas", "matplotlib", "wasmtime", "perfetto", "multiprocessing",
-                   "concurrent.futures.process", "ktrace.engine", "ktrace.export.writer", "ktrace.export.events",
+                   "concurrent.futures", "logging", "ktrace.engine", "ktrace.export.writer", "ktrace.export.events",
                    "ktrace.decoding.iket", "ktrace.decoding.proton", "ktrace.analysis.compare", "ktrace.capture", "rich")
 
 

@@ -18,7 +18,7 @@ import inspect
 import os
 from dataclasses import MISSING
 
-__all__ = ["frozen", "STDLIB_ENV"]
+__all__ = ["frozen", "is_frozen", "STDLIB_ENV"]
 
 STDLIB_ENV = "KTRACE_STDLIB_DATACLASSES"
 _STDLIB = os.environ.get(STDLIB_ENV) == "1"
@@ -34,6 +34,13 @@ def frozen(cls=None, /, *, eq: bool = True, repr: bool = True, kw_only: bool = F
         return _build(c, eq, repr, kw_only)
 
     return wrap if cls is None else wrap(cls)
+
+
+def is_frozen(cls) -> bool:
+    """Whether ``cls`` is a frozen dataclass: built by ``frozen`` (whose ``__dataclass_params__`` reads
+    ``frozen=False``: the standard decorator read its fields without writing its methods) or by the standard
+    ``dataclass(frozen=True)``."""
+    return dataclasses.is_dataclass(cls) and bool(cls.__dict__.get(_MARK) or cls.__dataclass_params__.frozen)
 
 
 class _Factory:

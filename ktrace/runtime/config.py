@@ -184,21 +184,40 @@ def parallelism(jobs: "int | Parallelism | None") -> Parallelism:
 def thread_pool(threads: int, name: str):
     """``threads`` threads beside this one (concurrent.futures' ``ThreadPoolExecutor``, its threads named
     ``name``), shut down on leaving the block; with 0, an executor that runs each call at once in this thread
-    (its Future already done). Where the runtime's threads come from: numpy and file I/O let go of the GIL, so
-    work on arrays runs side by side."""
-    from concurrent.futures import Executor, Future, ThreadPoolExecutor  # here: no import at start-up
-
+    (``submit`` returns the call's outcome, ``result()`` gives it back; concurrent.futures is not imported, as
+    the start of ``ktrace analyze`` would pay for it). Where the runtime's threads come from: numpy and file
+    I/O let go of the GIL, so work on arrays runs side by side."""
     if threads <= 0:
-        class InThisThread(Executor):
-            def submit(self, fn, /, *args, **kwargs) -> Future:
-                f: Future = Future()
-                try:
-                    f.set_result(fn(*args, **kwargs))
-                except Exception as e:  # noqa: BLE001 - raised by result(), as a pool's would be
-                    f.set_exception(e)
-                return f
-
-        yield InThisThread()
+        yield _InThisThread()
         return
+    from concurrent.futures import ThreadPoolExecutor  # here: no import at start-up
+
     with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
         yield pool
+
+
+class _Done:
+    """A call already made: its value, or the exception it raised, given back by ``result()`` as a Future's."""
+
+    __slots__ = ("_value", "_error")
+
+    def __init__(self, value=None, error: BaseException | None = None):
+        self._value, self._error = value, error
+
+    def result(self, timeout=None):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _InThisThread:
+    """The executor of ``thread_pool(0)``: each call made at once, in this thread."""
+
+    def submit(self, fn, /, *args, **kwargs) -> _Done:
+        try:
+            return _Done(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - raised by result(), as a pool's would be
+            return _Done(error=e)
+
+    def map(self, fn, *iterables):
+        return map(fn, *iterables)
