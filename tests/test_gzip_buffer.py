@@ -105,3 +105,18 @@ def test_a_gzip_buffer_of_two_members_reads_whole(tmp_path, gz_copy):
     p = tmp_path / "two.bin.gz"
     p.write_bytes(gzip.compress(raw[:1000]) + gzip.compress(raw[1000:]))
     assert np.array_equal(source.load_buffer(p).words, np.frombuffer(raw, "<u8"))
+
+
+@pytest.mark.parametrize("first_member", [0, 3, 4096])
+def test_a_stream_inflated_in_one_piece_or_many_reads_the_same_words(tmp_path, monkeypatch, first_member):
+    # One piece (the usual .bin.gz): its words are read where the inflate left them; several pieces (a stream
+    # past PIECE_BYTES, here made small; a first member shorter than the header word): copied into one array.
+    raw = (SAMPLES / "imbalance_ktrace.bin").read_bytes()
+    want = np.frombuffer(raw, "<u8")
+    p = tmp_path / "imb.bin.gz"
+    p.write_bytes((gzip.compress(raw[:first_member], mtime=0) if first_member else b"")
+                  + gzip.compress(raw[first_member:], mtime=0))
+    for piece in (1 << 24, 1000):
+        monkeypatch.setattr("ktrace.decoding.inflate.PIECE_BYTES", piece)
+        got = source.load_buffer(p).words
+        assert got.dtype == np.uint64 and np.array_equal(got, want), (first_member, piece)

@@ -57,10 +57,12 @@ def inflated_pieces(path: Path, f, limit: int, why: str, fix: str):
                 raise InputError(f"{path}: inflates to more than {limit:,} bytes ({why})")
             if piece:
                 yield piece
-            data = d.unconsumed_tail
-            if d.eof:  # the next member, if any
-                data, fed = d.unused_data + data, False
+            if d.eof:  # the next member, if any: the input past this member's end is unused_data alone (after
+                # a step cut short by max_length, unconsumed_tail holds the same bytes again)
+                data, fed = d.unused_data, False
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                data = d.unconsumed_tail
     except zlib.error as e:
         raise InputError(f"{path}: not a readable gzip file ({e}): a damaged copy; {fix}") from None
     except OSError as e:

@@ -153,19 +153,27 @@ def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
     fix = "pass the raw .bin or a whole .bin.gz"
     with open_regular(path, "a profiler buffer", fix) as f:
         size = os.fstat(f.fileno()).st_size
-        out = np.empty(limit, np.uint8)
+        out, first = None, b""  # a stream inflated in one piece (up to PIECE_BYTES) is read where it lies
         n = 0
         why = ("the most a .bin.gz may inflate to; decompress it yourself (gunzip -k) and pass the .bin, which is "
                "read without holding it in memory")
         for piece in inflated_pieces(path, f, limit, why, fix):
             end = n + len(piece)
-            out[n:end] = np.frombuffer(piece, np.uint8)
             if n < 8 <= end:
-                _check_claim(path, int(out[:8].view("<u8")[0]), size, limit)
+                _check_claim(path, int.from_bytes((first + piece)[:8], "little"), size, limit)
+            if out is None and n == 0:
+                first = piece
+            else:
+                if out is None:
+                    out = np.empty(limit, np.uint8)
+                    out[:n] = np.frombuffer(first, np.uint8)
+                    first = b""
+                out[n:end] = np.frombuffer(piece, np.uint8)
             n = end
     if n % 8:
         raise InputError(f"{path}: inflates to {n} bytes, not a whole number of 8-byte records (truncated copy?)")
-    return Buffer(out[:n].view("<u8").astype(np.uint64, copy=False), str(path), path)
+    words = np.frombuffer(first, "<u8") if out is None else out[:n].view("<u8")
+    return Buffer(words.astype(np.uint64, copy=False), str(path), path)
 
 
 def _check_claim(path: Path, header: int, size: int, limit: int) -> None:
