@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 from .decoding import BufferDecoder, decode, open_source
 from .decoding.options import decode_options as _check_options
 from .core.errors import InputError
-from .core.filetypes import sibling
+from .core.filetypes import is_gzip_buffer, sibling
 from .inputs import buffer_options, is_session, is_trace, open_gpus, open_input
 from .core.model import Decoded, Summary
 from .core.outputs import check_output
 from .core.progress import stage
-from .runtime.config import Parallelism
+from .runtime.config import Parallelism, import_beside
 from .runtime.workers import in_worker, run_in_workers
 from .replays import whatif  # noqa: F401
 from .core.records import frozen
@@ -314,6 +314,8 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
     if engine == "numpy" and not buffer:
         raise InputError(f"{source}: --engine numpy needs the profiler buffer; a trace is analyzed by the trace "
                          "processor (--engine wasm or native)")
+    if buffer and isinstance(source, (str, Path)) and is_gzip_buffer(source):
+        import_beside(_ANALYSIS_MODULES)  # while the .bin.gz inflates
     with open_input(source, need="decoder" if buffer else "session", engine=engine, progress=progress,
                     **decode_options) as inp:
         name, dec = name or inp.name, inp.decoder if buffer else None
@@ -332,6 +334,10 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         from .analysis.compare.catalog import Capture  # diff's and the runs' (its noise model): not analyze's
 
         return Capture(a, _timing(inp, decode_options))
+
+
+# What analyzing a buffer imports after reading it (analysis.analyze_parts, _finish).
+_ANALYSIS_MODULES = ("ktrace.analysis.figures.numpy.stream", "ktrace.analysis.findings.find")
 
 
 def _numpy_parallelism(jobs: int | None, dec) -> Parallelism:

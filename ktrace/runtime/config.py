@@ -221,3 +221,23 @@ class _InThisThread:
 
     def map(self, fn, *iterables):
         return map(fn, *iterables)
+
+
+def import_beside(modules: Sequence[str]) -> None:
+    """Import ``modules`` in a thread beside this one, now, while this thread waits on work that lets go of
+    the GIL (``ktrace analyze`` of a .bin.gz: inflating it, ~20 ms, is when the analysis' modules load). An
+    import this thread makes meanwhile waits for the other's to finish (the import system's module locks;
+    the package's imports form no cycle, tests/test_architecture.py, so neither waits on the other). A module
+    that fails to import here fails again, with its error, where it is needed."""
+    import threading
+
+    def load():
+        import importlib
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001, S110 - raised again by the import that needs it
+                return
+
+    threading.Thread(target=load, name="ktrace-import", daemon=True).start()
