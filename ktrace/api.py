@@ -336,8 +336,9 @@ def _analyze(source, thresholds, engine, progress, name, decode_options, on_engi
         return Capture(a, _timing(inp, decode_options))
 
 
-# What analyzing a buffer imports after reading it (analysis.analyze_parts, _finish).
-_ANALYSIS_MODULES = ("ktrace.analysis.figures.numpy.stream", "ktrace.analysis.findings.find")
+# What analyzing a buffer imports after reading it (analysis.analyze_parts, _finish), and numpy.ma, which
+# numpy imports at the first median or quantile of floats (~6 ms).
+_ANALYSIS_MODULES = ("ktrace.analysis.figures.numpy.stream", "ktrace.analysis.findings.find", "numpy.ma")
 
 
 def _numpy_parallelism(jobs: int | None, dec) -> Parallelism:

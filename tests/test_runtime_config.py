@@ -143,3 +143,20 @@ def test_a_thread_pool_of_none_runs_in_this_thread_and_raises_as_a_pool_would():
             pool.submit(lambda: 1 / 0).result()
     with thread_pool(2, "ktrace-test") as pool:
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("ktrace-test")
+
+
+def test_importing_beside_loads_the_modules_and_never_raises():
+    import sys
+    import time
+
+    from ktrace.runtime.config import import_beside
+
+    sys.modules.pop("ktrace.analysis.findings.kinds.tail", None)
+    import_beside(["no_such_module_anywhere", "ktrace.analysis.findings.kinds.tail"])  # the first fails: quietly
+    import_beside(["ktrace.analysis.findings.kinds.tail"])
+    deadline = time.monotonic() + 30
+    while "ktrace.analysis.findings.kinds.tail" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.01)
+    import ktrace.analysis.findings.kinds.tail as tail  # waits for the other thread's import, if under way
+
+    assert tail.__name__ in sys.modules
