@@ -118,3 +118,18 @@ def test_tables_into_a_pipe_or_log_are_full_width_and_plain(capsys):
     header = next(line for line in out.splitlines() if "start skew (µs)" in line)
     assert "last block: in n/inst. (distinct)" in header and header.rstrip().endswith("crit. path")
     assert len(header) > 160  # wider than the 160 columns it used to be cut at
+
+
+def test_the_parser_built_for_one_command_parses_it_as_the_whole_parser_does():
+    # main() builds only the command it runs (each other command listed by its help line alone)
+    from ktrace.cli import build_parser
+
+    whole = build_parser()
+    sub = next(a for a in whole._subparsers._group_actions)
+    for name, full in sub.choices.items():
+        one = build_parser(name)
+        assert sorted(next(a for a in one._subparsers._group_actions).choices) == sorted(sub.choices)
+        assert next(a for a in one._subparsers._group_actions).choices[name].format_help() == full.format_help()
+    argv = ["analyze", "samples/imbalance.bin", "--details", "--threshold", "imbalance=1.2", "-j", "1"]
+    assert vars(build_parser("analyze").parse_args(argv)) == vars(whole.parse_args(argv))
+    assert build_parser("analyze").format_help() == whole.format_help()

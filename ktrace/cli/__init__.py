@@ -26,7 +26,9 @@ COMMAND_MODULES = (convert, analysis, whatif, capture, view, compare, merge, cac
 TUNED_COMMANDS = frozenset({"analyze", "diff", "check"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command``, only that command's options are built (every command is
+    listed, each other one with its help line alone): a few ms of argparse less before the command runs."""
     p = Parser(
         prog="ktrace",
         description="Per-block timelines of CUDA kernels instrumented with FlashInfer's profiler macros.",
@@ -35,8 +37,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"ktrace {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for mod in COMMAND_MODULES:
-        mod.register(sub)
+        mod.register(sub if command is None else _OnlyOne(sub, command))
     return p
+
+
+class _OnlyOne:
+    """The subparsers of ``build_parser(command)``: that command's parser built whole, any other one added with
+    its help line alone and its options sent to a ``_Sink``."""
+
+    def __init__(self, sub, command: str):
+        self._sub, self._command = sub, command
+
+    def add_parser(self, name, **kwargs):
+        if name == self._command:
+            return self._sub.add_parser(name, **kwargs)
+        self._sub.add_parser(name, help=kwargs.get("help"), add_help=False)
+        return _Sink()
+
+
+class _Sink:
+    """Takes any call and any attribute: the options of a command that is not being run."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` runs: its first word not an option (the top level takes no option with a value)."""
+    return next((w for w in argv if not w.startswith("-")), None)
 
 
 def _never_unprintable() -> None:
@@ -51,11 +82,11 @@ def _never_unprintable() -> None:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
     try:  # --json / --markdown alone print to stdout; their file is given as --json=FILE (formats.py)
         argv = explicit_formats(sys.argv[1:] if argv is None else list(argv))
     except KtraceError as e:
         return report_error(e)
+    parser = build_parser(_command_of(argv))
     a, extra = parser.parse_known_args(argv)
     if extra and getattr(a, "command", None) == "query":  # positionals after options: ktrace query T --csv SQL
         for name in ("source", "sql"):
