@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keyed import (groups as _groups, lookup as _lookup, max_by as _max_by, positions as _positions,
-                    run_starts as _run_starts, spread_by as _spread_by)
+from .keyed import (distinct as _distinct, groups as _groups, key_then_who as _key_then_who, lookup as _lookup,
+                    max_in_runs as _max_in_runs, positions as _positions, run_starts as _run_starts,
+                    spread_by as _spread_by)
 from ..model.wait_tables import LeadIns, TopSlices, WaitCauses  # noqa: F401 (TopSlices: read here and re-exported)
 
 __all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
@@ -82,13 +83,16 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     nph = int(ph.max()) + 1
     # The latest end of each phase instance over all lanes, and per subset of consecutive blocks.
     inst_key = ph * kmax + k
-    ik, imax, iwho = _max_by(inst_key, end, block) if grid is None else grid[:3]
+    # One sort by (instance, block) serves the instances' latest ends and every cluster size's (a subset's key
+    # is monotone in it, and the lowest block comes first among equal ends).
+    by_inst = _ByInstance(inst_key, block, end)
+    ik, imax, iwho = by_inst.max_by(None) if grid is None else grid[:3]
     gkey = gp * kmax + gk
     grid_end, grid_who = _lookup(ik, gkey, imax, iwho)
     nb = int(num_blocks or (int(block.max()) + 1))
-    cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb, max_cluster)
+    cluster_end = _LazyClusters(nb, by_inst, gkey, gb, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
-    groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else np.unique(group)
+    groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else _distinct(group)
     handoff = np.zeros(len(g), bool)
     handoff_from = np.full(len(g), -1, np.int64)
     expected = np.zeros(len(g), np.float64)
@@ -143,13 +147,32 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     return WaitCauses.from_columns(cols)
 
 
+class _ByInstance:
+    """The slices sorted once by (instance key, block): per instance, or per subset of ``c`` consecutive blocks
+    of an instance, the latest end and the lowest block that ended then (``keyed.max_by``'s result); the sort
+    is made on first use (a sample's grid comes from elsewhere, and most boundaries skip the cluster test)."""
+
+    def __init__(self, inst_key, block, end):
+        self._args = (inst_key, block, end)
+        self._sorted = None
+
+    def max_by(self, c: int | None, nb: int = 0):
+        if self._sorted is None:
+            inst_key, block, end = self._args
+            order = _key_then_who(inst_key, block)
+            self._sorted = inst_key[order], block[order], end[order]
+        ik, bk, ek = self._sorted
+        key = ik if c is None else ik * (nb // c + 1) + bk // c
+        return _max_in_runs(key, ek, bk)
+
+
 class _LazyClusters(dict):
     """Per cluster size: (the subset's last end, its block) for each gap; computed on first use (most
     boundaries are decided before the cluster test)."""
 
-    def __init__(self, nb, inst_key, block, end, gkey, gb, max_cluster):
+    def __init__(self, nb, by_inst, gkey, gb, max_cluster):
         super().__init__()
-        self._args = (nb, inst_key, block, end, gkey, gb)
+        self._args = (nb, by_inst, gkey, gb)
         self._max = max_cluster
 
     def items(self):
@@ -159,9 +182,8 @@ class _LazyClusters(dict):
                 yield c, self[c]
 
     def __missing__(self, c):  # boundaries tested side by side may ask at once: each computes the same value
-        nb, inst_key, block, end, gkey, gb = self._args
-        ck = inst_key * (nb // c + 1) + block // c
-        keys, mx, who = _max_by(ck, end, block)
+        nb, by_inst, gkey, gb = self._args
+        keys, mx, who = by_inst.max_by(c, nb)
         qk = gkey * (nb // c + 1) + gb // c
         self[c] = value = _lookup(keys, qk, mx, who)
         return value
@@ -230,17 +252,31 @@ def _kth(x: np.ndarray, j: int) -> int:
 
 
 def _median(x) -> float:
-    return float(np.median(x)) if len(x) else 0.0
+    """np.median(x) of integers, from a sort (np.median's own overhead dominates for a boundary's few values)."""
+    return _median_sorted(np.sort(x))
+
+
+def _median_sorted(s: np.ndarray) -> float:
+    """np.median of sorted integers: the middle value, or the mean of the two middle values (as np.mean adds
+    them: in float64)."""
+    n = len(s)
+    if not n:
+        return 0.0
+    if n % 2:
+        return float(s[n // 2])
+    return (float(s[n // 2 - 1]) + float(s[n // 2])) / 2.0
 
 
 def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, handoff, handoff_from, expected, gb,
               tick, p, q, grp, names) -> dict:
     gp_ = gap[idx]
+    sg = np.sort(gp_)  # the boundary's gaps sorted once: its quantiles and median read from it
     eps = MIN_GAP_TICKS * tick
+    total = gp_.sum()
     row = {"phase": names.get(p, str(p)), "next_phase": names.get(q, str(q)), "phase_index": p,
-           "next_phase_index": q, "group": grp, "count": len(idx), "sum_ns": int(gp_.sum()),
-           "mean_ns": float(gp_.sum()) / len(idx), "p50_ns": _kth(gp_, (len(idx) - 1) // 2),
-           "max_ns": int(gp_.max()), "cluster_size": 0, "instances": 0, "synced_instances": 0,
+           "next_phase_index": q, "group": grp, "count": len(idx), "sum_ns": int(total),
+           "mean_ns": float(total) / len(idx), "p50_ns": int(sg[(len(idx) - 1) // 2]),
+           "max_ns": int(sg[-1]), "cluster_size": 0, "instances": 0, "synced_instances": 0,
            "release_spread_ns": 0.0, "gap_spread_ns": 0.0, "handoff_gaps": int(handoff[idx].sum()),
            "handoff_expected": float(expected[idx].sum()), "handoff_group": None, "waiting_gaps": 0,
            "waited_gaps": 0, "waited_block": None, "waited_block_count": 0, "own_spread_ns": 0.0,
@@ -248,7 +284,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
     # Regularity of the gaps within each lane (untimed work repeats; waits follow other lanes).
     lane_spread, lane_n = _spread_by(glane[idx], gp_)
     row["own_spread_ns"] = _median(lane_spread[lane_n >= 2]) if (lane_n >= 2).any() else 0.0
-    if _kth(gp_, int(0.9 * (len(idx) - 1))) < eps:  # the p90 gap under 2 ticks: nothing to explain
+    if sg[int(0.9 * (len(idx) - 1))] < eps:  # the p90 gap under 2 ticks: nothing to explain
         row["cause"] = "none"
         return row
     # A hand-off from another group of the block.
@@ -287,7 +323,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
         return row
     # A subset of consecutive blocks (a cluster): the gaps where the subset's last end came long after the lane's
     # own end (by twice the boundary's median gap and 4 ticks) began only after it, and soon after it.
-    median_gap = _median(gp_)
+    median_gap = _median_sorted(sg)
     long_wait = max(4 * tick, 2 * median_gap)
     for c, (cend, cwho) in cluster_end.items():
         ce = cend[idx]
@@ -302,7 +338,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
             _waited(row, cwho[idx][waiting])
             return row
     # Gaps of one length on every lane (to 2 ticks or a tenth) are the lanes' own work, not a release.
-    equal = _kth(gp_, int(0.9 * (len(idx) - 1))) - _kth(gp_, int(0.1 * (len(idx) - 1))) <= max(eps, 0.1 * median_gap)
+    equal = int(sg[int(0.9 * (len(idx) - 1))]) - int(sg[int(0.1 * (len(idx) - 1))]) <= max(eps, 0.1 * median_gap)
     if equal and len(idx) >= 2:
         row["cause"] = "own"
         return row
