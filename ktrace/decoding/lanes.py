@@ -43,6 +43,7 @@ class LaneReader:
         self.capacity_per_lane = self.rows + (1 if self.rem else 0)
         self.lane_major: Path | None = None  # the lane-major copy, once made
         self._band: tuple = (0, 0, None)  # (lo, hi, slots): the lanes last copied lane-major
+        self._nonzero: np.ndarray | None = None  # positions of the non-empty slots of a record area in memory
 
     @property
     def from_file(self) -> bool:
@@ -67,8 +68,8 @@ class LaneReader:
         n = len(self.body)
         width = min(max(self.lanes, 16384), self.SAMPLE_WINDOW)
         if n <= 64 * width:
-            pos = np.arange(n, dtype=np.int64)
-            words = np.asarray(self.body)
+            pos = self._nonzero_slots()
+            return pos, np.asarray(self.body)[pos]
         else:  # 64 non-overlapping windows, evenly spread
             starts = np.linspace(0, n - width, 64).astype(np.int64)
             pos = (starts[:, None] + np.arange(width, dtype=np.int64)[None, :]).ravel()
@@ -95,6 +96,10 @@ class LaneReader:
     def records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
         cap = self.capacity_per_lane
+        if lo == 0 and hi == self.lanes and self.lane_major is None and not self.from_file:
+            pos = self._nonzero_slots()
+            if len(pos) * self.SPARSE <= len(self.body):  # few records: sorted by lane, no lane-major copy
+                return self._sparse_records(pos)
         lanes = self._lanes(lo, hi)
         flat = lanes.reshape(-1)
         at = np.flatnonzero(flat)  # one pass over the lane-major slots
@@ -102,6 +107,22 @@ class LaneReader:
         per_lane = np.count_nonzero(lanes, axis=1) if len(at) else np.zeros(hi - lo, np.int64)
         first = np.arange(lo, hi, dtype=np.int64)
         return np.repeat(first, per_lane), at - np.repeat((first - lo) * cap, per_lane), raw
+
+    SPARSE = 8  # a record area in memory with a record in at most one slot in this many is read in place
+
+    def _nonzero_slots(self) -> np.ndarray:
+        """Positions of the non-empty slots of a record area in memory (found once, for ``sample`` and
+        ``records``)."""
+        if self._nonzero is None:
+            self._nonzero = np.flatnonzero(np.asarray(self.body))
+        return self._nonzero
+
+    def _sparse_records(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``records`` of every lane from the non-empty slots' row-major positions: slot = row * lanes + lane,
+        so a stable sort by lane (a radix sort for 16-bit lanes) gives (lane, sequence) order."""
+        seq, lane = np.divmod(pos, self.lanes)
+        order = np.argsort(lane.astype(np.uint16) if self.lanes <= 1 << 16 else lane, kind="stable")
+        return lane[order], seq[order], np.asarray(self.body)[pos[order]]
 
     def _lanes(self, lo: int, hi: int) -> np.ndarray:
         """The slots of lanes [lo, hi), lane-major and contiguous. From a row-major record area, a band of
