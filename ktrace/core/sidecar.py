@@ -132,6 +132,8 @@ def _bounds_problem(meta: dict) -> str:
         v = meta.get(key)
         if isinstance(v, list) and any(isinstance(x, int) and not 0 <= x < 2**32 for x in v):
             return f"'{key}' is {v!r}; each dimension must be between 0 and {2**32 - 1:,}"
+    if not _has_wide_int(meta):
+        return ""
     stack = [("", meta)]
     while stack:  # every other integer must fit in 64 bits (iterative: the document may nest deeply)
         where, v = stack.pop()
@@ -142,6 +144,21 @@ def _bounds_problem(meta: dict) -> str:
         elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
             return f"'{where}' is {v}; a number here must fit in 64 bits"
     return ""
+
+
+def _has_wide_int(meta) -> bool:
+    """Whether any integer in the document is beyond 64 bits: one walk of its values without their paths (the
+    path of the first one is found by a second walk, only then)."""
+    stack = [meta]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
+            return True
+    return False
 
 
 WORK_LIMITS = {"bytes": 1e18, "flops": 1e21}  # beyond any one kernel's work (an exabyte moved, a zettaFLOP)
