@@ -114,11 +114,14 @@ class LaneReader:
     SPARSE_SLOTS = 1 << 22  # ... when it holds at most this many slots (all its records sorted at once)
 
     def _nonzero_slots(self) -> np.ndarray:
-        """Positions of the non-empty slots of a record area in memory (found once, for ``sample`` and
-        ``records``)."""
-        if self._nonzero is None:
-            self._nonzero = np.flatnonzero(np.asarray(self.body))
-        return self._nonzero
+        """Positions of the non-empty slots of the record area (kept, for ``records``, where it may be read in
+        place: a small area in memory)."""
+        if self._nonzero is not None:
+            return self._nonzero
+        pos = np.flatnonzero(np.asarray(self.body))
+        if not self.from_file and len(self.body) <= self.SPARSE_SLOTS:
+            self._nonzero = pos
+        return pos
 
     def _sparse_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """``records`` of every lane of a small, sparse record area in memory (None for any other), from the
