@@ -85,15 +85,19 @@ def read_sidecar(path: str | Path) -> dict:
         v = meta.get(key)
         if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise InputError(f"{p}: '{key}' must be a list of strings; fix it or pass --no-sidecar")
-    problem = _bounds_problem(meta)
+    problem = _bounds_problem(meta, _LONG_DIGITS.search(text) is not None)
     if problem:
         raise InputError(f"{p}: {problem}; fix it or pass --no-sidecar")
     return meta
 
 
-def _bounds_problem(meta: dict) -> str:
+_LONG_DIGITS = re.compile(r"\d{19}")  # an integer beyond 64 bits (>= 2**64, < -2**63) has 19 digits or more
+
+
+def _bounds_problem(meta: dict, long_digits: bool = True) -> str:
     """What is out of range in a sidecar ("" if nothing): names too long or too many, numbers the decoder
-    uses outside what they can mean, integers beyond 64 bits."""
+    uses outside what they can mean, integers beyond 64 bits (looked for only where the text holds 19 digits in
+    a row: ``long_digits``)."""
     for key in ("event_names", "group_names"):
         names = meta.get(key) or []
         if len(names) > MAX_NAMES:
@@ -132,7 +136,7 @@ def _bounds_problem(meta: dict) -> str:
         v = meta.get(key)
         if isinstance(v, list) and any(isinstance(x, int) and not 0 <= x < 2**32 for x in v):
             return f"'{key}' is {v!r}; each dimension must be between 0 and {2**32 - 1:,}"
-    if not _has_wide_int(meta):
+    if not long_digits or not _has_wide_int(meta):
         return ""
     stack = [("", meta)]
     while stack:  # every other integer must fit in 64 bits (iterative: the document may nest deeply)
