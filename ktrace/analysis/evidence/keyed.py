@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "groups", "spread_by", "max_by", "key_then_who", "max_in_runs", "positions",
+__all__ = ["run_starts", "distinct", "groups", "spread_by", "max_by", "key_then_who", "max_in_runs", "run_max", "positions",
            "lookup"]
 
 
@@ -73,12 +73,21 @@ def max_in_runs(keys: np.ndarray, x: np.ndarray, who: np.ndarray):
     ``who`` at that max."""
     if not len(keys):
         return keys, x, who
-    starts = run_starts(keys)
+    starts, _, mx, w = run_max(keys, x, who)
+    return keys[starts], mx, w
+
+
+def run_max(keys: np.ndarray, x: np.ndarray, who: np.ndarray):
+    """For rows sorted by (key, who) (at least one): the runs of equal keys' starts, each row's run, and per
+    run the max of x and the first ``who`` at that max."""
+    flags = _new_run(keys)
+    starts = np.flatnonzero(flags)
+    run = np.cumsum(flags) - 1
     mx = np.maximum.reduceat(x, starts)
-    hit = x == np.repeat(mx, np.diff(np.r_[starts, len(x)]))
+    hit = x == mx[run]
     at = np.flatnonzero(hit)  # every run holds its max: its first hit is the run's count of hits before it
     before = np.cumsum(hit)[starts] - hit[starts]
-    return keys[starts], mx, who[at[before]]
+    return starts, run, mx, who[at[before]]
 
 
 def positions(keys: np.ndarray, query: np.ndarray) -> np.ndarray:

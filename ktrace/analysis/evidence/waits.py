@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyed import (distinct as _distinct, groups as _groups, key_then_who as _key_then_who, lookup as _lookup,
-                    max_in_runs as _max_in_runs, positions as _positions, run_starts as _run_starts,
+                    positions as _positions, run_max as _run_max, run_starts as _run_starts,
                     spread_by as _spread_by)
 from ..model.wait_tables import LeadIns, TopSlices, WaitCauses  # noqa: F401 (TopSlices: read here and re-exported)
 
@@ -85,12 +85,11 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     inst_key = ph * kmax + k
     # One sort by (instance, block) serves the instances' latest ends and every cluster size's (a subset's key
     # is monotone in it, and the lowest block comes first among equal ends).
-    by_inst = _ByInstance(inst_key, block, end)
-    ik, imax, iwho = by_inst.max_by(None) if grid is None else grid[:3]
+    by_inst = _ByInstance(inst_key, block, end, g)
     gkey = gp * kmax + gk
-    grid_end, grid_who = _lookup(ik, gkey, imax, iwho)
+    grid_end, grid_who = by_inst.at_gaps(None) if grid is None else _lookup(grid[0], gkey, grid[1], grid[2])
     nb = int(num_blocks or (int(block.max()) + 1))
-    cluster_end = _LazyClusters(nb, by_inst, gkey, gb, max_cluster)
+    cluster_end = _LazyClusters(nb, by_inst, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
     groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else _distinct(group)
     handoff = np.zeros(len(g), bool)
@@ -149,30 +148,36 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
 
 class _ByInstance:
     """The slices sorted once by (instance key, block): per instance, or per subset of ``c`` consecutive blocks
-    of an instance, the latest end and the lowest block that ended then (``keyed.max_by``'s result); the sort
-    is made on first use (a sample's grid comes from elsewhere, and most boundaries skip the cluster test)."""
+    of an instance, the latest end and the lowest block that ended then (``keyed.max_by``'s result), read for
+    each gap at its own slice's place in that order (no search). The sort is made on first use (a sample's grid
+    comes from elsewhere, and most boundaries skip the cluster test)."""
 
-    def __init__(self, inst_key, block, end):
-        self._args = (inst_key, block, end)
+    def __init__(self, inst_key, block, end, gap_rows):
+        self._args = (inst_key, block, end, gap_rows)
         self._sorted = None
 
-    def max_by(self, c: int | None, nb: int = 0):
+    def at_gaps(self, c: int | None, nb: int = 0):
+        """(latest end, its block) of each gap's instance (c None) or subset of c blocks of it."""
         if self._sorted is None:
-            inst_key, block, end = self._args
+            inst_key, block, end, rows = self._args
             order = _key_then_who(inst_key, block)
-            self._sorted = inst_key[order], block[order], end[order]
-        ik, bk, ek = self._sorted
-        key = ik if c is None else ik * (nb // c + 1) + bk // c
-        return _max_in_runs(key, ek, bk)
+            place = np.empty(len(order), np.int64)
+            place[order] = np.arange(len(order))
+            self._sorted = inst_key[order], block[order], end[order], place[rows]
+        ik, bk, ek, at = self._sorted
+        key = ik if c is None else ik * (nb // c + 1) + bk // c  # monotone in (instance, block)
+        _, run, mx, who = _run_max(key, ek, bk)
+        r = run[at]
+        return mx[r], who[r]
 
 
 class _LazyClusters(dict):
     """Per cluster size: (the subset's last end, its block) for each gap; computed on first use (most
     boundaries are decided before the cluster test)."""
 
-    def __init__(self, nb, by_inst, gkey, gb, max_cluster):
+    def __init__(self, nb, by_inst, max_cluster):
         super().__init__()
-        self._args = (nb, by_inst, gkey, gb)
+        self._args = (nb, by_inst)
         self._max = max_cluster
 
     def items(self):
@@ -182,10 +187,8 @@ class _LazyClusters(dict):
                 yield c, self[c]
 
     def __missing__(self, c):  # boundaries tested side by side may ask at once: each computes the same value
-        nb, by_inst, gkey, gb = self._args
-        keys, mx, who = by_inst.max_by(c, nb)
-        qk = gkey * (nb // c + 1) + gb // c
-        self[c] = value = _lookup(keys, qk, mx, who)
+        nb, by_inst = self._args
+        self[c] = value = by_inst.at_gaps(c, nb)
         return value
 
 
