@@ -104,9 +104,10 @@ class LaneReader:
             return lane[a:b].copy(), seq[a:b].copy(), raw[a:b].copy()
         lanes = self._lanes(lo, hi)
         flat = lanes.reshape(-1)
-        at = np.flatnonzero(flat)  # one pass over the lane-major slots
+        full = flat != 0  # one pass over the lane-major slots (nonzero of the mask: several times faster)
+        at = np.flatnonzero(full)
         raw = flat[at]
-        per_lane = np.count_nonzero(lanes, axis=1) if len(at) else np.zeros(hi - lo, np.int64)
+        per_lane = np.count_nonzero(full.reshape(lanes.shape), axis=1) if len(at) else np.zeros(hi - lo, np.int64)
         first = np.arange(lo, hi, dtype=np.int64)
         return np.repeat(first, per_lane), at - np.repeat((first - lo) * cap, per_lane), raw
 
@@ -118,7 +119,7 @@ class LaneReader:
         place: a small area in memory)."""
         if self._nonzero is not None:
             return self._nonzero
-        pos = np.flatnonzero(np.asarray(self.body))
+        pos = np.flatnonzero(np.asarray(self.body) != 0)  # through a mask: several times faster than on the words
         if not self.from_file and len(self.body) <= self.SPARSE_SLOTS:
             self._nonzero = pos
         return pos
