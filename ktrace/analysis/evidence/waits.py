@@ -102,7 +102,9 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
         q = (gb << 41) + (t_next + int(tick) - t0)
         for h in groups.tolist():
             mh = group == h
-            key_h = np.sort((block[mh] << 41) + (end[mh] - t0))
+            key_h = (block[mh] << 41) + (end[mh] - t0)
+            if not (key_h[1:] >= key_h[:-1]).all():  # in lane order one lane a block often has them sorted
+                key_h.sort()
             cnt = np.bincount(block[mh], minlength=nb + 1)
             other = gg != h
             oi = np.flatnonzero(other)  # only another group's gaps are searched for
