@@ -124,6 +124,12 @@ class LaneReader:
             self._nonzero = pos
         return pos
 
+    def sparse_records(self) -> int | None:
+        """How many records a small, sparse record area in memory holds (read in place, ``records``); None for
+        any other area (its records are not counted ahead)."""
+        sparse = self._sparse_records()
+        return None if sparse is None else len(sparse[0])
+
     def _sparse_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """``records`` of every lane of a small, sparse record area in memory (None for any other), from the
         non-empty slots' row-major positions: slot = row * lanes + lane, so a stable sort by lane (a radix

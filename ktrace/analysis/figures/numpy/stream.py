@@ -253,6 +253,9 @@ def decoder_figures(dec, *, jobs: int | Parallelism = 1, chunk_rows: int = CHUNK
     par = parallelism(jobs)
     decode = par.stage("parts")
     jobs = decode.jobs
+    if records_per_part is None and (held := dec.reader.sparse_records()) is not None:
+        # A sparse area read in place: parts of about PART_RECORDS records, not slots (a small capture in one)
+        records_per_part = dec.PART_RECORDS * (int(dec.body.size) // max(held, 1))
     ranges = dec.part_ranges(records_per_part)
     # Each part's columns come back through a ring of shared-memory slots, each large enough for the most
     # slices a part can hold (half its record slots) at 8 bytes a column; by pipe where the ring would be
