@@ -91,13 +91,15 @@ def read_sidecar(path: str | Path) -> dict:
     return meta
 
 
-_LONG_DIGITS = re.compile(r"\d{19}")  # an integer beyond 64 bits (>= 2**64, < -2**63) has 19 digits or more
+# An integer beyond 64 bits has 20 digits or more (>= 2**64), or a minus and 19 or more (< -2**63); a time
+# anchor in Unix ns (19 digits) has neither.
+_LONG_DIGITS = re.compile(r"\d{20}|-\d{19}")
 
 
 def _bounds_problem(meta: dict, long_digits: bool = True) -> str:
     """What is out of range in a sidecar ("" if nothing): names too long or too many, numbers the decoder
-    uses outside what they can mean, integers beyond 64 bits (looked for only where the text holds 19 digits in
-    a row: ``long_digits``)."""
+    uses outside what they can mean, integers beyond 64 bits (looked for only where the text holds as many digits
+    in a row as one has: ``long_digits``)."""
     for key in ("event_names", "group_names"):
         names = meta.get(key) or []
         if len(names) > MAX_NAMES:
