@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "groups", "spread_by", "max_by", "key_then_who", "max_in_runs", "run_max", "positions",
+__all__ = ["run_starts", "distinct", "groups", "spread_by", "max_by", "key_then_who", "max_in_runs", "run_max", "who_at_max",
+           "positions",
            "lookup"]
 
 
@@ -73,21 +74,23 @@ def max_in_runs(keys: np.ndarray, x: np.ndarray, who: np.ndarray):
     ``who`` at that max."""
     if not len(keys):
         return keys, x, who
-    starts, _, mx, w = run_max(keys, x, who)
-    return keys[starts], mx, w
+    starts, run, mx = run_max(keys, x)
+    return keys[starts], mx, who_at_max(x, who, starts, run, mx)
 
 
-def run_max(keys: np.ndarray, x: np.ndarray, who: np.ndarray):
-    """For rows sorted by (key, who) (at least one): the runs of equal keys' starts, each row's run, and per
-    run the max of x and the first ``who`` at that max."""
+def run_max(keys: np.ndarray, x: np.ndarray):
+    """For sorted keys (at least one): the runs of equal keys' starts, each row's run, and each run's max of x."""
     flags = _new_run(keys)
     starts = np.flatnonzero(flags)
-    run = np.cumsum(flags) - 1
-    mx = np.maximum.reduceat(x, starts)
+    return starts, np.cumsum(flags) - 1, np.maximum.reduceat(x, starts)
+
+
+def who_at_max(x: np.ndarray, who: np.ndarray, starts: np.ndarray, run: np.ndarray, mx: np.ndarray) -> np.ndarray:
+    """Per run (``run_max``'s) of rows sorted by (key, who): the first ``who`` where x is the run's max."""
     hit = x == mx[run]
     at = np.flatnonzero(hit)  # every run holds its max: its first hit is the run's count of hits before it
     before = np.cumsum(hit)[starts] - hit[starts]
-    return starts, run, mx, who[at[before]]
+    return who[at[before]]
 
 
 def positions(keys: np.ndarray, query: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyed import (distinct as _distinct, groups as _groups, key_then_who as _key_then_who, lookup as _lookup,
-                    positions as _positions, run_max as _run_max, run_starts as _run_starts,
+                    positions as _positions, run_max as _run_max, run_starts as _run_starts, who_at_max as _who_at_max,
                     spread_by as _spread_by)
 from ..model.wait_tables import LeadIns, TopSlices, WaitCauses  # noqa: F401 (TopSlices: read here and re-exported)
 
@@ -168,9 +168,22 @@ class _ByInstance:
             self._sorted = inst_key[order], block[order], end[order], place[rows]
         ik, bk, ek, at = self._sorted
         key = ik if c is None else ik * (nb // c + 1) + bk // c  # monotone in (instance, block)
-        _, run, mx, who = _run_max(key, ek, bk)
+        starts, run, mx = _run_max(key, ek)
         r = run[at]
-        return mx[r], who[r]
+        # The block is read for few boundaries (those a barrier or cluster releases): found on first use.
+        return mx[r], _Deferred(lambda: _who_at_max(ek, bk, starts, run, mx)[r])
+
+
+class _Deferred:
+    """An array computed on its first indexing."""
+
+    def __init__(self, make):
+        self._make, self._value = make, None
+
+    def __getitem__(self, i):
+        if self._value is None:
+            self._value = self._make()
+        return self._value[i]
 
 
 class _LazyClusters(dict):
