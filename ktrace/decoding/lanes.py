@@ -115,12 +115,12 @@ class LaneReader:
     SPARSE_SLOTS = 1 << 22  # ... when it holds at most this many slots (all its records sorted at once)
 
     def _nonzero_slots(self) -> np.ndarray:
-        """Positions of the non-empty slots of the record area (kept, for ``records``, where it may be read in
-        place: a small area in memory)."""
+        """Positions of the non-empty slots of the record area (kept, for ``records``, where it is read in
+        place: a small, sparse area in memory)."""
         if self._nonzero is not None:
             return self._nonzero
         pos = np.flatnonzero(np.asarray(self.body) != 0)  # through a mask: several times faster than on the words
-        if not self.from_file and len(self.body) <= self.SPARSE_SLOTS:
+        if not self.from_file and len(self.body) <= self.SPARSE_SLOTS and len(pos) * self.SPARSE <= len(self.body):
             self._nonzero = pos
         return pos
 
