@@ -262,6 +262,7 @@ def _meta(**changes) -> bytes:
     (_meta(timer__tick_ns=0), "between 1 and"),
     (_meta(host_launch_unix_ns=-5), "'host_launch_unix_ns' is -5"),
     (_meta(anything_else=2**64 + 5), "'anything_else' is 18446744073709551621"),
+    (_meta(anything_else=[1, {"x": -2**63 - 1}]), "'anything_else[1].x' is -9223372036854775809"),  # 19 digits
     (_meta(grid=[2**40, 1, 1]), "'grid'"),
     (_meta(device__multiprocessors=10**12), "'device.multiprocessors'"),
     (_meta(event_names=["x" * 100_000, "mma"]),

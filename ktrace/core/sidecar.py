@@ -85,15 +85,21 @@ def read_sidecar(path: str | Path) -> dict:
         v = meta.get(key)
         if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise InputError(f"{p}: '{key}' must be a list of strings; fix it or pass --no-sidecar")
-    problem = _bounds_problem(meta)
+    problem = _bounds_problem(meta, _LONG_DIGITS.search(text) is not None)
     if problem:
         raise InputError(f"{p}: {problem}; fix it or pass --no-sidecar")
     return meta
 
 
-def _bounds_problem(meta: dict) -> str:
+# An integer beyond 64 bits has 20 digits or more (>= 2**64), or a minus and 19 or more (< -2**63); a time
+# anchor in Unix ns (19 digits) has neither.
+_LONG_DIGITS = re.compile(r"\d{20}|-\d{19}")
+
+
+def _bounds_problem(meta: dict, long_digits: bool = True) -> str:
     """What is out of range in a sidecar ("" if nothing): names too long or too many, numbers the decoder
-    uses outside what they can mean, integers beyond 64 bits."""
+    uses outside what they can mean, integers beyond 64 bits (looked for only where the text holds as many digits
+    in a row as one has: ``long_digits``)."""
     for key in ("event_names", "group_names"):
         names = meta.get(key) or []
         if len(names) > MAX_NAMES:
@@ -132,6 +138,8 @@ def _bounds_problem(meta: dict) -> str:
         v = meta.get(key)
         if isinstance(v, list) and any(isinstance(x, int) and not 0 <= x < 2**32 for x in v):
             return f"'{key}' is {v!r}; each dimension must be between 0 and {2**32 - 1:,}"
+    if not long_digits or not _has_wide_int(meta):
+        return ""
     stack = [("", meta)]
     while stack:  # every other integer must fit in 64 bits (iterative: the document may nest deeply)
         where, v = stack.pop()
@@ -142,6 +150,21 @@ def _bounds_problem(meta: dict) -> str:
         elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
             return f"'{where}' is {v}; a number here must fit in 64 bits"
     return ""
+
+
+def _has_wide_int(meta) -> bool:
+    """Whether any integer in the document is beyond 64 bits: one walk of its values without their paths (the
+    path of the first one is found by a second walk, only then)."""
+    stack = [meta]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < 2**64:
+            return True
+    return False
 
 
 WORK_LIMITS = {"bytes": 1e18, "flops": 1e21}  # beyond any one kernel's work (an exabyte moved, a zettaFLOP)

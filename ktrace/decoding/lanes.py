@@ -43,6 +43,8 @@ class LaneReader:
         self.capacity_per_lane = self.rows + (1 if self.rem else 0)
         self.lane_major: Path | None = None  # the lane-major copy, once made
         self._band: tuple = (0, 0, None)  # (lo, hi, slots): the lanes last copied lane-major
+        self._nonzero: np.ndarray | None = None  # positions of the non-empty slots of a record area in memory
+        self._sparse: tuple | bool | None = None  # every lane's records of a sparse area (False: not sparse)
 
     @property
     def from_file(self) -> bool:
@@ -67,8 +69,8 @@ class LaneReader:
         n = len(self.body)
         width = min(max(self.lanes, 16384), self.SAMPLE_WINDOW)
         if n <= 64 * width:
-            pos = np.arange(n, dtype=np.int64)
-            words = np.asarray(self.body)
+            pos = self._nonzero_slots()
+            return pos, np.asarray(self.body)[pos]
         else:  # 64 non-overlapping windows, evenly spread
             starts = np.linspace(0, n - width, 64).astype(np.int64)
             pos = (starts[:, None] + np.arange(width, dtype=np.int64)[None, :]).ravel()
@@ -95,13 +97,52 @@ class LaneReader:
     def records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Non-empty slots of lanes [lo, hi) in (lane, sequence) order: (lane, seq, raw)."""
         cap = self.capacity_per_lane
+        sparse = self._sparse_records()
+        if sparse is not None:  # few records in a small area in memory: a range of them, sorted by lane once
+            lane, seq, raw = sparse
+            a, b = np.searchsorted(lane, [lo, hi]).tolist()
+            return lane[a:b].copy(), seq[a:b].copy(), raw[a:b].copy()
         lanes = self._lanes(lo, hi)
         flat = lanes.reshape(-1)
-        at = np.flatnonzero(flat)  # one pass over the lane-major slots
+        full = flat != 0  # one pass over the lane-major slots (nonzero of the mask: several times faster)
+        at = np.flatnonzero(full)
         raw = flat[at]
-        per_lane = np.count_nonzero(lanes, axis=1) if len(at) else np.zeros(hi - lo, np.int64)
+        per_lane = np.count_nonzero(full.reshape(lanes.shape), axis=1) if len(at) else np.zeros(hi - lo, np.int64)
         first = np.arange(lo, hi, dtype=np.int64)
         return np.repeat(first, per_lane), at - np.repeat((first - lo) * cap, per_lane), raw
+
+    SPARSE = 8  # a record area in memory with a record in at most one slot in this many is read in place ...
+    SPARSE_SLOTS = 1 << 22  # ... when it holds at most this many slots (all its records sorted at once)
+
+    def _nonzero_slots(self) -> np.ndarray:
+        """Positions of the non-empty slots of the record area (kept, for ``records``, where it is read in
+        place: a small, sparse area in memory)."""
+        if self._nonzero is not None:
+            return self._nonzero
+        pos = np.flatnonzero(np.asarray(self.body) != 0)  # through a mask: several times faster than on the words
+        if not self.from_file and len(self.body) <= self.SPARSE_SLOTS and len(pos) * self.SPARSE <= len(self.body):
+            self._nonzero = pos
+        return pos
+
+    def sparse_records(self) -> int | None:
+        """How many records a small, sparse record area in memory holds (read in place, ``records``); None for
+        any other area (its records are not counted ahead)."""
+        sparse = self._sparse_records()
+        return None if sparse is None else len(sparse[0])
+
+    def _sparse_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``records`` of every lane of a small, sparse record area in memory (None for any other), from the
+        non-empty slots' row-major positions: slot = row * lanes + lane, so a stable sort by lane (a radix
+        sort for 16-bit lanes) gives (lane, sequence) order, with no lane-major copy of the area."""
+        if self._sparse is None:
+            self._sparse = False
+            if self.lane_major is None and not self.from_file and len(self.body) <= self.SPARSE_SLOTS:
+                pos = self._nonzero_slots()
+                if len(pos) * self.SPARSE <= len(self.body):
+                    seq, lane = np.divmod(pos, self.lanes)
+                    order = np.argsort(lane.astype(np.uint16) if self.lanes <= 1 << 16 else lane, kind="stable")
+                    self._sparse = lane[order], seq[order], np.asarray(self.body)[pos[order]]
+        return self._sparse or None
 
     def _lanes(self, lo: int, hi: int) -> np.ndarray:
         """The slots of lanes [lo, hi), lane-major and contiguous. From a row-major record area, a band of

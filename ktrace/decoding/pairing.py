@@ -68,6 +68,18 @@ def alternating_k(pl: np.ndarray, pe: np.ndarray, present: np.ndarray | None = N
     if k is not None:
         return k
     k = np.empty(len(pl), np.int64)
+    if not len(pl):
+        return k
+    l0, e0 = int(pl.min()), int(pe.min())
+    span_e = int(pe.max()) - e0 + 1
+    if (int(pl.max()) - l0 + 1) * span_e <= 1 << 16:  # (lane, event) in 16 bits: one radix sort of both
+        key = ((pl - l0) * span_e + (pe - e0)).astype(np.uint16)
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        change = np.ones(len(order), dtype=bool)
+        np.not_equal(sk[1:], sk[:-1], out=change[1:])
+        k[order] = instance_index(change)
+        return k
     if len(present) > 16:  # many events: one stable sort by (lane, event) instead of a pass per event
         order = np.lexsort((pe, pl))
         change = np.ones(len(order), dtype=bool)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.config import SERIAL, Stage, thread_pool
+from .keyed import distinct as _distinct
 from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
 
 __all__ = ["read_evidence", "read_top_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
@@ -80,7 +81,7 @@ def read_evidence(cols, cuts, tick: float, names: dict, num_blocks, instances, s
     blocks, counts = np.unique(instances.last_block.astype(np.int64), return_counts=True)
     often = np.argsort(-counts, kind="stable")[:2]
     often = often[counts[often] * 20 >= max(len(instances), 1)]  # last in 5% of the instances or more
-    forced = np.unique(blocks[often] // 2)  # with the other block of its pair (a 2-block cluster)
+    forced = _distinct(blocks[often] // 2)  # with the other block of its pair (a 2-block cluster)
     plan = _Plan(cols, kmax, nph, ng, stride, forced, row_of, instances.last_lane.astype(np.int64))
     latest = np.full(size, np.iinfo(np.int64).min)
     tot = np.zeros((3, nph * nph * ng), np.int64)

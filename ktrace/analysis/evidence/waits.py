@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keyed import (groups as _groups, lookup as _lookup, max_by as _max_by, positions as _positions,
-                    run_starts as _run_starts, spread_by as _spread_by)
+from .keyed import (distinct as _distinct, groups as _groups, key_then_who as _key_then_who, lookup as _lookup,
+                    positions as _positions, run_max as _run_max, run_starts as _run_starts, who_at_max as _who_at_max,
+                    spread_by as _spread_by)
 from ..model.wait_tables import LeadIns, TopSlices, WaitCauses  # noqa: F401 (TopSlices: read here and re-exported)
 
 __all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
@@ -82,13 +83,15 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     nph = int(ph.max()) + 1
     # The latest end of each phase instance over all lanes, and per subset of consecutive blocks.
     inst_key = ph * kmax + k
-    ik, imax, iwho = _max_by(inst_key, end, block) if grid is None else grid[:3]
+    # One sort by (instance, block) serves the instances' latest ends and every cluster size's (a subset's key
+    # is monotone in it, and the lowest block comes first among equal ends).
+    by_inst = _ByInstance(inst_key, block, end, g)
     gkey = gp * kmax + gk
-    grid_end, grid_who = _lookup(ik, gkey, imax, iwho)
+    grid_end, grid_who = by_inst.at_gaps(None) if grid is None else _lookup(grid[0], gkey, grid[1], grid[2])
     nb = int(num_blocks or (int(block.max()) + 1))
-    cluster_end = _LazyClusters(nb, inst_key, block, end, gkey, gb, max_cluster)
+    cluster_end = _LazyClusters(nb, by_inst, max_cluster)
     # Hand-offs: the latest end of another group's slice in the same block at or before the gap's end (+1 tick).
-    groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else np.unique(group)
+    groups = np.flatnonzero(np.bincount(group)) if int(group.min()) >= 0 else _distinct(group)
     handoff = np.zeros(len(g), bool)
     handoff_from = np.full(len(g), -1, np.int64)
     expected = np.zeros(len(g), np.float64)
@@ -99,7 +102,9 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
         q = (gb << 41) + (t_next + int(tick) - t0)
         for h in groups.tolist():
             mh = group == h
-            key_h = np.sort((block[mh] << 41) + (end[mh] - t0))
+            key_h = (block[mh] << 41) + (end[mh] - t0)
+            if not (key_h[1:] >= key_h[:-1]).all():  # in lane order one lane a block often has them sorted
+                key_h.sort()
             cnt = np.bincount(block[mh], minlength=nb + 1)
             other = gg != h
             oi = np.flatnonzero(other)  # only another group's gaps are searched for
@@ -143,13 +148,51 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
     return WaitCauses.from_columns(cols)
 
 
+class _ByInstance:
+    """The slices sorted once by (instance key, block): per instance, or per subset of ``c`` consecutive blocks
+    of an instance, the latest end and the lowest block that ended then (``keyed.max_by``'s result), read for
+    each gap at its own slice's place in that order (no search). The sort is made on first use (a sample's grid
+    comes from elsewhere, and most boundaries skip the cluster test)."""
+
+    def __init__(self, inst_key, block, end, gap_rows):
+        self._args = (inst_key, block, end, gap_rows)
+        self._sorted = None
+
+    def at_gaps(self, c: int | None, nb: int = 0):
+        """(latest end, its block) of each gap's instance (c None) or subset of c blocks of it."""
+        if self._sorted is None:
+            inst_key, block, end, rows = self._args
+            order = _key_then_who(inst_key, block)
+            place = np.empty(len(order), np.int64)
+            place[order] = np.arange(len(order))
+            self._sorted = inst_key[order], block[order], end[order], place[rows]
+        ik, bk, ek, at = self._sorted
+        key = ik if c is None else ik * (nb // c + 1) + bk // c  # monotone in (instance, block)
+        starts, run, mx = _run_max(key, ek)
+        r = run[at]
+        # The block is read for few boundaries (those a barrier or cluster releases): found on first use.
+        return mx[r], _Deferred(lambda: _who_at_max(ek, bk, starts, run, mx)[r])
+
+
+class _Deferred:
+    """An array computed on its first indexing."""
+
+    def __init__(self, make):
+        self._make, self._value = make, None
+
+    def __getitem__(self, i):
+        if self._value is None:
+            self._value = self._make()
+        return self._value[i]
+
+
 class _LazyClusters(dict):
     """Per cluster size: (the subset's last end, its block) for each gap; computed on first use (most
     boundaries are decided before the cluster test)."""
 
-    def __init__(self, nb, inst_key, block, end, gkey, gb, max_cluster):
+    def __init__(self, nb, by_inst, max_cluster):
         super().__init__()
-        self._args = (nb, inst_key, block, end, gkey, gb)
+        self._args = (nb, by_inst)
         self._max = max_cluster
 
     def items(self):
@@ -159,11 +202,8 @@ class _LazyClusters(dict):
                 yield c, self[c]
 
     def __missing__(self, c):  # boundaries tested side by side may ask at once: each computes the same value
-        nb, inst_key, block, end, gkey, gb = self._args
-        ck = inst_key * (nb // c + 1) + block // c
-        keys, mx, who = _max_by(ck, end, block)
-        qk = gkey * (nb // c + 1) + gb // c
-        self[c] = value = _lookup(keys, qk, mx, who)
+        nb, by_inst = self._args
+        self[c] = value = by_inst.at_gaps(c, nb)
         return value
 
 
@@ -184,8 +224,16 @@ def _lane_order(s: TopSlices) -> np.ndarray:
 def _resolution(s: TopSlices, tick: float) -> float:
     """The timer resolution the evidence uses: the figures' tick, or the smallest step between distinct slice
     ends when that is finer (a tick estimated from one lane's steps can be coarser than the ends across lanes)."""
-    steps = np.diff(np.sort(s.end[: 1 << 18]))  # a bounded sample: the finest step shows within it
-    steps = steps[steps > 0]  # between distinct ends (a sort: np.unique's hashing took 6x as long here)
+    ends = s.end[: 1 << 18]  # a bounded sample: the finest step shows within it
+    lo = int(ends.min()) if len(ends) else 0
+    span = int(ends.max()) - lo + 1 if len(ends) else 0
+    if span <= 8 * len(ends):  # ends within a few times their count: the distinct ones marked, no sort
+        seen = np.zeros(span, bool)
+        seen[ends - lo] = True
+        steps = np.diff(np.flatnonzero(seen))
+    else:
+        steps = np.diff(np.sort(ends))
+        steps = steps[steps > 0]  # between distinct ends (a sort: np.unique's hashing took 6x as long here)
     step = float(steps.min()) if len(steps) else tick
     return max(min(tick, step), 1.0) if tick > 0 else max(step, 1.0)
 
@@ -230,17 +278,31 @@ def _kth(x: np.ndarray, j: int) -> int:
 
 
 def _median(x) -> float:
-    return float(np.median(x)) if len(x) else 0.0
+    """np.median(x) of integers, from a sort (np.median's own overhead dominates for a boundary's few values)."""
+    return _median_sorted(np.sort(x))
+
+
+def _median_sorted(s: np.ndarray) -> float:
+    """np.median of sorted integers: the middle value, or the mean of the two middle values (as np.mean adds
+    them: in float64)."""
+    n = len(s)
+    if not n:
+        return 0.0
+    if n % 2:
+        return float(s[n // 2])
+    return (float(s[n // 2 - 1]) + float(s[n // 2])) / 2.0
 
 
 def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, handoff, handoff_from, expected, gb,
               tick, p, q, grp, names) -> dict:
     gp_ = gap[idx]
+    sg = np.sort(gp_)  # the boundary's gaps sorted once: its quantiles and median read from it
     eps = MIN_GAP_TICKS * tick
+    total = gp_.sum()
     row = {"phase": names.get(p, str(p)), "next_phase": names.get(q, str(q)), "phase_index": p,
-           "next_phase_index": q, "group": grp, "count": len(idx), "sum_ns": int(gp_.sum()),
-           "mean_ns": float(gp_.sum()) / len(idx), "p50_ns": _kth(gp_, (len(idx) - 1) // 2),
-           "max_ns": int(gp_.max()), "cluster_size": 0, "instances": 0, "synced_instances": 0,
+           "next_phase_index": q, "group": grp, "count": len(idx), "sum_ns": int(total),
+           "mean_ns": float(total) / len(idx), "p50_ns": int(sg[(len(idx) - 1) // 2]),
+           "max_ns": int(sg[-1]), "cluster_size": 0, "instances": 0, "synced_instances": 0,
            "release_spread_ns": 0.0, "gap_spread_ns": 0.0, "handoff_gaps": int(handoff[idx].sum()),
            "handoff_expected": float(expected[idx].sum()), "handoff_group": None, "waiting_gaps": 0,
            "waited_gaps": 0, "waited_block": None, "waited_block_count": 0, "own_spread_ns": 0.0,
@@ -248,7 +310,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
     # Regularity of the gaps within each lane (untimed work repeats; waits follow other lanes).
     lane_spread, lane_n = _spread_by(glane[idx], gp_)
     row["own_spread_ns"] = _median(lane_spread[lane_n >= 2]) if (lane_n >= 2).any() else 0.0
-    if _kth(gp_, int(0.9 * (len(idx) - 1))) < eps:  # the p90 gap under 2 ticks: nothing to explain
+    if sg[int(0.9 * (len(idx) - 1))] < eps:  # the p90 gap under 2 ticks: nothing to explain
         row["cause"] = "none"
         return row
     # A hand-off from another group of the block.
@@ -287,7 +349,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
         return row
     # A subset of consecutive blocks (a cluster): the gaps where the subset's last end came long after the lane's
     # own end (by twice the boundary's median gap and 4 ticks) began only after it, and soon after it.
-    median_gap = _median(gp_)
+    median_gap = _median_sorted(sg)
     long_wait = max(4 * tick, 2 * median_gap)
     for c, (cend, cwho) in cluster_end.items():
         ce = cend[idx]
@@ -302,7 +364,7 @@ def _boundary(idx, gap, gk, glane, t_next, own_end, grid_end, cluster_end, hando
             _waited(row, cwho[idx][waiting])
             return row
     # Gaps of one length on every lane (to 2 ticks or a tenth) are the lanes' own work, not a release.
-    equal = _kth(gp_, int(0.9 * (len(idx) - 1))) - _kth(gp_, int(0.1 * (len(idx) - 1))) <= max(eps, 0.1 * median_gap)
+    equal = int(sg[int(0.9 * (len(idx) - 1))]) - int(sg[int(0.1 * (len(idx) - 1))]) <= max(eps, 0.1 * median_gap)
     if equal and len(idx) >= 2:
         row["cause"] = "own"
         return row
@@ -357,10 +419,15 @@ def lead_ins(s: TopSlices, phase_index: np.ndarray, k: np.ndarray, last_lane: np
         # (instance, gap) packed in one integer.
         hp = found & (gap >= 0)
         r, g2 = row[hp], np.minimum(gap[hp], (1 << 40) - 1)
-        packed = np.sort((r.astype(np.int64) << 40) | g2)
-        if len(packed):
-            rs = packed >> 40
-            gs = packed & ((1 << 40) - 1)
+        if len(r):
+            span = int(g2.max()) + 1
+            if m * span < 1 << 31:  # sorted as int32 where the pairs fit: about twice as fast
+                packed = (r.astype(np.int64) * span + g2).astype(np.int32)
+                packed.sort()
+                rs, gs = np.divmod(packed.astype(np.int64), span)
+            else:
+                packed = np.sort((r.astype(np.int64) << 40) | g2)
+                rs, gs = packed >> 40, packed & ((1 << 40) - 1)
             starts = _run_starts(rs)
             n = np.diff(np.r_[starts, len(rs)])
             rows = rs[starts]

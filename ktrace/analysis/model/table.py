@@ -17,6 +17,7 @@ __all__ = ["Table", "table", "kinds", "INT", "REAL", "TEXT", "INTN", "json_rows_
 
 _INT, _REAL, _TEXT = "int", "real", "text"
 _INTN = "intn"  # an integer that may be NULL: float64 with NaN in numpy, int or None in rows()
+_COLUMNS: dict[type, tuple[str, ...]] = {}  # each table class's column names, in order
 
 
 @frozen(eq=False)
@@ -29,7 +30,10 @@ class Table:
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        cols = _COLUMNS.get(cls)
+        if cols is None:  # dataclasses.fields walks every field each call: read once per class
+            cols = _COLUMNS[cls] = tuple(f.name for f in fields(cls))
+        return cols
 
     @classmethod
     def from_columns(cls, data: dict[str, Any]) -> "Table":

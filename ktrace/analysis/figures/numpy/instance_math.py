@@ -12,6 +12,7 @@ import numpy as np
 from . import structure as st
 from ....runtime.config import SERIAL, Stage
 from .growing import narrowest_type
+from ...evidence.keyed import distinct as _distinct
 from ...evidence.keyed import run_starts
 
 __all__ = ["ChunkRows", "run_starts", "lower_percentile", "fdiv", "combined_fits", "sorted_within", "stability",
@@ -186,7 +187,7 @@ def _by_runs(of: np.ndarray, out: np.ndarray, piece_rows: int) -> bool:
     starts, lens = starts[o], lens[o]
     at = np.cumsum(lens) - lens  # where each run goes in out
     shift = starts - at
-    cuts = np.unique(np.r_[0, np.searchsorted(at, np.arange(0, n, max(piece_rows, 1)), side="right") - 1, len(at)])
+    cuts = _distinct(np.r_[0, np.searchsorted(at, np.arange(0, n, max(piece_rows, 1)), side="right") - 1, len(at)])
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         lo, hi = int(at[a]), int(at[b - 1] + lens[b - 1])
         out[lo:hi] = np.repeat(shift[a:b], lens[a:b]) + np.arange(lo, hi)

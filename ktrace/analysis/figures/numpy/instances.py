@@ -16,6 +16,7 @@ from . import structure as st
 from ....runtime.config import SERIAL, Stage
 from .growing import narrowest, narrowest_type
 from .phase_tables import waits_columns
+from ...evidence.keyed import distinct as _distinct
 from .instance_math import (ChunkRows, combined_fits, fdiv, instance_columns, lower_percentile, run_starts,
                                sorted_within, stability)
 from ...model.results import CriticalPath, PhaseInstances, PhaseLanes, Waits
@@ -32,7 +33,7 @@ def _cuts(starts: np.ndarray, n: int, chunk_rows: int) -> list[tuple[int, int]]:
     """Row ranges [a, b) of about chunk_rows rows, each beginning at one of ``starts`` (group starts)."""
     if not n:
         return []
-    at = np.unique(starts[np.searchsorted(starts, np.arange(0, n, max(chunk_rows, 1)), side="right") - 1])
+    at = _distinct(starts[np.searchsorted(starts, np.arange(0, n, max(chunk_rows, 1)), side="right") - 1])
     return list(zip(at.tolist(), np.r_[at[1:], n].tolist()))
 
 
@@ -53,7 +54,7 @@ def _k_ranges(cols, chunk_rows: int) -> list[tuple[int, int]]:
     within one range)."""
     per_k = cols.per_k  # np.bincount(cols.k), summed over the parts
     cum = np.cumsum(per_k)
-    cuts = np.unique(np.r_[0, np.searchsorted(cum, np.arange(0, cols.n, max(chunk_rows, 1)), side="right")])
+    cuts = _distinct(np.r_[0, np.searchsorted(cum, np.arange(0, cols.n, max(chunk_rows, 1)), side="right")])
     cuts = cuts[cuts < len(per_k)]
     return list(zip(cuts.tolist(), np.r_[cuts[1:], len(per_k)].tolist()))
 
@@ -341,7 +342,7 @@ class Preds:
         self.switch = np.full(len(blocks), -1, np.int64)
         before = st.blocks_before(blocks)
         later = np.flatnonzero((blocks.later_wave == 1) & (before >= 0))
-        ends = {b: _block_end_slice(cols, blocks, b) for b in np.unique(before[later]).tolist()}
+        ends = {b: _block_end_slice(cols, blocks, b) for b in _distinct(before[later]).tolist()}
         self.switch[later] = [ends[b] for b in before[later].tolist()]
         self.block_row = _block_rows(blocks)
 

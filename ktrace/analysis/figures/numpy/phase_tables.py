@@ -13,6 +13,7 @@ import numpy as np
 
 from ....core.model import Summary
 from . import structure as st
+from ...evidence.keyed import distinct as _distinct
 from .instance_math import fdiv, run_starts
 from ...evidence.waits import TopSlices, WaitCauses, wait_causes
 from ...model.results import Figures, Kernel, Phases, Waits
@@ -79,7 +80,7 @@ def phases_table(s, inst, lane_totals, code_groups, code_lanes, per_lane) -> Pha
     lead_count = np.add.reduceat(has_lead.astype(np.int64), starts)
     top_block, top_count, distinct = inst.top_block, inst.top_count, inst.distinct
     cg_code, cg_group = code_groups
-    groups = [",".join(map(str, np.unique(cg_group[cg_code == c]).tolist())) for c in pc.tolist()]
+    groups = [",".join(map(str, _distinct(cg_group[cg_code == c]).tolist())) for c in pc.tolist()]
     mean_max = fdiv(sum_max, instances)
     mean_dur = fdiv(sum_dur, slices)
     # Lanes that ran each phase, how many slices of it each ran, and idle lanes of the phase's groups.
@@ -89,7 +90,7 @@ def phases_table(s, inst, lane_totals, code_groups, code_lanes, per_lane) -> Pha
     hi = np.zeros(len(s.names), np.int64)
     np.minimum.at(lo, pairs[0], per_lane)
     np.maximum.at(hi, pairs[0], per_lane)
-    group_lanes = {g: int((lane_totals.group == g).sum()) for g in np.unique(lane_totals.group).tolist()}
+    group_lanes = {g: int((lane_totals.group == g).sum()) for g in _distinct(lane_totals.group).tolist()}
     idle = [sum(group_lanes[int(g)] for g in gs.split(",")) - int(lanes_of[c]) for gs, c in zip(groups, pc.tolist())]
     synced = (t.lanes >= 2) & (t.sync_lanes == t.lanes)
     return Phases.from_columns({

@@ -25,6 +25,7 @@ from ....core.progress import stage
 from ....runtime.config import Parallelism, Slots, parallelism, thread_pool
 from . import structure as st
 from ...evidence.in_parts import finish_evidence, read_evidence
+from ...evidence.keyed import distinct as _distinct  # np.unique by a sort: faster for many repeated values
 from .phase_tables import figures_of, kernel_figures, phases_table
 from ...model.results import Blocks, Figures, LaneTotals
 from .growing import Growing, narrowest, narrowest_type
@@ -79,7 +80,7 @@ class Columns:
             self.per_k = np.r_[self.per_k, np.zeros(len(r.per_k) - len(self.per_k), np.int64)]
         self.per_k[:len(r.per_k)] += r.per_k
         if sum(map(len, self._durs)) > 1 << 22:  # merged as they come: held once, as distinct values
-            self._durs = [np.unique(np.concatenate(self._durs))]
+            self._durs = [_distinct(np.concatenate(self._durs))]
         for e, t in r.first_begin.items():
             self.first_begin[e] = min(t, self.first_begin.get(e, t))
         self.lanes_with_slices += r.lanes
@@ -148,7 +149,7 @@ class Columns:
         return out, np.bincount(inv.ravel(), weights=n, minlength=len(u)).astype(np.int64)
 
     def distinct_durations(self) -> np.ndarray:
-        return np.unique(np.concatenate(self._durs)) if self._durs else np.zeros(0, np.int64)
+        return _distinct(np.concatenate(self._durs)) if self._durs else np.zeros(0, np.int64)
 
     # Columns derived from the lane.
     def block_of(self, rows) -> np.ndarray:
@@ -204,12 +205,6 @@ class PartReduction:
             self._slot = None
 
 
-def _distinct(a: np.ndarray) -> np.ndarray:
-    """np.unique(a), by a sort (several times faster than numpy's hashing for a part's many repeated values)."""
-    a = np.sort(a)
-    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
-
-
 def reduce_part(d: Decoded) -> PartReduction | None:
     """One part's reduction, None for a part without slices."""
     return PartReduction(d) if len(d.slices) else None
@@ -258,6 +253,9 @@ def decoder_figures(dec, *, jobs: int | Parallelism = 1, chunk_rows: int = CHUNK
     par = parallelism(jobs)
     decode = par.stage("parts")
     jobs = decode.jobs
+    if records_per_part is None and (held := dec.reader.sparse_records()) is not None:
+        # A sparse area read in place: parts of about PART_RECORDS records, not slots (a small capture in one)
+        records_per_part = dec.PART_RECORDS * (int(dec.body.size) // max(held, 1))
     ranges = dec.part_ranges(records_per_part)
     # Each part's columns come back through a ring of shared-memory slots, each large enough for the most
     # slices a part can hold (half its record slots) at 8 bytes a column; by pipe where the ring would be

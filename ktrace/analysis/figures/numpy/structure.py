@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...evidence.keyed import run_starts as _starts
+from ...evidence.keyed import distinct as _distinct, run_starts as _starts
 from ...model.results import REMAINDERS, Blocks, BusySms, CriticalPath, CriticalShares, LaneTotals, Occupancy
 
 __all__ = ["unique_columns", "slice_depth", "finish_blocks", "block_extents", "lane_neighbours", "lane_totals",
@@ -155,20 +155,37 @@ def block_extents(block, sm, lane, begin, end):
 
 def finish_blocks(ub, b_sm, b_begin, b_end, slices, lanes) -> Blocks:
     """The ktrace_block table from each block's SM, extent, slice and lane counts: adds the later-wave flag."""
-    nb = len(ub)
-    later = np.zeros(nb, np.int64)
-    for s in np.unique(b_sm[b_sm >= 0]).tolist():
-        on = np.flatnonzero(b_sm == s)
-        if len(on) < 2:
-            continue
-        ends = np.sort(b_end[on])
-        # Another block on the SM ended at or before this one began (the block itself ends after it began,
-        # except a block of zero length, which is not counted against itself).
-        n_le = np.searchsorted(ends, b_begin[on], side="right") - (b_end[on] <= b_begin[on])
-        later[on] = n_le > 0
+    later = _later_wave(b_sm, b_begin, b_end)
     return Blocks.from_columns({
         "block": ub, "sm": b_sm, "lanes": lanes, "slices": slices, "begin_ns": b_begin, "end_ns": b_end,
         "dur_ns": b_end - b_begin, "later_wave": later})
+
+
+def _later_wave(b_sm, b_begin, b_end) -> np.ndarray:
+    """Per block: 1 when another block on its SM ended at or before it began (the block itself ends after it
+    began, except a block of zero length, which is not counted against itself). All SMs in one search of
+    (SM, end) keys where they fit int64; else SM by SM."""
+    nb = len(b_sm)
+    later = np.zeros(nb, np.int64)
+    on = np.flatnonzero(b_sm >= 0)
+    if not len(on):
+        return later
+    sm, b, e = b_sm[on], b_begin[on], b_end[on]
+    t0 = min(int(b.min()), int(e.min()))
+    span = max(int(b.max()), int(e.max())) - t0 + 1
+    if _overflows(int(sm.max()) + 1, span):
+        for s in _distinct(sm).tolist():
+            at = np.flatnonzero(sm == s)
+            n_le = np.searchsorted(np.sort(e[at]), b[at], side="right") - (e[at] <= b[at])
+            later[on[at]] = n_le > 0
+        return later
+    base = sm * span
+    ends = np.sort(base + (e - t0))
+    # Ends on the same SM at or before the begin: the keys from the SM's first up to (SM, begin).
+    n_le = (np.searchsorted(ends, base + (b - t0), side="right") - np.searchsorted(ends, base, side="left")
+            - (e <= b))
+    later[on] = n_le > 0
+    return later
 
 
 def lane_totals(lane, block, group, sm, begin, end, top) -> LaneTotals:
@@ -242,7 +259,7 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
     if not len(bl):
         return Occupancy.empty()
     known = bl.sm >= 0
-    sms = len(np.unique(bl.sm[known]))
+    sms = len(_distinct(bl.sm[known]))
     m = bl.dur_ns > 0
     _, _, c_all = _sweep(np.zeros(int(m.sum()), np.int64), bl.begin_ns[m], bl.end_ns[m])
     max_resident = int(c_all.max()) if len(c_all) else 0
@@ -276,7 +293,7 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
 def blocks_before(bl: Blocks) -> np.ndarray:
     """Per block row: the row of the block that freed its SM slot (later-wave blocks), else -1."""
     before = np.full(len(bl), -1, np.int64)
-    for sm in np.unique(bl.sm[bl.later_wave == 1]).tolist():
+    for sm in _distinct(bl.sm[bl.later_wave == 1]).tolist():
         on = np.flatnonzero(bl.sm == sm)
         o2 = on[np.lexsort((-bl.block[on], bl.end_ns[on]))]  # by end; among equal ends lowest block last
         later = on[bl.later_wave[on] == 1]
@@ -358,7 +375,7 @@ def critical_shares(cp: CriticalPath, wall) -> CriticalShares:
     rows = []
     is_phase = np.array([k in ("slice", "wait") for k in cp.kind.tolist()])
     pi = cp.phase_index
-    for p in np.unique(pi[is_phase]).tolist():
+    for p in _distinct(pi[is_phase]).tolist():
         sl = (pi == p) & (cp.kind == "slice")
         wt = (pi == p) & (cp.kind == "wait")
         name = cp.phase[np.flatnonzero((pi == p) & is_phase)[0]]
