@@ -30,30 +30,41 @@ _EXACT = float(2 ** 52)  # lifted values stay integers of float64 below this
 
 @frozen(eq=False)
 class Order:
-    """The levels of a timeline's runs, and for each level what computing it reads.
+    """The levels of a timeline's runs, and what computing each level reads.
 
-    Per level ``i``: rows[i], its slices' rows (its runs' rows, run by run, in lane order); run_len[i], its runs'
-    lengths (None: every run one slice); head_at[i], each run's first position within rows[i]; released[i] and
-    rel_set[i], the runs (positions among the level's runs) whose first slice a set released, and that set;
-    rel_row[i], those first slices' rows; after[i] and prev[i], the runs with a run before them on their lane,
-    and that run's last row; sets[i], the release sets whose members all end in the levels before (their latest
-    end computed as level i begins), members[i] and member_starts[i] their members' rows, set by set."""
+    A run's slices end at its first slice's bound plus the lane's sum since (every slice after a run's first has
+    no bound of its own: no release, no start), so a replay keeps one value per run, ``H`` (the first slice's
+    end less the lane's sum before it, ``end - A``), in a buffer ``[H (runs) | shared sets' latest ends | 0]``.
+    A run's H is the largest of its candidates, each a buffer value plus a replay's addend: its own start (the
+    0 slot plus ``start + dur - A``), its lane's run before it (that run's H), and its release: a set that several
+    runs wait for and has several members is computed once (``shared``), at the level where its last member
+    ends; any other set's members are read by the run directly (a member's H plus its A, plus the release's
+    latency, dur and -A of the run's first slice).
 
-    rows: list
-    run_len: list
-    head_at: list
-    released: list
-    rel_set: list
-    rel_row: list
-    after: list
-    prev: list
-    sets: list
-    members: list
-    member_starts: list
+    levels: the count; steps: per level (its runs, their candidates' buffer positions, their local starts or
+    None (one candidate each), the candidates' span in the addends, the shared sets it computes or None: (their
+    buffer positions, their members' runs, local starts, the members' span)); own_row, a_row, vr_row: per
+    candidate, the rows whose ``start + dur - A``, ``A`` and ``lat + dur - A`` its addend sums (n: none);
+    shared_rows: the shared sets' members' rows; run_of, each row's run; heads, each run's first row; level_runs,
+    the runs level by level and level_start their bounds; multi, the levels with a run of several slices;
+    nshared, the shared sets. ``legacy`` keeps the per-level arrays of ``ends_by_slice`` (built when first
+    asked)."""
 
-    @property
-    def levels(self) -> int:
-        return len(self.rows)
+    levels: int
+    steps: list
+    own_row: np.ndarray
+    a_row: np.ndarray
+    vr_row: np.ndarray
+    shared_rows: np.ndarray
+    run_of: np.ndarray
+    heads: np.ndarray
+    level_runs: np.ndarray
+    level_start: np.ndarray
+    multi: np.ndarray
+    nshared: int
+    run_level: np.ndarray
+    set_level: np.ndarray
+    legacy: dict
 
 
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -78,61 +89,138 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(lens) - lens), lens)
 
 
+_BIG = 2 ** 62  # a count that never reaches 0: the dummy run and set the tables pad with
+_PAD = 16  # a run's release sets in a padded table up to this many (a gather per level); beyond, by ranges
+
+
 def _levels(tl) -> Order | None:
     n = len(tl)
+    z = np.zeros(0, np.int64)
     if not n:
-        return Order(*([] for _ in range(11)))
+        return Order(0, [], z, z, z, z, z, z, z, np.zeros(1, np.int64), np.zeros(0, bool), 0, z, z, {})
     has_rel = tl.rel_set >= 0
     head_mask = tl.first | has_rel
     heads = np.flatnonzero(head_mask)
     nruns = len(heads)
     run_of = np.cumsum(head_mask) - 1
-    run_len = np.diff(np.r_[heads, n])
     lane_prev = ~tl.first[heads]  # run r waits for run r - 1
     mem, ss = tl.members.astype(np.int64), tl.set_starts.astype(np.int64)
     nsets = len(ss)
-    set_size = np.diff(np.r_[ss, len(mem)]) if nsets else np.zeros(0, np.int64)
-    # run -> the sets it has members in (one entry per member), grouped by run
-    member_run = run_of[mem]
-    o = np.argsort(member_run, kind="stable")
-    edge_set = np.repeat(np.arange(nsets), set_size)[o]
-    edge_start = np.searchsorted(member_run[o], np.arange(nruns + 1))
+    set_size = np.diff(np.r_[ss, len(mem)]) if nsets else z
+    # the distinct (run, set) pairs of the members, grouped by run; a set is done when each of its runs is
+    pair = np.unique(run_of[mem] * max(nsets, 1) + np.repeat(np.arange(nsets), set_size))
+    e_run, e_set = pair // max(nsets, 1), pair % max(nsets, 1)
+    need = np.r_[np.bincount(e_set, minlength=nsets), _BIG]
+    per_run = np.bincount(e_run, minlength=nruns)
+    e_start = np.cumsum(per_run) - per_run
+    width = int(per_run.max()) if nruns else 0
+    table = None
+    if width <= _PAD:  # each run's sets in a row, padded with the dummy set
+        table = np.full((nruns, max(width, 1)), nsets, np.int64)
+        table[e_run, np.arange(len(e_run)) - e_start[e_run]] = e_set
     # set -> the runs whose first slice it releases, grouped by set
-    released = np.flatnonzero(has_rel[heads])
-    rset = tl.rel_set[heads[released]].astype(np.int64)
+    rel_runs = np.flatnonzero(has_rel[heads])
+    rset = tl.rel_set[heads[rel_runs]].astype(np.int64)
     o = np.argsort(rset, kind="stable")
-    set_runs = released[o]
+    set_runs = rel_runs[o]
     set_run_start = np.searchsorted(rset[o], np.arange(nsets + 1))
-
-    waiting = lane_prev.astype(np.int64) + has_rel[heads]
-    need = set_size.astype(np.int64).copy()
-    frontier = np.flatnonzero(waiting == 0)
-    level_runs, level_sets = [], []
-    ready = np.zeros(0, np.int64)
-    done = 0
-    while len(frontier):
-        level_runs.append(frontier)
-        level_sets.append(ready)
-        done += len(frontier)
-        nxt = frontier + 1
-        nxt = nxt[nxt < nruns]
-        nxt = nxt[lane_prev[nxt]]
-        waiting[nxt] -= 1
-        hit = edge_set[_ranges(edge_start[frontier], edge_start[frontier + 1])]
-        if len(hit):
-            u, c = np.unique(hit, return_counts=True)
-            need[u] -= c
-            ready = u[need[u] == 0]
+    lane_next = np.full(nruns, nruns, np.int64)  # the run after on its lane; nruns (the dummy): none
+    lane_next[:-1][lane_prev[1:]] = np.flatnonzero(lane_prev[1:]) + 1
+    waiting = np.r_[lane_prev.astype(np.int64) + has_rel[heads], _BIG]
+    run_level = np.full(nruns, -1, np.int64)
+    set_level = np.zeros(nsets, np.int64)
+    frontier = np.flatnonzero(waiting[:nruns] == 0)
+    t = 0
+    while len(frontier):  # Kahn's order, a level at a time
+        run_level[frontier] = t
+        t += 1
+        nxt = lane_next[frontier]
+        waiting[nxt] -= 1  # distinct, but for the dummy
+        hit = table[frontier].ravel() if table is not None else \
+            e_set[_ranges(e_start[frontier], e_start[frontier] + per_run[frontier])]
+        np.subtract.at(need, hit, 1)
+        ready = hit[need[hit] == 0]  # a set done: repeated as often as it has runs here
+        if len(ready):
+            set_level[ready] = t
+            freed = set_runs[_ranges(set_run_start[ready], set_run_start[ready + 1])]
+            waiting[freed] -= 1  # each run waits for one set: once, however often it repeats
+            cand = np.concatenate((nxt, freed))
+            frontier = np.unique(cand[waiting[cand] == 0])
         else:
-            ready = np.zeros(0, np.int64)
-        freed = set_runs[_ranges(set_run_start[ready], set_run_start[ready + 1])]
-        waiting[freed] -= 1  # each run waits for one set: no repeats
-        cand = np.unique(np.r_[nxt, freed])
-        frontier = cand[waiting[cand] == 0]
-    if done < nruns:
+            frontier = nxt[waiting[nxt] == 0]
+    if (run_level < 0).any():
         return None
+    levels = t
+    order = np.argsort(run_level, kind="stable")  # the runs level by level, in order within each
+    level_start = np.searchsorted(run_level[order], np.arange(levels + 1))
+    pos = np.empty(nruns, np.int64)
+    pos[order] = np.arange(nruns)
+    # the sets read once for all their runs: several members, several runs waiting; in level order
+    readers = np.bincount(rset, minlength=nsets)
+    sh = np.flatnonzero((set_size > 1) & (readers > 1))
+    sh = sh[np.argsort(set_level[sh], kind="stable")]
+    slot = np.full(nsets, -1, np.int64)
+    slot[sh] = nruns + np.arange(len(sh))
+    zero = nruns + len(sh)  # the buffer's 0 slot
+    # each run's candidates: its own start, the run before it on its lane, its release (a shared set, or the
+    # members of its set)
+    shared_rel = slot[rset] >= 0 if nsets else np.zeros(0, bool)
+    r2, s2 = rel_runs[~shared_rel], rset[~shared_rel]
+    sizes = set_size[s2]
+    mrows = mem[_ranges(ss[s2], ss[s2] + sizes)]
+    lp = np.flatnonzero(lane_prev)
+    r1 = rel_runs[shared_rel]
+    none_n = lambda k: np.full(k, n, np.int64)  # noqa: E731
+    c_run = np.concatenate((np.arange(nruns), lp, r1, np.repeat(r2, sizes)))
+    c_idx = np.concatenate((np.full(nruns, zero), lp - 1, slot[rset[shared_rel]], run_of[mrows]))
+    own_row = np.concatenate((heads, none_n(len(lp) + len(r1) + len(mrows))))
+    a_row = np.concatenate((none_n(nruns + len(lp) + len(r1)), mrows))
+    vr_row = np.concatenate((none_n(nruns + len(lp)), heads[r1], np.repeat(heads[r2], sizes)))
+    o = np.argsort(pos[c_run], kind="stable")
+    c_idx, own_row, a_row, vr_row = c_idx[o], own_row[o], a_row[o], vr_row[o]
+    counts = np.bincount(c_run, minlength=nruns)[order]
+    c_start = np.cumsum(counts) - counts
+    cb = np.r_[c_start[level_start[:-1]], len(c_idx)]
+    single = np.maximum.reduceat(counts, level_start[:-1]) == 1
+    run_len = np.diff(np.r_[heads, n])
+    multi = np.maximum.reduceat(run_len[order], level_start[:-1]) > 1
+    # the shared sets' members, set by set, level by level
+    sh_size = set_size[sh]
+    sh_rows = mem[_ranges(ss[sh], ss[sh] + sh_size)]
+    sh_idx = run_of[sh_rows]
+    sh_start = np.cumsum(sh_size) - sh_size
+    sl = np.searchsorted(set_level[sh], np.arange(levels + 1))
+    mb = np.r_[sh_start, len(sh_rows)][sl]
+    steps = []
+    for i in range(levels):
+        a, b = int(level_start[i]), int(level_start[i + 1])
+        c0, c1 = int(cb[i]), int(cb[i + 1])
+        shared = None
+        if sl[i + 1] > sl[i]:
+            m0, m1 = int(mb[i]), int(mb[i + 1])
+            shared = (slot[sh[sl[i]:sl[i + 1]]], sh_idx[m0:m1], sh_start[sl[i]:sl[i + 1]] - m0, slice(m0, m1))
+        steps.append((order[a:b], c_idx[c0:c1], None if single[i] else c_start[a:b] - c0, slice(c0, c1), shared))
+    return Order(levels, steps, own_row, a_row, vr_row, sh_rows, run_of, heads, order, level_start, multi,
+                 len(sh), run_level, set_level, {"nonhead": np.flatnonzero(~head_mask)})
+
+
+def _legacy(od: Order, tl) -> list:
+    """The per-level arrays of ``_ends_by_slice`` (its rows, run_len, head_at, released, rel_set, rel_row, after,
+    prev, sets, members, member_starts), built once."""
+    if "parts" in od.legacy:
+        return od.legacy["parts"]
+    has_rel = tl.rel_set >= 0
+    heads = od.heads
+    run_len = np.diff(np.r_[heads, len(tl)])
+    lane_prev = ~tl.first[heads]
+    mem, ss = tl.members.astype(np.int64), tl.set_starts.astype(np.int64)
+    set_size = np.diff(np.r_[ss, len(mem)]) if len(ss) else np.zeros(0, np.int64)
+    set_order = np.argsort(od.set_level, kind="stable")
+    set_start = np.searchsorted(od.set_level[set_order], np.arange(od.levels + 1))
     parts = [[] for _ in range(11)]
-    for runs, st in zip(level_runs, level_sets):
+    for i in range(od.levels):
+        runs = od.level_runs[od.level_start[i]:od.level_start[i + 1]]
+        st = set_order[set_start[i]:set_start[i + 1]] if i else np.zeros(0, np.int64)
         h, ln = heads[runs], run_len[runs]
         got = np.flatnonzero(has_rel[h])
         after = np.flatnonzero(lane_prev[runs])
@@ -141,45 +229,105 @@ def _levels(tl) -> Order | None:
                                    tl.rel_set[h[got]].astype(np.int64), h[got], after, h[after] - 1, st, m,
                                    np.cumsum(set_size[st]) - set_size[st])):
             part.append(v)
-    return Order(*parts)
+    od.legacy["parts"] = parts
+    return parts
+
+
+_SLOW = object()  # a replay whose values the runs' shortcut does not hold exactly: the slices' order decides
+_EXACT_RUNS = float(2 ** 47)  # every input and run value below this: each sum of a few stays an integer of float64
 
 
 def ends_in_order(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
     """Every slice's end (ns after the kernel's begin, float64 whole ns), computed a level at a time: the
     replay's rounds' fixed point. None where a run's first slice has no bound (no start, no release, no lane
     before it) or the values pass float64's integers: the rounds decide those."""
+    with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
+        end = _ends_by_run(od, tl, dur, start, lat, A)
+        if end is _SLOW:
+            end = _ends_by_slice(od, tl, dur, start, lat, A)
+    return end
+
+
+def _ends_by_run(od: Order, tl, dur, start, lat, A):
+    """ends_in_order one value per run (Order): where every input is finite but the starts, no slice after a
+    run's first has a start, and every value stays well within float64's integers; else _SLOW."""
+    if not od.levels:
+        return np.empty(0)
+    if not (np.isfinite(dur).all() and np.isfinite(lat).all() and np.isfinite(A).all()) or \
+            np.isfinite(start[od.legacy["nonhead"]]).any():
+        return _SLOW
+    own = start + dur - A  # a slice's own bound, less the lane's sum before it
+    vr = lat + dur - A  # the same from its release set's latest end
+    add = np.r_[own, 0.0][od.own_row]
+    add += np.r_[A, 0.0][od.a_row]
+    add += np.r_[vr, 0.0][od.vr_row]
+    shared_add = A[od.shared_rows]
+    nruns = len(od.heads)
+    buf = np.empty(nruns + od.nshared + 1)
+    buf[-1] = 0.0
+    for runs, cand, at, span, shared in od.steps:
+        if shared is not None:
+            slots, idx, m_at, m_span = shared
+            v = buf[idx]
+            v += shared_add[m_span]
+            buf[slots] = np.maximum.reduceat(v, m_at)
+        v = buf[cand]
+        v += add[span]
+        buf[runs] = v if at is None else np.maximum.reduceat(v, at)
+    h = buf[:nruns]
+    end = h[od.run_of]
+    end += A
+    if not np.isfinite(end).all():
+        return None
+    fin = np.isfinite(start)
+    top = max(float(np.abs(h).max()), float(np.abs(A).max()), float(np.abs(dur).max()), float(np.abs(lat).max()),
+              float(np.abs(start[fin]).max()) if fin.any() else 0.0)
+    if not top < _EXACT_RUNS:
+        return _SLOW
+    if od.multi.any():  # a level with a run of several slices: the slices' order lifts its lanes (_ends_by_slice)
+        hl = h[od.level_runs]
+        starts = od.level_start[:-1]
+        span = np.maximum.reduceat(hl, starts) - np.minimum.reduceat(hl, starts) + 1.0
+        if not (span * np.diff(od.level_start) < _EXACT)[od.multi].all():
+            return None
+    return end
+
+
+def _ends_by_slice(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
+    """ends_in_order a slice at a time within each level's runs (a running maximum over the lanes lifted)."""
+    rows_, run_len_, head_at_, released_, rel_set_, rel_row_, after_, prev_, sets_, members_, member_starts_ = \
+        _legacy(od, tl)
     end = np.empty(len(tl))
     latest = np.full(len(tl.set_starts), -np.inf)
     own = start + dur - A  # a slice's own bound, less the lane's sum before it
     via_release = lat + dur - A  # the same from its release set's latest end
-    with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
-        for i in range(od.levels):
-            if len(od.sets[i]):
-                latest[od.sets[i]] = np.maximum.reduceat(end[od.members[i]], od.member_starts[i])
-            rows, run_len = od.rows[i], od.run_len[i]
-            y = own[rows]
-            y_head = y if run_len is None else y[od.head_at[i]]
-            g = od.released[i]
-            if len(g):  # the first slice of a run: its release
-                y_head[g] = np.maximum(y_head[g], latest[od.rel_set[i]] + via_release[od.rel_row[i]])
-            a = od.after[i]
-            if len(a):  # and the lane before it: its end, carried as end - A
-                p = od.prev[i]
-                y_head[a] = np.maximum(y_head[a], end[p] - A[p])
-            if run_len is not None:
-                y[od.head_at[i]] = y_head
-                hv = np.repeat(y_head, run_len)
-                np.copyto(y, hv, where=~np.isfinite(y))
-                lo = float(y.min())
-                span = float(y.max()) - lo + 1.0
-                if not span * len(run_len) < _EXACT:  # also: not finite
-                    return None
-                off = np.repeat(np.arange(len(run_len), dtype=np.float64) * span, run_len)
-                y -= lo
-                y += off
-                np.maximum.accumulate(y, out=y)
-                y -= off
-                y += lo
-            y += A[rows]
-            end[rows] = y
+    for i in range(od.levels):
+        if len(sets_[i]):
+            latest[sets_[i]] = np.maximum.reduceat(end[members_[i]], member_starts_[i])
+        rows, run_len = rows_[i], run_len_[i]
+        y = own[rows]
+        y_head = y if run_len is None else y[head_at_[i]]
+        g = released_[i]
+        if len(g):  # the first slice of a run: its release
+            y_head[g] = np.maximum(y_head[g], latest[rel_set_[i]] + via_release[rel_row_[i]])
+        a = after_[i]
+        if len(a):  # and the lane before it: its end, carried as end - A
+            p = prev_[i]
+            y_head[a] = np.maximum(y_head[a], end[p] - A[p])
+        if run_len is not None:
+            y[head_at_[i]] = y_head
+            hv = np.repeat(y_head, run_len)
+            np.copyto(y, hv, where=~np.isfinite(y))
+            lo = float(y.min())
+            span = float(y.max()) - lo + 1.0
+            if not span * len(run_len) < _EXACT:  # also: not finite
+                return None
+            off = np.repeat(np.arange(len(run_len), dtype=np.float64) * span, run_len)
+            y -= lo
+            y += off
+            np.maximum.accumulate(y, out=y)
+            y -= off
+            y += lo
+        y += A[rows]
+        end[rows] = y
     return end if np.isfinite(end).all() else None
