@@ -104,6 +104,37 @@ _BIG = 2 ** 62  # a count that never reaches 0: the dummy run and set the tables
 _PAD = 16  # a run's release sets in a padded table up to this many (a gather per level); beyond, by ranges
 
 
+def _lane_next(lane_prev: np.ndarray) -> np.ndarray:
+    """Each run's next run on its lane; len(lane_prev) (the dummy): none."""
+    nruns = len(lane_prev)
+    nxt = np.full(nruns, nruns, np.int64)
+    nxt[:-1][lane_prev[1:]] = np.flatnonzero(lane_prev[1:]) + 1
+    return nxt
+
+
+def _table(src: np.ndarray, dst: np.ndarray, rows: int, pad: int, first: np.ndarray | None = None):
+    """Each row's ``dst`` (the edges src -> dst), and ``first``'s entry ahead of them: a table padded with
+    ``pad`` (a row's values ``table[rows].ravel()``, one gather) where no row has more than _PAD; else a
+    function of the rows giving theirs (by ranges)."""
+    o = np.argsort(src, kind="stable")
+    src, dst = src[o], dst[o]
+    count = np.bincount(src, minlength=rows)
+    start = np.cumsum(count) - count
+    lead = 0 if first is None else 1
+    width = (int(count.max()) if rows and len(src) else 0) + lead
+    if width <= _PAD:
+        tab = np.full((rows, max(width, 1)), pad, np.int64)
+        if first is not None:
+            tab[:, 0] = first
+        tab[src, np.arange(len(src)) - start[src] + lead] = dst
+        return tab
+
+    def of(r: np.ndarray) -> np.ndarray:
+        got = dst[_ranges(start[r], start[r] + count[r])]
+        return got if first is None else np.concatenate((first[r], got))
+    return of
+
+
 def _levels(tl) -> Order | None:
     n = len(tl)
     z = np.zeros(0, np.int64)
@@ -118,25 +149,29 @@ def _levels(tl) -> Order | None:
     mem, ss = tl.members.astype(np.int64), tl.set_starts.astype(np.int64)
     nsets = len(ss)
     set_size = np.diff(np.r_[ss, len(mem)]) if nsets else z
-    # the distinct (run, set) pairs of the members, grouped by run; a set is done when each of its runs is
-    pair = _distinct(run_of[mem] * max(nsets, 1) + np.repeat(np.arange(nsets), set_size))
-    e_run, e_set = pair // max(nsets, 1), pair % max(nsets, 1)
-    need = np.r_[np.bincount(e_set, minlength=nsets), _BIG]
-    per_run = np.bincount(e_run, minlength=nruns)
-    e_start = np.cumsum(per_run) - per_run
-    width = int(per_run.max()) if nruns else 0
-    table = None
-    if width <= _PAD:  # each run's sets in a row, padded with the dummy set
-        table = np.full((nruns, max(width, 1)), nsets, np.int64)
-        table[e_run, np.arange(len(e_run)) - e_start[e_run]] = e_set
-    # set -> the runs whose first slice it releases, grouped by set
+    mrun = run_of[mem]
     rel_runs = np.flatnonzero(has_rel[heads])
     rset = tl.rel_set[heads[rel_runs]].astype(np.int64)
-    o = np.argsort(rset, kind="stable")
-    set_runs = rel_runs[o]
-    set_run_start = np.searchsorted(rset[o], np.arange(nsets + 1))
-    lane_next = np.full(nruns, nruns, np.int64)  # the run after on its lane; nruns (the dummy): none
-    lane_next[:-1][lane_prev[1:]] = np.flatnonzero(lane_prev[1:]) + 1
+    # A set whose members are all of one run is done with that run: an edge from it to each run the set
+    # releases, like the lane's. The rest are counted: done when each of their runs is.
+    one_run = np.minimum.reduceat(mrun, ss) == np.maximum.reduceat(mrun, ss) if nsets else np.zeros(0, bool)
+    direct = one_run[rset] if nsets else np.zeros(0, bool)
+    src = mrun[ss[rset[direct]]] if nsets else z
+    succ = _table(src, rel_runs[direct], nruns, nruns, first=_lane_next(lane_prev))
+    counted = np.flatnonzero(~one_run)
+    m_table = m_set_runs = m_start = None
+    need = np.zeros(nsets + 1, np.int64)
+    if len(counted):
+        size_c = set_size[counted]
+        pair = _distinct(mrun[_ranges(ss[counted], ss[counted] + size_c)] * nsets + np.repeat(counted, size_c))
+        e_run, e_set = pair // nsets, pair % nsets
+        need[:nsets] = np.bincount(e_set, minlength=nsets)
+        m_table = _table(e_run, e_set, nruns, nsets)
+        wait_c = rel_runs[~direct]
+        o = np.argsort(rset[~direct], kind="stable")
+        m_set_runs = wait_c[o]
+        m_start = np.searchsorted(rset[~direct][o], np.arange(nsets + 1))
+    need[nsets] = _BIG
     waiting = np.r_[lane_prev.astype(np.int64) + has_rel[heads], _BIG]
     run_level = np.full(nruns, -1, np.int64)
     set_level = np.zeros(nsets, np.int64)
@@ -145,28 +180,27 @@ def _levels(tl) -> Order | None:
     while len(frontier):  # Kahn's order, a level at a time
         run_level[frontier] = t
         t += 1
-        nxt = lane_next[frontier]
-        waiting[nxt] -= 1  # distinct, but for the dummy
-        hit = table[frontier].ravel() if table is not None else \
-            e_set[_ranges(e_start[frontier], e_start[frontier] + per_run[frontier])]
-        np.subtract.at(need, hit, 1)
-        ready = hit[need[hit] == 0]  # a set done: repeated as often as it has runs here
-        if len(ready):
-            ready = _distinct(ready)
-            set_level[ready] = t
-            freed = set_runs[_ranges(set_run_start[ready], set_run_start[ready + 1])]
-            waiting[freed] -= 1  # each run waits for one set
-            cand = np.concatenate((nxt, freed))
-            frontier = _distinct(cand[waiting[cand] == 0])
-        else:
-            frontier = nxt[waiting[nxt] == 0]
+        nxt = succ[frontier].ravel() if isinstance(succ, np.ndarray) else succ(frontier)
+        np.subtract.at(waiting, nxt, 1)
+        if m_table is not None:
+            hit = m_table[frontier].ravel() if isinstance(m_table, np.ndarray) else m_table(frontier)
+            np.subtract.at(need, hit, 1)
+            ready = hit[need[hit] == 0]  # a set done: repeated as often as it has runs here
+            if len(ready):
+                ready = _distinct(ready)
+                set_level[ready] = t
+                freed = m_set_runs[_ranges(m_start[ready], m_start[ready + 1])]
+                waiting[freed] -= 1  # each run waits for one set
+                nxt = np.concatenate((nxt, freed))
+        nxt = nxt[waiting[nxt] == 0]
+        frontier = _distinct(nxt) if len(nxt) > 1 else nxt
     if (run_level < 0).any():
         return None
     levels = t
+    if nsets:
+        set_level[one_run] = run_level[mrun[ss[one_run]]] + 1
     order = np.argsort(run_level, kind="stable")  # the runs level by level, in order within each
     level_start = np.searchsorted(run_level[order], np.arange(levels + 1))
-    pos = np.empty(nruns, np.int64)
-    pos[order] = np.arange(nruns)
     # the sets read once for all their runs: several members, several runs waiting; in level order
     readers = np.bincount(rset, minlength=nsets)
     sh = np.flatnonzero((set_size > 1) & (readers > 1))
@@ -174,25 +208,35 @@ def _levels(tl) -> Order | None:
     slot = np.full(nsets, -1, np.int64)
     slot[sh] = nruns + np.arange(len(sh))
     zero = nruns + len(sh)  # the buffer's 0 slot
-    # each run's candidates: its own start, the run before it on its lane, its release (a shared set, or the
-    # members of its set)
+    # each run's candidates, in its place level by level: its own start, the run before it on its lane, its
+    # release (a shared set, or the members of its set)
     shared_rel = slot[rset] >= 0 if nsets else np.zeros(0, bool)
-    r2, s2 = rel_runs[~shared_rel], rset[~shared_rel]
+    r1, r2, s2 = rel_runs[shared_rel], rel_runs[~shared_rel], rset[~shared_rel]
     sizes = set_size[s2]
-    mrows = mem[_ranges(ss[s2], ss[s2] + sizes)]
-    lp = np.flatnonzero(lane_prev)
-    r1 = rel_runs[shared_rel]
-    none_n = lambda k: np.full(k, n, np.int64)  # noqa: E731
-    c_run = np.concatenate((np.arange(nruns), lp, r1, np.repeat(r2, sizes)))
-    c_idx = np.concatenate((np.full(nruns, zero), lp - 1, slot[rset[shared_rel]], run_of[mrows]))
-    own_row = np.concatenate((heads, none_n(len(lp) + len(r1) + len(mrows))))
-    a_row = np.concatenate((none_n(nruns + len(lp) + len(r1)), mrows))
-    vr_row = np.concatenate((none_n(nruns + len(lp)), heads[r1], np.repeat(heads[r2], sizes)))
-    o = np.argsort(pos[c_run], kind="stable")
-    c_idx, own_row, a_row, vr_row = c_idx[o], own_row[o], a_row[o], vr_row[o]
-    counts = np.bincount(c_run, minlength=nruns)[order]
+    count = 1 + lane_prev.astype(np.int64)
+    count[r1] += 1
+    count[r2] += sizes
+    counts = count[order]
     c_start = np.cumsum(counts) - counts
-    cb = np.r_[c_start[level_start[:-1]], len(c_idx)]
+    at = np.empty(nruns, np.int64)
+    at[order] = c_start  # each run's first candidate
+    total = int(counts.sum())
+    c_idx = np.full(total, zero, np.int64)
+    own_row, a_row, vr_row = (np.full(total, n, np.int64) for _ in range(3))
+    own_row[at] = heads
+    lp = np.flatnonzero(lane_prev)
+    c_idx[at[lp] + 1] = lp - 1
+    rel_at = at[rel_runs] + 1 + lane_prev[rel_runs]  # a released run's release candidates
+    at1 = rel_at[shared_rel]
+    c_idx[at1] = slot[rset[shared_rel]]
+    vr_row[at1] = heads[r1]
+    at2 = rel_at[~shared_rel]
+    put = _ranges(at2, at2 + sizes)
+    mrows = mem[_ranges(ss[s2], ss[s2] + sizes)]
+    c_idx[put] = run_of[mrows]
+    a_row[put] = mrows
+    vr_row[put] = np.repeat(heads[r2], sizes)
+    cb = np.r_[c_start[level_start[:-1]], total]
     single = np.maximum.reduceat(counts, level_start[:-1]) == 1
     run_len = np.diff(np.r_[heads, n])
     multi = np.maximum.reduceat(run_len[order], level_start[:-1]) > 1
