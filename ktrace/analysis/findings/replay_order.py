@@ -30,30 +30,41 @@ _EXACT = float(2 ** 52)  # lifted values stay integers of float64 below this
 
 @frozen(eq=False)
 class Order:
-    """The levels of a timeline's runs, and for each level what computing it reads.
+    """The levels of a timeline's runs, and what computing each level reads.
 
-    Per level ``i``: rows[i], its slices' rows (its runs' rows, run by run, in lane order); run_len[i], its runs'
-    lengths (None: every run one slice); head_at[i], each run's first position within rows[i]; released[i] and
-    rel_set[i], the runs (positions among the level's runs) whose first slice a set released, and that set;
-    rel_row[i], those first slices' rows; after[i] and prev[i], the runs with a run before them on their lane,
-    and that run's last row; sets[i], the release sets whose members all end in the levels before (their latest
-    end computed as level i begins), members[i] and member_starts[i] their members' rows, set by set."""
+    A run's slices end at its first slice's bound plus the lane's sum since (every slice after a run's first has
+    no bound of its own: no release, no start), so a replay keeps one value per run, ``H`` (the first slice's
+    end less the lane's sum before it, ``end - A``), in a buffer ``[H (runs) | shared sets' latest ends | 0]``.
+    A run's H is the largest of its candidates, each a buffer value plus a replay's addend: its own start (the
+    0 slot plus ``start + dur - A``), its lane's run before it (that run's H), and its release: a set that several
+    runs wait for and has several members is computed once (``shared``), at the level where its last member
+    ends; any other set's members are read by the run directly (a member's H plus its A, plus the release's
+    latency, dur and -A of the run's first slice).
 
-    rows: list
-    run_len: list
-    head_at: list
-    released: list
-    rel_set: list
-    rel_row: list
-    after: list
-    prev: list
-    sets: list
-    members: list
-    member_starts: list
+    levels: the count; steps: per level (its runs, their candidates' buffer positions, their local starts or
+    None (one candidate each), the candidates' span in the addends, the shared sets it computes or None: (their
+    buffer positions, their members' runs, local starts, the members' span)); own_row, a_row, vr_row: per
+    candidate, the rows whose ``start + dur - A``, ``A`` and ``lat + dur - A`` its addend sums (n: none);
+    shared_rows: the shared sets' members' rows; run_of, each row's run; heads, each run's first row; level_runs,
+    the runs level by level and level_start their bounds; multi, the levels with a run of several slices;
+    nshared, the shared sets. ``legacy`` keeps the per-level arrays of ``ends_by_slice`` (built when first
+    asked)."""
 
-    @property
-    def levels(self) -> int:
-        return len(self.rows)
+    levels: int
+    steps: list
+    own_row: np.ndarray
+    a_row: np.ndarray
+    vr_row: np.ndarray
+    shared_rows: np.ndarray
+    run_of: np.ndarray
+    heads: np.ndarray
+    level_runs: np.ndarray
+    level_start: np.ndarray
+    multi: np.ndarray
+    nshared: int
+    run_level: np.ndarray
+    set_level: np.ndarray
+    legacy: dict
 
 
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -78,61 +89,194 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(lens) - lens), lens)
 
 
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, sorted (np.unique, without its hashing: 0.1-0.5 ms a call on small arrays)."""
+    a = np.sort(a)
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+_BIG = 2 ** 62  # a count that never reaches 0: the dummy run and set the tables pad with
+_PAD = 16  # a run's release sets in a padded table up to this many (a gather per level); beyond, by ranges
+
+
+def _lane_next(lane_prev: np.ndarray) -> np.ndarray:
+    """Each run's next run on its lane; len(lane_prev) (the dummy): none."""
+    nruns = len(lane_prev)
+    nxt = np.full(nruns, nruns, np.int64)
+    nxt[:-1][lane_prev[1:]] = np.flatnonzero(lane_prev[1:]) + 1
+    return nxt
+
+
+def _table(src: np.ndarray, dst: np.ndarray, rows: int, pad: int, first: np.ndarray | None = None):
+    """Each row's ``dst`` (the edges src -> dst), and ``first``'s entry ahead of them: a table padded with
+    ``pad`` (a row's values ``table[rows].ravel()``, one gather) where no row has more than _PAD; else a
+    function of the rows giving theirs (by ranges)."""
+    o = np.argsort(src, kind="stable")
+    src, dst = src[o], dst[o]
+    count = np.bincount(src, minlength=rows)
+    start = np.cumsum(count) - count
+    lead = 0 if first is None else 1
+    width = (int(count.max()) if rows and len(src) else 0) + lead
+    if width <= _PAD:
+        tab = np.full((rows, max(width, 1)), pad, np.int64)
+        if first is not None:
+            tab[:, 0] = first
+        tab[src, np.arange(len(src)) - start[src] + lead] = dst
+        return tab
+
+    def of(r: np.ndarray) -> np.ndarray:
+        got = dst[_ranges(start[r], start[r] + count[r])]
+        return got if first is None else np.concatenate((first[r], got))
+    return of
+
+
 def _levels(tl) -> Order | None:
     n = len(tl)
+    z = np.zeros(0, np.int64)
     if not n:
-        return Order(*([] for _ in range(11)))
+        return Order(0, [], z, z, z, z, z, z, z, np.zeros(1, np.int64), np.zeros(0, bool), 0, z, z, {})
     has_rel = tl.rel_set >= 0
     head_mask = tl.first | has_rel
     heads = np.flatnonzero(head_mask)
     nruns = len(heads)
     run_of = np.cumsum(head_mask) - 1
-    run_len = np.diff(np.r_[heads, n])
     lane_prev = ~tl.first[heads]  # run r waits for run r - 1
     mem, ss = tl.members.astype(np.int64), tl.set_starts.astype(np.int64)
     nsets = len(ss)
-    set_size = np.diff(np.r_[ss, len(mem)]) if nsets else np.zeros(0, np.int64)
-    # run -> the sets it has members in (one entry per member), grouped by run
-    member_run = run_of[mem]
-    o = np.argsort(member_run, kind="stable")
-    edge_set = np.repeat(np.arange(nsets), set_size)[o]
-    edge_start = np.searchsorted(member_run[o], np.arange(nruns + 1))
-    # set -> the runs whose first slice it releases, grouped by set
-    released = np.flatnonzero(has_rel[heads])
-    rset = tl.rel_set[heads[released]].astype(np.int64)
-    o = np.argsort(rset, kind="stable")
-    set_runs = released[o]
-    set_run_start = np.searchsorted(rset[o], np.arange(nsets + 1))
-
-    waiting = lane_prev.astype(np.int64) + has_rel[heads]
-    need = set_size.astype(np.int64).copy()
-    frontier = np.flatnonzero(waiting == 0)
-    level_runs, level_sets = [], []
-    ready = np.zeros(0, np.int64)
-    done = 0
-    while len(frontier):
-        level_runs.append(frontier)
-        level_sets.append(ready)
-        done += len(frontier)
-        nxt = frontier + 1
-        nxt = nxt[nxt < nruns]
-        nxt = nxt[lane_prev[nxt]]
-        waiting[nxt] -= 1
-        hit = edge_set[_ranges(edge_start[frontier], edge_start[frontier + 1])]
-        if len(hit):
-            u, c = np.unique(hit, return_counts=True)
-            need[u] -= c
-            ready = u[need[u] == 0]
-        else:
-            ready = np.zeros(0, np.int64)
-        freed = set_runs[_ranges(set_run_start[ready], set_run_start[ready + 1])]
-        waiting[freed] -= 1  # each run waits for one set: no repeats
-        cand = np.unique(np.r_[nxt, freed])
-        frontier = cand[waiting[cand] == 0]
-    if done < nruns:
+    set_size = np.diff(np.r_[ss, len(mem)]) if nsets else z
+    mrun = run_of[mem]
+    rel_runs = np.flatnonzero(has_rel[heads])
+    rset = tl.rel_set[heads[rel_runs]].astype(np.int64)
+    # A set whose members are all of one run is done with that run: an edge from it to each run the set
+    # releases, like the lane's. The rest are counted: done when each of their runs is.
+    one_run = np.minimum.reduceat(mrun, ss) == np.maximum.reduceat(mrun, ss) if nsets else np.zeros(0, bool)
+    direct = one_run[rset] if nsets else np.zeros(0, bool)
+    src = mrun[ss[rset[direct]]] if nsets else z
+    succ = _table(src, rel_runs[direct], nruns, nruns, first=_lane_next(lane_prev))
+    counted = np.flatnonzero(~one_run)
+    m_table = m_set_runs = m_start = None
+    need = np.zeros(nsets + 1, np.int64)
+    if len(counted):
+        size_c = set_size[counted]
+        pair = _distinct(mrun[_ranges(ss[counted], ss[counted] + size_c)] * nsets + np.repeat(counted, size_c))
+        e_run, e_set = pair // nsets, pair % nsets
+        need[:nsets] = np.bincount(e_set, minlength=nsets)
+        m_table = _table(e_run, e_set, nruns, nsets)
+        wait_c = rel_runs[~direct]
+        o = np.argsort(rset[~direct], kind="stable")
+        m_set_runs = wait_c[o]
+        m_start = np.searchsorted(rset[~direct][o], np.arange(nsets + 1))
+    need[nsets] = _BIG
+    waiting = np.r_[lane_prev.astype(np.int64) + has_rel[heads], _BIG]
+    run_level = np.full(nruns, -1, np.int64)
+    set_level = np.zeros(nsets, np.int64)
+    frontier = np.flatnonzero(waiting[:nruns] == 0)
+    t = 0
+    while len(frontier):  # Kahn's order, a level at a time
+        run_level[frontier] = t
+        t += 1
+        nxt = succ[frontier].ravel() if isinstance(succ, np.ndarray) else succ(frontier)
+        np.subtract.at(waiting, nxt, 1)
+        if m_table is not None:
+            hit = m_table[frontier].ravel() if isinstance(m_table, np.ndarray) else m_table(frontier)
+            np.subtract.at(need, hit, 1)
+            ready = hit[need[hit] == 0]  # a set done: repeated as often as it has runs here
+            if len(ready):
+                ready = _distinct(ready)
+                set_level[ready] = t
+                freed = m_set_runs[_ranges(m_start[ready], m_start[ready + 1])]
+                waiting[freed] -= 1  # each run waits for one set
+                nxt = np.concatenate((nxt, freed))
+        nxt = nxt[waiting[nxt] == 0]
+        frontier = _distinct(nxt) if len(nxt) > 1 else nxt
+    if (run_level < 0).any():
         return None
+    levels = t
+    if nsets:
+        set_level[one_run] = run_level[mrun[ss[one_run]]] + 1
+    order = np.argsort(run_level, kind="stable")  # the runs level by level, in order within each
+    level_start = np.searchsorted(run_level[order], np.arange(levels + 1))
+    # the sets read once for all their runs: several members, several runs waiting; in level order
+    readers = np.bincount(rset, minlength=nsets)
+    sh = np.flatnonzero((set_size > 1) & (readers > 1))
+    sh = sh[np.argsort(set_level[sh], kind="stable")]
+    slot = np.full(nsets, -1, np.int64)
+    slot[sh] = nruns + np.arange(len(sh))
+    zero = nruns + len(sh)  # the buffer's 0 slot
+    # each run's candidates, in its place level by level: its own start, the run before it on its lane, its
+    # release (a shared set, or the members of its set)
+    shared_rel = slot[rset] >= 0 if nsets else np.zeros(0, bool)
+    r1, r2, s2 = rel_runs[shared_rel], rel_runs[~shared_rel], rset[~shared_rel]
+    sizes = set_size[s2]
+    count = 1 + lane_prev.astype(np.int64)
+    count[r1] += 1
+    count[r2] += sizes
+    counts = count[order]
+    c_start = np.cumsum(counts) - counts
+    at = np.empty(nruns, np.int64)
+    at[order] = c_start  # each run's first candidate
+    total = int(counts.sum())
+    c_idx = np.full(total, zero, np.int64)
+    own_row, a_row, vr_row = (np.full(total, n, np.int64) for _ in range(3))
+    own_row[at] = heads
+    lp = np.flatnonzero(lane_prev)
+    c_idx[at[lp] + 1] = lp - 1
+    rel_at = at[rel_runs] + 1 + lane_prev[rel_runs]  # a released run's release candidates
+    at1 = rel_at[shared_rel]
+    c_idx[at1] = slot[rset[shared_rel]]
+    vr_row[at1] = heads[r1]
+    at2 = rel_at[~shared_rel]
+    put = _ranges(at2, at2 + sizes)
+    mrows = mem[_ranges(ss[s2], ss[s2] + sizes)]
+    c_idx[put] = run_of[mrows]
+    a_row[put] = mrows
+    vr_row[put] = np.repeat(heads[r2], sizes)
+    cb = np.r_[c_start[level_start[:-1]], total]
+    single = np.maximum.reduceat(counts, level_start[:-1]) == 1
+    run_len = np.diff(np.r_[heads, n])
+    multi = np.maximum.reduceat(run_len[order], level_start[:-1]) > 1
+    # the shared sets' members, set by set, level by level
+    sh_size = set_size[sh]
+    sh_rows = mem[_ranges(ss[sh], ss[sh] + sh_size)]
+    sh_idx = run_of[sh_rows]
+    sh_start = np.cumsum(sh_size) - sh_size
+    sl = np.searchsorted(set_level[sh], np.arange(levels + 1))
+    mb = np.r_[sh_start, len(sh_rows)][sl]
+    steps = []
+    for i in range(levels):
+        a, b = int(level_start[i]), int(level_start[i + 1])
+        c0, c1 = int(cb[i]), int(cb[i + 1])
+        shared = None
+        if sl[i + 1] > sl[i]:
+            m0, m1 = int(mb[i]), int(mb[i + 1])
+            shared = (slot[sh[sl[i]:sl[i + 1]]], sh_idx[m0:m1], sh_start[sl[i]:sl[i + 1]] - m0, slice(m0, m1))
+        steps.append((order[a:b], c_idx[c0:c1], None if single[i] else c_start[a:b] - c0, slice(c0, c1), shared))
+    return Order(levels, steps, own_row, a_row, vr_row, sh_rows, run_of, heads, order, level_start, multi,
+                 len(sh), run_level, set_level, {"nonhead": np.flatnonzero(~head_mask)})
+
+
+def _legacy(od: Order, tl) -> list:
+    """The per-level arrays of ``_ends_by_slice`` (its rows, run_len, head_at, released, rel_set, rel_row, after,
+    prev, sets, members, member_starts), built once."""
+    if "parts" in od.legacy:
+        return od.legacy["parts"]
+    has_rel = tl.rel_set >= 0
+    heads = od.heads
+    run_len = np.diff(np.r_[heads, len(tl)])
+    lane_prev = ~tl.first[heads]
+    mem, ss = tl.members.astype(np.int64), tl.set_starts.astype(np.int64)
+    set_size = np.diff(np.r_[ss, len(mem)]) if len(ss) else np.zeros(0, np.int64)
+    set_order = np.argsort(od.set_level, kind="stable")
+    set_start = np.searchsorted(od.set_level[set_order], np.arange(od.levels + 1))
     parts = [[] for _ in range(11)]
-    for runs, st in zip(level_runs, level_sets):
+    for i in range(od.levels):
+        runs = od.level_runs[od.level_start[i]:od.level_start[i + 1]]
+        st = set_order[set_start[i]:set_start[i + 1]] if i else np.zeros(0, np.int64)
         h, ln = heads[runs], run_len[runs]
         got = np.flatnonzero(has_rel[h])
         after = np.flatnonzero(lane_prev[runs])
@@ -141,45 +285,105 @@ def _levels(tl) -> Order | None:
                                    tl.rel_set[h[got]].astype(np.int64), h[got], after, h[after] - 1, st, m,
                                    np.cumsum(set_size[st]) - set_size[st])):
             part.append(v)
-    return Order(*parts)
+    od.legacy["parts"] = parts
+    return parts
+
+
+_SLOW = object()  # a replay whose values the runs' shortcut does not hold exactly: the slices' order decides
+_EXACT_RUNS = float(2 ** 47)  # every input and run value below this: each sum of a few stays an integer of float64
 
 
 def ends_in_order(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
     """Every slice's end (ns after the kernel's begin, float64 whole ns), computed a level at a time: the
     replay's rounds' fixed point. None where a run's first slice has no bound (no start, no release, no lane
     before it) or the values pass float64's integers: the rounds decide those."""
+    with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
+        end = _ends_by_run(od, tl, dur, start, lat, A)
+        if end is _SLOW:
+            end = _ends_by_slice(od, tl, dur, start, lat, A)
+    return end
+
+
+def _ends_by_run(od: Order, tl, dur, start, lat, A):
+    """ends_in_order one value per run (Order): where every input is finite but the starts, no slice after a
+    run's first has a start, and every value stays well within float64's integers; else _SLOW."""
+    if not od.levels:
+        return np.empty(0)
+    if not (np.isfinite(dur).all() and np.isfinite(lat).all() and np.isfinite(A).all()) or \
+            np.isfinite(start[od.legacy["nonhead"]]).any():
+        return _SLOW
+    own = start + dur - A  # a slice's own bound, less the lane's sum before it
+    vr = lat + dur - A  # the same from its release set's latest end
+    add = np.r_[own, 0.0][od.own_row]
+    add += np.r_[A, 0.0][od.a_row]
+    add += np.r_[vr, 0.0][od.vr_row]
+    shared_add = A[od.shared_rows]
+    nruns = len(od.heads)
+    buf = np.empty(nruns + od.nshared + 1)
+    buf[-1] = 0.0
+    for runs, cand, at, span, shared in od.steps:
+        if shared is not None:
+            slots, idx, m_at, m_span = shared
+            v = buf[idx]
+            v += shared_add[m_span]
+            buf[slots] = np.maximum.reduceat(v, m_at)
+        v = buf[cand]
+        v += add[span]
+        buf[runs] = v if at is None else np.maximum.reduceat(v, at)
+    h = buf[:nruns]
+    end = h[od.run_of]
+    end += A
+    if not np.isfinite(end).all():
+        return None
+    fin = np.isfinite(start)
+    top = max(float(np.abs(h).max()), float(np.abs(A).max()), float(np.abs(dur).max()), float(np.abs(lat).max()),
+              float(np.abs(start[fin]).max()) if fin.any() else 0.0)
+    if not top < _EXACT_RUNS:
+        return _SLOW
+    if od.multi.any():  # a level with a run of several slices: the slices' order lifts its lanes (_ends_by_slice)
+        hl = h[od.level_runs]
+        starts = od.level_start[:-1]
+        span = np.maximum.reduceat(hl, starts) - np.minimum.reduceat(hl, starts) + 1.0
+        if not (span * np.diff(od.level_start) < _EXACT)[od.multi].all():
+            return None
+    return end
+
+
+def _ends_by_slice(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
+    """ends_in_order a slice at a time within each level's runs (a running maximum over the lanes lifted)."""
+    rows_, run_len_, head_at_, released_, rel_set_, rel_row_, after_, prev_, sets_, members_, member_starts_ = \
+        _legacy(od, tl)
     end = np.empty(len(tl))
     latest = np.full(len(tl.set_starts), -np.inf)
     own = start + dur - A  # a slice's own bound, less the lane's sum before it
     via_release = lat + dur - A  # the same from its release set's latest end
-    with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
-        for i in range(od.levels):
-            if len(od.sets[i]):
-                latest[od.sets[i]] = np.maximum.reduceat(end[od.members[i]], od.member_starts[i])
-            rows, run_len = od.rows[i], od.run_len[i]
-            y = own[rows]
-            y_head = y if run_len is None else y[od.head_at[i]]
-            g = od.released[i]
-            if len(g):  # the first slice of a run: its release
-                y_head[g] = np.maximum(y_head[g], latest[od.rel_set[i]] + via_release[od.rel_row[i]])
-            a = od.after[i]
-            if len(a):  # and the lane before it: its end, carried as end - A
-                p = od.prev[i]
-                y_head[a] = np.maximum(y_head[a], end[p] - A[p])
-            if run_len is not None:
-                y[od.head_at[i]] = y_head
-                hv = np.repeat(y_head, run_len)
-                np.copyto(y, hv, where=~np.isfinite(y))
-                lo = float(y.min())
-                span = float(y.max()) - lo + 1.0
-                if not span * len(run_len) < _EXACT:  # also: not finite
-                    return None
-                off = np.repeat(np.arange(len(run_len), dtype=np.float64) * span, run_len)
-                y -= lo
-                y += off
-                np.maximum.accumulate(y, out=y)
-                y -= off
-                y += lo
-            y += A[rows]
-            end[rows] = y
+    for i in range(od.levels):
+        if len(sets_[i]):
+            latest[sets_[i]] = np.maximum.reduceat(end[members_[i]], member_starts_[i])
+        rows, run_len = rows_[i], run_len_[i]
+        y = own[rows]
+        y_head = y if run_len is None else y[head_at_[i]]
+        g = released_[i]
+        if len(g):  # the first slice of a run: its release
+            y_head[g] = np.maximum(y_head[g], latest[rel_set_[i]] + via_release[rel_row_[i]])
+        a = after_[i]
+        if len(a):  # and the lane before it: its end, carried as end - A
+            p = prev_[i]
+            y_head[a] = np.maximum(y_head[a], end[p] - A[p])
+        if run_len is not None:
+            y[head_at_[i]] = y_head
+            hv = np.repeat(y_head, run_len)
+            np.copyto(y, hv, where=~np.isfinite(y))
+            lo = float(y.min())
+            span = float(y.max()) - lo + 1.0
+            if not span * len(run_len) < _EXACT:  # also: not finite
+                return None
+            off = np.repeat(np.arange(len(run_len), dtype=np.float64) * span, run_len)
+            y -= lo
+            y += off
+            np.maximum.accumulate(y, out=y)
+            y -= off
+            y += lo
+        y += A[rows]
+        end[rows] = y
     return end if np.isfinite(end).all() else None
