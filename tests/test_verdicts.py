@@ -252,6 +252,51 @@ def test_work_list_is_judged_on_lane_totals():
     assert_path_tiles_wall(a)
 
 
+def _work_list_of_groups(heavy: set, groups: int = 4):
+    """6 CTAs of ``groups`` warp groups pull light tiles from a queue (4 to 6 a lane: a work list); the lanes
+    in ``heavy`` ((block, group) pairs) also get one heavy tile."""
+    lanes = {}
+    for cta in range(6):
+        for g in range(groups):
+            tiles = [1000] * (4 + (cta + g) % 3) + ([9000] if (cta, g) in heavy else [])
+            t, steps = T0, []
+            for w in tiles:
+                steps += [(0, t, t + 200), (1, t + 200, t + 200 + w)]
+                t += 200 + w + 64
+            lanes[(cta, g)] = slices(steps)
+    return build(lanes, ["fetch", "compute"], {b: b for b in range(6)}, num_groups=groups)
+
+
+@pytest.mark.parametrize("heavy, who", [
+    ({(2, 0), (2, 1), (2, 2), (2, 3)}, "block 2 (all 4 traced warp groups)"),
+    ({(2, 0), (2, 1), (2, 2)}, "block 2 (3 of 4 traced warp groups)"),
+    ({(2, 3)}, "block 2 group 3"),
+    ({(2, 1), (2, 3)}, "block 2 group 3"),  # half the block's lanes: the busiest one is named, not the block
+])
+def test_a_work_lists_busy_block_is_named_as_a_whole_a_lone_busy_lane_as_itself(heavy, who):
+    """The lanes of one busy block are one cause: all or nearly all of them busy names the block (which of its
+    lanes is the busiest is noise), its figures the mean of those lanes against their groups' means; one lane
+    alone busy is named as the lane."""
+    from ktrace.analysis.findings.headlines import Vocabulary, headline
+    a = _work_list_of_groups(heavy)
+    f = one(a, "load_imbalance", None)
+    g = f.figures
+    assert f.severity == "warning" and g["basis"] == "lane_totals" and g["busiest_block"] == 2
+    text = headline(f, Vocabulary.of(a)).text
+    assert text.startswith(who + " is busy "), text
+    lt = a.figures.lane_totals
+    busy = lt.busy_ns[lt.block == 2].astype(float)
+    if "traced" in who:
+        n = len(heavy)
+        assert (g["block_lanes"], g["block_lanes_of"]) == (n, 4)
+        # the named lanes' mean total: the heavy lanes are the block's n busiest
+        assert g["block_lane_total_ns"] == pytest.approx(np.sort(busy)[-n:].mean())
+        assert g["imbalance"] == pytest.approx(g["block_lane_total_ns"] / g["block_mean_lane_total_ns"])
+    else:
+        assert "block_lanes" not in g and g["max_lane_total_ns"] == busy.max()
+        assert g["imbalance"] == pytest.approx(g["max_lane_total_ns"] / g["mean_lane_total_ns"])
+
+
 def test_idle_lanes_are_reported():
     lanes = {}
     for l in range(6):

@@ -14,6 +14,10 @@ from ....core.records import frozen
 
 NAME = "load_imbalance"
 
+# A busy block is named as a whole (not its busiest lane) when at least this share of its lanes, and 2 or more,
+# stand out of their own warp groups as its busiest lane does (detect_lane_totals): "all or nearly all".
+WHOLE_BLOCK_SHARE = 0.75
+
 
 @frozen(kw_only=True)
 class InstancesFigures(KindFigures):
@@ -48,6 +52,12 @@ class LaneTotalsFigures(KindFigures):
     busiest_group: int
     kernel_end_block: int
     tick_ns: float
+    # where the busy block is named as a whole: how many of its lanes stand out of their warp groups, of how
+    # many it has in groups of 2 lanes or more, their mean total and the mean of those groups' mean totals
+    block_lanes: int | None = optional(None)
+    block_lanes_of: int | None = optional(None)
+    block_lane_total_ns: float | None = optional(None)
+    block_mean_lane_total_ns: float | None = optional(None)
 
 
 def lead(v) -> float | None:
@@ -66,9 +76,17 @@ def short(v) -> str:
 def headline(f, v):
     g = f.figures
     if g.get("basis") == "lane_totals":
-        who = v.who(g["busiest_block"], g.get("busiest_group"))
+        if g.get("block_lanes"):  # the block as a whole: its lanes' mean total against their groups' mean
+            word = "warp" if v.warps else "warp group"
+            n, of = g["block_lanes"], g["block_lanes_of"]
+            some = ("both" if n == 2 else f"all {n}") if n == of else f"{n} of {of}"
+            who = f"block {g['busiest_block']} ({some} traced {word}s)"
+            top, mean = g["block_lane_total_ns"], g["block_mean_lane_total_ns"]
+        else:
+            who = v.who(g["busiest_block"], g.get("busiest_group"))
+            top, mean = g["max_lane_total_ns"], g["mean_lane_total_ns"]
         return (f"{who} is busy {g['imbalance']:.1f}x the mean {v.unit} over the kernel "
-                f"({_fmt(g['max_lane_total_ns'])} vs {_fmt(g['mean_lane_total_ns'])})",
+                f"({_fmt(top)} vs {_fmt(mean)})",
                 f"hand out work so the {v.unit}s' totals even out (heavy items first, or split them)")
     sizes = f"({_fmt(g['mean_max_dur_ns'])} vs {_fmt(g['mean_dur_ns'])})"
     if g.get("outlier") and ok(g.get("slowest_block")):
@@ -180,7 +198,20 @@ def _work_list(ctx) -> bool:
 
 
 def detect_lane_totals(ctx) -> Verdict | None:
-    """On a work list, balance is each lane's total busy time over all phases, within each warp group."""
+    """On a work list, balance is each lane's total busy time over all phases, within each warp group.
+
+    The verdict: in some warp group the busiest lane's total / the group's mean > ``imbalance`` and max - mean
+    >= eps (of the groups that show it, the one with the largest max - mean). Its block is named when it
+    dominates that group (``dominant``); else the cause is "lanes". A named block's lanes are one cause, and
+    which of them is the busiest is noise between runs: where the block stands out the same way (the verdict's
+    test against the group's mean, and dominating the group) in 2 or more of its warp groups, and in at least
+    ``WHOLE_BLOCK_SHARE`` of those it has lanes in (groups of 2 lanes or more), the block is named as a whole
+    (``block_lanes`` of ``block_lanes_of``): ``imbalance`` is those lanes' mean total (``block_lane_total_ns``)
+    over the mean of their groups' means (``block_mean_lane_total_ns``), and the time at stake their difference.
+    Otherwise the busiest lane alone is named, against its group's mean (``max_lane_total_ns``,
+    ``mean_lane_total_ns``, which keep the busiest lane's figures in both cases). The stake is the last
+    (total - mean) of the wall.
+    """
     fig, th = ctx.fig, ctx.th
     lt = fig.lane_totals
     k = fig.kernel
@@ -209,14 +240,37 @@ def detect_lane_totals(ctx) -> Verdict | None:
     np.maximum.at(per_block, np.searchsorted(ub, blocks), tot)
     j = dominant(per_block, ctx.eps)
     busiest = lt.row(int(rows[int(np.argmax(tot))]))
+    whole = _whole_block(ctx, busiest["block"]) if j is not None else None
     lanes = fig.lanes
-    mine = lanes.lane == busiest["lane"]
-    parts = sorted(zip(lanes.sum_dur_ns[mine].tolist(), lanes.phase[mine].tolist()), reverse=True)
-    share = ", ".join(f"{ph} {_fmt(float(d))} ({d / max(top, 1):.0%})" for d, ph in parts[:4])
+    if whole is not None:
+        named, n_of, mean = whole
+        top = float(lt.busy_ns[named].astype(np.float64).mean())
+        mine = np.isin(lanes.lane, lt.lane[named])
+        by_phase: dict = {}
+        for d, ph in zip(lanes.sum_dur_ns[mine].tolist(), lanes.phase[mine].tolist()):
+            by_phase.setdefault(ph, []).append(float(d))
+        parts = sorted(((sum(ds) / len(ds), ph) for ph, ds in by_phase.items()), key=lambda t: (-t[0], t[1]))
+        share = ", ".join(f"{ph} {_fmt(d)}" for d, ph in parts[:4])
+    else:
+        mine = lanes.lane == busiest["lane"]
+        parts = sorted(zip(lanes.sum_dur_ns[mine].tolist(), lanes.phase[mine].tolist()), reverse=True)
+        share = ", ".join(f"{ph} {_fmt(float(d))} ({d / max(top, 1):.0%})" for d, ph in parts[:4])
     gain = top - mean
     claims = ctx.claim_last(gain)
-    label = f" of group {g}" if ctx.several_groups else ""
-    if j is not None:
+    label = f" of group {g}" if ctx.several_groups and whole is None else ""
+    extra = {}
+    if whole is not None:
+        n = len(named)
+        who = f"block {busiest['block']} " + (f"(all {n} of its lanes)" if n == n_of else f"({n} of its {n_of} lanes)")
+        ends = ("and it ends the kernel" if ender["block"] == busiest["block"] else
+                f"(the kernel's last lane is {ctx.who(ender['block'], ender['group'])}, busy "
+                f"{_fmt(float(ender['busy_ns']))})")
+        msg = (f"lane totals: the lanes take unequal work: {who} is busy {_fmt(top)} each on average over all "
+               f"phases against a mean of {_fmt(mean)} ({top / mean:.2f}x) {ends}; their time, per lane that runs "
+               f"the phase: {share}; hand out work so the lanes' totals even out (heavy items first, or split them)")
+        cause = f"block {busiest['block']}"
+        extra = dict(block_lanes=n, block_lanes_of=n_of, block_lane_total_ns=top, block_mean_lane_total_ns=mean)
+    elif j is not None:
         who = ctx.who(busiest["block"], busiest["group"])
         ends = ("and it ends the kernel" if ender["lane"] == busiest["lane"] else
                 f"(the kernel's last lane is {ctx.who(ender['block'], ender['group'])}, busy "
@@ -233,17 +287,54 @@ def detect_lane_totals(ctx) -> Verdict | None:
         msg = (f"lane totals: the lanes{label} take unequal work: the busiest lanes ({names}) against a mean of "
                f"{_fmt(mean)} ({top / mean:.2f}x); no single lane stands out; hand out work so the lanes' totals even "
                "out (heavy items first, or split them)")
-    ev = (f"per-lane busy time (top-level slices, all phases) of {len(tot)} lanes; the phases' instances do not line "
-          f"up across lanes (counts or times), so per-instance figures compare unrelated items")
+    if whole is not None:
+        many = f"all {n_of}" if len(named) == n_of else f"{len(named)} of {n_of}"
+        ev = (f"per-lane busy time (top-level slices, all phases): {many} of block {busiest['block']}'s lanes over "
+              f"{th.imbalance:.2f}x their warp group's mean; the phases' instances do not line up across lanes "
+              "(counts or times), so per-instance figures compare unrelated items")
+    else:
+        ev = (f"per-lane busy time (top-level slices, all phases) of {len(tot)} lanes; the phases' instances do not "
+              "line up across lanes (counts or times), so per-instance figures compare unrelated items")
     if j is not None:
         for w in _cluster_waits_on(ctx, busiest["block"]):
             msg += (f"; the other blocks of its cluster of {w['cluster_size']} wait for it after {w['phase']} "
                     f"({w['waited_block_count']} gaps)")
             ev += f"; cluster waits evidenced at {w['phase']} -> {w['next_phase']}"
     return Verdict(NAME, None, msg, ev, float(claims.sum()), True, LaneTotalsFigures(
-        group=g, imbalance=top / mean, max_lane_total_ns=top, mean_lane_total_ns=mean,
+        group=g, imbalance=top / mean, max_lane_total_ns=float(best[1]), mean_lane_total_ns=float(best[2]),
         busiest_block=busiest["block"] if j is not None else None, busiest_group=busiest["group"],
-        kernel_end_block=ender["block"], tick_ns=ctx.tick), claims, cause)
+        kernel_end_block=ender["block"], tick_ns=ctx.tick, **extra), claims, cause)
+
+
+def _whole_block(ctx, block: int) -> tuple[np.ndarray, int, float] | None:
+    """``block``'s lanes that stand out of their own warp group as its busiest lane does of its group: busy past
+    the verdict's test against the group's mean, and the block dominating the group (``dominant``); of its
+    lanes in groups of 2 lanes or more. Returns (their rows, how many lanes it has there, the mean of their
+    groups' means in ns) when they are 2 or more and at least WHOLE_BLOCK_SHARE of them; else None (one lane of
+    the block stands out, not the block)."""
+    lt = ctx.fig.lane_totals
+    tot_all = lt.busy_ns.astype(np.float64)
+    named, means, n_of = [], [], 0
+    for g in np.unique(lt.group).tolist():
+        rows = np.flatnonzero(lt.group == g)
+        if len(rows) < 2 or not (lt.block[rows] == block).any():
+            continue
+        n_of += int((lt.block[rows] == block).sum())
+        tot = tot_all[rows]
+        ub, inv = np.unique(lt.block[rows], return_inverse=True)
+        per_block = np.full(len(ub), -np.inf)
+        np.maximum.at(per_block, inv, tot)
+        j = dominant(per_block, ctx.eps)
+        mean = float(tot.mean())
+        if j is None or ub[j] != block or not mean:
+            continue
+        top = int(rows[np.argmax(np.where(lt.block[rows] == block, tot, -np.inf))])
+        if tot_all[top] / mean > ctx.th.imbalance and tot_all[top] - mean >= ctx.eps:
+            named.append(top)
+            means.append(mean)
+    if len(named) < 2 or len(named) < WHOLE_BLOCK_SHARE * n_of:
+        return None
+    return np.array(named, np.int64), n_of, float(np.mean(means))
 
 
 def _cluster_waits_on(ctx, block: int) -> list[dict]:
