@@ -34,6 +34,7 @@ from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
 from .replay_order import ends_in_order, order_of
 from ...core.records import frozen
+from ..evidence.keyed import distinct
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
 
@@ -117,7 +118,7 @@ def timeline_of(d, fig: Figures) -> Timeline:
     top = slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap) == 0
     names = list(fig.phases.phase.tolist())
     code_of = {}
-    for e in np.unique(sl.event[top]).tolist():
+    for e in distinct(sl.event[top]).tolist():
         nm = d.launch.event_name(int(e))
         if nm not in names:
             names.append(nm)
@@ -228,7 +229,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             latency[fr] = begin[fr] - rel_end
     _idle_before_barrier(lane, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key, latency)
     # Compact the referenced sets; their members.
-    used = np.unique(rel_key[rel_key >= 0])
+    used = distinct(rel_key[rel_key >= 0])
     mem_key = np.concatenate(member_keys) if n else np.zeros(0, np.int64)
     mem_row = np.concatenate([np.arange(n, dtype=np.int64)] * len(member_keys)) if n else mem_key
     pos = np.searchsorted(used, mem_key)
@@ -267,7 +268,7 @@ def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, lat
     ukey, inv = np.unique(inst, return_inverse=True)
     iend = np.full(len(ukey), np.iinfo(np.int64).min)
     np.maximum.at(iend, inv, end)
-    big = np.flatnonzero(np.bincount(inv) * 2 >= len(np.unique(lane)))
+    big = np.flatnonzero(np.bincount(inv) * 2 >= len(distinct(lane)))
     big = big[np.argsort(iend[big], kind="stable")]
     pos = np.searchsorted(iend[big], begin[fr], side="right") - 1
     fr, pos = fr[pos >= 0], pos[pos >= 0]
@@ -277,7 +278,7 @@ def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, lat
     first_row = np.full(len(ukey), -1, np.int64)
     first_row[inv[::-1]] = np.arange(len(inv))[::-1]  # a row of each instance: its phase
     nph = int(ph.max()) + 1
-    ran = np.unique(lane * nph + ph)
+    ran = distinct(lane * nph + ph)
     never = ~np.isin(lane[fr] * nph + ph[first_row[who]], ran)
     fr, who = fr[never], who[never]
     release[fr] = 2

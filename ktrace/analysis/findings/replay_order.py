@@ -22,6 +22,7 @@ import weakref
 
 import numpy as np
 from ...core.records import frozen
+from ..evidence.keyed import distinct
 
 __all__ = ["Order", "order_of", "ends_in_order"]
 
@@ -89,17 +90,6 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(lens) - lens), lens)
 
 
-def _distinct(a: np.ndarray) -> np.ndarray:
-    """The distinct values of ``a``, sorted (np.unique, without its hashing: 0.1-0.5 ms a call on small arrays)."""
-    a = np.sort(a)
-    if len(a) < 2:
-        return a
-    keep = np.empty(len(a), bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
-
-
 _BIG = 2 ** 62  # a count that never reaches 0: the dummy run and set the tables pad with
 _PAD = 16  # a run's release sets in a padded table up to this many (a gather per level); beyond, by ranges
 
@@ -163,7 +153,7 @@ def _levels(tl) -> Order | None:
     need = np.zeros(nsets + 1, np.int64)
     if len(counted):
         size_c = set_size[counted]
-        pair = _distinct(mrun[_ranges(ss[counted], ss[counted] + size_c)] * nsets + np.repeat(counted, size_c))
+        pair = distinct(mrun[_ranges(ss[counted], ss[counted] + size_c)] * nsets + np.repeat(counted, size_c))
         e_run, e_set = pair // nsets, pair % nsets
         need[:nsets] = np.bincount(e_set, minlength=nsets)
         m_table = _table(e_run, e_set, nruns, nsets)
@@ -187,13 +177,13 @@ def _levels(tl) -> Order | None:
             np.subtract.at(need, hit, 1)
             ready = hit[need[hit] == 0]  # a set done: repeated as often as it has runs here
             if len(ready):
-                ready = _distinct(ready)
+                ready = distinct(ready)
                 set_level[ready] = t
                 freed = m_set_runs[_ranges(m_start[ready], m_start[ready + 1])]
                 waiting[freed] -= 1  # each run waits for one set
                 nxt = np.concatenate((nxt, freed))
         nxt = nxt[waiting[nxt] == 0]
-        frontier = _distinct(nxt) if len(nxt) > 1 else nxt
+        frontier = distinct(nxt) if len(nxt) > 1 else nxt
     if (run_level < 0).any():
         return None
     levels = t

@@ -26,6 +26,7 @@ import numpy as np
 from ..model.roofline import roofline_of
 from . import kinds as K
 from .replay import Timeline, change_rounds, measured_starts, replay, timeline
+from ..evidence.keyed import distinct
 
 __all__ = ["Stakes", "timeline_of_figures"]
 
@@ -146,10 +147,10 @@ class Stakes:
         elif kind == "spread":
             for phase in key[1]:
                 rows = np.flatnonzero(tl.phase == tl.phase_code(phase))
-                for g in np.unique(tl.group[rows]).tolist():
+                for g in distinct(tl.group[rows]).tolist():
                     mine = rows[tl.group[rows] == g]
-                    lanes_g = len(np.unique(tl.lane[tl.group == g]))
-                    dur[mine] *= len(np.unique(tl.lane[mine])) / max(lanes_g, 1)
+                    lanes_g = len(distinct(tl.lane[tl.group == g]))
+                    dur[mine] *= len(distinct(tl.lane[mine])) / max(lanes_g, 1)
         elif kind == "bounding_group":
             _, h, g = key
             bh, bg = _busy(tl, h), _busy(tl, g)

@@ -11,6 +11,7 @@ from ..verdict import Verdict, fmt as _fmt
 from . import stable_straggler
 from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
 from ....core.records import frozen
+from ...evidence.keyed import distinct
 
 NAME = "load_imbalance"
 
@@ -178,7 +179,7 @@ def _totals_even(ctx, p) -> float | None:
         return None
     lt = ctx.fig.lane_totals
     worst = 0.0
-    for g in np.unique(lt.group).tolist():
+    for g in distinct(lt.group).tolist():
         tot = lt.busy_ns[lt.group == g].astype(np.float64)
         if len(tot) < 2 or not tot.mean():
             continue
@@ -218,7 +219,7 @@ def detect_lane_totals(ctx) -> Verdict | None:
     if len(lt) < 2 or not k.wall_ns or not _work_list(ctx):
         return None
     best = None
-    for g in np.unique(lt.group).tolist():
+    for g in distinct(lt.group).tolist():
         m = lt.group == g
         tot = lt.busy_ns[m].astype(np.float64)
         if len(tot) < 2:
@@ -235,7 +236,7 @@ def detect_lane_totals(ctx) -> Verdict | None:
     ender = lt.row(end_row)
     # A block stands out, not a lane: the lanes of one busy block (its warps) are one cause.
     blocks = lt.block[rows]
-    ub = np.unique(blocks)
+    ub = distinct(blocks)
     per_block = np.full(len(ub), -np.inf)
     np.maximum.at(per_block, np.searchsorted(ub, blocks), tot)
     j = dominant(per_block, ctx.eps)
@@ -315,7 +316,7 @@ def _whole_block(ctx, block: int) -> tuple[np.ndarray, int, float] | None:
     lt = ctx.fig.lane_totals
     tot_all = lt.busy_ns.astype(np.float64)
     named, means, n_of = [], [], 0
-    for g in np.unique(lt.group).tolist():
+    for g in distinct(lt.group).tolist():
         rows = np.flatnonzero(lt.group == g)
         if len(rows) < 2 or not (lt.block[rows] == block).any():
             continue

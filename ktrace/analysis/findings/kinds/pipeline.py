@@ -21,6 +21,7 @@ from ...evidence.waits import HANDOFF_TICKS
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
 from ....core.records import frozen
+from ...evidence.keyed import distinct
 
 NAME = "pipeline"
 
@@ -146,7 +147,7 @@ def _timed_waits(ctx) -> list[Verdict]:
         wait += got
         top_wait[name] = got
     rows = []
-    for g in np.unique(groups).tolist():
+    for g in distinct(groups).tolist():
         m = (groups == g) & (busy > 0)
         if not m.any():
             continue

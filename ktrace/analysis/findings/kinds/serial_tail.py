@@ -16,6 +16,7 @@ from ..verdict import Verdict, fmt as _fmt
 from . import idle_lanes
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
 from ....core.records import frozen
+from ...evidence.keyed import distinct
 
 NAME = "serial_tail"
 
@@ -58,8 +59,8 @@ def detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
         if not running or idle < running:  # most lanes never ran it: otherwise it is not serial
             continue
         mine = top.phase_index == names[v.phase]
-        lanes_running = np.unique(top.lane[mine])
-        is_idle = np.isin(top.group, np.unique(top.group[mine])) & ~np.isin(top.lane, lanes_running)
+        lanes_running = distinct(top.lane[mine])
+        is_idle = np.isin(top.group, distinct(top.group[mine])) & ~np.isin(top.lane, lanes_running)
         if not is_idle.any():
             continue
         done = float(top.end[is_idle].max())  # when the lanes that never ran it are done
