@@ -29,12 +29,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..evidence.keyed import distinct
 from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
 from .replay_order import ends_in_order, order_of
 from ...core.records import frozen
-from ..evidence.keyed import distinct
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
 
@@ -229,17 +229,14 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             latency[fr] = begin[fr] - rel_end
     _idle_before_barrier(lane, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key, latency)
     # Compact the referenced sets; their members.
-    used = distinct(rel_key[rel_key >= 0])
-    mem_key = np.concatenate(member_keys) if n else np.zeros(0, np.int64)
-    mem_row = np.concatenate([np.arange(n, dtype=np.int64)] * len(member_keys)) if n else mem_key
-    pos = np.searchsorted(used, mem_key)
-    hit = (pos < len(used)) & (used[np.minimum(pos, max(len(used) - 1, 0))] == mem_key) if len(used) else \
-        np.zeros(len(mem_key), bool)
-    mset, mrow = pos[hit], mem_row[hit]
+    referenced = rel_key >= 0
+    used, rel_inv = np.unique(rel_key[referenced], return_inverse=True)
+    mset, mrow = _members(used, member_keys, n)
     o = np.lexsort((mrow, mset))
     mset, mrow = mset[o], mrow[o]
     set_starts = np.flatnonzero(np.r_[True, mset[1:] != mset[:-1]]) if len(mset) else np.zeros(0, np.int64)
-    rel_set = np.where(rel_key >= 0, np.searchsorted(used, rel_key), -1)
+    rel_set = np.full(n, -1, np.int64)
+    rel_set[referenced] = rel_inv
     kb = int(fig.kernel.begin_ns) if fig.kernel.begin_ns is not None else (int(begin.min()) if n else 0)
     ke = int(fig.kernel.end_ns) if fig.kernel.end_ns is not None else (int(end.max()) if n else 0)
     start = np.where(first & (release == 0), begin, _NEG)  # a released first slice: its release bounds it
@@ -258,6 +255,30 @@ def _in_order(keys) -> bool:
     return True
 
 
+def _members(used: np.ndarray, member_keys: list, n: int):
+    """(set, row) of each row whose key (member_keys: one per row, a list of kinds) is a set of ``used`` (sorted
+    keys): a kind's keys looked up among the used keys of that kind only (a single row's key: its row)."""
+    sets, rows = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    kind = used & 7
+    for keys in member_keys:
+        if not n:
+            continue
+        t = int(keys[0] & 7)  # a list's keys are of one kind
+        at = np.flatnonzero(kind == t)
+        if not len(at):
+            continue
+        if t == 3:  # a row's own key
+            sets.append(at)
+            rows.append(used[at] >> 3)
+            continue
+        u = used[at]
+        pos = np.minimum(np.searchsorted(u, keys), len(u) - 1)
+        hit = np.flatnonzero(u[pos] == keys)
+        sets.append(at[pos[hit]])
+        rows.append(hit)
+    return np.concatenate(sets), np.concatenate(rows)
+
+
 def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
     """A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
     never did (a CTA with nothing to do before a grid barrier) was released by that instance's end: it was
@@ -265,21 +286,39 @@ def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, lat
     fr = np.flatnonzero(cand)
     if not len(fr):
         return
-    ukey, inv = np.unique(inst, return_inverse=True)
-    iend = np.full(len(ukey), np.iinfo(np.int64).min)
-    np.maximum.at(iend, inv, end)
-    big = np.flatnonzero(np.bincount(inv) * 2 >= len(distinct(lane)))
+    n = len(inst)
+    small = int(inst.min()) >= 0 and int(inst.max()) < 4 * n + 1024  # the instances counted in place, not sorted
+    if small:
+        cnt = np.bincount(inst)
+        ukey = np.flatnonzero(cnt)
+        iend = np.full(len(cnt), np.iinfo(np.int64).min)
+        np.maximum.at(iend, inst, end)
+        iend, sizes = iend[ukey], cnt[ukey]
+    else:
+        ukey, inv = np.unique(inst, return_inverse=True)
+        iend = np.full(len(ukey), np.iinfo(np.int64).min)
+        np.maximum.at(iend, inv, end)
+        sizes = np.bincount(inv)
+    new_lane = np.r_[True, lane[1:] != lane[:-1]]  # the rows come lane by lane
+    lanes = int(np.count_nonzero(new_lane))
+    big = np.flatnonzero(sizes * 2 >= lanes)
     big = big[np.argsort(iend[big], kind="stable")]
     pos = np.searchsorted(iend[big], begin[fr], side="right") - 1
     fr, pos = fr[pos >= 0], pos[pos >= 0]
     if not len(fr):
         return
     who = big[pos]  # the latest-ending such instance before the begin
-    first_row = np.full(len(ukey), -1, np.int64)
-    first_row[inv[::-1]] = np.arange(len(inv))[::-1]  # a row of each instance: its phase
+    first_row = np.full(len(cnt) if small else len(ukey), -1, np.int64)
+    first_row[(inst if small else inv)[::-1]] = np.arange(n)[::-1]  # a row of each instance: its phase
+    first_row = first_row[ukey] if small else first_row
     nph = int(ph.max()) + 1
-    ran = distinct(lane * nph + ph)
-    never = ~np.isin(lane[fr] * nph + ph[first_row[who]], ran)
+    if lanes * nph <= 8 * n + 1024:  # which phases each lane ran: a table
+        lane_rank = np.cumsum(new_lane) - 1
+        ran = np.zeros((lanes, nph), bool)
+        ran[lane_rank, ph] = True
+        never = ~ran[lane_rank[fr], ph[first_row[who]]]
+    else:
+        never = ~np.isin(lane[fr] * nph + ph[first_row[who]], distinct(lane * nph + ph))
     fr, who = fr[never], who[never]
     release[fr] = 2
     rel_key[fr] = (ukey[who] << 3) | 1
@@ -301,15 +340,26 @@ def _handoff(block, group, end, h: int, rows, begin, tick, by_group: dict):
     boundary a group hands off at asks again)."""
     if h not in by_group:
         mh = np.flatnonzero(group == h)
-        o = mh[np.lexsort((end[mh], block[mh]))]
+        bh, eh = block[mh], end[mh]
+        e0 = int(eh.min() if len(eh) else 0)
+        if len(mh) and int(bh.min()) >= 0 and int(eh.max()) - e0 < 2 ** 42 and int(bh.max()) < 2 ** 20:
+            # (block, end) as one key: a stable sort of rows nearly in order already (lane by lane)
+            o = mh[np.argsort((bh.astype(np.int64) << 42) + (eh - e0), kind="stable")]
+        else:
+            o = mh[np.lexsort((eh, bh))]
         kb, ke = block[o], end[o]
-        e0 = int(ke.min() if len(ke) else 0)
-        by_group[h] = (o, kb, e0, (kb.astype(np.int64) << 42) + (ke - e0))
-    o, kb, e0, comp = by_group[h]
+        nb = int(block.max()) + 2 if len(block) and 0 <= int(block.min()) and int(block.max()) < 4 * len(block) else 0
+        bounds = np.searchsorted(kb, np.arange(nb))  # each block's first position (block ids 0..max, few)
+        by_group[h] = (o, kb, e0, (kb.astype(np.int64) << 42) + (ke - e0), bounds)
+    o, kb, e0, comp, bounds = by_group[h]
     # Position of the last (block, end) <= (row's block, begin + tick).
     lim = begin[rows] + int(tick)
-    i = np.searchsorted(kb, block[rows], side="right")  # past the block's slices
-    lo = np.searchsorted(kb, block[rows], side="left")
+    b = block[rows]
+    if len(bounds):
+        lo, i = bounds[b], bounds[b + 1]  # the block's slices: [lo, i)
+    else:
+        i = np.searchsorted(kb, b, side="right")  # past the block's slices
+        lo = np.searchsorted(kb, b, side="left")
     # within [lo, i): ends sorted ascending
     j = np.full(len(rows), -1, np.int64)
     q = (block[rows].astype(np.int64) << 42) + (lim - e0)
