@@ -255,3 +255,62 @@ def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path)
             for k in left:
                 os.kill(int(k), signal.SIGKILL)
     assert not bad, bad
+
+
+def test_a_ctrl_c_while_waiting_on_a_pool_is_raised_outside_pythons_threading_code(tmp_path):
+    # Raised inside threading's Condition.wait, between its lock given up and the try that takes it back, a
+    # KeyboardInterrupt releases that lock twice: the thread setting the result at that moment died with
+    # "RuntimeError: release unlocked lock" (a traceback, once in about 600 Ctrl-Cs of the stress test below).
+    out = _run(tmp_path, """
+        import os, signal, threading, traceback
+        from concurrent.futures import ThreadPoolExecutor
+        from ktrace.runtime.config import thread_pool
+        from ktrace.runtime.forked import pool_wait
+
+        release = threading.Event()
+
+        def task():
+            release.wait()
+            return 7
+
+        for how in ("pool_wait", "thread_pool"):
+            with (ThreadPoolExecutor(1) if how == "pool_wait" else thread_pool(1, "t")) as pool:
+                f = pool.submit(task)
+                try:
+                    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+                    pool_wait([f], 600) if how == "pool_wait" else f.result()
+                    print(how, "not stopped")
+                except KeyboardInterrupt as e:
+                    where = {os.path.basename(s.filename) for s in traceback.extract_tb(e.__traceback__)}
+                    print(how, "stopped", "inside threading" if "threading.py" in where else "outside")
+                finally:
+                    release.set()
+                print(how, f.result())
+            release.clear()
+        """)
+    assert out == ["pool_wait stopped outside", "pool_wait 7", "thread_pool stopped outside", "thread_pool 7"]
+
+
+def test_pool_wait_returns_as_concurrent_futures_wait_does():
+    import threading
+    from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, ThreadPoolExecutor
+
+    from ktrace.runtime.forked import pool_wait
+
+    release = threading.Event()
+
+    def fail():
+        raise ValueError("no")
+
+    with ThreadPoolExecutor(3) as pool:
+        try:
+            slow, quick, bad = pool.submit(release.wait), pool.submit(int, "3"), pool.submit(fail)
+            got = pool_wait([slow, quick, bad], 60, FIRST_EXCEPTION)
+            assert bad in got.done and slow in got.not_done
+            got = pool_wait([slow, quick], 60, FIRST_COMPLETED)
+            assert got.done == {quick} and got.not_done == {slow}
+            got = pool_wait([slow, quick], 0.2, ALL_COMPLETED)  # its timeout: returns with what is not done
+            assert got.not_done == {slow}
+        finally:
+            release.set()
+        assert pool_wait([slow, quick, bad], 60).not_done == set()

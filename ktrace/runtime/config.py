@@ -192,8 +192,33 @@ def thread_pool(threads: int, name: str):
         return
     from concurrent.futures import ThreadPoolExecutor  # here: no import at start-up
 
-    with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # map() submits through it too
+            return _Awaited(super().submit(fn, *args, **kwargs))
+
+    with Pool(threads, thread_name_prefix=name) as pool:
         yield pool
+
+
+class _Awaited:
+    """A thread pool's future whose ``result()`` waits by ``forked.pool_wait``: a Ctrl-C meanwhile is raised
+    as a KeyboardInterrupt outside Python's threading code (inside, it may release a lock twice: the thread
+    finishing the task then dies with a traceback). Anything else is the future's own."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future) -> None:
+        self._future = future
+
+    def result(self, timeout=None):
+        from .forked import POLL_S, pool_wait
+
+        while not pool_wait([self._future], POLL_S if timeout is None else timeout).done and timeout is None:
+            pass
+        return self._future.result(0 if timeout is not None else None)
+
+    def __getattr__(self, name: str):
+        return getattr(self._future, name)
 
 
 class _Done:

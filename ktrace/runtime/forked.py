@@ -28,7 +28,7 @@ from ..core.errors import KtraceError
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
            "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
            "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end",
-           "results_closed", "lost_if_dead"]
+           "results_closed", "lost_if_dead", "pool_wait", "WAKE_S"]
 
 
 def available_cores() -> int:
@@ -59,14 +59,15 @@ def starting_workers():
 
 
 @contextmanager
-def holding_interrupts():
+def holding_interrupts(mask: bool = True):
     """SIGINT held back for the block (on the main thread), then let through: a Ctrl-C meanwhile is delivered as
     the block ends. Held twice: masked in this thread (where the platform can), and its Python handler, which
     runs on the main thread whichever thread the signal reached, swapped for one that only notes it; so no
     KeyboardInterrupt can land in the middle of starting a worker (a spawned worker half sent its start-up data
-    dies reading it, with a traceback)."""
+    dies reading it, with a traceback). Yields the list of the signals noted so far. mask false: the handler
+    only (the signal still wakes this thread's waits, and the block may look at what was noted)."""
     main = threading.current_thread() is threading.main_thread()
-    hold = hasattr(signal, "pthread_sigmask") and main
+    hold = hasattr(signal, "pthread_sigmask") and main and mask
     noted: list = []
     previous = None
     if main:
@@ -76,7 +77,7 @@ def holding_interrupts():
             previous = None
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
     try:
-        yield
+        yield noted
     finally:
         if hold:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a SIGINT pending meanwhile is noted now
@@ -273,17 +274,45 @@ def wait_result(future, pool, stall_s: float | None = None) -> Any:
     """``future.result()`` of a process pool's task, bounded: a dead worker, or none of the pool's processes
     using any CPU time for stall_s (None: STALL_S) while the result is awaited, raises WorkerLost (the pool is
     then unusable)."""
-    from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
 
     watch = Watch(pool_pids(pool), stall_s)
-    while not wait([future], timeout=POLL_S).done:
+    while not pool_wait([future], POLL_S).done:
         lost_if_dead(pool)
         watch.check()
     try:
         return future.result()
     except BrokenProcessPool:
         raise lost_worker(pool) from None
+
+
+WAKE_S = 0.05  # how soon a Ctrl-C held during pool_wait stops it
+
+
+def pool_wait(futures, timeout: float, return_when: str = "ALL_COMPLETED"):
+    """``concurrent.futures.wait(futures, timeout, return_when)`` that a Ctrl-C never interrupts half-way: it
+    is noted meanwhile (``holding_interrupts`` without the mask), the wait ends within WAKE_S, and the
+    KeyboardInterrupt is raised as it returns, outside Python's threading code. Raised inside, between a
+    ``Condition.wait`` giving up its lock and the ``try`` that takes it back, the lock is released twice: the
+    pool's manager thread, setting the waiter's event at that moment, dies with ``RuntimeError: release
+    unlocked lock`` (a traceback; once in about 600 Ctrl-Cs of the worker stress test)."""
+    from concurrent.futures import wait
+
+    end = time.monotonic() + timeout
+    with holding_interrupts(mask=False) as noted:
+        while True:
+            got = wait(futures, timeout=max(0.0, min(WAKE_S, end - time.monotonic())), return_when=return_when)
+            if noted or _enough(got, return_when) or time.monotonic() >= end:
+                return got
+
+
+def _enough(got, return_when: str) -> bool:
+    """Whether ``wait``'s answer met its condition (it returns early only then, or at its timeout)."""
+    if return_when == "FIRST_COMPLETED":
+        return bool(got.done)
+    if return_when == "FIRST_EXCEPTION":
+        return any(f.exception() is not None for f in got.done if not f.cancelled()) or not got.not_done
+    return not got.not_done
 
 
 def _submit(pool, fn, xs: list):

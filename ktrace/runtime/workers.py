@@ -20,8 +20,8 @@ import sys
 from typing import Any, Callable, Sequence
 
 from .config import Parallelism, available_cores
-from .forked import (POLL_S, Watch, lost_if_dead, lost_worker, pool_pids, results_closed, starting_workers,
-                     to_the_end, worker_ignores_interrupts)
+from .forked import (POLL_S, Watch, lost_if_dead, lost_worker, pool_pids, pool_wait, results_closed,
+                     starting_workers, to_the_end, worker_ignores_interrupts)
 from ..core.outputs import temporary_folder, temporary_folders_in
 
 __all__ = ["default_jobs", "run_in_workers", "in_worker"]
@@ -66,7 +66,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
                 on_done(len(out), len(items))
         return out
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     # The workers' temporary files go in a folder of ours, removed once they are gone: a worker stopped
@@ -83,7 +83,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
         pending, done = set(futures), 0
         watch = Watch(pool_pids(pool))
         while pending:  # never a wait without a bound: a dead worker, or one stuck, raises WorkerLost
-            finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_EXCEPTION)
+            finished, pending = pool_wait(pending, POLL_S, FIRST_EXCEPTION)
             if not finished:
                 lost_if_dead(pool)
                 watch.check()
@@ -95,7 +95,7 @@ def run_in_workers(fn: Callable[[Any], Any], items: Sequence, jobs: int | None =
             failed = [i for i, f in enumerate(futures) if f in finished and f.exception() is not None]
             if failed:  # raise what the serial loop would: the first failure in input order
                 for f in futures[:failed[0]]:
-                    while not wait([f], timeout=POLL_S).done:  # an earlier input still running
+                    while not pool_wait([f], POLL_S).done:  # an earlier input still running
                         lost_if_dead(pool)
                         watch.check()
                     if f.exception() is not None:
