@@ -86,6 +86,12 @@ def headline(f, v):
         else:
             who = v.who(g["busiest_block"], g.get("busiest_group"))
             top, mean = g["max_lane_total_ns"], g["mean_lane_total_ns"]
+        if g.get("busiest_block") is None:  # several lanes near the top, which differ from run to run
+            sizes = f"({_fmt(top)} vs {_fmt(mean)})"
+            text = (f"several blocks' {v.group(g['group'])} are busy up to {g['imbalance']:.1f}x the group's mean "
+                    f"{sizes}" if v.several_groups else
+                    f"several blocks are busy up to {g['imbalance']:.1f}x the mean block in all {sizes}, none alone")
+            return text, "hand out work so the blocks' totals even out (heavy items first, or split them)"
         return (f"{who} is busy {g['imbalance']:.1f}x the mean {v.unit} over the kernel "
                 f"({_fmt(top)} vs {_fmt(mean)})",
                 f"hand out work so the {v.unit}s' totals even out (heavy items first, or split them)")

@@ -40,7 +40,9 @@ def headline(f, v):
             f"({g['busy_sms_in_tail']:.0f} of {g['sms']})")
     waves = g.get("waves") or 1.0
     heavy = g["last_block_dur_ns"] > 1.5 * max(g["median_block_dur_ns"] or 0, 1)
-    if waves > 1.05 and heavy:
+    if waves > 1.05 and heavy:  # the cause first: evening the blocks out may save more than the tail itself
+        text = (f"blocks of uneven length: the last {_fmt(g['tail_ns'])} run with under half the SMs busy "
+                f"({g['busy_sms_in_tail']:.0f} of {g['sms']})")
         do = "schedule the heavy blocks first, split heavy blocks, or use a persistent scheduler"
     elif waves > 1.05:
         do = "make the grid fill the last wave (the waves finding)"
