@@ -11,6 +11,7 @@ disjoint parts of the wall.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,10 @@ def test_the_same_warnings_in_every_run_of_the_same_inputs(name):
     runs = analyses(name)
     sets = [warnings(a) for a in runs]
     assert all(s == sets[0] for s in sets), sets
+    # and the first screen says them in the same words: only the figures differ
+    heads = [[re.sub(r"\d[\d.,]*", "#", line) for line in str(a).splitlines() if re.match(r" \d+\. ", line)]
+             for a in runs]
+    assert all(h == heads[0] for h in heads), heads
     for a in runs:  # impacts are disjoint parts of the wall
         warned = sum(f.impact_ns for f in a.findings if f.severity == "warning")
         assert warned <= a.kernel.wall_ns
@@ -179,6 +184,11 @@ def test_untimed_work_inside_a_lane_and_a_true_late_start():
         assert len(u) == 1 and u[0].severity == "warning" and (u[0].phase, u[0].figures["next_phase"]) == ("a", "b")
         assert not any(f.kind == "large_wait" for f in a.findings if f.severity == "warning")
         assert not any(f.kind in ("stable_straggler", "load_imbalance") for f in a.findings if f.severity == "warning")
+    # the first screen reads the same in every run (one of the five shows the late start by the lane that ends
+    # the kernel, the others by phase a's instance): only the figure differs
+    words = {re.sub(r"[\d.]+ µs", "X", line) for a in analyses("untimed") for line in str(a).splitlines()
+             if line.startswith(" 2. ")}
+    assert words == {f" 2. block {t['late_block']} finishes last because it starts X late, not because of its work"}
 
 
 def test_producer_bound_pipeline():

@@ -48,10 +48,10 @@ def headline(f, v):
     g = f.figures
     who = v.who(g.get("block"), g.get("group"))
     do = "find what delays its start (its launch, its SM, work before its first probe)"
-    if g.get("basis") == "lane":
-        return f"{who} ends the kernel because it starts {_fmt(g['late_ns'])} late; its work is ordinary", do
-    return (f"{who} finishes {f.phase} last because it starts {_fmt(g['mean_late_start_ns'])} late, not because "
-            "of its work", do)
+    # the same words whether the lane (it ends the kernel) or a phase's instances showed it: runs of the same
+    # inputs may show it either way
+    late = g["late_ns"] if g.get("basis") == "lane" else g["mean_late_start_ns"]
+    return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
 
 
 
