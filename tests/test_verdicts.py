@@ -140,6 +140,19 @@ def test_last_because_it_started_late_is_not_told_to_fix_its_work():
     assert_path_tiles_wall(a)
 
 
+def test_a_late_start_that_moves_from_block_to_block_names_none():
+    # A grid-synchronized loop: at each step another block is released 3 µs late, its work ordinary.
+    rel = np.zeros((6, 12), np.int64)
+    for j in range(12):
+        rel[j % 6, j] = 3000
+    lanes = barrier(np.full((6, 12), 2000), rel)
+    a = build({(blk, 0): slices(v) for blk, v in lanes.items()}, ["a", "b", "c"], {b: b for b in range(6)})
+    f = one(a, "late_start", "b")
+    assert f.severity == "warning" and f.figures["block"] is None
+    assert " 2. a different block finishes b last each time, starting 3 µs late on average, not from its work" \
+        in str(a).splitlines()
+
+
 def test_rotating_imbalance_is_the_work_assignment_not_contention():
     d = np.full((8, 24), 1000, np.int64)
     for k in range(8):

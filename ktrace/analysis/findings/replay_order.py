@@ -211,8 +211,10 @@ def _levels(tl) -> Order | None:
     at = np.empty(nruns, np.int64)
     at[order] = c_start  # each run's first candidate
     total = int(counts.sum())
-    c_idx = np.full(total, zero, np.int64)
-    own_row, a_row, vr_row = (np.full(total, n, np.int64) for _ in range(3))
+    # kept beside the timeline for its replays, a few per candidate: as narrow as the rows allow
+    idx = np.int32 if max(n, zero) < 2 ** 31 - 1 else np.int64
+    c_idx = np.full(total, zero, idx)
+    own_row, a_row, vr_row = (np.full(total, n, idx) for _ in range(3))
     own_row[at] = heads
     lp = np.flatnonzero(lane_prev)
     c_idx[at[lp] + 1] = lp - 1

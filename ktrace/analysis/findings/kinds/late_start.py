@@ -51,6 +51,9 @@ def headline(f, v):
     # the same words whether the lane (it ends the kernel) or a phase's instances showed it: runs of the same
     # inputs may show it either way
     late = g["late_ns"] if g.get("basis") == "lane" else g["mean_late_start_ns"]
+    if g.get("block") is None:  # a different lane each instance
+        return (f"a different {v.unit} finishes {f.phase} last each time, starting {_fmt(late)} late on average, not "
+                "from its work", do)
     return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
 
 
