@@ -184,6 +184,7 @@ def _levels(tl) -> Order | None:
                 nxt = np.concatenate((nxt, freed))
         nxt = nxt[waiting[nxt] == 0]
         frontier = distinct(nxt) if len(nxt) > 1 else nxt
+    del succ, m_table, m_set_runs, m_start, need, waiting  # the walk's tables: not held while the steps are built
     if (run_level < 0).any():
         return None
     levels = t
