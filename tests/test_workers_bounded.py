@@ -260,7 +260,7 @@ def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path)
 def test_a_ctrl_c_while_waiting_on_a_pool_is_raised_outside_pythons_threading_code(tmp_path):
     # Raised inside threading's Condition.wait, between its lock given up and the try that takes it back, a
     # KeyboardInterrupt releases that lock twice: the thread setting the result at that moment died with
-    # "RuntimeError: release unlocked lock" (a traceback, once in about 600 Ctrl-Cs of the stress test below).
+    # "RuntimeError: release unlocked lock" (a traceback, seen once in a CI run of the stress test below).
     out = _run(tmp_path, """
         import os, signal, threading, traceback
         from concurrent.futures import ThreadPoolExecutor

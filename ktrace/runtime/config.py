@@ -213,8 +213,9 @@ class _Awaited:
     def result(self, timeout=None):
         from .forked import POLL_S, pool_wait
 
-        while not pool_wait([self._future], POLL_S if timeout is None else timeout).done and timeout is None:
-            pass
+        if not self._future.done():  # (done: nothing to wait for, at a future's own cost)
+            while not pool_wait([self._future], POLL_S if timeout is None else timeout).done and timeout is None:
+                pass
         return self._future.result(0 if timeout is not None else None)
 
     def __getattr__(self, name: str):

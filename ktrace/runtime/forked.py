@@ -295,7 +295,7 @@ def pool_wait(futures, timeout: float, return_when: str = "ALL_COMPLETED"):
     KeyboardInterrupt is raised as it returns, outside Python's threading code. Raised inside, between a
     ``Condition.wait`` giving up its lock and the ``try`` that takes it back, the lock is released twice: the
     pool's manager thread, setting the waiter's event at that moment, dies with ``RuntimeError: release
-    unlocked lock`` (a traceback; once in about 600 Ctrl-Cs of the worker stress test)."""
+    unlocked lock`` (a traceback: seen once in a CI run of the worker stress test's 200 Ctrl-Cs)."""
     from concurrent.futures import wait
 
     end = time.monotonic() + timeout
