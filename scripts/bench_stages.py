@@ -1,7 +1,7 @@
 """Measure what each parallel stage of the runtime gains: the numpy engine's figures of a buffer and the JSON of
 their long tables (``ktrace analyze``'s parallel stages; its findings run in one process and are left out), and
-with --convert ``ktrace convert BUF``: with every stage parallel, then with one stage held in one process
-($KTRACE_SERIAL), then with --jobs 1; interleaved run by run, so that a machine shared with other work slows
+with --convert ``ktrace convert BUF``: with every stage parallel (those held in one process by default too:
+$KTRACE_PARALLEL=all), then with one stage held in one process ($KTRACE_SERIAL), then with --jobs 1; interleaved run by run, so that a machine shared with other work slows
 every variant alike.
 
     python scripts/bench_stages.py [--records 1e6,1e7] [--runs 3] [--convert] [--json OUT]
@@ -76,14 +76,16 @@ def _measure(bc, buf: str, variants, runs: int, timeout: float) -> list[dict]:
     digest = {}
     for _ in range(runs):
         for name, jobs, env in variants:
-            saved = os.environ.pop("KTRACE_SERIAL", None)
+            saved = {k: os.environ.pop(k, None) for k in ("KTRACE_SERIAL", "KTRACE_PARALLEL")}
             os.environ.update(env)
+            os.environ["KTRACE_PARALLEL"] = "all"  # the stages held in one process by default measured too
             try:
                 m = bc.measure([sys.executable, "-c", _STAGES_RUN, buf, jobs], timeout=timeout)
             finally:
-                os.environ.pop("KTRACE_SERIAL", None)
-                if saved is not None:
-                    os.environ["KTRACE_SERIAL"] = saved
+                for k, v in saved.items():
+                    os.environ.pop(k, None)
+                    if v is not None:
+                        os.environ[k] = v
             if m["rc"] != 0:
                 raise SystemExit(f"{name}: rc {m['rc']}: {m['stderr_tail'][-600:]}")
             r = json.loads(m["stdout"])

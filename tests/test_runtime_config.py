@@ -107,11 +107,22 @@ def test_below_three_cores_the_default_is_one_process_and_asked_workers_still_fo
 
 
 def test_ktrace_serial_names_stages_or_all():
-    assert serial_stages({"KTRACE_SERIAL": "sweeps, json"}) == {"sweeps", "json"}
+    held = {"copy", "critical_path"}  # in one process by default: they gained under 20% on 16 cores
+    assert serial_stages({"KTRACE_SERIAL": "sweeps, json"}) == {"sweeps", "json"} | held
     assert serial_stages({"KTRACE_SERIAL": "all"}) == set(STAGES)
-    assert serial_stages({}) == set()
+    assert serial_stages({}) == held
     with pytest.raises(InputError, match="KTRACE_SERIAL=sweep: unknown stage sweep"):
         serial_stages({"KTRACE_SERIAL": "sweep"})
+
+
+def test_ktrace_parallel_releases_the_stages_held_by_default():
+    assert serial_stages({"KTRACE_PARALLEL": "copy"}) == {"critical_path"}
+    assert serial_stages({"KTRACE_PARALLEL": "all"}) == set()
+    assert serial_stages({"KTRACE_PARALLEL": "all", "KTRACE_SERIAL": "copy"}) == {"copy"}  # serial wins
+    with pytest.raises(InputError, match="KTRACE_PARALLEL=cp: unknown stage cp"):
+        serial_stages({"KTRACE_PARALLEL": "cp"})
+    par = Parallelism.build(4, env={})  # a command's configuration: the walk and the copies in this process
+    assert not par.stage("critical_path").parallel and par.threads("copy") == 1 and par.stage("parts").parallel
 
 
 def test_an_unknown_serial_stage_is_a_usage_error_of_the_command():

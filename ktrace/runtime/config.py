@@ -28,8 +28,9 @@ Stages (``STAGES``), with what each measured on 2 and 16 cores (``docs/performan
 - ``captures``: the captures of ``ktrace diff`` analyzed by spawned workers, from ``captures_min_bytes``.
 
 ``$KTRACE_SERIAL`` (a comma-separated list of stages, or ``all``) keeps those stages in one process whatever
-``--jobs`` says: the switch ``scripts/bench_stages.py`` measures each stage's gain with. The outputs are the
-same bytes either way.
+``--jobs`` says: the switch ``scripts/bench_stages.py`` measures each stage's gain with. ``HELD``'s stages,
+which gained under 20% on 16 cores, are kept in one process unless ``$KTRACE_PARALLEL`` names them (``all``:
+every one), as the bench does to measure them again. The outputs are the same bytes either way.
 """
 
 from __future__ import annotations
@@ -43,11 +44,15 @@ from . import forked
 from .forked import Slots
 from ..core.records import frozen
 
-__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "parallelism", "available_cores", "thread_pool",
+__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "PARALLEL_ENV", "HELD", "parallelism", "available_cores", "thread_pool",
            "Slots"]
 
 STAGES = ("parts", "sweeps", "critical_path", "evidence_tests", "copy", "json", "transpose", "convert", "captures")
 SERIAL_ENV = "KTRACE_SERIAL"
+PARALLEL_ENV = "KTRACE_PARALLEL"
+# In one process by default: on 16 cores holding them there cost under 20% (copy 0.93-1.02x, critical_path
+# 0.99-1.07x the time of all stages parallel, at 1e7 and 1e8 records; docs/performance.md)
+HELD = ("copy", "critical_path")
 
 
 def available_cores() -> int:
@@ -159,18 +164,25 @@ class Parallelism:
 
 
 def serial_stages(env=None) -> frozenset:
-    """The stages $KTRACE_SERIAL holds in one process ("all": every one). An unknown name is an error (a
-    measurement that silently measured nothing would mislead)."""
-    text = (os.environ if env is None else env).get(SERIAL_ENV, "")
+    """The stages held in one process: those $KTRACE_SERIAL names ("all": every one), and HELD's unless
+    $KTRACE_PARALLEL names them ("all": none of them). An unknown name is an error (a measurement that silently
+    measured nothing would mislead)."""
+    env = os.environ if env is None else env
+    serial, parallel = _named(env, SERIAL_ENV), _named(env, PARALLEL_ENV)
+    return frozenset(serial | (set(HELD) - parallel))
+
+
+def _named(env, var: str) -> set:
+    text = env.get(var, "")
     names = {s.strip() for s in text.split(",") if s.strip()}
     if "all" in names:
-        return frozenset(STAGES)
+        return set(STAGES)
     bad = sorted(names - set(STAGES))
     if bad:
         from ..core.errors import InputError
 
-        raise InputError(f"{SERIAL_ENV}={text}: unknown stage {', '.join(bad)} (stages: all, {', '.join(STAGES)})")
-    return frozenset(names)
+        raise InputError(f"{var}={text}: unknown stage {', '.join(bad)} (stages: all, {', '.join(STAGES)})")
+    return names
 
 
 def parallelism(jobs: "int | Parallelism | None") -> Parallelism:
