@@ -1,8 +1,8 @@
 """Measure what each parallel stage of the runtime gains: the numpy engine's figures of a buffer and the JSON of
 their long tables (``ktrace analyze``'s parallel stages; its findings run in one process and are left out), and
 with --convert ``ktrace convert BUF``: with every stage parallel (those held in one process by default too:
-$KTRACE_PARALLEL=all), then with one stage held in one process ($KTRACE_SERIAL), then with --jobs 1; interleaved run by run, so that a machine shared with other work slows
-every variant alike.
+$KTRACE_PARALLEL=all), then with one stage held in one process ($KTRACE_SERIAL), then with --jobs 1;
+interleaved run by run, so that a machine shared with other work slows every variant alike.
 
     python scripts/bench_stages.py [--records 1e6,1e7] [--runs 3] [--convert] [--json OUT]
 

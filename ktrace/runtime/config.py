@@ -44,8 +44,8 @@ from . import forked
 from .forked import Slots
 from ..core.records import frozen
 
-__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "PARALLEL_ENV", "HELD", "parallelism", "available_cores", "thread_pool",
-           "Slots"]
+__all__ = ["Parallelism", "Stage", "SERIAL", "STAGES", "SERIAL_ENV", "PARALLEL_ENV", "HELD", "parallelism",
+           "available_cores", "thread_pool", "Slots"]
 
 STAGES = ("parts", "sweeps", "critical_path", "evidence_tests", "copy", "json", "transpose", "convert", "captures")
 SERIAL_ENV = "KTRACE_SERIAL"
