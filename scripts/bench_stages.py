@@ -65,9 +65,10 @@ print(json.dumps({"figures_s": t2 - t1, "json_s": t3 - t2, "digest": digest, "jo
 def _variants(stages) -> list[tuple[str, str, dict]]:
     workers = str(min(len(os.sched_getaffinity(0)), 8))  # the workers of the default on 3 cores or more, asked
     # for here (below 3 cores the default is one process: the measurement behind that rule)
-    out = [("parallel", workers, {})]
-    out += [(f"serial {s}", workers, {"KTRACE_SERIAL": s}) for s in stages]
-    out.append(("--jobs 1", "1", {}))
+    every = {"KTRACE_PARALLEL": "all"}  # the stages held in one process by default measured too
+    out = [("parallel", workers, every)]
+    out += [(f"serial {s}", workers, {**every, "KTRACE_SERIAL": s}) for s in stages]
+    out.append(("--jobs 1", "1", every))
     return out
 
 
@@ -78,7 +79,6 @@ def _measure(bc, buf: str, variants, runs: int, timeout: float) -> list[dict]:
         for name, jobs, env in variants:
             saved = {k: os.environ.pop(k, None) for k in ("KTRACE_SERIAL", "KTRACE_PARALLEL")}
             os.environ.update(env)
-            os.environ["KTRACE_PARALLEL"] = "all"  # the stages held in one process by default measured too
             try:
                 m = bc.measure([sys.executable, "-c", _STAGES_RUN, buf, jobs], timeout=timeout)
             finally:

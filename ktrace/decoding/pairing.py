@@ -75,10 +75,7 @@ def alternating_k(pl: np.ndarray, pe: np.ndarray, present: np.ndarray | None = N
     if (int(pl.max()) - l0 + 1) * span_e <= 1 << 16:  # (lane, event) in 16 bits: one radix sort of both
         key = ((pl - l0) * span_e + (pe - e0)).astype(np.uint16)
         order = np.argsort(key, kind="stable")
-        sk = key[order]
-        change = np.ones(len(order), dtype=bool)
-        np.not_equal(sk[1:], sk[:-1], out=change[1:])
-        k[order] = instance_index(change)
+        k[order] = instance_index(segment_starts(key[order]))
         return k
     if len(present) > 16:  # many events: one stable sort by (lane, event) instead of a pass per event
         order = np.lexsort((pe, pl))

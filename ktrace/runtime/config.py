@@ -1,7 +1,7 @@
 """How ktrace spreads work over cores: one configuration object, built once per command, read at stage level.
 
     par = Parallelism.build(jobs=4)               # --jobs 4 (None: the cores available, 1 below min_cores);
-                                                  # $KTRACE_SERIAL read
+                                                  # $KTRACE_SERIAL, $KTRACE_PARALLEL read
     sweeps = par.stage("sweeps", size=n_slices)   # this stage's workers (1: it runs in this process)
     for r in sweeps.imap(reduce_range, columns, ranges): ...
 
@@ -98,9 +98,10 @@ SERIAL = Stage()
 class Parallelism:
     """The one configuration of parallel work, built once per command (``build``) and handed to its stages.
 
-    jobs: worker processes a stage may take (``--jobs``); cores: those this process may run on. serial:
-    stages held in one process ($KTRACE_SERIAL). The thresholds below are where a stage starts to pay (see
-    ``docs/performance.md`` for the measurements behind each)."""
+    jobs: worker processes a stage may take (``--jobs``); cores: those this process may run on. serial: stages
+    held in one process (``build``: ``serial_stages``, HELD's with $KTRACE_SERIAL's and $KTRACE_PARALLEL's
+    say). The thresholds below are where a stage starts to pay (see ``docs/performance.md`` for the
+    measurements behind each)."""
 
     jobs: int = 1
     cores: int = 1
@@ -124,7 +125,7 @@ class Parallelism:
     @classmethod
     def build(cls, jobs: int | None = None, *, cap: int | None = None, env=None, **thresholds) -> "Parallelism":
         """The configuration of a command: ``jobs`` workers (None: the cores available, at most ``cap``, and
-        one process below ``min_cores`` cores), never more than the cores; $KTRACE_SERIAL's stages held in one
+        one process below ``min_cores`` cores), never more than the cores; ``serial_stages`` held in one
         process."""
         cores = available_cores()
         want = cores if jobs is None else int(jobs)

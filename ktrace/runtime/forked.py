@@ -28,7 +28,7 @@ from ..core.errors import KtraceError
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
            "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
            "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end",
-           "results_closed", "lost_if_dead", "pool_wait", "WAKE_S"]
+           "results_closed", "lost_if_dead", "pool_wait"]
 
 
 def available_cores() -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "groups", "spread_by", "max_by", "key_then_who", "max_in_runs", "run_max", "who_at_max",
-           "positions",
+from ...decoding.unwrap import segment_starts as _new_run  # True where a run of equal values begins
+
+__all__ = ["run_starts", "distinct", "groups", "spread_by", "key_then_who", "run_max", "who_at_max", "positions",
            "lookup"]
 
 
@@ -15,14 +16,6 @@ def run_starts(sorted_keys: np.ndarray) -> np.ndarray:
     if not len(sorted_keys):
         return np.zeros(0, np.int64)
     return np.flatnonzero(_new_run(sorted_keys))
-
-
-def _new_run(a: np.ndarray) -> np.ndarray:
-    """True where a run of equal values begins (``np.r_[True, a[1:] != a[:-1]]``, without np.r_'s overhead)."""
-    flag = np.empty(len(a), bool)
-    flag[:1] = True
-    np.not_equal(a[1:], a[:-1], out=flag[1:])
-    return flag
 
 
 def distinct(a) -> np.ndarray:
@@ -49,12 +42,6 @@ def spread_by(key: np.ndarray, x: np.ndarray, grouped=None) -> tuple[np.ndarray,
     return hi - lo, n
 
 
-def max_by(key: np.ndarray, x: np.ndarray, who: np.ndarray):
-    """Distinct keys (sorted), the max of x per key, and ``who`` at that max (ties: the lowest)."""
-    order = key_then_who(key, who)
-    return max_in_runs(key[order], x[order], who[order])
-
-
 def key_then_who(key: np.ndarray, who: np.ndarray) -> np.ndarray:
     """The order that sorts by key, then who (stable): a sort by key alone where who is already ascending (one
     radix pass for keys of 16 bits), else by one combined key where it fits int64, else a lexsort."""
@@ -67,15 +54,6 @@ def key_then_who(key: np.ndarray, who: np.ndarray) -> np.ndarray:
     if (khi - klo + 1) * (whi - wlo + 1) < 1 << 62:
         return np.argsort((key - klo) * (whi - wlo + 1) + (who - wlo), kind="stable")
     return np.lexsort((who, key))
-
-
-def max_in_runs(keys: np.ndarray, x: np.ndarray, who: np.ndarray):
-    """``max_by`` of rows sorted by (key, who): per run of equal keys, the key, the max of x and the first
-    ``who`` at that max."""
-    if not len(keys):
-        return keys, x, who
-    starts, run, mx = run_max(keys, x)
-    return keys[starts], mx, who_at_max(x, who, starts, run, mx)
 
 
 def run_max(keys: np.ndarray, x: np.ndarray):

@@ -150,7 +150,7 @@ def wait_causes(s: TopSlices, tick: float, phase_names: dict[int, str], num_bloc
 
 class _ByInstance:
     """The slices sorted once by (instance key, block): per instance, or per subset of ``c`` consecutive blocks
-    of an instance, the latest end and the lowest block that ended then (``keyed.max_by``'s result), read for
+    of an instance, the latest end and the lowest block that ended then (by ``keyed.key_then_who`` and ``run_max``), read for
     each gap at its own slice's place in that order (no search). The sort is made on first use (a sample's grid
     comes from elsewhere, and most boundaries skip the cluster test)."""
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..evidence.keyed import distinct
+from ..evidence.keyed import distinct, key_then_who
 from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
@@ -227,7 +227,8 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             release[fr] = 5
             rel_key[fr] = (freed << 3) | 4
             latency[fr] = begin[fr] - rel_end
-    _idle_before_barrier(lane, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key, latency)
+    _idle_before_barrier(lane, first, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key,
+                         latency)
     # Compact the referenced sets; their members.
     referenced = rel_key >= 0
     used, rel_inv = np.unique(rel_key[referenced], return_inverse=True)
@@ -279,8 +280,8 @@ def _members(used: np.ndarray, member_keys: list, n: int):
     return np.concatenate(sets), np.concatenate(rows)
 
 
-def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
-    """A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
+def _idle_before_barrier(lane, first, ph, inst, begin, end, cand, release, rel_key, latency) -> None:
+    """(first: where a lane's rows begin.) A lane whose first slice begins after the end of a phase instance that half the lanes or more ran and it
     never did (a CTA with nothing to do before a grid barrier) was released by that instance's end: it was
     idle, not late. Marks those first slices as grid releases, in place."""
     fr = np.flatnonzero(cand)
@@ -299,8 +300,7 @@ def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, lat
         iend = np.full(len(ukey), np.iinfo(np.int64).min)
         np.maximum.at(iend, inv, end)
         sizes = np.bincount(inv)
-    new_lane = np.r_[True, lane[1:] != lane[:-1]]  # the rows come lane by lane
-    lanes = int(np.count_nonzero(new_lane))
+    lanes = int(np.count_nonzero(first))
     big = np.flatnonzero(sizes * 2 >= lanes)
     big = big[np.argsort(iend[big], kind="stable")]
     pos = np.searchsorted(iend[big], begin[fr], side="right") - 1
@@ -313,7 +313,7 @@ def _idle_before_barrier(lane, ph, inst, begin, end, cand, release, rel_key, lat
     first_row = first_row[ukey] if small else first_row
     nph = int(ph.max()) + 1
     if lanes * nph <= 8 * n + 1024:  # which phases each lane ran: a table
-        lane_rank = np.cumsum(new_lane) - 1
+        lane_rank = np.cumsum(first) - 1
         ran = np.zeros((lanes, nph), bool)
         ran[lane_rank, ph] = True
         never = ~ran[lane_rank[fr], ph[first_row[who]]]
@@ -342,11 +342,7 @@ def _handoff(block, group, end, h: int, rows, begin, tick, by_group: dict):
         mh = np.flatnonzero(group == h)
         bh, eh = block[mh], end[mh]
         e0 = int(eh.min() if len(eh) else 0)
-        if len(mh) and int(bh.min()) >= 0 and int(eh.max()) - e0 < 2 ** 42 and int(bh.max()) < 2 ** 20:
-            # (block, end) as one key: a stable sort of rows nearly in order already (lane by lane)
-            o = mh[np.argsort((bh.astype(np.int64) << 42) + (eh - e0), kind="stable")]
-        else:
-            o = mh[np.lexsort((eh, bh))]
+        o = mh[key_then_who(bh, eh)]  # by (block, end), stable
         kb, ke = block[o], end[o]
         nb = int(block.max()) + 2 if len(block) and 0 <= int(block.min()) and int(block.max()) < 4 * len(block) else 0
         bounds = np.searchsorted(kb, np.arange(nb))  # each block's first position (block ids 0..max, few)

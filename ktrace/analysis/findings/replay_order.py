@@ -48,7 +48,7 @@ class Order:
     candidate, the rows whose ``start + dur - A``, ``A`` and ``lat + dur - A`` its addend sums (n: none);
     shared_rows: the shared sets' members' rows; run_of, each row's run; heads, each run's first row; level_runs,
     the runs level by level and level_start their bounds; multi, the levels with a run of several slices;
-    nshared, the shared sets. ``legacy`` keeps the per-level arrays of ``ends_by_slice`` (built when first
+    nshared, the shared sets; set_level, each release set's level. ``legacy`` keeps the per-level arrays of ``ends_by_slice`` (built when first
     asked)."""
 
     levels: int
@@ -63,7 +63,6 @@ class Order:
     level_start: np.ndarray
     multi: np.ndarray
     nshared: int
-    run_level: np.ndarray
     set_level: np.ndarray
     legacy: dict
 
@@ -129,7 +128,7 @@ def _levels(tl) -> Order | None:
     n = len(tl)
     z = np.zeros(0, np.int64)
     if not n:
-        return Order(0, [], z, z, z, z, z, z, z, np.zeros(1, np.int64), np.zeros(0, bool), 0, z, z, {})
+        return Order(0, [], z, z, z, z, z, z, z, np.zeros(1, np.int64), np.zeros(0, bool), 0, z, {})
     has_rel = tl.rel_set >= 0
     head_mask = tl.first | has_rel
     heads = np.flatnonzero(head_mask)
@@ -250,7 +249,7 @@ def _levels(tl) -> Order | None:
             shared = (slot[sh[sl[i]:sl[i + 1]]], sh_idx[m0:m1], sh_start[sl[i]:sl[i + 1]] - m0, slice(m0, m1))
         steps.append((order[a:b], c_idx[c0:c1], None if single[i] else c_start[a:b] - c0, slice(c0, c1), shared))
     return Order(levels, steps, own_row, a_row, vr_row, sh_rows, run_of, heads, order, level_start, multi,
-                 len(sh), run_level, set_level, {"nonhead": np.flatnonzero(~head_mask)})
+                 len(sh), set_level, {"nonhead": np.flatnonzero(~head_mask)})
 
 
 def _legacy(od: Order, tl) -> list:
@@ -291,13 +290,13 @@ def ends_in_order(od: Order, tl, dur, start, lat, A) -> np.ndarray | None:
     replay's rounds' fixed point. None where a run's first slice has no bound (no start, no release, no lane
     before it) or the values pass float64's integers: the rounds decide those."""
     with np.errstate(invalid="ignore"):  # an unbounded run (-inf, inf - inf) is found once, at the end
-        end = _ends_by_run(od, tl, dur, start, lat, A)
+        end = _ends_by_run(od, dur, start, lat, A)
         if end is _SLOW:
             end = _ends_by_slice(od, tl, dur, start, lat, A)
     return end
 
 
-def _ends_by_run(od: Order, tl, dur, start, lat, A):
+def _ends_by_run(od: Order, dur, start, lat, A):
     """ends_in_order one value per run (Order): where every input is finite but the starts, no slice after a
     run's first has a start, and every value stays well within float64's integers; else _SLOW."""
     if not od.levels:

@@ -46,7 +46,6 @@ def short(v) -> str:
 
 def headline(f, v):
     g = f.figures
-    who = v.who(g.get("block"), g.get("group"))
     do = "find what delays its start (its launch, its SM, work before its first probe)"
     # the same words whether the lane (it ends the kernel) or a phase's instances showed it: runs of the same
     # inputs may show it either way
@@ -54,6 +53,7 @@ def headline(f, v):
     if g.get("block") is None:  # a different lane each instance
         return (f"a different {v.unit} finishes {f.phase} last each time, starting {_fmt(late)} late on average, not "
                 "from its work", do)
+    who = v.who(g.get("block"), g.get("group"))
     return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
 
 

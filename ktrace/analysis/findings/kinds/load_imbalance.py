@@ -77,6 +77,12 @@ def short(v) -> str:
 def headline(f, v):
     g = f.figures
     if g.get("basis") == "lane_totals":
+        if g.get("busiest_block") is None:  # several lanes near the top, which differ from run to run
+            sizes = f"({_fmt(g['max_lane_total_ns'])} vs {_fmt(g['mean_lane_total_ns'])})"
+            text = (f"several blocks' {v.group(g['group'])} are busy up to {g['imbalance']:.1f}x the group's mean "
+                    f"{sizes}" if v.several_groups else
+                    f"several blocks are busy up to {g['imbalance']:.1f}x the mean block in all {sizes}, none alone")
+            return text, "hand out work so the blocks' totals even out (heavy items first, or split them)"
         if g.get("block_lanes"):  # the block as a whole: its lanes' mean total against their groups' mean
             word = "warp" if v.warps else "warp group"
             n, of = g["block_lanes"], g["block_lanes_of"]
@@ -86,12 +92,6 @@ def headline(f, v):
         else:
             who = v.who(g["busiest_block"], g.get("busiest_group"))
             top, mean = g["max_lane_total_ns"], g["mean_lane_total_ns"]
-        if g.get("busiest_block") is None:  # several lanes near the top, which differ from run to run
-            sizes = f"({_fmt(top)} vs {_fmt(mean)})"
-            text = (f"several blocks' {v.group(g['group'])} are busy up to {g['imbalance']:.1f}x the group's mean "
-                    f"{sizes}" if v.several_groups else
-                    f"several blocks are busy up to {g['imbalance']:.1f}x the mean block in all {sizes}, none alone")
-            return text, "hand out work so the blocks' totals even out (heavy items first, or split them)"
         return (f"{who} is busy {g['imbalance']:.1f}x the mean {v.unit} over the kernel "
                 f"({_fmt(top)} vs {_fmt(mean)})",
                 f"hand out work so the {v.unit}s' totals even out (heavy items first, or split them)")
@@ -139,12 +139,9 @@ def detect_instances(ctx, p, inst) -> Verdict | None:
     claims[m] = np.maximum(cp.dur_ns[m] - mean_k, 0.0)
     lanes = fig.lanes.where(fig.lanes.phase == p["phase"])
     # A block stands out, not a lane: the warps or warp groups of one slow block are one cause.
-    blocks, first = np.unique(lanes.block, return_index=True)
-    per_block = np.full(len(blocks), -np.inf)
-    np.maximum.at(per_block, np.searchsorted(blocks, lanes.block), lanes.mean_dur_ns)
-    jb = dominant(per_block, ctx.eps)
+    jb = _dominant_block(lanes.block, lanes.mean_dur_ns, ctx.eps)
     if jb is not None:
-        mine = np.flatnonzero(lanes.block == blocks[jb])
+        mine = np.flatnonzero(lanes.block == jb)
         slow = lanes.row(int(mine[np.argmax(lanes.mean_dur_ns[mine])]))
         who = ctx.who(slow["block"], slow["group"])
         named = f"slowest on average: {who} ({_fmt(slow['mean_dur_ns'])}), well ahead of the next block"
@@ -241,11 +238,7 @@ def detect_lane_totals(ctx) -> Verdict | None:
     end_row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
     ender = lt.row(end_row)
     # A block stands out, not a lane: the lanes of one busy block (its warps) are one cause.
-    blocks = lt.block[rows]
-    ub = distinct(blocks)
-    per_block = np.full(len(ub), -np.inf)
-    np.maximum.at(per_block, np.searchsorted(ub, blocks), tot)
-    j = dominant(per_block, ctx.eps)
+    j = _dominant_block(lt.block[rows], tot, ctx.eps)
     busiest = lt.row(int(rows[int(np.argmax(tot))]))
     whole = _whole_block(ctx, busiest["block"]) if j is not None else None
     lanes = fig.lanes
@@ -264,7 +257,7 @@ def detect_lane_totals(ctx) -> Verdict | None:
         share = ", ".join(f"{ph} {_fmt(float(d))} ({d / max(top, 1):.0%})" for d, ph in parts[:4])
     gain = top - mean
     claims = ctx.claim_last(gain)
-    label = f" of group {g}" if ctx.several_groups and whole is None else ""
+    label = f" of group {g}" if ctx.several_groups else ""
     extra = {}
     if whole is not None:
         n = len(named)
@@ -313,6 +306,16 @@ def detect_lane_totals(ctx) -> Verdict | None:
         kernel_end_block=ender["block"], tick_ns=ctx.tick, **extra), claims, cause)
 
 
+def _dominant_block(blocks: np.ndarray, values: np.ndarray, eps: float) -> int | None:
+    """The block whose largest value stands out of the other blocks' largest (``dominant``), else None: the
+    lanes of one block (its warps or warp groups) are one cause."""
+    ub = distinct(blocks)
+    per_block = np.full(len(ub), -np.inf)
+    np.maximum.at(per_block, np.searchsorted(ub, blocks), values)
+    j = dominant(per_block, eps)
+    return None if j is None else int(ub[j])
+
+
 def _whole_block(ctx, block: int) -> tuple[np.ndarray, int, float] | None:
     """``block``'s lanes that stand out of their own warp group as its busiest lane does of its group: busy past
     the verdict's test against the group's mean, and the block dominating the group (``dominant``); of its
@@ -328,12 +331,8 @@ def _whole_block(ctx, block: int) -> tuple[np.ndarray, int, float] | None:
             continue
         n_of += int((lt.block[rows] == block).sum())
         tot = tot_all[rows]
-        ub, inv = np.unique(lt.block[rows], return_inverse=True)
-        per_block = np.full(len(ub), -np.inf)
-        np.maximum.at(per_block, inv, tot)
-        j = dominant(per_block, ctx.eps)
         mean = float(tot.mean())
-        if j is None or ub[j] != block or not mean:
+        if _dominant_block(lt.block[rows], tot, ctx.eps) != block or not mean:
             continue
         top = int(rows[np.argmax(np.where(lt.block[rows] == block, tot, -np.inf))])
         if tot_all[top] / mean > ctx.th.imbalance and tot_all[top] - mean >= ctx.eps:
