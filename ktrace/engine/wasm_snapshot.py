@@ -24,7 +24,8 @@ slice table's ts and dur, and the counts of the tables around it) are what the e
 just loaded from its bytes; after a restore the engine is asked again, and the answers must be the same.
 Anything else (and an engine that fails or crashes on the restored state) removes the entry and loads the
 trace as before; the load writes a good entry in its place. Writes go to a temporary file renamed into
-place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
+place, under the cache lock, once: several processes that loaded the same trace at once find it written by the
+first and leave it. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
 0: no snapshots), least recently used entries evicted first; traces under $KTRACE_SNAPSHOT_MIN_MIB (default
 4 MiB), which load in well under a second, are never snapshotted. A snapshot that cannot be written costs a
 full load next time, nothing more: it is never an error.
@@ -326,11 +327,25 @@ def write(key: str, header: dict[str, Any], memory: np.ndarray, figures: Callabl
         if not held:
             return "the cache is locked by another process"
         entry = entry_path(where, key)
+        if _written(entry, size):  # another process opening the same trace wrote it while this one loaded
+            touch(key)
+            return ""
         _evict(where, budget - size, keep=entry)
         problem = write_entry_from(entry, pieces(), lambda sha256_hex: _record(key_bytes, sha256_hex, figures()))
     if not problem:
         announce(size, where)
     return problem
+
+
+def _written(entry: Path, size: int) -> bool:
+    """Whether ``entry`` is already there, whole (``size`` bytes, a record beside it): concurrent first opens of
+    one trace write one snapshot, the first to take the lock. Its contents are checked when it is read, as
+    always (a damaged one is removed then, and written again)."""
+    try:
+        st, rec = os.lstat(entry), os.lstat(record_path(entry))
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and stat.S_ISREG(rec.st_mode) and st.st_size == size
 
 
 ANNOUNCE_BYTES = 100_000_000  # a snapshot this large is said once per process: disk space the user did not ask for
