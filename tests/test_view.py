@@ -355,7 +355,7 @@ def test_a_flood_of_idle_connections_costs_no_thread_and_a_real_request_is_answe
         idle = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(150)]
         try:
             time.sleep(0.5)
-            assert threading.active_count() == before + 1  # the server's thread, whatever the clients
+            assert threading.active_count() <= before + 1  # the server's thread, whatever the clients
             with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
                 c.sendall(f"GET /open HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\n\r\n".encode())
                 assert c.recv(12) == b"HTTP/1.0 302"
