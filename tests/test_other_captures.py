@@ -58,6 +58,7 @@ def test_an_output_run_again_replaces_its_own_kind(folder, capsys):
 @pytest.mark.parametrize("kind,make", [
     ("a profiler buffer", lambda d: shutil.copy(sample("warpgroups"), d / "old.bin")),
     ("a profiler buffer", lambda d: shutil.copy(SAMPLES / "fi_mla_decode_run1.bin.gz", d / "old.bin.gz")),
+    ("a profiler buffer", lambda d: shutil.copy(sample("warpgroups"), d / "capture.dat")),  # by content alone
     ("a launch sidecar", lambda d: shutil.copy(SAMPLES / "warpgroups.json", d / "elsewhere.json")),  # no capture beside
     ("a launch sidecar", lambda d: shutil.copy(SAMPLES / "proton" / "triton_balanced.json", d / "p.json")),
     ("a Triton Proton trace", lambda d: shutil.copy(SAMPLES / "proton" / "triton_balanced.chrome_trace",
@@ -73,7 +74,7 @@ def test_each_kind_is_recognized_by_content_and_kept(folder, capsys, kind, make)
     (target,) = set(before) - {"imbalance.bin", "imbalance.json", "cap.perfetto-trace"}
     assert captured_kind(folder / target) == kind
     option = "--json" if target.endswith(".json") else "--markdown"
-    if target.endswith((".bin", ".bin.gz")):
+    if target.endswith((".bin", ".bin.gz", ".dat")):
         argv = ["convert", str(folder / "imbalance.bin"), "-o", str(folder / target)]  # a trace over a buffer
     else:
         argv = ["analyze", str(folder / "imbalance.bin"), f"{option}={folder / target}"]
@@ -89,7 +90,9 @@ def test_ktrace_reports_and_other_files_are_not_taken_for_captures(tmp_path):
     (tmp_path / "cal.json").write_text(json.dumps({"device": "H200", "tick_ns": 32, "pci_bus_id": "0"}))
     (tmp_path / "notes.md").write_text("\n\n# notes\n")  # starts with newlines, as a trace starts with 0x0a
     (tmp_path / "empty.bin").write_bytes(b"")
-    for name in ("a.json", "q.json", "cal.json", "notes.md", "empty.bin", "missing.json"):
+    (tmp_path / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(4088))
+    (tmp_path / "words.dat").write_bytes((7 | 5000 << 32).to_bytes(8, "little") + bytes(8 * 70))  # 5,000 groups
+    for name in ("a.json", "q.json", "cal.json", "notes.md", "empty.bin", "missing.json", "plot.png", "words.dat"):
         assert captured_kind(tmp_path / name) is None, name
 
 

@@ -120,9 +120,9 @@ def captured_kind(path) -> str | None:
                 head = g.read(_HEAD_BYTES)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         pass
-    if head.startswith(b"\x93NUMPY") or name.endswith(BUFFER_SUFFIXES):
+    if head.startswith(b"\x93NUMPY") or name.endswith(BUFFER_SUFFIXES) or _raw_buffer(path, head):
         return "a profiler buffer"
-    if is_iket(path) or is_iket_pftrace(path):
+    if is_iket(path) or (_protobuf_trace(head) and is_iket_pftrace(path)):
         return "an NVIDIA IKET trace"
     if is_proton(path):
         return "a Triton Proton trace"
@@ -136,6 +136,28 @@ def captured_kind(path) -> str | None:
     if _protobuf_trace(head):
         return "a Perfetto trace"
     return None
+
+
+def _raw_buffer(path, head: bytes) -> bool:
+    """True when ``head`` starts a raw profiler buffer whatever its name: little-endian 64-bit words, the
+    first ``num_blocks | num_groups << 32`` (1 to 2^31 blocks, 1 to 1,024 groups), then a whole number of
+    records per lane, with or without ktrace's trailer (one overflow count per lane and the timer anchor).
+    Its size is the file's, or a gzip file's own record of its inflated size."""
+    if len(head) < 16:
+        return False
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                f.seek(-4, os.SEEK_END)
+                size = int.from_bytes(f.read(4), "little")  # the inflated size, modulo 2^32
+    except (OSError, ValueError):
+        return False
+    blocks, groups = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:8], "little")
+    if size % 8 or not (1 <= blocks <= 1 << 31 and 1 <= groups <= 1024):
+        return False
+    lanes, records = blocks * groups, size // 8 - 1
+    return records >= lanes and (records % lanes == 0 or (records - lanes - 1) % lanes == 0)
 
 
 def _capture_beside(path) -> Path | None:
