@@ -101,10 +101,10 @@ def replace_allowed(paths) -> None:
 
 
 def captured_kind(path) -> str | None:
-    """What ``path`` holds when it is a capture, a sidecar or a trace (by its content, the name aside for a raw
-    buffer, which has no header to know it by): "a profiler buffer", "a launch sidecar", "a Triton Proton
-    trace", "an NVIDIA IKET trace", "a Perfetto trace"; None for anything else, a missing file, a folder, a FIFO
-    or a device (never opened: it could block)."""
+    """What ``path`` holds when it is a capture, a sidecar or a trace, by its content (a buffer by its name too):
+    "a profiler buffer", "a launch sidecar", "a Triton Proton trace", "an NVIDIA IKET trace", "a Perfetto
+    trace"; None for anything else (ktrace's own reports: a JSON whose schema is ``ktrace.*`` other than the
+    launch's), a missing or empty file, a folder, a FIFO or a device (never opened: it could block)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode) or os.path.getsize(path) == 0:
             return None
