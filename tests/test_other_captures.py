@@ -63,7 +63,8 @@ def test_an_output_run_again_replaces_its_own_kind(folder, capsys):
     ("a launch sidecar", lambda d: shutil.copy(SAMPLES / "proton" / "triton_balanced.json", d / "p.json")),
     ("a Triton Proton trace", lambda d: shutil.copy(SAMPLES / "proton" / "triton_balanced.chrome_trace",
                                                     d / "proton.json")),
-    ("an NVIDIA IKET trace", lambda d: shutil.copy(SAMPLES / "iket" / "gemm_run1.trace.json.gz", d / "g.trace.json.gz")),
+    ("an NVIDIA IKET trace", lambda d: shutil.copy(SAMPLES / "iket" / "gemm_run1.trace.json.gz",
+                                                   d / "g.trace.json.gz")),
     ("an NVIDIA IKET trace", lambda d: (d / "i.json").write_bytes(
         gzip.decompress((SAMPLES / "iket" / "gemm_run1.trace.json.gz").read_bytes()))),
     ("a Perfetto trace", lambda d: shutil.copy(d / "cap.perfetto-trace", d / "notes.md")),  # by content, not name
