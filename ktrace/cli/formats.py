@@ -111,8 +111,11 @@ def emit(a, text, json=None, markdown=None) -> None:
 def write_text(path: str, text: str) -> None:
     """Write ``text`` (one trailing newline) to ``path`` atomically, in place of what it held; never through a
     symbolic link to a file (ktrace.core.outputs)."""
-    from ..core.outputs import planted_link, write_atomically
+    from ..core.outputs import append_file, planted_link, standard_stream, write_atomically
 
+    if standard_stream(path):  # --json=/dev/stderr: printed there (stdout was made --json alone before)
+        append_file(path, text if text.endswith("\n") else text + "\n", "JSON file")
+        return
     if planted_link(path):
         raise InputError(f"{path}: is a symbolic link to a file; ktrace never writes through one: remove it or "
                          "choose another file")

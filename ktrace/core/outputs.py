@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import functools
 import glob
+import gzip
 import os
+import re
 import stat
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Iterable
 
 from .errors import InputError
-from .filetypes import sibling, special_kind
+from .filetypes import BUFFER_SUFFIXES, is_iket, is_iket_pftrace, is_proton, sibling, special_kind
 
 __all__ = ["check_output", "check_outputs", "planted_link", "cannot_write", "write_atomically", "write_file",
            "append_file", "standard_stream", "PLOT_SUFFIXES", "temporary_folder", "temporary_root",
-           "temporary_folders_in"]
+           "temporary_folders_in", "captured_kind", "replace_allowed", "refuse_replacing", "TRACE_OUTPUTS"]
 
 # What --plot can write (matplotlib's raster and vector formats a person opens).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
@@ -77,13 +80,157 @@ def standard_stream(path) -> bool:
     return False
 
 
+# What the outputs that write a Perfetto trace call it: one of them may replace a Perfetto trace (the same
+# command run again); any other output may not.
+TRACE_OUTPUTS = ("trace", "annotated trace", "merged trace")
+_HEAD_BYTES = 1 << 16
+# A launch sidecar: ktrace's schema, or (an older one, with no schema) two of the keys only a sidecar has.
+_SIDECAR_SCHEMA = re.compile(rb'"schema"\s*:\s*"ktrace\.launch/')
+_KTRACE_SCHEMA = re.compile(rb'"schema"\s*:\s*"ktrace\.')
+_SIDECAR_KEYS = re.compile(rb'"(event_names|group_names|num_blocks|num_groups|group_of_thread|grid|block|'
+                           rb'records_per_lane_capacity|anchor_ns|num_sms|kernel|producer)"\s*:')
+# The captures whose sidecar is ``<stem>.json`` beside them.
+_CAPTURE_ENDINGS = (*BUFFER_SUFFIXES, ".chrome_trace", ".chrome_trace.gz", ".trace.json", ".trace.json.gz")
+_replaceable: set[str] = set()  # the outputs --force lets replace a capture, a sidecar or a trace
+
+
+def replace_allowed(paths) -> None:
+    """Lets the outputs at ``paths`` replace a capture, a sidecar or a trace found there (``--force``): every
+    ``check_output`` of this process for one of them skips ``captured_kind``."""
+    _replaceable.update(os.path.abspath(p) for p in paths)
+
+
+def captured_kind(path) -> str | None:
+    """What ``path`` holds when it is a capture, a sidecar or a trace, by its content (a buffer by its name too):
+    "a profiler buffer", "a launch sidecar", "a Triton Proton trace", "an NVIDIA IKET trace", "a Perfetto
+    trace"; None for anything else (ktrace's own reports: a JSON whose schema is ``ktrace.*`` other than the
+    launch's), a missing or empty file, a folder, a FIFO or a device (never opened: it could block)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode) or os.path.getsize(path) == 0:
+            return None
+    except (OSError, ValueError):
+        return None
+    name = os.path.basename(str(path)).lower()
+    head = b""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                head = g.read(_HEAD_BYTES)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        pass
+    if head.startswith(b"\x93NUMPY") or name.endswith(BUFFER_SUFFIXES) or _raw_buffer(path, head):
+        return "a profiler buffer"
+    if is_iket(path) or (_protobuf_trace(head) and is_iket_pftrace(path)):
+        return "an NVIDIA IKET trace"
+    if is_proton(path):
+        return "a Triton Proton trace"
+    if head.lstrip()[:1] == b"{":
+        if _SIDECAR_SCHEMA.search(head):
+            return "a launch sidecar"
+        if not _KTRACE_SCHEMA.search(head) and (_capture_beside(path) or len(
+                {m.group(1) for m in _SIDECAR_KEYS.finditer(head)}) >= 2):
+            return "a launch sidecar"  # one of another producer's, or an older one: no ktrace report
+        return None
+    if _protobuf_trace(head):
+        return "a Perfetto trace"
+    return None
+
+
+def _raw_buffer(path, head: bytes) -> bool:
+    """True when ``head`` starts a raw profiler buffer whatever its name: little-endian 64-bit words, the
+    first ``num_blocks | num_groups << 32`` (1 to 2^31 blocks, 1 to 1,024 groups), then a whole number of
+    records per lane, with or without ktrace's trailer (one overflow count per lane and the timer anchor).
+    Its size is the file's, or a gzip file's own record of its inflated size."""
+    if len(head) < 16:
+        return False
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                f.seek(-4, os.SEEK_END)
+                size = int.from_bytes(f.read(4), "little")  # the inflated size, modulo 2^32
+    except (OSError, ValueError):
+        return False
+    blocks, groups = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:8], "little")
+    if size % 8 or not (1 <= blocks <= 1 << 31 and 1 <= groups <= 1024):
+        return False
+    lanes, records = blocks * groups, size // 8 - 1
+    return records >= lanes and (records % lanes == 0 or (records - lanes - 1) % lanes == 0)
+
+
+def _capture_beside(path) -> Path | None:
+    """The capture whose sidecar ``path`` (``<stem>.json``) is, if one is beside it."""
+    p = Path(str(path))
+    if not p.name.lower().endswith(".json"):
+        return None
+    stem = p.name[:-5]
+    return next((c for c in (p.with_name(stem + e) for e in _CAPTURE_ENDINGS) if c.is_file()), None)
+
+
+def _protobuf_trace(head: bytes) -> bool:
+    """True when ``head`` starts as a Perfetto ``Trace``: packets (field 1, length-delimited), each holding a
+    field with a valid tag, framed one after the other (up to three, as far as ``head`` goes)."""
+    i = 0
+    for _ in range(3):
+        if i >= len(head):
+            return i > 0
+        if head[i] != 0x0A:
+            return False
+        n, i = _varint(head, i + 1)
+        if n is None or n == 0:
+            return False
+        tag, _ = _varint(head, i)
+        if tag is None or tag >> 3 == 0 or tag & 7 not in (0, 1, 2, 5):
+            return False
+        i += n
+    return True
+
+
+def _varint(b: bytes, i: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while i < len(b) and shift < 64:
+        value |= (b[i] & 0x7F) << shift
+        i += 1
+        if not b[i - 1] & 0x80:
+            return value, i
+        shift += 7
+    return None, i
+
+
+def _replacing(out: Path, what: str, option: str) -> None:
+    """Raises InputError when ``out`` holds a capture, a sidecar or a trace that this output would replace
+    (a trace output may replace a Perfetto trace: the same command run again), unless ``--force`` allowed it."""
+    if os.path.abspath(out) in _replaceable:
+        return
+    kind = captured_kind(out)
+    if kind is None or (kind == "a Perfetto trace" and what in TRACE_OUTPUTS):
+        return
+    capture = _capture_beside(out) if kind == "a launch sidecar" else None
+    of = f" (of {capture})" if capture else ""
+    raise InputError(f"{out}: holds {kind}{of}; writing the {what} there would replace "
+                     f"it: choose another {option}, or add --force to replace it")
+
+
+def refuse_replacing(outputs) -> None:
+    """InputError when an output (as ``check_outputs`` takes them) would replace a capture, a sidecar or a trace
+    that is not its own kind of output (``captured_kind``), unless ``replace_allowed`` named it."""
+    for path, what, option, _suffixes, *stream_ok in outputs:
+        if not (stream_ok and stream_ok[0] and standard_stream(path)):
+            _replacing(Path(path), what, option)
+
+
 def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffixes=None,
-                 stream_ok: bool = False) -> Path:
+                 stream_ok: bool = False, replacing: bool = True) -> Path:
     """Returns ``out`` as a Path, or raises InputError when it is an input (or an input's ``.json`` sidecar,
     through any link, a hard link included), a symbolic link to a file (never written through), a folder, a
     FIFO, a device or a socket (``stream_ok``: except this process's own stdout or stderr), in a folder that does
-    not exist, or in one this user cannot write; with ``suffixes``, when its name ends with none of them.
-    ``option`` names the option in the fix (``-o``, ``--plot``). Nothing is opened: a FIFO never blocks."""
+    not exist, or in one this user cannot write; with ``suffixes``, when its name ends with none of them; when
+    it holds another capture, a sidecar or a trace (``captured_kind``; a trace output may replace a Perfetto
+    trace) unless ``replace_allowed`` (``--force``) named it (``replacing=False``: that is checked later, by
+    ``refuse_replacing``). ``option`` names the option in the fix (``-o``,
+    ``--plot``). A FIFO or device is never opened: it never blocks."""
     out = Path(out)
     for src in inputs:
         if not isinstance(src, (str, os.PathLike)):
@@ -118,16 +265,19 @@ def check_output(out, inputs=(), what: str = "output", option: str = "-o", suffi
         raise InputError(f"{out}: cannot write in the folder {parent} (permission denied); choose another {option}")
     if out.exists() and not os.access(out, os.W_OK) and not os.access(parent, os.W_OK):
         raise InputError(f"{out}: cannot replace it (permission denied); choose another {option}")
+    if replacing and not (stream_ok and standard_stream(out)):
+        _replacing(out, what, option)
     return out
 
 
-def check_outputs(outputs, inputs) -> None:
+def check_outputs(outputs, inputs, replacing: bool = True) -> None:
     """Every output of a command checked before any work (``check_output``): outputs is ``[(path, what,
     option, suffixes)]`` or ``[(path, what, option, suffixes, stream_ok)]``, inputs every file the command reads.
-    Two outputs on one file are refused too."""
+    Two outputs on one file are refused too. ``replacing=False``: another capture, sidecar or trace where an
+    output goes is left to ``refuse_replacing``."""
     seen: dict = {}
     for path, what, option, suffixes, *stream_ok in outputs:
-        out = check_output(path, inputs, what, option, suffixes, bool(stream_ok and stream_ok[0]))
+        out = check_output(path, inputs, what, option, suffixes, bool(stream_ok and stream_ok[0]), replacing)
         for other, opt in seen.items():
             if other.exists() and out.exists() and _same_file(out, other) or os.path.abspath(out) == os.path.abspath(other):
                 raise InputError(f"{out}: {opt} and {option} would both write it; give each its own file")
@@ -139,7 +289,7 @@ def cannot_write(out, e: OSError, what: str = "output") -> InputError:
     reason = e.strerror or str(e)
     hint = {28: "free some space or write elsewhere", 27: "the file size limit (ulimit -f) is too low",
             13: "choose a folder you can write", 30: "the file system is read-only: write elsewhere",
-            21: "give a file name, not a folder"}.get(e.errno or 0, "choose another -o")
+            21: "give a file name, not a folder"}.get(e.errno or 0, f"write the {what} elsewhere")
     return InputError(f"{out}: cannot write the {what} ({reason}); {hint}")
 
 

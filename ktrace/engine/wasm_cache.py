@@ -7,7 +7,9 @@ engine configuration and the platform. A compiled module is native code, so the 
 far as ``cache_files`` checks it: the folder and the files belong to this user and nobody else can write
 them, and the module's SHA-256 matches the record ktrace wrote beside it. Anything else (a planted file, a
 damaged one, a folder others can write) is never loaded: the module is compiled again, under a file lock,
-and written with its record to a temporary file renamed into place. Within one process the module is
+and written with its record to a temporary file renamed into place. A folder that is not private, or is
+read-only, is said once a run and a private one in the temporary folder used instead (a read-only folder's
+module is still loaded: a cache filled once and shared read-only costs no compile). Within one process the module is
 compiled or loaded once and shared by every session (each session gets its own instance and memory).
 """
 
@@ -167,7 +169,12 @@ def load_module(wide: bool = True) -> tuple[Any, Any]:
                   file=sys.stderr, flush=True)
             module = _compile(wasmtime, engine, wasm_bytes, path)
         else:
-            module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name, path)
+            module = None
+            source = read_only_source()
+            if source is not None and source != folder:  # a read-only cache's module is still used
+                module, _ = _load_trusted(wasmtime, engine, source / name)
+            if module is None:
+                module = _load_or_compile(wasmtime, engine, wasm_bytes, folder / name, path)
         _loaded[key] = (engine, module)
         _facts[key] = _facts_of(wasm_bytes)
         return engine, module
@@ -265,10 +272,10 @@ def _load_trusted(wasmtime: Any, engine: Any, entry: Path) -> tuple[Any, str]:
 
 
 def usable_folder() -> tuple[Path | None, str]:
-    """The configured cache folder if it is private to this user, else the user's own private folder; or
-    ``(None, why not)``."""
+    """The configured cache folder if it is private to this user and writable, else the user's own private
+    folder (said once a run); or ``(None, why not)``."""
     configured = cache_dir()
-    problem = ensure_private_folder(configured)
+    problem = ensure_private_folder(configured) or _read_only(configured)
     if not problem:
         return configured, ""
     fallback = Path(tempfile.gettempdir()) / f"ktrace-cache-{os.getuid()}" if hasattr(os, "getuid") else None
@@ -281,3 +288,21 @@ def usable_folder() -> tuple[Path | None, str]:
                   file=sys.stderr, flush=True)
         return fallback, ""
     return None, problem
+
+
+def _read_only(folder: Path) -> str:
+    """Why ``folder`` (private to this user) cannot take a new entry, or "": a read-only folder or file system
+    would make every run compile again (about 15 s) and fail to keep it."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return ""
+    return "it is read-only: ktrace could not keep what it compiles there"
+
+
+def read_only_source() -> Path | None:
+    """The configured cache folder when it is private to this user but read-only (``usable_folder`` then writes
+    elsewhere): what it already holds is still read."""
+    configured = cache_dir()
+    if hasattr(os, "getuid") and configured.is_dir() and not configured.is_symlink():
+        if not ensure_private_folder(configured) and _read_only(configured):
+            return configured
+    return None

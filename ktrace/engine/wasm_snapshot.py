@@ -24,7 +24,8 @@ slice table's ts and dur, and the counts of the tables around it) are what the e
 just loaded from its bytes; after a restore the engine is asked again, and the answers must be the same.
 Anything else (and an engine that fails or crashes on the restored state) removes the entry and loads the
 trace as before; the load writes a good entry in its place. Writes go to a temporary file renamed into
-place, under the cache lock. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
+place, under the cache lock, once: several processes that loaded the same trace at once find it written by the
+first and leave it. The folder holds at most $KTRACE_SNAPSHOT_GIB (default 2 GiB;
 0: no snapshots), least recently used entries evicted first; traces under $KTRACE_SNAPSHOT_MIN_MIB (default
 4 MiB), which load in well under a second, are never snapshotted. A snapshot that cannot be written costs a
 full load next time, nothing more: it is never an error.
@@ -213,6 +214,9 @@ class Snapshot:
             offset += n
 
 
+_missed: dict[str, float] = {}  # key -> when read() found no entry for it (what _written goes by)
+
+
 def read(key: str) -> tuple[Snapshot | None, str]:
     """The snapshot stored under ``key`` if it is intact and ktrace's, else ``(None, why)`` (why is "" when
     there is no entry, or no cache folder or secret). An entry found and refused is removed (with its record),
@@ -222,6 +226,7 @@ def read(key: str) -> tuple[Snapshot | None, str]:
         return None, ""
     entry = entry_path(where, key)
     if not os.path.lexists(entry):
+        _missed[key] = time.time()
         return None, ""
     key_bytes = secret()
     if key_bytes is None:
@@ -231,12 +236,15 @@ def read(key: str) -> tuple[Snapshot | None, str]:
     if data is None:
         if problem:
             remove_entry(entry)
+            _missed[key] = time.time()
         return None, problem
     snapshot, problem = _parse(data, key)
     if snapshot is None:
         remove_entry(entry)
+        _missed[key] = time.time()
         return None, f"{entry}: {problem}"
     snapshot.figures = figures[0]
+    _missed.pop(key, None)  # found: a write after it replaces it (restore may not have used it)
     return snapshot, ""
 
 
@@ -326,11 +334,30 @@ def write(key: str, header: dict[str, Any], memory: np.ndarray, figures: Callabl
         if not held:
             return "the cache is locked by another process"
         entry = entry_path(where, key)
+        if _written(key, entry):  # another process opening the same trace wrote it while this one loaded
+            touch(key)
+            return ""
         _evict(where, budget - size, keep=entry)
         problem = write_entry_from(entry, pieces(), lambda sha256_hex: _record(key_bytes, sha256_hex, figures()))
     if not problem:
         announce(size, where)
     return problem
+
+
+def _written(key: str, entry: Path) -> bool:
+    """Whether another process wrote ``entry`` (with its record, written last under the lock: a write that died
+    leaves none) since this one looked for it and found none: concurrent first opens of one trace write one
+    snapshot, the first to take the lock. An entry this process found and did not use is replaced as before.
+    Its contents are checked when it is read, as always."""
+    missed = _missed.get(key)
+    if missed is None:
+        return False
+    try:
+        st, rec = os.lstat(entry), os.lstat(record_path(entry))
+    except OSError:
+        return False
+    return (stat.S_ISREG(st.st_mode) and stat.S_ISREG(rec.st_mode) and rec.st_size > 0
+            and max(st.st_mtime, st.st_ctime) >= missed)  # a rename sets the ctime
 
 
 ANNOUNCE_BYTES = 100_000_000  # a snapshot this large is said once per process: disk space the user did not ask for
