@@ -65,12 +65,14 @@ def holding_interrupts(mask: bool = True):
     runs on the main thread whichever thread the signal reached, swapped for one that only notes it; so no
     KeyboardInterrupt can land in the middle of starting a worker (a spawned worker half sent its start-up data
     dies reading it, with a traceback). Yields the list of the signals noted so far. mask false: the handler
-    only (the signal still wakes this thread's waits, and the block may look at what was noted)."""
+    only (the signal still wakes this thread's waits, and the block may look at what was noted).
+    A SIGINT this process ignores (a command started in the background by a shell without job control
+    inherits that), or whose handler is not Python's to put back, is left as it is: nothing is ever noted."""
     main = threading.current_thread() is threading.main_thread()
     hold = hasattr(signal, "pthread_sigmask") and main and mask
     noted: list = []
     previous = None
-    if main:
+    if main and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
         try:
             previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
         except (ValueError, OSError, TypeError):
