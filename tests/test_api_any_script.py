@@ -112,6 +112,14 @@ def test_a_worker_that_cannot_be_started_is_said_as_that(monkeypatch):
 
     with pytest.raises(KtraceError, match="could not start a worker process"):
         forked.fork_map(lambda shared, x: x, None, [1, 2], jobs=2)
+    from ktrace.export.workers import parallel_parts
+
+    class State:
+        def wire(self):
+            return ()
+
+    with pytest.raises(KtraceError, match="could not start a worker process"):  # convert's own workers
+        list(parallel_parts(None, [[(0, 0, 1)], [(1, 1, 2)]], None, State(), jobs=2))
 
 
 def test_a_worker_that_exits_with_a_status_is_not_said_to_be_out_of_memory(tmp_path):
