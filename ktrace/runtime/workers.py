@@ -7,12 +7,12 @@ never fresh interpreters: a spawned one runs the caller's main script again to f
 no ``if __name__ == "__main__"`` guard then calls ``diff`` again in every worker, which dies), and pays for
 importing ktrace again. Where this process runs the embedded engine (a library caller that queried a trace
 before), whose runtime a fork would copy half-way, or cannot fork, the inputs are analyzed here, one after the
-other: the results are the same. ``fn`` and the inputs are pickled (a module-level function, paths). An error in a worker is raised here as the serial loop would raise
-it: the first failing input in the order given, the same exception with the same message. Ctrl-C (or SIGTERM)
-in the parent stops the workers (each unwinds, removing its temporary files), waits for them, and re-raises:
-no process is left behind. The workers' temporary folders (``outputs.temporary_folder``) are made in a folder
-the parent removes once they are gone, so none is left behind either, even by a worker stopped half-way or
-killed.
+other: the results are the same. ``fn`` and the inputs are pickled (a module-level function, paths). An error
+in a worker is raised here as the serial loop would raise it: the first failing input in the order given, the
+same exception with the same message. Ctrl-C (or SIGTERM) in the parent stops the workers (each unwinds,
+removing its temporary files), waits for them, and re-raises: no process is left behind. The workers' temporary
+folders (``outputs.temporary_folder``) are made in a folder the parent removes once they are gone, so none is
+left behind either, even by a worker stopped half-way or killed.
 """
 
 from __future__ import annotations
