@@ -37,8 +37,8 @@ _worker = False  # whether this process is a worker of run_in_workers
 def default_jobs(items: Sequence, par: Parallelism | None = None) -> int:
     """The workers of the ``captures`` stage (``par``, default: built for the cores this process may run on),
     capped by the number of items; 1 when the items are files of fewer than ``par.captures_min_bytes`` in all
-    (starting a worker, an interpreter with ktrace and the engine's compiled module, takes longer than
-    analyzing a small capture)."""
+    (the workers cost more than they save on small captures: two of 140 KB took 0.44 s of CPU in two forked
+    workers, 0.33 s in this process, on 2 cores)."""
     par = Parallelism.build(available_cores()) if par is None else par  # whole captures: no parent work beside
     if _total_bytes(items, par.captures_min_bytes) < par.captures_min_bytes:
         return 1
