@@ -11,7 +11,10 @@ console script runs it (``from ktrace.cli import main``); ``convert --help``; ``
 ``inspect`` and ``convert`` of a small real capture; ``analyze`` (the text report) of a FlashInfer capture
 (``samples/fi_mla_decode_run1.bin.gz``, 30k records) and of ``samples/imbalance.bin``. Targets: every ``--help``
 under 0.3 s (issue 25); each ``analyze`` within 2.5x of ``import numpy`` of the same run (issue 46), the ratio
-printed in the "x numpy" column. ``--before OLD_CHECKOUT`` adds each ``analyze`` case run by that checkout's
+printed in the "x numpy" column. The "CPU" columns give each case's median CPU time (user and system, the
+process and what it waited for) and its ratio to ``import numpy``'s: on a machine busy with other work the wall
+times carry the waits for a core, the CPU times much less (compare them only within one run too).
+``--before OLD_CHECKOUT`` adds each ``analyze`` case run by that checkout's
 ktrace, interleaved with the rest (a change measured against the code before it, in one run).
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,14 +61,17 @@ def _cases(sample: str, out: str, before: str | None = None) -> dict[str, tuple[
     return cases
 
 
-def _wall(cmd: list[str], checkout: str) -> float:
+def _wall(cmd: list[str], checkout: str) -> tuple[float, float]:
+    """The command's wall time and CPU time (user + system of it and its children), in seconds."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr.decode(errors='replace')}")
-    return wall
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main(argv=None) -> int:
@@ -89,15 +96,19 @@ def main(argv=None) -> int:
         for cmd, checkout in cases.values():  # warm the file cache once, not timed
             _wall(cmd, checkout)
         walls: dict[str, list[float]] = {name: [] for name in cases}
+        cpus: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(a.runs):
             for name, (cmd, checkout) in cases.items():
-                walls[name].append(_wall(cmd, checkout))
+                wall, cpu = _wall(cmd, checkout)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
     floor = statistics.median(walls["python -c pass (floor)"])
     numpy_s = statistics.median(walls[_NUMPY])
+    numpy_cpu = statistics.median(cpus[_NUMPY])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{sys.executable} (Python {sys.version.split()[0]}), {os.cpu_count()} cores, load average {load:.1f}, "
           f"{a.runs} runs per case")
-    print(f"{'case':<49} {'median':>8} {'fastest':>8} {'x floor':>8} {'x numpy':>8}")
+    print(f"{'case':<49} {'median':>8} {'fastest':>8} {'x floor':>8} {'x numpy':>8} {'CPU':>7} {'x numpy':>8}")
     rows = {}
     for name, w in walls.items():
         med = statistics.median(w)
@@ -107,9 +118,12 @@ def main(argv=None) -> int:
         if " analyze " in name and "--help" not in name:
             within = med / numpy_s <= ANALYZE_TARGET_X_NUMPY
             mark = f"  {'ok' if within else 'OVER'} ({'<=' if within else '>'} {ANALYZE_TARGET_X_NUMPY}x numpy)"
-        print(f"{name:<49} {med:>7.3f}s {min(w):>7.3f}s {med / floor:>7.2f}x {med / numpy_s:>7.2f}x{mark}")
+        cpu = statistics.median(cpus[name])
+        print(f"{name:<49} {med:>7.3f}s {min(w):>7.3f}s {med / floor:>7.2f}x {med / numpy_s:>7.2f}x "
+              f"{cpu:>6.3f}s {cpu / numpy_cpu:>7.2f}x{mark}")
         rows[name] = {"median_s": med, "fastest_s": min(w), "ratio_to_floor": med / floor,
-                      "ratio_to_numpy": med / numpy_s, "walls_s": w}
+                      "ratio_to_numpy": med / numpy_s, "walls_s": w, "cpu_median_s": cpu,
+                      "cpu_ratio_to_numpy": cpu / numpy_cpu, "cpus_s": cpus[name]}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"python": sys.version, "cores": os.cpu_count(), "load_average": load, "runs": a.runs,

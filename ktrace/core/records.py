@@ -68,7 +68,11 @@ def _build(cls, eq: bool, repr_: bool, kw_only: bool):
     hash_ = own.get("__hash__", MISSING)  # as the standard decorator: a __hash__ the class sets (None too) is kept
     keep_hash = not (hash_ is MISSING or (hash_ is None and "__eq__" in own))
     # The standard decorator reads the fields and sets __dataclass_fields__, __match_args__ and the class-level
-    # defaults; asked for no method, it compiles nothing.
+    # defaults; asked for no method, it compiles nothing. A class without a docstring is given one for the
+    # moment: else the decorator writes one from inspect.signature(cls) (~0.07 ms a class, ~4 ms of analyze's
+    # start), which the one below, from the signature built here, replaces anyway.
+    if not had_doc:
+        cls.__doc__ = cls.__name__
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
     setattr(cls, _MARK, True)
     fields = dataclasses.fields(cls)

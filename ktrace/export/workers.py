@@ -22,7 +22,8 @@ import traceback
 from typing import Iterator
 
 from ..core.errors import KtraceError
-from ..runtime.forked import POLL_S, Watch, fork_context, starting_workers, to_the_end, worker_ignores_interrupts
+from ..runtime.forked import (POLL_S, Watch, fork_context, not_started, starting_workers, to_the_end,
+                              worker_ignores_interrupts)
 from .events import PartOutput, PartWriter, WriteState
 
 __all__ = ["parallel_parts", "batches", "fork_context"]
@@ -68,7 +69,10 @@ def parallel_parts(dec, work: list[list], writer: PartWriter, state: WriteState,
             procs.append(p)  # before it starts: a Ctrl-C raised as the hold below ends still stops and reaps it
             try:
                 with starting_workers():
-                    p.start()
+                    try:
+                        p.start()
+                    except OSError as e:  # fork refused: said as that, never as a worker lost
+                        raise not_started(e) from None
             finally:
                 theirs.close()
         owner: dict = {}  # part -> its worker's connection

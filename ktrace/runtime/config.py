@@ -10,7 +10,7 @@ goes parallel, how many threads stand beside the workers, how long a silent work
 as stuck. The formulas (``analysis/``) never fork, share memory or tune themselves: a stage hands them its
 ``Stage`` (its worker count), and they split their work into ranges that the stage maps, in this process when
 it has one worker. The one executor is ``concurrent.futures`` (``forked.py``: forked workers over shared
-state; ``workers.py``: spawned ones for whole captures).
+state; ``workers.py``: forked ones for whole captures).
 
 Stages (``STAGES``), with what each measured on 2 and 16 cores (``docs/performance.md``):
 
@@ -25,7 +25,7 @@ Stages (``STAGES``), with what each measured on 2 and 16 cores (``docs/performan
 - ``transpose``: a buffer file's record area copied lane-major in threads before its parts are decoded (a
   file of ``BufferDecoder.TRANSPOSE_MIN_BYTES``, 256 MiB, or more: not reached at 1e7 records);
 - ``convert``: ``ktrace convert``'s ranges of lanes decoded and encoded by forked workers;
-- ``captures``: the captures of ``ktrace diff`` analyzed by spawned workers, from ``captures_min_bytes``.
+- ``captures``: the captures of ``ktrace diff`` analyzed by forked workers, from ``captures_min_bytes``.
 
 ``$KTRACE_SERIAL`` (a comma-separated list of stages, or ``all``) keeps those stages in one process whatever
 ``--jobs`` says: the switch ``scripts/bench_stages.py`` measures each stage's gain with. ``HELD``'s stages,

@@ -4,8 +4,8 @@
 
 What the numpy engine uses to reduce ranges of a buffer side by side: the workers are forked copies of this
 process, so the state (a decoder, the columns read so far) comes with them, shared page for page and never
-pickled; only each item and its result cross a pipe. (``workers.run_in_workers`` spawns fresh interpreters
-instead, for whole captures.)
+pickled; only each item and its result cross a pipe. (``workers.run_in_workers`` forks workers too, for whole
+captures: its items and results are pickled.)
 
 Large results need not cross a pipe either: with ``window``, item i is handed out only after the caller has
 taken result i - window, so a worker may write its arrays into slot ``i % window`` of a ``Slots`` ring made
@@ -28,7 +28,7 @@ from ..core.errors import KtraceError
 __all__ = ["fork_imap", "fork_map", "fork_later", "available_cores", "fork_context", "Slots", "shared_array",
            "starting_workers", "worker_ignores_interrupts", "WorkerLost", "wait_result", "lost_worker", "STALL_S",
            "POLL_S", "Watch", "pool_pids", "holding_interrupts", "to_the_end",
-           "results_closed", "lost_if_dead", "pool_wait"]
+           "results_closed", "lost_if_dead", "pool_wait", "not_started"]
 
 
 def available_cores() -> int:
@@ -65,12 +65,14 @@ def holding_interrupts(mask: bool = True):
     runs on the main thread whichever thread the signal reached, swapped for one that only notes it; so no
     KeyboardInterrupt can land in the middle of starting a worker (a spawned worker half sent its start-up data
     dies reading it, with a traceback). Yields the list of the signals noted so far. mask false: the handler
-    only (the signal still wakes this thread's waits, and the block may look at what was noted)."""
+    only (the signal still wakes this thread's waits, and the block may look at what was noted).
+    A SIGINT this process ignores (a command started in the background by a shell without job control
+    inherits that), or whose handler is not Python's to put back, is left as it is: nothing is ever noted."""
     main = threading.current_thread() is threading.main_thread()
     hold = hasattr(signal, "pthread_sigmask") and main and mask
     noted: list = []
     previous = None
-    if main:
+    if main and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
         try:
             previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
         except (ValueError, OSError, TypeError):
@@ -206,7 +208,10 @@ def _new_pool(ctx, jobs: int, shared: Any):
     try:
         with starting_workers():
             pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_fork_started)
-            pool.submit(int)  # forks every worker now, in this thread, with the state set and SIGINT held
+            try:
+                pool.submit(int)  # forks every worker now, in this thread, with the state set and SIGINT held
+            except OSError as e:  # fork refused: said as that (the workers already started are ended below)
+                raise not_started(e) from None
         return pool
     except BaseException:  # a Ctrl-C held while the workers started is raised as the hold ends: they are ended
         if pool is not None:  # here (the caller never had the pool: left, its workers would wait for ever)
@@ -333,9 +338,19 @@ def lost_if_dead(pool) -> None:
 
 
 def lost_worker(pool) -> WorkerLost:
-    """The error of a process pool one of whose workers died."""
-    return WorkerLost(f"a worker process ended unexpectedly ({_how_ended(pool)}): out of memory, or killed? "
-                      "Run again, or with --jobs 1 (one process)")
+    """The error of a process pool one of whose workers died: killed (SIGKILL: the kernel's out-of-memory killer
+    sends it) or status unknown, out of memory said as a likely cause; another signal or an exit status, as it is."""
+    how = _how_ended(pool)
+    why = ("out of memory, or killed? Run again" if how in ("signal SIGKILL", "its exit status is unknown")
+           else "run again")
+    return WorkerLost(f"a worker process ended unexpectedly ({how}): {why}, or with --jobs 1 (one process)")
+
+
+def not_started(e: OSError) -> WorkerLost:
+    """The error of a worker process that could not be started (``fork`` refused: ``e``)."""
+    why = e.strerror or str(e) or type(e).__name__
+    return WorkerLost(f"could not start a worker process ({why}: too many processes, or too little memory "
+                      "for another?); run with --jobs 1 (one process)")
 
 
 class Watch:
