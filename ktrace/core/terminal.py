@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "escape_match"]
+__all__ = ["printable", "escape_match", "excerpt"]
 
 # C0 controls, DEL, C1 controls (0x9b is CSI on some terminals), the bidirectional marks and overrides that make
 # text read differently from how it is stored (U+061C the Arabic letter mark among them) and the line and
@@ -27,3 +27,13 @@ def printable(text: object, *, keep_newlines: bool = False) -> str:
     """``text`` with every control character shown as an escape (``\\x1b``); ``keep_newlines`` leaves line
     breaks and tabs alone (for whole reports, not single names)."""
     return (_UNSAFE_KEEP_LINES if keep_newlines else _UNSAFE).sub(escape_match, str(text))
+
+
+def excerpt(text: object, chars: int = 40) -> str:
+    """At most the first ``chars`` characters of ``text``, printable, and when it is longer ``...`` and its
+    length: what an error message quotes of a name or value that may be of any length (a 16M-character name
+    must not make a 16 MB message)."""
+    s = str(text) if not isinstance(text, str) else text
+    if len(s) <= chars:
+        return printable(s)
+    return f"{printable(s[:chars])}... ({len(s):,} characters)"
