@@ -40,3 +40,76 @@ def test_whatif_at_the_factor_bounds_gives_finite_walls():
         walls = [v for k, v in d.items() if k.endswith("wall_ns")]
         assert walls and all(isinstance(v, int) and 0 < v < 10**12 for v in walls), d
         assert (d["predicted_wall_ns"] < d["measured_wall_ns"]) == faster
+
+
+# ---- one bound on every name -------------------------------------------------------------------------------
+
+def test_cut_names_keeps_short_names_and_two_long_names_apart():
+    from ktrace.core.names import MAX_NAME_CHARS, cut_names
+
+    names, cut = cut_names(["a", "x" * 300 + "1", "x" * 300 + "2", "b" * MAX_NAME_CHARS])
+    assert cut == [1, 2]
+    assert names[0] == "a" and names[3] == "b" * MAX_NAME_CHARS
+    assert all(len(n) <= MAX_NAME_CHARS for n in names) and len(set(names)) == 4
+    assert names[1].endswith("\u2026") and names[2].endswith("\u20262")
+
+
+def _iket_with_long_name(tmp_path, chars):
+    import json
+
+    from test_iket import trace
+
+    d = trace()
+    d["stringTable"][1] = "m" * chars  # the mma phase
+    p = tmp_path / "long.trace.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def _proton_with_long_names(tmp_path, kernel="k", scope="outer", extra_kernel=None):
+    import json
+
+    from test_proton import _ev
+
+    ev = [_ev(c, w, scope if i == 0 else "inner", base + 100 * i, 2000 - 1000 * i, kernel=kernel)
+          for c, base in ((0, 0), (1, 500)) for w in range(2) for i in range(2)]
+    if extra_kernel:
+        ev.append(_ev(0, 0, "x", 0, 10, kernel=extra_kernel))
+    p = tmp_path / "long.chrome_trace"
+    p.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": ev}))
+    return p
+
+
+def _analyzed_with_names_cut(tmp_path, src):
+    import json
+
+    out = tmp_path / "a.json"
+    rc, text, err = run_ktrace("analyze", src, f"--json={out}")
+    assert rc == 0, err
+    assert "1 name(s) longer than 256 characters cut to 256" in text
+    assert out.stat().st_size < 200_000  # the names do not multiply by the slices
+    d = json.loads(out.read_text())
+    assert any("cut to 256" in w for w in d["data_quality"]["warnings"])
+    assert d["launch"]["note_names_cut"] == 1
+    return d
+
+
+def test_an_iket_phase_name_of_a_million_characters_is_cut_and_said(tmp_path):
+    d = _analyzed_with_names_cut(tmp_path, _iket_with_long_name(tmp_path, 1_000_000))
+    phases = [p["phase"] for p in d["phases"]]
+    assert "m" * 255 + "\u2026" in phases and all(len(p) <= 256 for p in phases)
+    rc, out, err = run_ktrace("inspect", tmp_path / "long.trace.json")
+    assert rc == 0 and "names_cut" in out and "(1,000,000 characters)" in out, err
+
+
+def test_proton_kernel_and_scope_names_of_a_million_characters_are_cut_and_said(tmp_path):
+    d = _analyzed_with_names_cut(tmp_path, _proton_with_long_names(tmp_path, scope="S" * 1_000_000))
+    assert "S" * 255 + "\u2026" in [p["phase"] for p in d["phases"]]
+    d = _analyzed_with_names_cut(tmp_path, _proton_with_long_names(tmp_path, kernel="K" * 1_000_000))
+    assert d["launch"]["kernel"] == "K" * 255 + "\u2026"
+
+
+def test_a_refusal_quotes_only_an_excerpt_of_a_long_name(tmp_path):
+    src = _proton_with_long_names(tmp_path, kernel="K" * 1_000_000, extra_kernel="Q" * 1_000_000)
+    rc, out, err = run_ktrace("analyze", src)
+    _refused(rc, err, "holds 2 kernels", "(1,000,000 characters)")

@@ -132,10 +132,7 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
         raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
     refuse_buffer_options(path, dict(ignored, events=events, groups=groups),
                           "Proton traces (their CTAs, warps and scope names are in the trace)")
-    ts, dur, cta, core, warp, ev, names, kernels, unused = read_events(path)
-    if len(kernels) > 1:
-        raise InputError(f"{path}: holds {len(kernels)} kernels ({', '.join(kernels[:4])}): ktrace reads one "
-                         "launch; profile one kernel per Proton session (proton.start ... proton.finalize)")
+    ts, dur, cta, core, warp, ev, names, kernels, unused, cut = read_events(path)
     ncta, nwarps = int(cta.max()) + 1, int(warp.max()) + 1
     if ncta * nwarps > LANES_FREE + LANES_PER_EVENT * len(ts):
         raise InputError(f"{path}: CTA ids up to {ncta - 1:,} and warp ids up to {nwarps - 1:,} make "
@@ -180,6 +177,9 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
     if unused:
         notes["proton_unused"] = sum(unused.values())
         examples["proton_unused"] = [f"{n:,} {why}" for why, n in unused.items()]
+    if cut:
+        notes["names_cut"] = len(cut)
+        examples["names_cut"] = cut[:3]
     launch = Launch(
         num_blocks=ncta, num_groups=ng, kernel=kernels[0],
         grid=tuple(meta["grid"]) if isinstance(meta.get("grid"), list) else (ncta,),

@@ -96,6 +96,10 @@ def data_quality(launch: dict) -> DataQuality:
     if unused:
         w.append(f"{unused:,} events of the Proton trace not read (not complete events, or a damaged id, ts or dur): "
                  "they are in no figure (ktrace inspect says why, by cause)")
+    cut = _int(launch.get("note_names_cut"))
+    if cut:
+        w.append(f"{cut:,} name(s) longer than 256 characters cut to 256 (ending in '\u2026'): the figures count "
+                 "every record; only the names are shortened (ktrace inspect shows how long each was)")
     if lost and proton:
         w.append(f"{lost:,} records lost: Proton's circular buffer was full on {proton_lanes:,} lane(s) and dropped "
                  "their first records (Proton's 'first N events are dropped' warnings), and Proton placed each such "
