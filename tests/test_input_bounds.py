@@ -113,3 +113,61 @@ def test_a_refusal_quotes_only_an_excerpt_of_a_long_name(tmp_path):
     src = _proton_with_long_names(tmp_path, kernel="K" * 1_000_000, extra_kernel="Q" * 1_000_000)
     rc, out, err = run_ktrace("analyze", src)
     _refused(rc, err, "holds 2 kernels", "(1,000,000 characters)")
+
+
+# ---- IKET known by its content -----------------------------------------------------------------------------
+
+def _iket_far_keys(tmp_path, name="far.trace.json"):
+    """An IKET trace whose keys lie past its first 64 KiB: a first range of 20,000 internal events written
+    first, every object's keys in reverse order, written back by json.dump(indent=1)."""
+    import json
+
+    from test_iket import trace
+
+    def reverse(o):
+        if isinstance(o, dict):
+            return {k: reverse(o[k]) for k in reversed(list(o))}
+        return [reverse(x) for x in o] if isinstance(o, list) else o
+
+    d = reverse(trace())
+    run = d["launches"][0]
+    first = run["ranges"][0]
+    first["internalEvents"] = [{"timestamp": first["startTs"], "eventId": 1}] * 20_000
+    d["launches"][0] = {"ranges": run["ranges"], **{k: v for k, v in run.items() if k != "ranges"}}
+    p = tmp_path / name
+    with open(p, "w") as f:
+        json.dump(d, f, indent=1)
+    assert p.stat().st_size > 1 << 20
+    return p
+
+
+def test_an_iket_trace_is_known_by_its_keys_anywhere_with_any_spacing_or_order(tmp_path):
+    from ktrace.core.filetypes import is_iket, is_trace
+
+    p = _iket_far_keys(tmp_path)
+    assert is_iket(p) and not is_trace(p)
+    rc, out, err = run_ktrace("analyze", p)
+    assert rc == 0, err
+    assert "my_kernel: 2 blocks x 2 warps" in out and "3 phases" in out
+
+
+@pytest.mark.parametrize("name", ["far.bin", "far.bin.gz", "far"])
+def test_json_is_never_decoded_as_a_buffer_and_the_refusal_names_what_it_is(tmp_path, name):
+    import gzip
+
+    p = _iket_far_keys(tmp_path, "far.trace.json")
+    q = tmp_path / name
+    q.write_bytes(gzip.compress(p.read_bytes()) if name.endswith(".gz") else p.read_bytes())
+    for cmd in ("analyze", "inspect", "convert"):
+        rc, out, err = run_ktrace(cmd, q)
+        _refused(rc, err, "NVIDIA IKET's JSON trace, not a profiler buffer", "NAME.trace.json")
+        assert "header says" not in err
+
+
+def test_a_sidecar_given_as_the_capture_is_named_as_one(tmp_path):
+    side = tmp_path / "x.bin"
+    side.write_bytes((sample("imbalance").with_suffix(".json")).read_bytes())
+    rc, out, err = run_ktrace("inspect", side)
+    _refused(rc, err, "a ktrace metadata sidecar, not a profiler buffer")
+    rc, out, err = run_ktrace("query", sample("imbalance").with_suffix(".json"), "select 1")
+    _refused(rc, err, "a ktrace metadata sidecar")
