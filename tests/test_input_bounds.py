@@ -171,3 +171,27 @@ def test_a_sidecar_given_as_the_capture_is_named_as_one(tmp_path):
     _refused(rc, err, "a ktrace metadata sidecar, not a profiler buffer")
     rc, out, err = run_ktrace("query", sample("imbalance").with_suffix(".json"), "select 1")
     _refused(rc, err, "a ktrace metadata sidecar")
+
+
+# ---- memory bounded by what is present ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_one_lane_gzip_that_inflates_to_the_limit_costs_memory_for_its_records_only(tmp_path):
+    import zlib
+
+    from conftest import run_ktrace_peak_mb
+    from ktrace.decoding.source import MAX_GZIP_BUFFER_BYTES
+
+    p = tmp_path / "onelane.bin.gz"
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(p, "wb") as f:
+        f.write(z.compress((1 | 1 << 32).to_bytes(8, "little")))  # 1 block x 1 group, then empty slots
+        zeros = bytes(1 << 20)
+        for i in range(MAX_GZIP_BUFFER_BYTES // len(zeros)):
+            f.write(z.compress(zeros if i else zeros[8:]))
+        f.write(z.flush())
+    assert p.stat().st_size < 600_000
+    for args in (["inspect", p], ["analyze", p], ["convert", p, "-o", tmp_path / "o.perfetto-trace"]):
+        rc, err, mb = run_ktrace_peak_mb(*args)
+        assert rc == 0, err  # one lane of empty slots: nothing to analyze, said, not a failure
+        assert mb < 1000, (args[0], mb)

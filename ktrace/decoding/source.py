@@ -175,10 +175,14 @@ def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
                 first = piece
             else:
                 if out is None:
-                    out = np.empty(limit, np.uint8)
+                    out = np.zeros(limit, np.uint8)  # calloc: fresh pages, zero, not yet memory
                     out[:n] = np.frombuffer(first, np.uint8)
                     first = b""
-                out[n:end] = np.frombuffer(piece, np.uint8)
+                # An empty stretch is never written: the pages of the zeroed reservation read as zeros and take
+                # no memory until written, so a .bin.gz of empty slots costs memory for its records only.
+                arr = np.frombuffer(piece, np.uint8)
+                if arr.any():
+                    out[n:end] = arr
             n = end
     if n % 8:
         raise InputError(f"{path}: inflates to {n} bytes, not a whole number of 8-byte records (truncated copy?)")
