@@ -195,3 +195,42 @@ def test_a_one_lane_gzip_that_inflates_to_the_limit_costs_memory_for_its_records
         rc, err, mb = run_ktrace_peak_mb(*args)
         assert rc == 0, err  # one lane of empty slots: nothing to analyze, said, not a failure
         assert mb < 1000, (args[0], mb)
+
+
+# ---- bidi and format controls visible in what ktrace writes --------------------------------------------------
+
+def _bidi_capture(tmp_path):
+    import json
+    import shutil
+
+    from conftest import sample_meta
+
+    buf = tmp_path / "x\u202ey.bin"
+    shutil.copy(sample("imbalance"), buf)
+    meta = sample_meta("imbalance")
+    meta["event_names"] = ["lo\u202ead", "compute", "red\u2066uce"]
+    meta["kernel"] = "k\u202eernel"
+    buf.with_suffix(".json").write_text(json.dumps(meta))
+    return buf
+
+
+def _visible_only(path, at_least):
+    raw = path.read_bytes()
+    for c in ("\u202e", "\u2066"):
+        assert c.encode() not in raw, (path, c)
+    assert raw.count(b"\\u202e") >= at_least, path
+
+
+def test_bidi_controls_are_visible_in_every_trace_and_in_junit(tmp_path):
+    buf = _bidi_capture(tmp_path)
+    rc, out, err = run_ktrace("convert", buf, "-o", tmp_path / "c.perfetto-trace")
+    assert rc == 0, err
+    _visible_only(tmp_path / "c.perfetto-trace", 2)  # the phase and the kernel
+    rc, out, err = run_ktrace("analyze", buf, f"--trace={tmp_path / 'a.perfetto-trace'}")
+    assert rc == 0, err
+    _visible_only(tmp_path / "a.perfetto-trace", 3)  # and the findings' own spans that name the phase
+    rc, out, err = run_ktrace("check", buf, "--rule", "kernel.wall_us <= 1", "--rule", "*.imbalance <= 1.0",
+                              f"--junit={tmp_path / 'j.xml'}")
+    assert rc == 1, err
+    _visible_only(tmp_path / "j.xml", 3)  # the capture's name, the kernel's, and the phase's
+    assert "red\\u2066uce" in (tmp_path / "j.xml").read_text()
