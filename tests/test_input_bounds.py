@@ -234,3 +234,24 @@ def test_bidi_controls_are_visible_in_every_trace_and_in_junit(tmp_path):
     assert rc == 1, err
     _visible_only(tmp_path / "j.xml", 3)  # the capture's name, the kernel's, and the phase's
     assert "red\\u2066uce" in (tmp_path / "j.xml").read_text()
+
+
+def test_work_far_over_the_devices_peak_is_said_implausible(tmp_path):
+    import json
+    import shutil
+
+    from conftest import sample_meta
+
+    buf = tmp_path / "w.bin"
+    shutil.copy(sample("imbalance"), buf)  # an H200: 4,800 GB/s
+    meta = sample_meta("imbalance")
+    meta["work"] = {"bytes": 3e15, "flops": 0}  # 3 PB in 602 µs: a million times the peak
+    buf.with_suffix(".json").write_text(json.dumps(meta))
+    rc, out, err = run_ktrace("analyze", buf, "--json")
+    assert rc == 0, err
+    w = [x for x in json.loads(out)["data_quality"]["warnings"] if "implausible" in x]
+    assert len(w) == 1 and "1.04e+06 times the peak 4,800 GB/s (H200)" in w[0] and "work.bytes" in w[0]
+    meta["work"] = {"bytes": 2e9}  # 2 GB in 602 µs: 3.3 TB/s, within the peak
+    buf.with_suffix(".json").write_text(json.dumps(meta))
+    rc, out, err = run_ktrace("analyze", buf, "--json")
+    assert rc == 0 and not [x for x in json.loads(out)["data_quality"]["warnings"] if "implausible" in x]
