@@ -255,3 +255,28 @@ def test_work_far_over_the_devices_peak_is_said_implausible(tmp_path):
     buf.with_suffix(".json").write_text(json.dumps(meta))
     rc, out, err = run_ktrace("analyze", buf, "--json")
     assert rc == 0 and not [x for x in json.loads(out)["data_quality"]["warnings"] if "implausible" in x]
+
+
+def test_a_phase_name_of_whitespace_alone_is_printed_visibly(tmp_path):
+    import json
+    import shutil
+
+    from conftest import sample_meta
+
+    buf = tmp_path / "w.bin"
+    shutil.copy(sample("imbalance"), buf)
+    meta = sample_meta("imbalance")
+    meta["event_names"] = ["load", "   ", "reduce"]  # the compute phase, named with spaces
+    buf.with_suffix(".json").write_text(json.dumps(meta))
+    rc, out, err = run_ktrace("analyze", buf)
+    assert rc == 0, err
+    assert "block 17 finishes \\x20\\x20\\x20 last" in out
+    rc, out, err = run_ktrace("inspect", buf)
+    assert rc == 0 and "load, \\x20\\x20\\x20, reduce" in out, err
+
+
+def test_shown_and_cut_names_from_a_trace_reader():
+    from ktrace.core.names import cut_names, shown_name
+
+    assert shown_name(" \t") == "\\x20\\x09" and shown_name("a b") == "a b" and shown_name("") == ""
+    assert cut_names(["  ", "x"]) == (["\\x20\\x20", "x"], [])

@@ -9,10 +9,18 @@ one instead (``core.sidecar``).
 
 from __future__ import annotations
 
-__all__ = ["MAX_NAME_CHARS", "CUT_MARK", "cut_name", "cut_names"]
+__all__ = ["MAX_NAME_CHARS", "CUT_MARK", "cut_name", "cut_names", "shown_name"]
 
 MAX_NAME_CHARS = 256
 CUT_MARK = "\u2026"  # the last character of a name that was cut: "…"
+
+
+def shown_name(name: str) -> str:
+    """``name``, or for a name of whitespace alone (which every report would print as nothing: "block 17 finishes
+    last in    ") its characters as escapes, ``\\x20\\x20\\x20``."""
+    if not name or not name.isspace():
+        return name
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" for c in name)
 
 
 def cut_name(name: str, chars: int = MAX_NAME_CHARS) -> str:
@@ -21,9 +29,9 @@ def cut_name(name: str, chars: int = MAX_NAME_CHARS) -> str:
 
 
 def cut_names(names) -> tuple[list[str], list[int]]:
-    """(the names each cut to MAX_NAME_CHARS, the indices of those cut). Two long names that begin alike stay two
+    """(the names each cut to MAX_NAME_CHARS and shown (``shown_name``), the indices of those cut). Two long names that begin alike stay two
     names: a cut that would repeat another name ends in ``…2``, ``…3``, ... instead."""
-    names = list(names)
+    names = [shown_name(n) for n in names]
     long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
     if not long:
         return names, long
