@@ -280,3 +280,24 @@ def test_shown_and_cut_names_from_a_trace_reader():
 
     assert shown_name(" \t") == "\\x20\\x09" and shown_name("a b") == "a b" and shown_name("") == ""
     assert cut_names(["  ", "x"]) == (["\\x20\\x20", "x"], [])
+
+
+def test_a_merged_traces_gpu_names_are_bounded(tmp_path):
+    import json
+    import re
+    import shutil
+
+    from conftest import SAMPLES
+
+    bufs = []
+    for g in (0, 1):
+        b = tmp_path / f"multigpu_gpu{g}.bin"
+        shutil.copy(SAMPLES / b.name, b)
+        meta = json.loads((SAMPLES / f"multigpu_gpu{g}.json").read_text())
+        meta["device"]["name"] = "D" * 4000  # a sidecar's text may have 4,096 characters; a name 256
+        b.with_suffix(".json").write_text(json.dumps(meta))
+        bufs.append(b)
+    rc, out, err = run_ktrace("merge", *bufs, "-o", tmp_path / "m.perfetto-trace")
+    assert rc == 0, err
+    labels = re.findall(r"GPU \d \((D+)\u2026\)", out)
+    assert len(labels) == 2 and all(len(x) == 127 for x in labels), out
