@@ -21,7 +21,7 @@ def _refused(rc, err, *needles):
     (["--speedup", "compute=1e-308"], "from 0.001 to 1000"),
     (["--speedup", "compute=1e300"], "from 0.001 to 1000"),
     (["--speedup", "compute=nan"], "give PHASE=FACTOR"),
-    (["--barrier-cost", "1e300"], "from 0 to 1e+12"),
+    (["--barrier-cost", "1e300"], "0 or more, at most 1e+12"),
     (["--straggler-to-median", "compute", "--block", "-1"], "0 or more"),
     (["--straggler-to-median", "compute", "--block", "999"], "has 132 blocks, 0 to 131"),
 ])

@@ -63,7 +63,8 @@ def _ns(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a number of ns") from None
     if not 0 <= v <= MAX_BARRIER_NS:
-        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give a number of ns from 0 to {MAX_BARRIER_NS:.0e}")
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give a finite number of ns, 0 or more, at most "
+                                         f"{MAX_BARRIER_NS:.0e}")
     return v
 
 
@@ -96,8 +97,9 @@ def _speedup(text: str) -> tuple[str, float]:
     if not sep or not phase or f != f:
         raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR, e.g. compute=1.5")
     if not MIN_SPEEDUP <= f <= MAX_SPEEDUP:
-        raise argparse.ArgumentTypeError(f"{_quoted(text)}: the factor must be from {MIN_SPEEDUP:g} to "
-                                         f"{MAX_SPEEDUP:g} (1.5: half as fast again, 0.5: twice as slow)")
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR with a factor above 0, from "
+                                         f"{MIN_SPEEDUP:g} to {MAX_SPEEDUP:g} (1.5: half as fast again, 0.5: twice "
+                                         "as slow)")
     return phase, f
 
 
