@@ -43,7 +43,8 @@ def register(sub) -> None:
                    help="a phase run by a few lanes while the others idle, spread over all the lanes of its warp "
                    "groups (each slice lasts its share)")
     w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
-                   help="the phase's slices FACTOR times as fast (0.5: twice as slow); repeatable")
+                   help="the phase's slices FACTOR times as fast (0.5: twice as slow), FACTOR from 0.001 to 1000; "
+                   "repeatable")
     format_options(w, "the prediction")
     decode_options(w)
 
