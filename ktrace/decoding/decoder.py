@@ -172,12 +172,16 @@ class BufferDecoder:
             ln = lanes[(lanes >= lo) & (lanes < hi)]
             if len(ln) == 0:
                 continue
-            w = self.reader.block(lo, hi)[ln - lo, row0:]
+            w = self.reader.block(lo, hi)[:, row0:]  # a view where it can be: no copy of the empty slots
             rows, cols = np.nonzero(w)  # row-major: each lane's slots in order
-            ok = _valid(self.layout, w[rows, cols], ln[rows], ng, self._known_events)
-            rows, cols = rows[ok], cols[ok]
+            wanted = np.zeros(hi - lo, bool)
+            wanted[ln - lo] = True
+            rows, cols = rows[wanted[rows]], cols[wanted[rows]]
+            words = w[rows, cols]
+            ok = _valid(self.layout, words, rows + lo, ng, self._known_events)
+            rows, words = rows[ok], words[ok]
             hit, first = np.unique(rows, return_index=True)
-            out.append(np.stack([ln[hit], record_ts_lo(w[hit, cols[first]])]))
+            out.append(np.stack([hit + lo, record_ts_lo(words[first])]))
         return np.concatenate(out, axis=1)
 
     @property
