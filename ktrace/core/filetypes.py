@@ -81,10 +81,12 @@ def json_keys(path, wanted=_IKET_KEYS, enough: int = 2, limit: int = SNIFF_LIMIT
                 piece = f.read(min(SNIFF_PIECE, limit - read))
                 if not piece:
                     break
+                read += len(piece)
+                if first and not piece.strip():
+                    continue  # whitespace before the document
                 if first and piece.lstrip()[:1] not in (b"{", b"["):
                     break  # not JSON: no key of any kind
                 first = False
-                read += len(piece)
                 text = tail + piece
                 for key in list(want - found):
                     at = text.find(b'"' + key + b'"')
