@@ -301,3 +301,21 @@ def test_a_merged_traces_gpu_names_are_bounded(tmp_path):
     assert rc == 0, err
     labels = re.findall(r"GPU \d \((D+)\u2026\)", out)
     assert len(labels) == 2 and all(len(x) == 127 for x in labels), out
+
+
+@pytest.mark.slow
+def test_a_200m_character_iket_name_and_a_16m_character_proton_kernel_cost_under_1_gb(tmp_path):
+    import json
+
+    from conftest import run_ktrace_peak_mb
+
+    iket = _iket_with_long_name(tmp_path, 200_000_000)  # 200 MB, under IKET's 256 MiB limit
+    proton = _proton_with_long_names(tmp_path, kernel="K" * 16_000_000)
+    for src in (iket, proton):
+        out = tmp_path / "a.json"
+        rc, err, mb = run_ktrace_peak_mb("analyze", src, f"--json={out}")
+        assert rc == 0, err
+        assert mb < 1000 and out.stat().st_size < 200_000, (src.name, mb, out.stat().st_size)
+        assert json.loads(out.read_text())["launch"]["note_names_cut"] == 1
+        rc, err, mb = run_ktrace_peak_mb("inspect", src)
+        assert rc == 0 and mb < 1000, (src.name, mb, err)
