@@ -84,7 +84,7 @@ def _block(text: str) -> int:
 def _quoted(text: str) -> str:
     from ..core.terminal import excerpt
 
-    return repr(excerpt(text, 40))
+    return f"'{excerpt(text, 40)}'"
 
 
 def _speedup(text: str) -> tuple[str, float]:

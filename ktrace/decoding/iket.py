@@ -241,7 +241,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     backwards = r_end < r_begin
     if backwards.any():
         notes["iket_backwards"] = int(backwards.sum())
-        examples["iket_backwards"] = [f"{excerpt(strings[int(r_name[i])], 32)!r} ends {int(r_begin[i] - r_end[i])} ns "
+        examples["iket_backwards"] = [f"'{excerpt(strings[int(r_name[i])], 32)}' ends {int(r_begin[i] - r_end[i])} ns "
                                       "before it starts" for i in np.flatnonzero(backwards)[:3]]
     crossed = (r_last != r_loc) & ~backwards
     if crossed.any():

@@ -31,6 +31,7 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.filetypes import is_proton
 from ..core.model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
+from ..core.terminal import excerpt
 from .options import PROTON_OPTIONS
 from .proton_events import LANES_FREE, LANES_PER_EVENT, read_events
 
@@ -100,7 +101,8 @@ def _clock(path, meta: dict, side, given, device) -> tuple[float, str]:
     mhz = meta.get("sm_clock_mhz")
     if mhz is not None:
         if not isinstance(mhz, (int, float)) or isinstance(mhz, bool) or not 1.0 <= mhz <= 100_000.0:
-            raise InputError(f"{side}: sm_clock_mhz {mhz!r} is no SM clock in MHz; fix it, or give --sm-clock MHZ")
+            raise InputError(f"{side}: sm_clock_mhz {excerpt(repr(mhz))} is no SM clock in MHz; fix it, or give "
+                             "--sm-clock MHZ")
         return float(mhz), f"the sidecar ({Path(side).name})"
     mhz = _calibrated_mhz(device)
     if mhz:
