@@ -319,3 +319,22 @@ def test_a_200m_character_iket_name_and_a_16m_character_proton_kernel_cost_under
         assert json.loads(out.read_text())["launch"]["note_names_cut"] == 1
         rc, err, mb = run_ktrace_peak_mb("inspect", src)
         assert rc == 0 and mb < 1000, (src.name, mb, err)
+
+
+def test_a_long_phase_name_in_a_trace_ktrace_did_not_bound_is_cut_by_the_sql_package(tmp_path):
+    import json
+    from dataclasses import replace
+
+    from ktrace.decoding import decode
+    from ktrace.export.writer import write_trace
+
+    d = decode(sample("imbalance"))  # a trace another writer made, with a phase name of a million characters
+    d = replace(d, launch=replace(d.launch, event_names=("L" * 1_000_000, "compute", "reduce")))
+    trace = tmp_path / "foreign.perfetto-trace"
+    write_trace(d, trace)
+    out = tmp_path / "a.json"
+    rc, text, err = run_ktrace("analyze", trace, f"--json={out}")
+    assert rc == 0, err
+    phases = [p["phase"] for p in json.loads(out.read_text())["phases"]]
+    assert sorted(phases) == sorted(["L" * 256, "compute", "reduce"])
+    assert out.stat().st_size < 1_000_000  # the name is not carried on every row
