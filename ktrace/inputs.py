@@ -22,7 +22,8 @@ from .decoding.options import decode_options
 from .decoding.clocks import given_offsets
 from .decoding.align import Alignment, Shifted, align, open_decoders
 from .core.errors import InputError
-from .core.filetypes import BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_iket_pftrace, is_trace, refuse_special_input
+from .core.filetypes import (BUFFER_SUFFIXES, TRACE_SUFFIXES, buffer_stem, is_iket_pftrace, is_trace, json_found,
+                              refuse_special_input)
 from .core.model import Decoded, Summary
 from .core.outputs import temporary_folder
 from .core.progress import stage
@@ -135,6 +136,10 @@ def open_input(source, *, need: str = "session", engine: str = "auto", progress=
                              "same ranges with each warp's SM, TPC and GPC; give the iket_pid_<pid>.trace.json "
                              "run-iket wrote beside it (run-iket ... profile --postprocess all, or run-iket "
                              "postprocess --postprocess json on the capture folder)")
+        if isinstance(source, (str, os.PathLike)) and str(source).lower().endswith((".json", ".json.gz")):
+            found = json_found(source)  # a JSON file is no Perfetto trace: say what it is instead
+            if found:
+                raise InputError(f"{source}: {found[0]}, not a Perfetto trace nor a capture ktrace reads; {found[1]}")
         inp.trace = Path(source)
     with ExitStack() as stack:
         if need != "decoder" and inp.trace is None:

@@ -26,6 +26,9 @@ def whatif(source, change=None, **decode_options):
     with open_input(source, need="decoder", **decode_options) as inp:
         d = inp.decoded if inp.decoded is not None else inp.decoder.decode()
         name = inp.name
+    block = getattr(change, "block", None)
+    if block is not None and not 0 <= block < d.launch.num_blocks:
+        raise InputError(f"--block {block}: {name} has {d.launch.num_blocks:,} blocks, 0 to {d.launch.num_blocks - 1:,}")
     if not len(d.slices):
         raise InputError(f"{name}: no phase slices to replay (ktrace inspect {name} says what the buffer holds)")
     fig = numpy_figures(d)

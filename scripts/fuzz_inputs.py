@@ -1,7 +1,7 @@
 """Fuzz what users and other programs hand ktrace: sidecars, rules files, clocks files, traces and command-line
 values (as fuzz_decode.py does buffers).
 
-    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli,proton,gzbuf,fifo,iket]
+    python scripts/fuzz_inputs.py --cases 2000 [--seed 1] [--kinds sidecar,rules,clocks,trace,cli,proton,gzbuf,fifo,iket,sparse]
                                   [--seconds 60] [--json summary.json]
 
 Each case damages one input and runs what reads it:
@@ -18,16 +18,25 @@ Each case damages one input and runs what reads it:
   flipped, several members, a bomb of spaces); then read, and every 8th case analyzed by the command line into
   a strict UTF-8 stream (a surrogate that reaches the terminal raises there).
 - gzbuf: a ``.bin.gz`` buffer cut, flipped, with a header claiming up to 2^64 lanes, trailing garbage or zeros,
-  several members, inflating to a length that is no whole record, or (rarely) a bomb of 1 GiB; then inspected.
+  several members, inflating to a length that is no whole record, one lane of empty slots up to the 512 MiB
+  limit, or (rarely) a bomb of 1 GiB; then inspected, the process's memory held under 1 GB.
+- sparse: a ``.bin`` of holes whose header claims up to 2^28 lanes (1 to 2^28 blocks or groups) over a file of up
+  to 256 MiB, with a few records or none; then inspected, the process's memory held under 1 GB.
 - fifo: a FIFO (no writer), /dev/zero or a folder named as a Proton trace or a .bin.gz, given to analyze or
   inspect under a 20 s alarm: a hang is a crash.
 - iket: a small NVIDIA IKET JSON trace with one thing made hostile: an id past its table or any GPU's (ctaId,
   warpId, smId, a name or location index), a stamp of 2^64, -1, 1e30, a string or NaN, a range ending before it
   starts or 1e13 ns later, a grid of 2^31 x 2^31, a lone surrogate or a control character in a name, missing or
-  mistyped tables, several launches; deeply nested, cut, not UTF-8, or gzipped (cut, flipped, a bomb); then read,
-  and every 8th case analyzed by the command line into a strict UTF-8 stream.
+  mistyped tables, several launches; deeply nested, cut, not UTF-8, or gzipped (cut, flipped, a bomb); written
+  with other spacing (json.dump's indent), its keys in another order or a first range of 20,000 events before the
+  rest (then it must still be known as IKET by its content); then read, and every 8th case analyzed by the command
+  line into a strict UTF-8 stream.
 - cli: ``ktrace`` run in this process with hostile option values (thresholds, offsets, names, counts, ports,
-  paths with NULs, outputs onto the inputs); stdout and stderr discarded.
+  paths with NULs, outputs onto the inputs, what-if factors of 1e-308 and blocks of -1 or 999); stdout and stderr
+  discarded.
+
+Every name a Proton or IKET trace gives (names of up to 4M characters, of spaces alone, with bidi controls) must
+come out of the reader at most 256 characters long (docs/security.md): a longer one is a crash.
 
 The only exceptions allowed are ktrace's own (KtraceError, with a message) and argparse's usage exit (2);
 anything else is a crash, printed with its input. The summary counts cases, outcomes and exit codes per kind,
@@ -61,7 +70,8 @@ from ktrace.api import inspect  # noqa: E402
 from ktrace.analysis.gates.rules import rule_book  # noqa: E402
 from ktrace.core.errors import KtraceError  # noqa: E402
 
-KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo", "iket")
+KINDS = ("sidecar", "rules", "clocks", "trace", "cli", "proton", "gzbuf", "fifo", "iket", "sparse")
+MAX_RSS_MB = 1000  # what one case may cost the process at most
 SAMPLES = sorted((REPO / "samples").glob("*.bin"))
 SMALL = REPO / "samples" / "warpgroups_ktrace.bin"
 VALUES = [None, True, -1, 0, 1, 1e9, 2**31, 2**63, 2**64 - 1, 2**64 + 5, -(2**64), 1e30, -1e30, 1.5, "x", "",
@@ -89,6 +99,9 @@ THRESHOLDS = ["imbalance=1.2", "tick_ns=32", "imbalance=1e400", "imbalance=nan",
 NAMES = ["load,mma", "a,b,c", "\ud800,mma", "\x00,mma", "a," * 5000, "x" * 300, "load,load", ",", "<img>,\n##", "@/nonexistent",
          "@/dev/null", "@/etc"]
 COUNTS = ["264", "2", "-1", "0", "1", "99999999999999999999", "1e9", "nan", "2147483648", "\ud800"]
+SPEEDUPS = ["1e-300", "1e-308", "5e-324", "1e308", "inf", "nan", "0", "-1", "0.001", "1000", "1001", "2", "x", ""]
+LONG_NAMES = ["x" * 300, "y" * 200_000, "   ", "\t", "\u2066a\u2069\u202e", "\u200b"]
+HUGE_NAMES = ["z" * 4_000_000]  # given to one name only (a kernel's name is on every event)
 
 
 def _set(meta: dict, key: str, value) -> None:
@@ -228,7 +241,8 @@ def cli_case(rng: random.Random, tmp: Path) -> list[str]:
         lambda: ["--trace", rng.choice([str(buf), str(side), str(tmp), "a\x00b.perfetto-trace"])],
         lambda: ["--json"], lambda: ["--markdown"], lambda: ["--all"],
     ]
-    command = rng.choice(["analyze", "analyze", "inspect", "convert", "check", "merge", "query", "view", "nosuch"])
+    command = rng.choice(["analyze", "analyze", "inspect", "convert", "check", "merge", "query", "view", "whatif",
+                          "nosuch"])
     source = rng.choice([str(buf)] * 5 + ["/nonexistent.bin", str(tmp), "a\x00b.bin", str(side)])
     args = [command, source]
     if command == "analyze":
@@ -249,6 +263,9 @@ def cli_case(rng: random.Random, tmp: Path) -> list[str]:
     elif command == "query":
         args += [rng.choice(["select", "\ud800", "x" * 10_000, ""]), "--timeout", rng.choice(["0", "-1", "nan",
                                                                                             "1e400", "5"])]
+    elif command == "whatif":
+        args += rng.choice([["--speedup", "mma=" + rng.choice(SPEEDUPS)], ["--barrier-cost", rng.choice(SPEEDUPS)],
+                            ["--no-late-start", "--block", rng.choice(COUNTS + ["999", "-1"])]])
     elif command == "view":
         args += ["--port", rng.choice(["-1", "70000", "x", "99999999999999999999"]), "--no-browser"]
     return args
@@ -261,12 +278,13 @@ def _pev(cta=0, warp=0, name="a", ts=0.0, dur=0.1, core=None):
 
 PROTON_PIDS = ["k Core2 CTA4000000000", "k Core2 CTA2000000000", "k Core2 CTA" + "9" * 20, "k Core" + "9" * 20 + " CTA1",
                "k Core2 CTA" + "9" * 5000, "k Core-1 CTA1", "k Core1 CTA1 x", "\ud800 Core1 CTA1", "j Core1 CTA1",
-               "k\x1b[2J Core1 CTA1", "k Core70000 CTA1", " Core1 CTA1", "k Core1 CTA", 5, None, ["k Core1 CTA1"]]
+               "k\x1b[2J Core1 CTA1", "k Core70000 CTA1", " Core1 CTA1", "k Core1 CTA", 5, None, ["k Core1 CTA1"],
+               "K" * 1_000_000 + " Core1 CTA1", "K" * 4_000_000 + " Core0 CTA0", "   Core0 CTA0"]
 PROTON_TIDS = ["warp 2000000000 (line 0)", "warp " + "9" * 20 + " (line 0)", "warp " + "9" * 5000 + " (line 0)",
                "warp 1 (line " + "9" * 30 + ")", "warp -1 (line 0)", "warp 1023 (line 0)", "warp 1024 (line 0)",
                "warp\ud800", 7, None]
 PROTON_NAMES = ["\ud800", "a\udfff", "\x00", "\x1b[2J\x1b]0;t\x07", "[bold]x[/bold]", "x" * 100_000, "\u202eexe", "", 5,
-                None, ["a"], "a\nb\u2028c", "<img src=x>"]
+                None, ["a"], "a\nb\u2028c", "<img src=x>"] + LONG_NAMES + HUGE_NAMES
 PROTON_TIMES = [1e16, -1.0, -1e16, 1e300, 2**64, 2**63, 86_400e6, 86_401e6, 1e-300, "x", None, [], True, "1e3"]
 PROTON_RAW = ["NaN", "Infinity", "-Infinity", "1e999", "-0", "1" * 5000, "18446744073709551621"]
 
@@ -278,6 +296,30 @@ def _bomb_gz(body: bytes, mib: int, fill: bytes = b" ") -> bytes:
     out += [c.compress(chunk) for _ in range(mib)]
     out += [c.compress(body[len(body) // 2:]), c.flush()]
     return b"".join(out)
+
+
+def _one_lane_gz(mib: int, extra: int = 0) -> bytes:
+    """A .bin.gz of one lane (1 block x 1 group) whose slots are all empty, inflating to ``mib`` MiB and ``extra``
+    bytes (the 512 MiB limit exactly, with 0): 521,847 bytes of gzip at the limit."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    out = [c.compress((1 | 1 << 32).to_bytes(8, "little") + zeros[8:])]
+    out += [c.compress(zeros) for _ in range(mib - 1)] + [c.compress(bytes(extra)), c.flush()]
+    return b"".join(out)
+
+
+def sparse_case(rng: random.Random, path: Path) -> None:
+    """A .bin of holes whose header claims up to 2^28 lanes over a file of up to 256 MiB, with a few records."""
+    lanes = rng.choice([1 << 20, 1 << 22, (1 << 22) + 1, 1 << 25, (1 << 28) - 1])
+    nb = rng.choice([1, lanes, 1 << 10])
+    ng = max(1, lanes // nb)
+    slots = min(rng.choice([nb * ng, nb * ng - 1, nb * ng * 2, 1 << 20]), 1 << 25)
+    with open(path, "wb") as f:
+        f.write((nb | ng << 32).to_bytes(8, "little"))
+        for _ in range(rng.choice([0, 0, 1, 100])):  # a few records at random slots
+            f.seek(8 + 8 * rng.randrange(slots))
+            f.write(rng.getrandbits(64).to_bytes(8, "little"))
+        f.truncate(8 + 8 * slots)
 
 
 def _mangled_gz(rng: random.Random, body: bytes, how: str) -> bytes:
@@ -328,6 +370,10 @@ def proton_case(rng: random.Random) -> tuple[str, bytes]:
                                                               {"ph": "X"}]))
     elif how < 0.82:
         events = events * rng.choice([1, 100, 2000])  # the same scopes many times: many instances per lane
+    elif how < 0.88:  # one kernel of a long name, or of spaces alone, on every event
+        kernel = rng.choice(LONG_NAMES)
+        for ev in events:
+            ev["pid"] = kernel + ev["pid"][1:]
     doc = rng.choice([{"displayTimeUnit": "ns", "traceEvents": events}] * 8 + [events, {"traceEvents": 5}, {}, []])
     body = json.dumps(doc).encode("utf-8", "surrogatepass")
     if marker:
@@ -357,7 +403,7 @@ def proton_case(rng: random.Random) -> tuple[str, bytes]:
 def read_proton_case(path: Path, rng: random.Random, cli: bool) -> None:
     from ktrace.decoding.proton import read_proton
 
-    read_proton(path, sidecar=False, lanes=rng.choice(["warp", "warpgroup"]))
+    _bounded_names(read_proton(path, sidecar=False, lanes=rng.choice(["warp", "warpgroup"])))
     if cli:  # the whole report, into a stream that refuses what a UTF-8 terminal would
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -371,7 +417,7 @@ def read_proton_case(path: Path, rng: random.Random, cli: bool) -> None:
 
 
 IKET_IDS = [-1, 2 ** 31, 2 ** 63, 2 ** 64 + 5, 10 ** 30, 1e30, float("nan"), "1", None, [1], True]
-IKET_NAMES = ["\ud800", "a\x00b", "\x1b[2J", "\u202eevil", "x" * 100_000, "", 5, None]
+IKET_NAMES = ["\ud800", "a\x00b", "\x1b[2J", "\u202eevil", "x" * 100_000, "", 5, None] + LONG_NAMES + HUGE_NAMES
 
 
 def iket_case(rng: random.Random) -> tuple[str, bytes]:
@@ -418,8 +464,12 @@ def iket_case(rng: random.Random) -> tuple[str, bytes]:
         doc["launches"] = [run] * rng.choice([2, 50])
     elif how < 0.9:
         run["ranges"] = ranges * rng.choice([100, 2000])
-    body = json.dumps(doc).encode("utf-8", "surrogatepass")
-    how = rng.random()
+    spaced = how >= 0.9 and rng.random() < 0.5  # an undamaged trace in another spelling: still IKET's
+    if spaced:
+        body = _respelled(rng, doc)
+    else:
+        body = json.dumps(doc).encode("utf-8", "surrogatepass")
+    how = rng.random() if not spaced else 1.0
     if how < 0.05:
         depth = rng.choice([1000, 100_000])
         body = b'{"locationTable": [], "launches": ' + b"[" * depth + b"]" * depth + b"}"
@@ -428,19 +478,49 @@ def iket_case(rng: random.Random) -> tuple[str, bytes]:
         body = body[:at] + bytes([rng.choice([0xFF, 0xC0, 0x80, 0x00])]) + body[at + 1:]
     elif how < 0.15:
         body = body[:rng.randrange(len(body))]
-    how = _pick(rng.random(), [(0.7, "plain"), (0.8, "whole"), (0.88, "flip"), (0.94, "cut"), (0.97, "members")],
-                "bomb")
+    how = _pick(rng.random() if not spaced else 0.0, [(0.7, "plain"), (0.8, "whole"), (0.88, "flip"), (0.94, "cut"),
+                                                      (0.97, "members")], "bomb")
     if how == "plain":
-        return "t.trace.json", body
+        return "t.trace.json", body, spaced
     if how == "bomb":
-        return "t.trace.json.gz", _bomb_gz(body, rng.choice([8, 64]), b" ")
-    return "t.trace.json.gz", _mangled_gz(rng, body, how)
+        return "t.trace.json.gz", _bomb_gz(body, rng.choice([8, 64]), b" "), False
+    return "t.trace.json.gz", _mangled_gz(rng, body, how), False
 
 
-def read_iket_case(path: Path, cli: bool) -> None:
-    from ktrace.api import inspect as inspect_capture
+def _respelled(rng: random.Random, doc: dict) -> bytes:
+    """An IKET trace written as another program would: json.dump's indent, its keys sorted or reversed, or a
+    first range of 20,000 internal events written before everything else (its keys past the first 64 KiB)."""
+    def reverse(o):
+        if isinstance(o, dict):
+            return {k: reverse(o[k]) for k in reversed(list(o))}
+        return [reverse(x) for x in o] if isinstance(o, list) else o
 
-    inspect_capture(path, sidecar=False)
+    how = rng.choice(["indent", "sorted", "reversed", "long_first_range"])
+    if how == "reversed":
+        doc = reverse(doc)
+    elif how == "long_first_range":
+        run = doc["launches"][0]
+        first = dict(run["ranges"][0], internalEvents=[{"eventId": 1, "timestamp": run["ranges"][0]["startTs"]}] * 20_000)
+        doc["launches"][0] = {"ranges": [first] + run["ranges"][1:], **{k: v for k, v in run.items() if k != "ranges"}}
+    return json.dumps(doc, indent=rng.choice([None, 1, 4]), sort_keys=how == "sorted").encode("utf-8", "surrogatepass")
+
+
+def _bounded_names(d) -> None:
+    """RuntimeError unless every name a trace reader gave is within the bound (docs/security.md)."""
+    from ktrace.core.names import MAX_NAME_CHARS
+
+    long = [n for n in (*d.launch.event_names, *d.launch.group_names, d.launch.kernel) if len(n) > MAX_NAME_CHARS]
+    if long:
+        raise RuntimeError(f"a name of {len(long[0]):,} characters passed the {MAX_NAME_CHARS}-character bound")
+
+
+def read_iket_case(path: Path, cli: bool, spaced: bool = False) -> None:
+    from ktrace.core.filetypes import is_iket
+    from ktrace.decoding import open_source
+
+    if spaced and not is_iket(path):
+        raise RuntimeError("an IKET trace in another spelling is not known as IKET")
+    _bounded_names(open_source(path, sidecar=False))
     if cli:  # the whole report, into a stream that refuses what a UTF-8 terminal would
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -470,6 +550,8 @@ def gzbuf_case(rng: random.Random, raw: bytes) -> bytes:
     how = _pick(x, [(0.4, "whole"), (0.55, "cut"), (0.7, "flip"), (0.85, "members")], "bomb")
     if how != "bomb":
         return _mangled_gz(rng, body, how)
+    if x < 0.89:  # one lane, then nothing but empty slots up to (or just past, rarely) the 512 MiB limit
+        return _one_lane_gz(rng.choice([16, 64, 64, 512]), rng.choice([0, 0, 8]))
     if x < 0.97:  # zeros after the header: a claimed capacity far past the records
         return _bomb_gz(body[:8], rng.choice([1, 16, 64]), b"\0")
     return _bomb_gz(body[:8], 1024, b"\0")  # 1 GiB of zeros in 1 MB: stops at the limit
@@ -528,7 +610,7 @@ def main() -> int:
         ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     rng = random.Random(a.seed)
     counts = {k: Counter() for k in kinds}
-    crashes = 0
+    crashes, over = 0, False
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ktrace-fuzz-") as tmpdir:
         tmp = Path(tmpdir)
@@ -575,11 +657,21 @@ def main() -> int:
                     finally:
                         p.unlink()
                 elif kind == "iket":
-                    name, body = iket_case(rng)
+                    name, body, spaced = iket_case(rng)
                     p = tmp / name
                     p.write_bytes(body)
                     try:
-                        read_iket_case(p, c["cases"] % 8 == 0)
+                        read_iket_case(p, c["cases"] % 8 == 0, spaced)
+                    finally:
+                        p.unlink()
+                elif kind == "sparse":
+                    from ktrace.api import inspect as inspect_buffer
+
+                    p = tmp / "s.bin"
+                    sparse_case(rng, p)
+                    body = f"{p.stat().st_size:,} bytes, header {p.read_bytes()[:8].hex()}"
+                    try:
+                        inspect_buffer(p, sidecar=False)
                     finally:
                         p.unlink()
                 elif kind == "gzbuf":
@@ -618,6 +710,14 @@ def main() -> int:
                 c["crashes"] += 1
                 shown = body[:200] if isinstance(body, (bytes, str)) else [str(x)[:80] for x in body or ()]
                 print(f"CRASH case {i} ({kind}): {shown!r}\n{traceback.format_exc()}", file=sys.stderr)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            if peak > MAX_RSS_MB and not over:  # the first case that took the process past the bound
+                over = True
+                crashes += 1
+                c["crashes"] += 1
+                shown = body[:200] if isinstance(body, (bytes, str)) else [str(x)[:80] for x in body or ()]
+                print(f"CRASH case {i} ({kind}): the process reached {peak:,} MB (bound {MAX_RSS_MB:,}): "
+                      f"{shown!r}", file=sys.stderr)
     summary = {k: dict(sorted(v.items())) for k, v in counts.items()}
     summary["crashes"] = crashes
     summary["seconds"] = round(time.perf_counter() - t0, 1)

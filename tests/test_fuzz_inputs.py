@@ -26,7 +26,7 @@ def test_the_input_fuzz_finds_no_crash_on_a_fixed_seed():
 @pytest.mark.slow
 def test_hostile_proton_traces_gzip_buffers_and_fifos_end_in_a_report_or_exit_2():
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_inputs.py"), "--cases", "300", "--seed", "5",
-                        "--kinds", "proton,gzbuf,fifo", "--seconds", "60"], capture_output=True, text=True,
+                        "--kinds", "proton,gzbuf,fifo", "--seconds", "150"], capture_output=True, text=True,
                        timeout=600)
     summary = json.loads(p.stdout.splitlines()[-1])
     assert p.returncode == 0 and summary["crashes"] == 0, p.stderr[-4000:]
@@ -47,3 +47,14 @@ def test_hostile_iket_traces_end_in_a_report_or_exit_2():
     assert p.returncode == 0 and summary["crashes"] == 0, p.stderr[-4000:]
     assert summary["iket"]["cases"] >= 50 and summary["iket"]["ok"] > 0 and summary["iket"]["refused"] > 0, summary
     assert summary["peak_rss_mb"] < 1024
+
+
+@pytest.mark.slow
+def test_sparse_claims_one_lane_gzips_and_long_names_end_in_a_report_or_exit_2_in_bounded_memory():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_inputs.py"), "--cases", "40", "--seed", "11",
+                        "--kinds", "sparse,iket,proton", "--seconds", "60"], capture_output=True, text=True,
+                       timeout=600)
+    summary = json.loads(p.stdout.splitlines()[-1])
+    assert p.returncode == 0 and summary["crashes"] == 0, p.stderr[-4000:]
+    assert summary["sparse"]["cases"] >= 5 and summary["sparse"].get("refused", 0) > 0, summary
+    assert summary["peak_rss_mb"] < 1000  # every case, the fuzzer's own bound too

@@ -144,7 +144,7 @@ class Analysis:
         """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
         from .model.data_quality import data_quality
 
-        return data_quality(self.figures.launch)
+        return data_quality(self.figures.launch, float(self.figures.kernel.wall_ns or 0))
 
     @property
     def roofline(self):

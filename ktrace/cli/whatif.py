@@ -35,16 +35,25 @@ def register(sub) -> None:
     w.add_argument("--no-late-start", action="store_true",
                    help="lanes whose first slice began after their group's median first begin begin at the median "
                    "(with --block: that block only)")
-    w.add_argument("--block", type=int, metavar="N", help="limit --straggler-to-median and --no-late-start to block N")
+    w.add_argument("--block", type=_block, metavar="N",
+                   help="limit --straggler-to-median and --no-late-start to block N (0 to the blocks' count - 1)")
     w.add_argument("--barrier-cost", type=_ns, metavar="NS",
                    help="every grid or cluster barrier's release (last arrival to each lane's next begin) at most NS")
     w.add_argument("--spread", metavar="PHASE", action="append", default=[],
                    help="a phase run by a few lanes while the others idle, spread over all the lanes of its warp "
                    "groups (each slice lasts its share)")
     w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
-                   help="the phase's slices FACTOR times as fast (0.5: twice as slow); repeatable")
+                   help="the phase's slices FACTOR times as fast (0.5: twice as slow), FACTOR from 0.001 to 1000; "
+                   "repeatable")
     format_options(w, "the prediction")
     decode_options(w)
+
+
+# The range of a --speedup factor: a phase 1000 times as fast, or as slow, is beyond any one change to a kernel,
+# and within it every predicted time stays a finite, whole number of ns (a factor of 1e-300 would make a wall of
+# 300 digits; 1e-308, one that is not a number at all).
+MIN_SPEEDUP, MAX_SPEEDUP = 1e-3, 1e3
+MAX_BARRIER_NS = 10**12  # a barrier's release of 1000 s: past any one kernel's wall, so as good as no cap
 
 
 def _ns(text: str) -> float:
@@ -53,10 +62,29 @@ def _ns(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ns") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of ns, 0 or more")
+        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a number of ns") from None
+    if not 0 <= v <= MAX_BARRIER_NS:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give a finite number of ns, 0 or more, at most "
+                                         f"{MAX_BARRIER_NS:.0e}")
     return v
+
+
+def _block(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a block's index (0, 1, 2, ...)") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: a block's index is 0 or more (blocks count from 0)")
+    return v
+
+
+def _quoted(text: str) -> str:
+    from ..core.terminal import excerpt
+
+    return f"'{excerpt(text, 40)}'"
 
 
 def _speedup(text: str) -> tuple[str, float]:
@@ -67,8 +95,12 @@ def _speedup(text: str) -> tuple[str, float]:
         f = float(factor)
     except ValueError:
         f = float("nan")
-    if not sep or not phase or not (0 < f < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r}: give PHASE=FACTOR with a factor above 0, e.g. compute=1.5")
+    if not sep or not phase or f != f:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR, e.g. compute=1.5")
+    if not MIN_SPEEDUP <= f <= MAX_SPEEDUP:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR with a factor above 0, from "
+                                         f"{MIN_SPEEDUP:g} to {MAX_SPEEDUP:g} (1.5: half as fast again, 0.5: twice "
+                                         "as slow)")
     return phase, f
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "is_iket", "is_iket_pftrace", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
+__all__ = ["TRACE_SUFFIXES", "BUFFER_SUFFIXES", "PROTON_SUFFIXES", "is_proton", "is_iket", "json_keys", "json_found", "is_iket_pftrace", "open_maybe_gzip", "is_trace", "is_gzip_buffer", "buffer_stem", "sibling",
            "special_kind", "refuse_special_input"]
 
 TRACE_SUFFIXES = (".perfetto-trace", ".pftrace")
@@ -47,19 +47,101 @@ def is_trace(path) -> bool:
         return False
 
 
-_IKET_SNIFF = re.compile(rb'"(gridDimX|warpLocIdxs|warpLifetimes|rangeNameIdx|locationTable)"')
+# IKET's own keys (no other format ktrace reads has them); two of them, anywhere in the document, make an IKET
+# trace: a trace written back by json.dump(indent=1), with its keys in another order, or with a first range of
+# a million warps holds them as surely as run-iket's own print, only further in.
+_IKET_KEYS = (b"locationTable", b"stringTable", b"graphLaunches", b"gridDimX", b"warpLocIdxs", b"warpLifetimes",
+              b"rangeNameIdx", b"markerNameIdx", b"ctaId")
+_KEY_RUN = re.compile(rb'"([A-Za-z]{1,24})"[ \t\r\n]*:')
+SNIFF_PIECE = 1 << 20
+SNIFF_LIMIT = 256 << 20  # bytes (inflated) looked through at most: the largest IKET trace ktrace reads
+_seen_keys: dict = {}
+
+
+def json_keys(path, wanted=_IKET_KEYS, enough: int = 2, limit: int = SNIFF_LIMIT) -> frozenset:
+    """Which of the ``wanted`` keys the JSON document at ``path`` (inflated when gzip-compressed) holds as keys
+    (a quoted name, any spacing, then a colon), looking a MiB at a time through at most ``limit`` bytes and
+    stopping once ``enough`` are found; empty for a file that cannot be read or does not start as JSON. The
+    answer is kept for the file as it is (its size, time and inode), so that each command scans it once."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return frozenset()
+    if not stat.S_ISREG(st.st_mode):
+        return frozenset()
+    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino, wanted, enough, limit)
+    if memo in _seen_keys:
+        return _seen_keys[memo]
+    want = set(wanted)
+    found: set = set()
+    try:
+        with open_maybe_gzip(path) as f:
+            tail, read, first = b"", 0, True
+            while read < limit and len(found) < enough:
+                piece = f.read(min(SNIFF_PIECE, limit - read))
+                if not piece:
+                    break
+                read += len(piece)
+                if first and not piece.strip():
+                    continue  # whitespace before the document
+                if first and piece.lstrip()[:1] not in (b"{", b"["):
+                    break  # not JSON: no key of any kind
+                first = False
+                text = tail + piece
+                for key in list(want - found):
+                    at = text.find(b'"' + key + b'"')
+                    while at >= 0:
+                        if _KEY_RUN.match(text, at):
+                            found.add(key)
+                            break
+                        at = text.find(b'"' + key + b'"', at + 1)
+                tail = text[-64:]
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        pass
+    if len(_seen_keys) > 64:
+        _seen_keys.clear()
+    _seen_keys[memo] = frozenset(found)
+    return _seen_keys[memo]
 
 
 def is_iket(path) -> bool:
     """True for NVIDIA IKET's JSON trace (``iket_pid_<pid>.trace.json``, or gzip-compressed): a ``.json`` or
-    ``.json.gz`` whose first 64 KiB hold two of IKET's own keys."""
+    ``.json.gz`` that holds two of IKET's own keys (``locationTable``, ``warpLocIdxs``, ...) anywhere, with any
+    spacing or order (``json_keys``)."""
     name = Path(str(path)).name.lower()
     if not name.endswith((".json", ".json.gz")) or not Path(str(path)).is_file():
         return False
+    return not is_proton(path) and len(json_keys(path)) >= 2
+
+
+def json_found(path) -> tuple[str, str] | None:
+    """(what, how to read it) for a file whose first bytes are JSON text (a ``{`` or ``[`` then printable
+    text), None for anything else: what a buffer reader says instead of decoding JSON as records."""
     head = _head(path)
-    if head is None:
-        return False
-    return len({m.group(1) for m in _IKET_SNIFF.finditer(head)}) >= 2
+    if head is None or head.lstrip()[:1] not in (b"{", b"[") or not _is_text(head[:4096]):
+        return None
+    if len(json_keys(path)) >= 2:
+        return ("NVIDIA IKET's JSON trace", "give it a .json name (e.g. NAME.trace.json): ktrace reads IKET's "
+                "trace by that name")
+    if b'"traceEvents"' in head:
+        return ("a Chrome JSON trace (Triton Proton's, or another tool's)", "give Proton's trace a .chrome_trace "
+                "name; open another tool's in the Perfetto UI as it is")
+    if re.search(rb'"schema"\s*:\s*"ktrace\.launch/', head) or (
+            re.search(rb'"kernel"\s*:', head) and re.search(rb'"(event_names|buffer|grid)"\s*:', head)):
+        return ("a ktrace metadata sidecar", "give the buffer it describes (NAME.bin beside NAME.json)")
+    keys = [k.decode() for k in re.findall(rb'"([A-Za-z_][A-Za-z0-9_]{0,31})"\s*:', head[:4096])[:3]]
+    return (f"a JSON document{' (keys ' + ', '.join(keys) + ', ...)' if keys else ''}",
+            "ktrace reads profiler buffers (.bin), IKET (.trace.json) and Proton (.chrome_trace) traces")
+
+
+def _is_text(b: bytes) -> bool:
+    try:
+        text = b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(b) - 4:  # a character cut at the end is still text
+            return False
+        text = b[:e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def is_iket_pftrace(path) -> bool:

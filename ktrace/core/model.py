@@ -57,6 +57,8 @@ LANE_NOTES = {
     "not drawn",
     "iket_payloads": "IKET markers carrying a payload (the payloads are in the JSON trace, not in ktrace's model)",
     "iket_backwards": "IKET ranges that end before they start: each kept as two 'backwards' anomalies",
+    "names_cut": "names (phases, instants, the kernel) longer than 256 characters, cut to 256 (their last "
+    "character '\u2026'): counted in names, not lanes; the trace read keeps the whole",
 }
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from .errors import InputError
 from .jsonfmt import int_or_none, no_constant
+from .names import MAX_NAME_CHARS
 
 __all__ = ["SCHEMA", "text_problem", "sidecar_path", "read_sidecar", "write_sidecar", "launch_fields", "read_names_file"]
 
 SCHEMA = "ktrace.launch/1"
 # Bounds on what a sidecar may say (a name is shown on every slice: one 10 MB name multiplies by the slices).
-MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 4096
 MAX_NAMES = 4096
 _INT64 = 2**63

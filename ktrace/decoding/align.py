@@ -17,6 +17,7 @@ from ..core.choices import ALIGN_MODES
 from ..core.errors import InputError
 from ..core.jsonfmt import int_or_none
 from ..core.model import Decoded
+from ..core.names import cut_name
 from ..core.sidecar import read_sidecar
 from ..core.records import frozen
 
@@ -275,7 +276,7 @@ def _unique_labels(facts: list[dict]) -> list[str]:
     labels = []
     for f in facts:
         who = f"GPU {f['index']}" if f["index"] is not None else f"buffer {f['position']}"
-        labels.append(f"{who} ({f['name']})" if f["name"] else who)
+        labels.append(f"{who} ({cut_name(f['name'], 128)})" if f["name"] else who)  # a name, bounded
     return [f"{lab} {Path(f['source']).name}" if labels.count(lab) > 1 else lab for lab, f in zip(labels, facts)]
 
 

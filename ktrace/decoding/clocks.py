@@ -27,6 +27,7 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..core.jsonfmt import no_constant
 from ..core.records import frozen
+from ..core.terminal import excerpt
 
 __all__ = ["GivenOffset", "parse_offsets", "read_clocks_file", "given_offsets", "MAX_OFFSET_NS"]
 
@@ -56,10 +57,10 @@ def parse_offsets(values) -> dict[str, GivenOffset]:
         except ValueError:
             off = None
         if off is not None and not -MAX_OFFSET_NS < off < MAX_OFFSET_NS:
-            raise InputError(f"--offset {v!r}: {off:,} ns is beyond any two clocks' difference (at most "
+            raise InputError(f"--offset '{excerpt(v)}': {off:,} ns is beyond any two clocks' difference (at most "
                              f"{MAX_OFFSET_NS:,} ns either way); give the offset in ns")
         if not sep or not key or off is None:
-            raise InputError(f"--offset {v!r}: write GPU=NS, the GPU's clock minus the reference's in integer ns "
+            raise InputError(f"--offset '{excerpt(v)}': write GPU=NS, the GPU's clock minus the reference's in integer ns "
                              "(e.g. --offset 1=16400)")
         if key in out:
             raise InputError(f"--offset: GPU {key} is given twice")
@@ -90,9 +91,10 @@ def read_clocks_file(path) -> dict[str, GivenOffset]:
     for key, ns in data["offsets_ns"].items():
         u = unc.get(key) if isinstance(unc, dict) else unc
         if not _is_int(ns) or (u is not None and not _is_int(u)):
-            raise InputError(f"{p}: offsets_ns[{key!r}] and uncertainty_ns must be integer ns (got {ns!r}, {u!r})")
+            raise InputError(f"{p}: offsets_ns['{excerpt(key)}'] and uncertainty_ns must be integer ns (got "
+                             f"{excerpt(repr(ns))}, {excerpt(repr(u))})")
         if not -MAX_OFFSET_NS < ns < MAX_OFFSET_NS or (u is not None and not 0 <= u < MAX_OFFSET_NS):
-            raise InputError(f"{p}: offsets_ns[{key!r}] is {ns:,} ns and its uncertainty {u!r}: an offset is at "
+            raise InputError(f"{p}: offsets_ns['{excerpt(key)}'] is {ns:,} ns and its uncertainty {u!r}: an offset is at "
                              f"most {MAX_OFFSET_NS:,} ns either way, an uncertainty 0 or more; fix the file")
         out[str(key)] = GivenOffset(int(ns), None if u is None else int(u), src)
     return out

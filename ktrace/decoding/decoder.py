@@ -59,6 +59,7 @@ class BufferDecoder:
         self.lanes = nb * ng
         self.body, self.overflow = self._split_trailer()
         self.reader = LaneReader(self.buf, self.body, self.lanes)
+        self._check_claim()
         self.rows, self.rem, self.capacity_per_lane = self.reader.rows, self.reader.rem, self.reader.capacity_per_lane
         scores = detect_layout(*self._sample(), ng)
         self.layout = get_layout(layout) if layout else LAYOUTS[choose(scores)]
@@ -68,6 +69,23 @@ class BufferDecoder:
 
             self.reader.copy_lane_major(Parallelism.build().threads("transpose"))
         self._time_reference()
+
+    # Lanes always allowed; past them, a lane needs records: every lane costs memory in the figures whether it
+    # holds records or not, so a header claiming 268M lanes over a sparse 2 GiB file (6.6 GB) is refused.
+    LANES_FREE = 1 << 22
+    LANES_PER_RECORD = 16
+
+    def _check_claim(self) -> None:
+        if self.lanes <= self.LANES_FREE:
+            return
+        present = self.reader.present()
+        if self.lanes > self.LANES_FREE + self.LANES_PER_RECORD * present:
+            L = self.launch
+            raise InputError(
+                f"{self.buf.name}: its header claims {L.num_blocks:,} blocks x {L.num_groups:,} groups = "
+                f"{self.lanes:,} lanes, but the buffer holds {present:,} records (at most {self.LANES_FREE:,} lanes "
+                f"+ {self.LANES_PER_RECORD} per record): a damaged header or a file of empty slots, not a "
+                "capture; pass --num-blocks and --num-groups if the header was never written")
 
     @property
     def _lane_major(self):
@@ -145,18 +163,25 @@ class BufferDecoder:
         return ts[np.argsort(lane, kind="stable")]
 
     def _scan_columns(self, lanes: np.ndarray, row0: int) -> np.ndarray:
-        """(lane, low timer bits) of the first valid record at or after row0, for the given lanes."""
+        """(lane, low timer bits) of the first valid record at or after row0, for the given lanes. Only the
+        non-empty slots are looked at: a lane of 64M slots that are nearly all empty (a one-lane .bin.gz that
+        inflates to 512 MiB) costs memory for its records, not for its slots."""
         ng = self.launch.num_groups
         out = [np.zeros((2, 0), np.int64)]
         for lo, hi in self.part_ranges(1 << 22):
             ln = lanes[(lanes >= lo) & (lanes < hi)]
             if len(ln) == 0:
                 continue
-            w = self.reader.block(lo, hi)[ln - lo, row0:]
-            ok = _valid(self.layout, w, np.broadcast_to(ln[:, None], w.shape), ng, self._known_events)
-            hit = ok.any(axis=1)
-            first = ok.argmax(axis=1)[hit]
-            out.append(np.stack([ln[hit], record_ts_lo(w[np.flatnonzero(hit), first])]))
+            w = self.reader.block(lo, hi)[:, row0:]  # a view where it can be: no copy of the empty slots
+            rows, cols = np.nonzero(w)  # row-major: each lane's slots in order
+            wanted = np.zeros(hi - lo, bool)
+            wanted[ln - lo] = True
+            rows, cols = rows[wanted[rows]], cols[wanted[rows]]
+            words = w[rows, cols]
+            ok = _valid(self.layout, words, rows + lo, ng, self._known_events)
+            rows, words = rows[ok], words[ok]
+            hit, first = np.unique(rows, return_index=True)
+            out.append(np.stack([hit + lo, record_ts_lo(words[first])]))
         return np.concatenate(out, axis=1)
 
     @property

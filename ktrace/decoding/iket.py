@@ -31,6 +31,8 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.filetypes import is_iket
 from ..core.model import ANOMALY_KINDS, Anomalies, Decoded, Instants, Launch, LayoutMatch
+from ..core.names import cut_names
+from ..core.terminal import excerpt
 from .inflate import open_regular, read_bounded
 from .launch import _work_value
 from .options import IKET_OPTIONS
@@ -147,7 +149,7 @@ def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, even
                          "'Empty or missing trace': the kernel must be JIT-compiled in the profiled process)")
     if launch is None:
         if len(runs) > 1:
-            names = ", ".join(f"{i}: {_clean(str(r.get('kernelName', '?')))[:40]}" for i, r in enumerate(runs[:4]))
+            names = ", ".join(f"{i}: {excerpt(_text(r.get('kernelName', '?')))}" for i, r in enumerate(runs[:4]))
             raise InputError(f"{path}: holds {len(runs)} launches ({names}{', ...' if len(runs) > 4 else ''}): "
                              "ktrace reads one; pick it with --launch N")
         launch = 0
@@ -164,6 +166,13 @@ def read_iket(path, *, lanes: str | None = None, launch=None, sidecar=None, even
 
 def _clean(s: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in s)
+
+
+def _text(v, chars: int = 4096) -> str:
+    """A value of the trace as text of at most ``chars`` characters (cut before it is looked at: a name of the
+    trace may have hundreds of millions)."""
+    return (v if isinstance(v, str) else str(v)[:chars] if isinstance(v, (int, float, bool)) or v is None
+            else f"<{type(v).__name__}>")[:chars]
 
 
 def _dims(path, run: dict, prefix: str) -> tuple[int, int, int]:
@@ -232,7 +241,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     backwards = r_end < r_begin
     if backwards.any():
         notes["iket_backwards"] = int(backwards.sum())
-        examples["iket_backwards"] = [f"{strings[int(r_name[i])][:32]!r} ends {int(r_begin[i] - r_end[i])} ns "
+        examples["iket_backwards"] = [f"'{excerpt(strings[int(r_name[i])], 32)}' ends {int(r_begin[i] - r_end[i])} ns "
                                       "before it starts" for i in np.flatnonzero(backwards)[:3]]
     crossed = (r_last != r_loc) & ~backwards
     if crossed.any():
@@ -246,13 +255,21 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     order = used[np.argsort(first, kind="stable")]
     remap = np.full(max(len(strings), 1), -1, np.int64)
     remap[order] = np.arange(len(order))
-    phase_names = [_clean(strings[int(i)]) for i in order]
+    # every name bounded before anything is sized from it (its clean copy, the trace's interned names)
+    raw_names = [strings[int(i)] for i in order] + [strings[int(i)] for i in np.unique(m_name)]
+    names, cut = cut_names(raw_names)
+    if cut:
+        notes["names_cut"] = len(cut)
+        examples["names_cut"] = [excerpt(raw_names[i], 32) for i in cut[:3]]
+    del raw_names
+    names = [_clean(n) for n in names]
+    phase_names = names[:len(order)]
     # instants after the phases: each warp's start and exit (its lifetime), then the markers' names
     start_event, exit_event = len(phase_names), len(phase_names) + 1
     m_used = np.unique(m_name)
     m_remap = np.full(max(len(strings), 1), -1, np.int64)
     m_remap[m_used] = np.arange(len(phase_names) + 2, len(phase_names) + 2 + len(m_used))
-    instant_names = [WARP_START, WARP_EXIT] + [_clean(strings[int(i)]) for i in m_used]
+    instant_names = [WARP_START, WARP_EXIT] + names[len(order):]
 
     s_loc = r_loc[keep]
     s_ev = remap[r_name[keep]]
@@ -281,7 +298,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     payloads = [r.get("payloadVal") for r in markers]
     if any(p is not None for p in payloads):
         notes["iket_payloads"] = sum(p is not None for p in payloads)
-        examples["iket_payloads"] = [f"{_clean(strings[int(m_name[i])])[:32]}={_clean(str(payloads[i]))[:24]}"
+        examples["iket_payloads"] = [f"{excerpt(strings[int(m_name[i])], 32)}={excerpt(_text(payloads[i], 64), 24)}"
                                      for i in range(len(payloads)) if payloads[i] is not None][:3]
     kept = np.bincount(slices.lane, minlength=ncta * ng) * 2 + np.bincount(instants.lane, minlength=ncta * ng)
     gpc_of_block = np.full(ncta, -1, np.int64)
@@ -290,7 +307,7 @@ def _decoded(path, run, strings, loc, lanes, index, count, version, sidecar, nam
     group_names = (tuple(f"warp {w}" for w in range(ng)) if lanes == "warp" else
                    tuple(f"warps {g * WARPS_PER_GROUP}-{min(nwarps, (g + 1) * WARPS_PER_GROUP) - 1}"
                          for g in range(ng)))
-    kernel = _clean(str(run.get("kernelName", "kernel"))) or "kernel"
+    kernel = _clean(_text(run.get("kernelName", "kernel"), KERNEL_CHARS + 1)) or "kernel"
     if len(kernel) > KERNEL_CHARS:  # CuTe DSL mangles the arguments into the name: its start says which kernel
         kernel = kernel[:KERNEL_CHARS - 3] + "..."
     meta = _sidecar(path, sidecar)
@@ -337,8 +354,8 @@ def _version(fmt, meta: dict, index: int, count: int, gpcs: int) -> str:
     """IKET's JSON format version, the CuTe DSL's (the sidecar's ``iket_version``) when known, which launch was
     read and on how many GPCs it ran."""
     dsl = meta.get("iket_version")
-    return (f"JSON format {_clean(str(fmt))[:16]}" +
-            (f", nvidia-cutlass-dsl {_clean(dsl)[:32]}" if isinstance(dsl, str) else ", CuTe DSL version not said") +
+    return (f"JSON format {_clean(_text(fmt, 16))}" +
+            (f", nvidia-cutlass-dsl {_clean(dsl[:32])}" if isinstance(dsl, str) else ", CuTe DSL version not said") +
             f"; launch {index} of {count}, on {gpcs} GPC{'s' if gpcs != 1 else ''}")
 
 

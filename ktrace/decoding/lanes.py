@@ -111,6 +111,12 @@ class LaneReader:
         first = np.arange(lo, hi, dtype=np.int64)
         return np.repeat(first, per_lane), at - np.repeat((first - lo) * cap, per_lane), raw
 
+    def present(self, chunk: int = 1 << 23) -> int:
+        """How many slots of the record area hold a record (are not 0), read ``chunk`` slots at a time: memory
+        bounded whatever the area's size."""
+        return sum(int(np.count_nonzero(self.read(s, min(chunk, len(self.body) - s))))
+                   for s in range(0, len(self.body), chunk))
+
     SPARSE = 8  # a record area in memory with a record in at most one slot in this many is read in place ...
     SPARSE_SLOTS = 1 << 22  # ... when it holds at most this many slots (all its records sorted at once)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..core.filetypes import buffer_stem
 from ..core.model import Launch
+from ..core.names import shown_name
 from ..core.sidecar import (MAX_NAME_CHARS, MAX_NAMES, launch_fields, read_names_file, read_sidecar, sidecar_path,
                        text_problem)
 
@@ -121,8 +122,8 @@ def build_launch(num_blocks, num_groups, *, buffer_path=None, sidecar=None, even
         gr_names = list(f["group_names"])
     f.update(
         kernel=str(f["kernel"] or (buffer_stem(buffer_path) if buffer_path else "kernel")),
-        event_names=tuple(ev_names or ()),
-        group_names=tuple(gr_names or ()),
+        event_names=tuple(shown_name(n) for n in ev_names or ()),
+        group_names=tuple(shown_name(n) for n in gr_names or ()),
     )
     f.update(given)
     return Launch(num_blocks=num_blocks, num_groups=num_groups, names_source=ev_src or "default", sidecar=side_used,

@@ -31,6 +31,7 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.filetypes import is_proton
 from ..core.model import Anomalies, Decoded, Instants, Launch, LayoutMatch, Slices
+from ..core.terminal import excerpt
 from .options import PROTON_OPTIONS
 from .proton_events import LANES_FREE, LANES_PER_EVENT, read_events
 
@@ -100,7 +101,8 @@ def _clock(path, meta: dict, side, given, device) -> tuple[float, str]:
     mhz = meta.get("sm_clock_mhz")
     if mhz is not None:
         if not isinstance(mhz, (int, float)) or isinstance(mhz, bool) or not 1.0 <= mhz <= 100_000.0:
-            raise InputError(f"{side}: sm_clock_mhz {mhz!r} is no SM clock in MHz; fix it, or give --sm-clock MHZ")
+            raise InputError(f"{side}: sm_clock_mhz {excerpt(repr(mhz))} is no SM clock in MHz; fix it, or give "
+                             "--sm-clock MHZ")
         return float(mhz), f"the sidecar ({Path(side).name})"
     mhz = _calibrated_mhz(device)
     if mhz:
@@ -132,10 +134,7 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
         raise InputError(f"--lanes {lanes!r}: one of {', '.join(LANE_MODES)}")
     refuse_buffer_options(path, dict(ignored, events=events, groups=groups),
                           "Proton traces (their CTAs, warps and scope names are in the trace)")
-    ts, dur, cta, core, warp, ev, names, kernels, unused = read_events(path)
-    if len(kernels) > 1:
-        raise InputError(f"{path}: holds {len(kernels)} kernels ({', '.join(kernels[:4])}): ktrace reads one "
-                         "launch; profile one kernel per Proton session (proton.start ... proton.finalize)")
+    ts, dur, cta, core, warp, ev, names, kernels, unused, cut = read_events(path)
     ncta, nwarps = int(cta.max()) + 1, int(warp.max()) + 1
     if ncta * nwarps > LANES_FREE + LANES_PER_EVENT * len(ts):
         raise InputError(f"{path}: CTA ids up to {ncta - 1:,} and warp ids up to {nwarps - 1:,} make "
@@ -180,6 +179,9 @@ def read_proton(path, *, lanes: str | None = None, sm_clock_mhz=None, proton_log
     if unused:
         notes["proton_unused"] = sum(unused.values())
         examples["proton_unused"] = [f"{n:,} {why}" for why, n in unused.items()]
+    if cut:
+        notes["names_cut"] = len(cut)
+        examples["names_cut"] = cut[:3]
     launch = Launch(
         num_blocks=ncta, num_groups=ng, kernel=kernels[0],
         grid=tuple(meta["grid"]) if isinstance(meta.get("grid"), list) else (ncta,),

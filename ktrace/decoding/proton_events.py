@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
+from ..core.names import MAX_NAME_CHARS, cut_names
+from ..core.terminal import excerpt
 from .inflate import read_bounded
 
 __all__ = ["read_events", "MAX_TRACE_BYTES", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT"]
@@ -147,8 +149,9 @@ def _ids(strings, rx, fields, limits):
 
 
 def _escaped(s: str) -> str:
-    """A name as text any terminal or file can take: lone surrogates (JSON's unpaired \\udXXX) escaped."""
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    """A name as text any terminal or file can take: lone surrogates (JSON's unpaired \\udXXX) escaped. Cut to
+    a few characters past the name bound first (an escape is several characters; the bound is applied after)."""
+    return s[:MAX_NAME_CHARS + 1].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # Why an event is not used, in the order a refusal names the first
@@ -181,7 +184,7 @@ def _usable(path, cols):
         if first in (1, 2):
             strings, codes, what = (pid_names, pid, "process") if first == 1 else (tid_names, tid, "thread")
             s = strings[int(codes[np.argmax(reasons[first])])]
-            raise InputError(f"{path}: {what} {_escaped(str(s)[:80])!r} is not Proton's ('KERNEL CoreN CTAm' per "
+            raise InputError(f"{path}: {what} {_escaped(excerpt(str(s), 80))!r} is not Proton's ('KERNEL CoreN CTAm' per "
                              "CTA, 'warp i (line j)' per warp): a Chrome trace of another tool? Open it in the "
                              "Perfetto UI as it is")
         raise InputError(f"{path}: no event can be read ({_UNUSED[first]}; limits: core <= {MAX_CORE}, CTA <= "
@@ -190,15 +193,24 @@ def _usable(path, cols):
     keep = ~bad
     ts, dur, pid, tid, ev = ts[keep], dur[keep], pid[keep], tid[keep], ev[keep]
     used, ev = np.unique(ev, return_inverse=True)
-    names = [_escaped(names[i]) for i in used.tolist()]
+    names = [names[i] for i in used.tolist()]
+    long = [_escaped(excerpt(n, 32)) for n in names if len(n) > MAX_NAME_CHARS]
+    names, _ = cut_names(_escaped(n) for n in names)  # every name bounded before anything is sized from it
     cta, core, warp = pid_ids[pid, 1], pid_ids[pid, 0], tid_ids[tid, 0]
-    kernels = sorted({_escaped(_PID.match(pid_names[i]).group("kernel")) for i in np.unique(pid).tolist()})
-    return ts, dur, cta, core, warp, ev.reshape(-1), names, kernels, counts
+    kernels = sorted({_PID.match(pid_names[i]).group("kernel") for i in np.unique(pid).tolist()})
+    if len(kernels) > 1:
+        raise InputError(f"{path}: holds {len(kernels)} kernels ({', '.join(_escaped(excerpt(k)) for k in kernels[:4])}): "
+                         "ktrace reads one launch; profile one kernel per Proton session (proton.start ... "
+                         "proton.finalize)")
+    long += [_escaped(excerpt(k, 32)) for k in kernels if len(k) > MAX_NAME_CHARS]
+    kernels, _ = cut_names(_escaped(k) for k in kernels)
+    return ts, dur, cta, core, warp, ev.reshape(-1), names, kernels, counts, long
 
 
 def read_events(path: Path):
-    """(ts_us, dur_us, cta, core, warp, event index, event names, kernels, {why unused: count}) of the events
-    that can be read; InputError naming the file, the problem and the fix when none can."""
+    """(ts_us, dur_us, cta, core, warp, event index, event names, kernels, {why unused: count}, the names cut
+    to the name bound: a short excerpt of each) of the events that can be read, their names and kernel cut to
+    the bound; InputError naming the file, the problem and the fix when none can."""
     raw = _read(path)
     cols = _fast_columns(raw)
     if cols is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
-from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_iket_pftrace, is_trace
+from ..core.filetypes import TRACE_SUFFIXES, is_gzip_buffer, is_iket_pftrace, is_trace, json_found
 from .inflate import inflated_pieces, open_regular
 from .layouts import split_header
 from ..core.records import frozen
@@ -128,6 +128,7 @@ def _load_path(path: Path) -> Buffer:
         mapped = isinstance(arr, np.memmap) and arr.dtype.itemsize == 8 and arr.dtype.byteorder in "<=|"
         return Buffer(words, str(path), path, arr.offset if mapped else None)
     if is_gzip_buffer(path):
+        _refuse_json(path)
         return _load_gzip(path)
     size = path.stat().st_size
     if path.name.lower().endswith(TRACE_SUFFIXES) or (size % 8 and is_trace(path)):
@@ -137,6 +138,7 @@ def _load_path(path: Path) -> Buffer:
                              "profile --postprocess all)")
         raise InputError(f"{path}: a Perfetto trace, not a profiler buffer; analyze, query or view it (ktrace "
                          f"analyze {path}), or convert the buffer it came from")
+    _refuse_json(path)
     if size % 8:
         raise InputError(f"{path}: {size} bytes is not a whole number of 8-byte records (truncated copy?)")
     if size >= _MAP_MIN_BYTES:
@@ -144,6 +146,14 @@ def _load_path(path: Path) -> Buffer:
         return Buffer(np.memmap(path, dtype="<u8", mode="r"), str(path), path, 0)
     words = np.fromfile(path, dtype="<u8")
     return Buffer(words.astype(np.uint64, copy=False), str(path), path)
+
+
+def _refuse_json(path: Path) -> None:
+    """InputError naming what a JSON file is (IKET's trace, a Chrome trace, a sidecar) instead of decoding its
+    text as records ("header says 1532713819 blocks")."""
+    found = json_found(path)
+    if found:
+        raise InputError(f"{path}: {found[0]}, not a profiler buffer; {found[1]}")
 
 
 def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
@@ -165,10 +175,14 @@ def _load_gzip(path: Path, limit: int = MAX_GZIP_BUFFER_BYTES) -> Buffer:
                 first = piece
             else:
                 if out is None:
-                    out = np.empty(limit, np.uint8)
+                    out = np.zeros(limit, np.uint8)  # calloc: fresh pages, zero, not yet memory
                     out[:n] = np.frombuffer(first, np.uint8)
                     first = b""
-                out[n:end] = np.frombuffer(piece, np.uint8)
+                # An empty stretch is never written: the pages of the zeroed reservation read as zeros and take
+                # no memory until written, so a .bin.gz of empty slots costs memory for its records only.
+                arr = np.frombuffer(piece, np.uint8)
+                if arr.any():
+                    out[n:end] = arr
             n = end
     if n % 8:
         raise InputError(f"{path}: inflates to {n} bytes, not a whole number of 8-byte records (truncated copy?)")

@@ -26,6 +26,7 @@ from .packets import pb2 as _pb2, emit as _emit
 from .packets import _rows, encode_events, varint_len
 from .tracks import LAUNCH_UUID
 from ..core.records import frozen
+from ..core.terminal import visible_controls as _visible
 
 __all__ = ["Span", "CounterSeries", "SliceMarks", "Annotations", "annotation_chunks", "marked_records",
            "encode_marked", "ANNOTATION_SEQ",
@@ -115,7 +116,7 @@ def set_arg(te, name: str, value) -> None:
     """A debug annotation with an inline name on TrackEvent ``te``."""
     a = te.debug_annotations.add(name=name)
     if isinstance(value, str):
-        a.string_value = value
+        a.string_value = _visible(value)
     elif isinstance(value, (bool, np.bool_)):
         a.bool_value = bool(value)
     elif isinstance(value, (int, np.integer)):
@@ -132,10 +133,10 @@ def _track(uuid: int, name: str, rank: int, parent: int, description: str = "", 
     td = p.track_descriptor
     td.uuid = uuid
     td.parent_uuid = parent
-    td.name = name
+    td.name = _visible(name)
     td.sibling_order_rank = rank
     if description:
-        td.description = description
+        td.description = _visible(description)
     if counter and unit:  # what is counted, by name: the viewer shows it beside every value
         td.counter.unit_name = unit
     elif counter:
@@ -154,7 +155,7 @@ def _slice(uuid: int, s: Span, flow_out: int = 0, flow_in: int = 0) -> bytes:
         p.track_event.track_uuid = uuid
     begin.timestamp, end.timestamp = int(s.begin_ns), int(s.end_ns)
     begin.track_event.type = pb.TrackEvent.TYPE_SLICE_BEGIN
-    begin.track_event.name = s.name
+    begin.track_event.name = _visible(s.name)
     for k, v in s.args:
         set_arg(begin.track_event, k, v)
     if flow_out:

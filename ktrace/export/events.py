@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..core.model import Anomalies, Decoded, Summary
+from ..core.terminal import visible_controls as _visible
 from .annotations import encode_marked, marked_records
 from .packets import pb2 as _pb2, emit as _emit
 from .packets import TYPE_BEGIN, TYPE_END, TYPE_INSTANT, encode_events
@@ -52,7 +53,7 @@ class Names:
         p.trusted_packet_sequence_id = self.seq_id
         p.sequence_flags = _SEQ_CLEARED if first else _SEQ_NEEDS
         for nm in self.pending:
-            p.interned_data.event_names.add(iid=self.iid[nm], name=nm)
+            p.interned_data.event_names.add(iid=self.iid[nm], name=_visible(nm))
         if first:
             for iid, nm in ARG_NAMES.items():
                 p.interned_data.debug_annotation_names.add(iid=iid, name=nm)
@@ -165,9 +166,9 @@ def track_packets(tracks: list, parents: set, description: str | None = None, sp
         p.trusted_packet_sequence_id = space.seq_id
         td = p.track_descriptor
         td.uuid = t.uuid
-        td.name = t.name
+        td.name = _visible(t.name)
         if t.description:
-            td.description = t.description
+            td.description = _visible(t.description)
         if t.parent is not None:
             td.parent_uuid = t.parent
         if t.rank is not None:
@@ -175,7 +176,7 @@ def track_packets(tracks: list, parents: set, description: str | None = None, sp
         if t.uuid in parents or t.uuid == launch_uuid:
             td.child_ordering = pb.TrackDescriptor.EXPLICIT
         if description and t.uuid == launch_uuid:
-            td.description = description
+            td.description = _visible(description)
         out.extend(_emit(p))
     return bytes(out)
 
@@ -193,7 +194,7 @@ def hull_packets(hulls, space) -> bytes:
             p.track_event.type = typ
             p.track_event.track_uuid = uuid + space.uuid_offset
             if typ == pb.TrackEvent.TYPE_SLICE_BEGIN:
-                p.track_event.name = name
+                p.track_event.name = _visible(name)
             out.extend(_emit(p))
     return bytes(out)
 

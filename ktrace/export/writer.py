@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..decoding.decoder import BufferDecoder
 from ..core.model import Decoded, Summary
+from ..core.terminal import visible_controls as _visible
 from .atomic import write_chunks
 from .launch_args import launch_facts
 from .events import ARG_NAMES, SEQ_ID, Names, PartOutput, PartWriter, SmHulls, WriteState, hull_packets, track_packets
@@ -53,9 +54,9 @@ def _process_packet(space: TraceSpace) -> bytes:
     p.trusted_packet_sequence_id = space.seq_id
     td = p.track_descriptor
     td.uuid = PROCESS_UUID + space.uuid_offset
-    td.process.pid, td.process.process_name = space.process
+    td.process.pid, td.process.process_name = space.process[0], _visible(space.process[1])
     if space.description:
-        td.description = space.description
+        td.description = _visible(space.description)
     return _emit(p)
 
 
@@ -69,11 +70,11 @@ def _launch_slice(d: Decoded, summary: Summary, space: TraceSpace = _DEFAULT_SPA
     te = begin.track_event
     te.type = pb.TrackEvent.TYPE_SLICE_BEGIN
     te.track_uuid = LAUNCH_UUID + space.uuid_offset
-    te.name = d.launch.kernel
+    te.name = _visible(d.launch.kernel)
     for k, v in [*launch_facts(d, summary).items(), *space.launch_args]:
         a = te.debug_annotations.add(name=k)
         if isinstance(v, str):
-            a.string_value = v
+            a.string_value = _visible(v)
         elif isinstance(v, float):
             a.double_value = v
         else:

@@ -18,7 +18,7 @@ import sys
 __all__ = ["printable", "md_cell", "md_text", "md_code", "csv_cell", "json_text", "plot_text", "xml_safe", "safe_console",
            "for_stream"]
 
-from ..core.terminal import escape_match, printable  # noqa: F401  (printable: the bottom layer's, shared)
+from ..core.terminal import escape_match, printable, visible_controls  # noqa: F401  (printable: shared)
 
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 _AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|file):|\bwww\.")
@@ -81,8 +81,9 @@ def plot_text(text: object) -> str:
 
 
 def xml_safe(text: object) -> str:
-    """``text`` with the characters XML 1.0 cannot hold shown escaped (``\\x1b``)."""
-    return _NOT_XML.sub(escape_match, str(text))
+    """``text`` with the characters XML 1.0 cannot hold, and the bidirectional and format controls that would
+    reorder the report's own text around a name, shown escaped (``\\x1b``, ``\\u202e``)."""
+    return _NOT_XML.sub(escape_match, visible_controls(str(text)))
 
 
 def _can_print(encoding: str, text: str) -> bool:

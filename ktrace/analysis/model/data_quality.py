@@ -61,8 +61,15 @@ def _int(v) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
-def data_quality(launch: dict) -> DataQuality:
-    """The DataQuality of a capture from its launch facts (``Analysis.launch``)."""
+# A measured wall cannot beat the device's peak: work whose rate over the wall is more than this many times the
+# table's (or the given) peak is said to be implausible (an FP8 or FP4 kernel may run 2 to 4 times the FP16 peak
+# of the table; beyond that the work's figures are wrong: bits for bytes, a whole model's FLOPs for one kernel).
+IMPLAUSIBLE_RATE = 4.0
+
+
+def data_quality(launch: dict, wall_ns: float | None = None) -> DataQuality:
+    """The DataQuality of a capture from its launch facts (``Analysis.launch``); with the kernel's wall, the
+    work's rate over it is also checked against the device's peak (``implausible_work``)."""
     if "records" not in launch:
         return DataQuality(known=False)
     records = _int(launch.get("records"))
@@ -96,6 +103,11 @@ def data_quality(launch: dict) -> DataQuality:
     if unused:
         w.append(f"{unused:,} events of the Proton trace not read (not complete events, or a damaged id, ts or dur): "
                  "they are in no figure (ktrace inspect says why, by cause)")
+    w.extend(implausible_work(launch, wall_ns))
+    cut = _int(launch.get("note_names_cut"))
+    if cut:
+        w.append(f"{cut:,} name(s) longer than 256 characters cut to 256 (ending in '\u2026'): the figures count "
+                 "every record; only the names are shortened (ktrace inspect shows how long each was)")
     if lost and proton:
         w.append(f"{lost:,} records lost: Proton's circular buffer was full on {proton_lanes:,} lane(s) and dropped "
                  "their first records (Proton's 'first N events are dropped' warnings), and Proton placed each such "
@@ -123,6 +135,27 @@ def data_quality(launch: dict) -> DataQuality:
                        unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
                        overwritten_lanes=overwritten, unread_events=unused, records_written=written, anomalies=anomalies,
                        warnings=tuple(w))
+
+
+def implausible_work(launch: dict, wall_ns: float | None) -> list[str]:
+    """The sentences for work (the sidecar's ``work``, ``--bytes``, ``--flops``) whose rate over the wall is
+    more than IMPLAUSIBLE_RATE times the device's peak: a roofline on it would be wrong."""
+    if not wall_ns or wall_ns <= 0:
+        return []
+    from .roofline import roofline_of
+
+    r = roofline_of(launch, float(wall_ns))
+    if r is None:
+        return []
+    out = []
+    for what, rate, peak, unit, option in (("bytes", r.achieved_gbps, r.peak_gbps, "GB/s", "--bytes"),
+                                           ("FLOPs", r.achieved_tflops, r.peak_tflops, "TFLOP/s", "--flops")):
+        if rate is not None and peak and rate > IMPLAUSIBLE_RATE * peak:
+            out.append(f"the work's {what} ({r.bytes if what == 'bytes' else r.flops:.3g}) over the "
+                       f"{wall_ns / 1e3:,.3g} µs wall make {rate:.3g} {unit}, {rate / peak:,.3g} times the peak "
+                       f"{peak:,.4g} {unit} ({r.device or 'given'}): implausible, and so is the roofline drawn "
+                       f"from it; check the sidecar's work.{what.lower()} ({option}) and its units")
+    return out
 
 
 def records_written_warning(records: int, written: int) -> str:

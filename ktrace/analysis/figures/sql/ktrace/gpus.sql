@@ -35,7 +35,7 @@ CREATE PERFETTO TABLE ktrace_gpu_phase_instance(
 ) AS
 SELECT
   p.pid - 1 AS gpu,
-  p.name AS gpu_name,
+  substr(p.name, 1, 256) AS gpu_name,  -- a name, bounded (docs/security.md)
   s.phase,
   s.k,
   COUNT(*) AS lanes,

@@ -49,11 +49,12 @@ ORDER BY track_id;
 -- The phase slices among the slices of `src` (slice rows): a BEGIN/END pair of one event on one lane, i.e.
 -- every slice on a lane track but instants and anomaly markers (instants that carry debug.instant or
 -- debug.seq). Columns: the slice's id, ts, dur, name, track_id, depth, arg_set_id and its lane track's
--- lane_track_id, block, grp, sm.
+-- lane_track_id, block, grp, sm. A name is cut to 256 characters (docs/security.md), as the readers of
+-- buffers cut theirs: one longer name, in a trace ktrace did not write, would be carried on every row.
 CREATE PERFETTO MACRO _ktrace_lane_slices(src TableOrSubquery)
 RETURNS TableOrSubquery AS
 (
-  SELECT s.id, s.ts, s.dur, s.name, s.track_id, s.depth, s.arg_set_id, l.lane_track_id, l.block, l.grp, l.sm
+  SELECT s.id, s.ts, s.dur, substr(s.name, 1, 256) AS name, s.track_id, s.depth, s.arg_set_id, l.lane_track_id, l.block, l.grp, l.sm
   FROM $src AS s
   JOIN _ktrace_lane_track AS l USING (track_id)
   WHERE s.dur > 0 OR s.arg_set_id IS NULL
