@@ -14,11 +14,11 @@ __all__ = ["whatif"]
 def whatif(source, change=None, **decode_options):
     """What a change would make of a capture's wall: the timeline replayed with it (docs/analysis-schema.md,
     "Cause model and replay"). source: a profiler buffer path (or bytes, an array, a Decoded); change: a
-    ``ktrace.analysis.findings.whatif.Change`` (None: the timeline as measured). Returns a ``WhatIf`` (ns).
+    ``ktrace.Change`` (None: the timeline as measured). Returns a ``WhatIf`` (ns).
     Raises InputError for a trace (the replay reads the buffer's slices) or a phase the capture lacks."""
-    from .analysis.findings.replay import timeline_of
+    from .analysis.replay.replay import timeline_of
     from .analysis.figures.numpy.stream import numpy_figures
-    from .analysis.findings.whatif import Change, whatif as _whatif
+    from .analysis.replay.whatif import Change, whatif as _whatif
 
     if isinstance(source, (str, Path)) and is_trace(source):
         raise InputError(f"{source}: read as a trace; whatif replays a profiler buffer's slices: give the buffer (.bin)")

@@ -25,10 +25,10 @@ LAYERS = [
 
 
 # Inside the analysis layer, its concerns from the bottom up (docs/architecture.md): the result tables, the
-# dependency model, the figures (numpy and SQL), the findings, the package's Analysis, then diff and CI gates.
+# dependency model, the figures (numpy and SQL), the replay (the cause model), the findings, the package's Analysis, then diff and CI gates.
 ANALYSIS_LAYERS = [
     ("ktrace.analysis.model", 0), ("ktrace.analysis.evidence", 1), ("ktrace.analysis.figures", 2),
-    ("ktrace.analysis.findings", 3), ("ktrace.analysis.compare", 5), ("ktrace.analysis.gates", 6),
+    ("ktrace.analysis.replay", 2.5), ("ktrace.analysis.findings", 3), ("ktrace.analysis.compare", 5), ("ktrace.analysis.gates", 6),
     ("ktrace.analysis", 4),  # the package's __init__: Analysis and analyze_opened
 ]
 

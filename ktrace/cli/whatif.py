@@ -73,7 +73,7 @@ def _speedup(text: str) -> tuple[str, float]:
 
 
 def _cmd_whatif(a) -> int:
-    from ..analysis.findings.whatif import Change
+    from ..analysis.replay.change import Change
     from ..api import whatif
     from ..report.whatif_report import whatif_text
 

@@ -89,7 +89,8 @@ class Kind:
     span(finding, figures, mine): the time the annotated trace draws for it (None: the phase's extent, else the
     kernel); roles(finding, figures, mine, tick_ns): ((phase, block, group, k), role) of the slices it names in
     the trace; diff: the per-phase figure ``ktrace diff`` must see move before it calls the finding new or
-    resolved (None: its impact alone)."""
+    resolved (None: its impact alone); change(verdict): the ``Change`` whose replay removes its cause (None:
+none; its stake is then the critical path's claim alone)."""
 
     name: str
     detects: str
@@ -101,6 +102,12 @@ class Kind:
     span: Callable
     roles: Callable
     diff: str | None
+    change: Callable = None
+
+    def change_of(self, v):
+        """The ``Change`` (analysis/replay/change.py) that removes verdict ``v``'s cause: its stake is that change's
+        replayed saving; None where the replay has no change for it."""
+        return self.change(v) if self.change is not None else None
 
     def rank_of(self, v) -> float:
         r = self.lead(v)

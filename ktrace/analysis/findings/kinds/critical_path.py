@@ -23,7 +23,6 @@ class CriticalFigures(KindFigures):
     coverage: float | None
 
 
-
 def headline(f, v):
     return f"{f.phase} is {f.figures['share']:.0%} of the critical path", ""
 

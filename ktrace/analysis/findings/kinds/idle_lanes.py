@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..verdict import Verdict
 from .base import Kind, KindFigures, fixed_rank, no_roles, no_span
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "idle_lanes"
 
@@ -15,7 +16,6 @@ class IdleFigures(KindFigures):
     idle_lanes: int
     lanes: int
     idle: list  # [block, group] of the idle lanes, at most 64
-
 
 
 def short(v) -> str:
@@ -54,5 +54,14 @@ def detect(ctx, p) -> Verdict | None:
                    "idle blocks " + ",".join(map(str, blocks[:64])))  # the same idle blocks in every phase: one cause
 
 
+def change(v):
+    """The phase (and the phases the same lanes never ran, its consequences) spread over every lane of its warp
+    groups."""
+    if v.phase is None:
+        return None
+    extra = {c["phase"] for c in v.figures.get("consequences", []) if c["kind"] == NAME and c["phase"] is not None}
+    return Change(spread=tuple(sorted({v.phase, *extra})))
+
+
 KIND = Kind(NAME, "lanes of the phase's warp groups never ran it", (IdleFigures,), 13, fixed_rank, short, headline,
-            no_span, no_roles, None)
+            no_span, no_roles, None, change=change)

@@ -7,11 +7,11 @@ import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt, num as _num
 from . import untimed_work
+from ...replay.change import Change
 from .base import Kind, fixed_rank, no_roles, ok
 from .wait_figures import WaitFigures
 
 NAME = "large_wait"
-
 
 
 def short(v) -> str:
@@ -146,5 +146,11 @@ def _systematic(ctx, p: dict | None, block: int) -> bool:
             and _num(p["mean_last_lead_ns"]) >= ctx.eps)
 
 
+def change(v):
+    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
+    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
+    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+
+
 KIND = Kind(NAME, "lanes wait between two phases (for a barrier, their cluster, or nothing shown)", (WaitFigures,),
-            8, fixed_rank, short, headline, span, no_roles, "wait_after_us")
+            8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change)

@@ -10,6 +10,7 @@ from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
 from .last_finisher_figures import LastFinisherFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "late_start"
 
@@ -36,7 +37,6 @@ class LateLaneFigures(KindFigures):
     tick_ns: float
 
 
-
 def short(v) -> str:
     g = v.figures
     if g.get("basis") == "lane":
@@ -55,7 +55,6 @@ def headline(f, v):
                 "from its work", do)
     who = v.who(g.get("block"), g.get("group"))
     return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
-
 
 
 def roles(f, fig, mine, tick_ns):
@@ -113,5 +112,14 @@ def _idle_before_barrier(ctx, lane: int, begin: float) -> bool:
     return bool((other & big & (inst.end_ns <= begin)).any())
 
 
+def change(v):
+    """No late start: the block's delay removed before its first slice and every later instance (of the phase, for
+    a phase's last finisher; a different block each time: every block's)."""
+    g = v.figures
+    if g.get("basis") == "lane":
+        return Change(late_start=((int(g["block"]), None),))
+    return Change(late_start=((g.get("block"), v.phase),)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,
-            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us")
+            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us", change=change)

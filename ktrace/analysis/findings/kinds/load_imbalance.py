@@ -12,6 +12,7 @@ from . import stable_straggler
 from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import Change
 
 NAME = "load_imbalance"
 
@@ -350,5 +351,12 @@ def _cluster_waits_on(ctx, block: int) -> list[dict]:
     return [wc.row(i) for i in rows.tolist()]
 
 
+def change(v):
+    """Instances that line up: every lane gets the instance's mean (lane totals: none, the critical path's claim)."""
+    if v.phase is None or v.figures.get("basis") != "instances":
+        return None
+    return Change(balance=(v.phase,))
+
+
 KIND = Kind(NAME, "a phase's slowest lane, or a lane's total over the phases, well over the mean",
-            (InstancesFigures, LaneTotalsFigures), 7, lead, short, headline, span, roles, "imbalance")
+            (InstancesFigures, LaneTotalsFigures), 7, lead, short, headline, span, roles, "imbalance", change=change)

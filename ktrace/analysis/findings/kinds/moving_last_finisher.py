@@ -6,6 +6,7 @@ from __future__ import annotations
 from .base import Kind, claim_words, first_clause, fixed_rank, no_roles, no_span
 from .last_finisher_figures import LastFinisherFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "moving_last_finisher"
 
@@ -15,10 +16,14 @@ class MovingFigures(LastFinisherFigures):
     pass
 
 
-
 def headline(f, v):
     return first_clause(f.message), ""
 
 
+def change(v):
+    """Every slice of the phase cut to its instance's median."""
+    return Change(straggler_to_median=((v.phase, None),)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "the last finisher moves with no long or late lane", (MovingFigures,), 11, fixed_rank, claim_words,
-            headline, no_span, no_roles, "end_skew_us")
+            headline, no_span, no_roles, "end_skew_us", change=change)

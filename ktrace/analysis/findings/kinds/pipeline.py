@@ -22,6 +22,7 @@ from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import Change
 
 NAME = "pipeline"
 
@@ -45,7 +46,6 @@ class PipelineFigures(KindFigures):
     tick_ns: float
     wait_phase: str | None = optional(None)  # from timed waits: the wait phase the waiting group spends most in
     bounding_wait_share: float | None = optional(None)  # ... and the share of its busy time the bounding one waits
-
 
 
 def headline(f, v):
@@ -193,5 +193,14 @@ def _name(fig, g: int) -> str:
     return f"group {g}" + (f" ({name})" if name else "")
 
 
+def change(v):
+    """The bounding warp group's work as fast as the waiting group's (their median busy times)."""
+    g = v.figures
+    bh, bg = float(g["median_busy_bounding_ns"] or 0), float(g["median_busy_waiting_ns"] or 0)
+    if not bh or not bg or bh <= bg:
+        return None
+    return Change(group_speedup=((int(g["bounding_group"]), bh / bg),))
+
+
 KIND = Kind(NAME, "a warp group waits for another of its block, which bounds the blocks", (PipelineFigures,), 6,
-            fixed_rank, claim_words, headline, no_span, no_roles, None)
+            fixed_rank, claim_words, headline, no_span, no_roles, None, change=change)

@@ -7,6 +7,7 @@ from ....core.units import format_ns as _t
 from .base import Kind, claim_words, fixed_rank, no_roles, no_span
 from .last_finisher_figures import LastFinisherFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "rotating_imbalance"
 
@@ -16,7 +17,6 @@ class RotatingFigures(LastFinisherFigures):
     pass
 
 
-
 def headline(f, v):
     g = f.figures
     return (f"in {g['long_instances']} of {g['instances']} instances one {v.unit} runs {f.phase} "
@@ -24,5 +24,10 @@ def headline(f, v):
             "balance the work of each iteration across the blocks")
 
 
+def change(v):
+    """Every slice of the phase cut to its instance's median."""
+    return Change(straggler_to_median=((v.phase, None),)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "one lane is long in most instances, a different one each time", (RotatingFigures,), 4, fixed_rank,
-            claim_words, headline, no_span, no_roles, "end_skew_us")
+            claim_words, headline, no_span, no_roles, "end_skew_us", change=change)

@@ -17,6 +17,7 @@ from . import idle_lanes
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import Change
 
 NAME = "serial_tail"
 
@@ -85,5 +86,10 @@ def detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
     return out
 
 
+def change(v):
+    """The phase spread over every lane of its warp groups."""
+    return Change(spread=(v.phase,)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "a phase a few lanes run alone after the other lanes of its warp groups are done",
-            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None)
+            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None, change=change)

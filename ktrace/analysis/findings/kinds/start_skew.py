@@ -8,6 +8,7 @@ import numpy as np
 
 from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
+from ...replay.change import Change
 from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance
 from ....core.records import frozen
 
@@ -27,7 +28,6 @@ class SkewFigures(KindFigures):
     incoming_waits: list
     tick_ns: float
     cause: str  # 'waves', 'sync_release', 'carried_over', 'nested', 'launch' or 'unexplained'
-
 
 
 def short(v) -> str:
@@ -105,5 +105,11 @@ def detect(ctx, p, inst, on_path) -> Verdict | None:
     return Verdict(NAME, p["phase"], msg, ev, impact, warn, SkewFigures(**figs, cause=cause), claims, key)
 
 
+def change(v):
+    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
+    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
+    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+
+
 KIND = Kind(NAME, "a phase's lanes begin apart, so its wall exceeds its slowest lane", (SkewFigures,), 12, fixed_rank,
-            short, headline, span, no_roles, "excess_us")
+            short, headline, span, no_roles, "excess_us", change=change)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .base import Kind, claim_words, extent, fixed_rank, instance_keys
 from .last_finisher_figures import LastFinisherFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "straggler_change"
 
@@ -13,7 +14,6 @@ NAME = "straggler_change"
 @frozen(kw_only=True)
 class StragglerChangeFigures(LastFinisherFigures):
     segments: list  # {block, group, first_k, last_k, instances} per run of one last block
-
 
 
 def headline(f, v):
@@ -39,5 +39,10 @@ def roles(f, fig, mine, tick_ns):
     return out
 
 
+def change(v):
+    """Every slice of the phase cut to its instance's median."""
+    return Change(straggler_to_median=((v.phase, None),)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "the phase's stable straggler changes during the run", (StragglerChangeFigures,), 3, fixed_rank,
-            claim_words, headline, span, roles, "end_skew_us")
+            claim_words, headline, span, roles, "end_skew_us", change=change)

@@ -10,7 +10,6 @@ from .wait_figures import WaitFigures
 NAME = "untimed_work"
 
 
-
 def headline(f, v):
     g = f.figures
     share = g.get("lane_time_fraction")

@@ -33,7 +33,6 @@ class WavesFigures(KindFigures):
     quantization_ns: float
 
 
-
 def headline(f, v):
     g = f.figures
     return (f"{g['blocks']} blocks fill the {g['slots']} slots {g['waves']:.2f} times: the last wave is "

@@ -33,7 +33,7 @@ from ..evidence.keyed import distinct, key_then_who
 from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
-from .replay_order import ends_in_order, order_of
+from .order import ends_in_order, order_of
 from ...core.records import frozen
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
