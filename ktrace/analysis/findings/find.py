@@ -31,7 +31,8 @@ class Finding:
     """One verdict. kind: see docs/analysis-schema.md; phase: the phase it is about (None for the launch);
     severity: 'warning' or 'info'; message: the claim and the advice; evidence: what in the data shows it;
     impact_ns: the kernel wall time at stake (rule per kind), impact_share: of the wall; figures: the
-    numbers behind it (units in the names)."""
+    numbers behind it (units in the names); change: what removing its cause changes (a ``Change``, None where
+    its kind names none): ``ktrace whatif --fix N`` replays it."""
 
     kind: str
     phase: str | None
@@ -41,6 +42,7 @@ class Finding:
     impact_ns: float = 0.0
     impact_share: float | None = None
     figures: KindFigures | None = None
+    change: object = None  # the Change whose replayed saving bounds its stake (analysis/replay/change.py)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "phase": self.phase, "severity": self.severity, "message": self.message,
@@ -88,7 +90,7 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
         if claimed != impact:
             figs = figs.with_(claimed_ns=claimed)  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
-                           impact / wall if wall else None, figs))
+                           impact / wall if wall else None, figs, stakes.change(v)))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
     out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))
     return tuple(out)

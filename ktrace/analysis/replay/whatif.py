@@ -13,7 +13,13 @@ from .change import Change, arrays, change_dict
 from .replay import RELEASES, Replayed, Timeline, change_rounds, critical_rows, replay
 from ...core.records import frozen
 
-__all__ = ["Change", "WhatIf", "predict", "whatif", "change_dict", "path_parts"]
+__all__ = ["Change", "WhatIf", "predict", "whatif", "change_dict", "path_parts", "fix_told", "CUTS"]
+
+# What makes a finding's stake less than its change's replayed saving (``fix_told``).
+CUTS = {"roofline": "the roofline: no change saves more than the wall less the work at the device's peaks",
+        "shared": "time it shares on the critical path with the warnings above it, which take it first",
+        "claims": "its claims on the critical path, which are less than the change saves",
+        "none": "its kind names no change the replay can make: its stake is its share of the critical path"}
 
 
 @frozen
@@ -21,7 +27,9 @@ class WhatIf:
     """measured_wall_ns: the kernel's wall; replayed_wall_ns: the unchanged timeline replayed (equal to it where
     the model holds); predicted_wall_ns: with the change; saving_ns = replayed - predicted; path: the critical
     path after the change, its parts' ns by phase ('phase' rows) and by what the path waited on ('wait'
-    rows: grid, cluster, group, slot, lane, start); ends_on: the lane that ends the kernel after the change."""
+    rows: grid, cluster, group, slot, lane, start); ends_on: the lane that ends the kernel after the change; fix
+    (``ktrace whatif --fix N``): the warnings whose changes it replays, each with its stake and, where the stake
+    is below the saving, what cut it (``fix_told``)."""
 
     measured_wall_ns: int
     replayed_wall_ns: int
@@ -31,13 +39,14 @@ class WhatIf:
     path: list = field(default_factory=list)
     ends_on: dict = field(default_factory=dict)
     path_before: list = field(default_factory=list)
+    fix: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"measured_wall_ns": self.measured_wall_ns, "replayed_wall_ns": self.replayed_wall_ns,
                 "predicted_wall_ns": self.predicted_wall_ns, "saving_ns": self.saving_ns,
                 "saving_share": self.saving_ns / self.replayed_wall_ns if self.replayed_wall_ns else None,
                 "change": dict(self.change), "path": list(self.path), "path_before": list(self.path_before),
-                "ends_on": dict(self.ends_on)}
+                "ends_on": dict(self.ends_on), **({"fix": dict(self.fix)} if self.fix else {})}
 
 
 def predict(tl: Timeline, change: "Change | None" = None, max_rounds: int | None = None) -> Replayed:
@@ -90,3 +99,26 @@ def path_parts(tl: Timeline, r: Replayed) -> list[dict]:
     if lead > 0:
         out.append({"part": "lead_in", "name": "lead_in", "ns": lead})
     return out
+
+
+def fix_told(chosen, saving_ns: float, wall_ns: float) -> dict:
+    """The WhatIf's ``fix`` for the warnings ``chosen`` ([(number, Finding)]) whose changes were replayed to save
+    ``saving_ns``: each warning's stake and its replayed saving, and ``cut``, the reason (a key of CUTS) a stake
+    is below the saving (None: the stake is the saving, to the timer's steps)."""
+    rows = []
+    for n, f in chosen:
+        g = f.figures
+        saved = g.get("replayed_saving_ns") if f.change is not None else None
+        stake = float(f.impact_ns)
+        cut = None
+        if f.change is None:
+            cut = "none"
+        elif g.get("roofline_cap_ns") is not None:
+            cut = "roofline"
+        elif saved is not None and stake < float(saved) - 1:
+            claimed = g.get("claimed_ns")
+            cut = "shared" if claimed is not None and float(claimed) > stake else "claims"
+        rows.append({"number": n, "kind": f.kind, "phase": f.phase, "stake_ns": stake,
+                     "stake_share": stake / wall_ns if wall_ns else None,
+                     "replayed_saving_ns": None if saved is None else float(saved), "cut": cut})
+    return {"warnings": rows, "stake_ns": sum(r["stake_ns"] for r in rows), "saving_ns": float(saving_ns)}
