@@ -266,7 +266,7 @@ def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_afte
 
 
 @pytest.mark.parametrize("args,message", [
-    ((), "whatif: give a change: --balance PHASE"),
+    ((), "whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE"),
     (("--balance", "nope"), "no top-level phase 'nope'; the phases: compute, store"),
     (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
     (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),

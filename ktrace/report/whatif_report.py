@@ -26,7 +26,7 @@ def change_text(change: dict) -> str:
     if change.get("no_late_start"):
         parts.append(f"no late start{of} (late lanes begin at their group's median first begin"
                      + (", and wait no longer than the median before every later instance)" if of else ")"))
-    for b, p in change.get("late_start", []):
+    for b, p in change.get("start_on_time", []):
         who = f"block {b}" if b is not None else "any block"
         parts.append(f"no late start of {who}" + (f" in {p}" if p is not None else "") + " (before every instance, "
                      "no longer than the instance's median)")
@@ -38,6 +38,11 @@ def change_text(change: dict) -> str:
         parts.append(f"{p} spread over every lane of its warp groups")
     for p, f in change.get("speedup", []):
         parts.append(f"{p} {f:g}x as fast")
+    for g in change.get("balance_lanes", []):
+        parts.append(f"{'every warp group' if g is None else f'warp group {g}'}'s lanes balanced (each the mean "
+                     "total over the phases, no item cut)")
+    for p, q in change.get("no_gap", []):
+        parts.append(f"no untimed work between {p} and {q}")
     for g, f in change.get("group_speedup", []):
         parts.append(f"warp group {g} {f:.3g}x as fast")
     return "; ".join(parts) or "nothing changed"

@@ -70,10 +70,9 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
         impact = float(max(impact, 0.0))
         figs = v.figures
         saving = stakes.saving(v)
-        if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
-            figs = figs.with_(replayed_saving_ns=saving)  # within min_ticks of it is the same figure, to the
-            # timer's steps)
-            impact = saving if impact > saving + th.min_ticks * tick else impact
+        if saving is not None:  # never more than removing the cause saves, replayed on the timeline: the stake
+            figs = figs.with_(replayed_saving_ns=saving)  # is what ``ktrace whatif --fix N`` replays, to the ns
+            impact = min(impact, saving)
         message = v.message
         if stakes.room is not None and impact > stakes.room:  # no stake promises a wall below the roofline
             rf = stakes.roofline

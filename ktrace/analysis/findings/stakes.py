@@ -13,7 +13,7 @@ the work's time at the device's peaks, and every impact is at most that.
 from __future__ import annotations
 
 from ..model.roofline import roofline_of
-from ..replay.change import Change
+from ..replay.change import Change, timed_waits
 from ..replay.replay import Timeline, change_rounds, replay, timeline
 from ..replay.whatif import predict
 from . import kinds
@@ -41,6 +41,7 @@ class Stakes:
         self.tl = timeline_of_figures(fig)
         base = replay(self.tl) if self.tl is not None else None
         self.base = base.wall_ns if base is not None else None
+        self._timed_waits = self.tl is not None and timed_waits(self.tl)
         self._max_rounds = change_rounds(base) if base is not None else 0
         self._cache: dict = {}
         wall = float(fig.kernel.wall_ns or 0)
@@ -67,7 +68,7 @@ class Stakes:
         change or the change names a phase the timeline lacks."""
         kind = kinds.get(v.kind)
         ch = kind.change_of(v) if kind is not None else None
-        if ch is None or self.tl is None:
+        if ch is None or self.tl is None or self._timed_waits:
             return None
         if not ch.phases() <= set(self.tl.names):  # a phase it names that the timeline lacks: no change
             return None

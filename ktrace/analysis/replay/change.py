@@ -9,13 +9,24 @@ model and replay").
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..evidence.keyed import distinct
 from .replay import Timeline, measured_starts
 from ...core.records import frozen
 
-__all__ = ["Change", "arrays", "combine", "change_dict"]
+__all__ = ["Change", "arrays", "combine", "change_dict", "TIMED_WAIT", "timed_waits"]
+
+# A phase that times a wait (IKET's ``mma_wait``): the replay counts it as the lane's busy time, not as a release,
+# so a change on a timeline with such phases gives no bound (the waits would not shrink with the work they wait for).
+TIMED_WAIT = re.compile(r"(?:^|.*[_\-. ])wait$", re.IGNORECASE)
+
+
+def timed_waits(tl: Timeline) -> bool:
+    """Whether the timeline has a phase that times a wait (TIMED_WAIT): its replayed changes give no bound."""
+    return any(TIMED_WAIT.fullmatch(str(n)) for n in tl.names)
 
 
 @frozen
@@ -29,7 +40,7 @@ class Change:
     no_late_start: no lane starts late: a lane's first slice begins no later than its group's median first
     begin; with ``block``, that block only, and before every later instance too: its release latency and its own
     gap at most the instance's median (the lane's delay before each instance, not only its first);
-    late_start: (block or None, phase or None) pairs, the same edit limited to a block and to one phase's slices;
+    start_on_time: (block or None, phase or None) pairs, the same edit limited to a block and to one phase's slices;
     barrier_cost_ns: every grid or cluster release's latency at most this (``barrier_own_only``: only the
     barrier's own part, each release set's median latency, is cut; a lane that began later than that median keeps
     its excess: its own delay, not the barrier's);
@@ -37,25 +48,32 @@ class Change:
     lanes (each slice lasts its share: dur x lanes that ran it / the group's lanes);
     speedup: (phase, factor) pairs, the phase's slices last dur / factor; group_speedup: (group, factor) pairs,
     every slice of the warp group lasts dur / factor;
+    balance_lanes: warp groups (None: every one) whose lanes each get the group's mean total over every phase (a
+    work list handed out evenly; a lane keeps at least its own longest slice: an item is not cut), each lane's
+    slices scaled;
+    no_gap: (phase, next phase) pairs, the lanes' own gaps between them (untimed work) removed;
     durations, starts, latencies: explicit arrays per row (a library user's own edit)."""
 
     balance: tuple = ()
     straggler_to_median: tuple = ()
     no_late_start: bool = False
     block: int | None = None
-    late_start: tuple = ()
+    start_on_time: tuple = ()
     barrier_cost_ns: float | None = None
     barrier_own_only: bool = False
     spread: tuple = ()
     speedup: tuple = ()
     group_speedup: tuple = ()
+    balance_lanes: tuple = ()
+    no_gap: tuple = ()
     durations: object = None
     starts: object = None
     latencies: object = None
 
     def empty(self) -> bool:
-        return not (self.balance or self.straggler_to_median or self.no_late_start or self.late_start
+        return not (self.balance or self.straggler_to_median or self.no_late_start or self.start_on_time
                     or self.barrier_cost_ns is not None or self.spread or self.speedup or self.group_speedup
+                    or self.balance_lanes or self.no_gap
                     or self.durations is not None or self.starts is not None or self.latencies is not None)
 
     def to_median(self) -> tuple:
@@ -63,15 +81,15 @@ class Change:
         return tuple((p, self.block) if isinstance(p, str) else (p[0], None if p[1] is None else int(p[1]))
                      for p in self.straggler_to_median)
 
-    def late_starts(self) -> tuple:
-        """(block or None, phase or None) of each no-late-start edit."""
+    def on_time(self) -> tuple:
+        """(block or None, phase or None) of each no-late-start edit (no_late_start and start_on_time)."""
         own = ((self.block, None),) if self.no_late_start else ()
-        return own + tuple((None if b is None else int(b), p) for b, p in self.late_start)
+        return own + tuple((None if b is None else int(b), p) for b, p in self.start_on_time)
 
     def phases(self) -> set:
         """The phases the change names (each must be one of the timeline's)."""
         return ({*self.balance, *self.spread} | {p for p, _ in self.to_median()} | {p for p, _ in self.speedup}
-                | {p for _, p in self.late_starts() if p is not None})
+                | {p for _, p in self.on_time() if p is not None} | {p for pq in self.no_gap for p in pq})
 
 
 def combine(changes) -> Change:
@@ -80,13 +98,15 @@ def combine(changes) -> Change:
     costs = [c.barrier_cost_ns for c in changes if c.barrier_cost_ns is not None]
     return Change(balance=_once(p for c in changes for p in c.balance),
                   straggler_to_median=_once(p for c in changes for p in c.to_median()),
-                  late_start=_once(p for c in changes for p in c.late_starts()),
+                  start_on_time=_once(p for c in changes for p in c.on_time()),
                   barrier_cost_ns=min(costs) if costs else None,
                   barrier_own_only=bool(costs) and all(c.barrier_own_only for c in changes
                                                        if c.barrier_cost_ns is not None),
                   spread=_once(p for c in changes for p in c.spread),
                   speedup=_once(p for c in changes for p in c.speedup),
-                  group_speedup=_once(p for c in changes for p in c.group_speedup))
+                  group_speedup=_once(p for c in changes for p in c.group_speedup),
+                  balance_lanes=_once(p for c in changes for p in c.balance_lanes),
+                  no_gap=_once(p for c in changes for p in c.no_gap))
 
 
 def _once(items) -> tuple:
@@ -111,10 +131,14 @@ def change_dict(change: Change) -> dict:
         out["speedup"] = [[p, float(f)] for p, f in change.speedup]
     if change.group_speedup:
         out["group_speedup"] = [[int(g), float(f)] for g, f in change.group_speedup]
+    if change.balance_lanes:
+        out["balance_lanes"] = [None if g is None else int(g) for g in change.balance_lanes]
+    if change.no_gap:
+        out["no_gap"] = [list(pq) for pq in change.no_gap]
     if change.no_late_start:
         out["no_late_start"] = True
-    if change.late_start:
-        out["late_start"] = [[b, p] for b, p in change.late_start]
+    if change.start_on_time:
+        out["start_on_time"] = [[b, p] for b, p in change.start_on_time]
     if change.block is not None:
         out["block"] = int(change.block)
     if change.barrier_cost_ns is not None:
@@ -138,7 +162,11 @@ def arrays(tl: Timeline, ch: Change):
         start = np.asarray(ch.starts, np.float64) - tl.kernel_begin
     lat = tl.latency.astype(np.float64) if ch.latencies is None else np.asarray(ch.latencies, np.float64).copy()
     gap = tl.gap.astype(np.float64)
-    for block, phase in ch.late_starts():
+    for p, q in ch.no_gap:
+        own = ~tl.first & (tl.release == 1) & (tl.phase == tl.phase_code(q))
+        own[1:] &= tl.phase[:-1] == tl.phase_code(p)
+        gap[own] = 0.0
+    for block, phase in ch.on_time():
         _no_late_start(tl, block, phase, start, lat, gap)
     if ch.barrier_cost_ns is not None:
         _barrier(tl, float(ch.barrier_cost_ns), ch.barrier_own_only, lat)
@@ -165,6 +193,17 @@ def _durations(tl: Timeline, ch: Change) -> np.ndarray:
         dur[m] /= float(factor)
     for g, factor in ch.group_speedup:
         dur[tl.group == int(g)] /= float(factor)
+    groups = distinct(tl.group).tolist() if None in ch.balance_lanes else ch.balance_lanes
+    for g in groups:
+        rows = np.flatnonzero(tl.group == int(g))
+        if not len(rows):
+            continue
+        lanes, li = np.unique(tl.lane[rows], return_inverse=True)
+        tot = np.bincount(li, weights=dur[rows], minlength=len(lanes))
+        big = np.zeros(len(lanes))
+        np.maximum.at(big, li, dur[rows])
+        target = np.maximum(tot.mean(), big)  # an item stays whole: the lane that holds it runs it all
+        dur[rows] *= np.where(tot[li] > 0, target[li] / np.maximum(tot[li], 1e-9), 1.0)
     return dur
 
 

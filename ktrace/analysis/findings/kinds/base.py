@@ -18,7 +18,7 @@ import numpy as np
 from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
-           "instance_keys", "no_span", "no_roles", "ok", "fixed_rank",
+           "instance_keys", "no_span", "no_roles", "no_change", "ok", "fixed_rank",
            "last_block_extent"]
 
 _OPTIONAL = "optional"
@@ -160,6 +160,11 @@ def last_block_extent(f, fig, mine):
     """The instances of the phase that the finding's block finished last, first begin to last end."""
     b = f.figures.get("block")
     return None if b is None else extent(fig.instances, mine & (fig.instances.last_block == b))
+
+
+def no_change(v) -> None:
+    """No change the replay can make removes the cause: the stake is the critical path's claim alone."""
+    return None
 
 
 def no_span(f, fig, mine):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, no_change
 from ....core.records import frozen
 
 NAME = "critical_path"
@@ -50,4 +50,4 @@ def detect(ctx) -> Verdict | None:
 
 
 KIND = Kind(NAME, "the largest part of the critical path", (CriticalFigures,), 14, fixed_rank, claim_words, headline,
-            no_span, no_roles, None)
+            no_span, no_roles, None, change=no_change)

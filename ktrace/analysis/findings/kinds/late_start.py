@@ -117,8 +117,8 @@ def change(v):
     a phase's last finisher; a different block each time: every block's)."""
     g = v.figures
     if g.get("basis") == "lane":
-        return Change(late_start=((int(g["block"]), None),))
-    return Change(late_start=((g.get("block"), v.phase),)) if v.phase is not None else None
+        return Change(start_on_time=((int(g["block"]), None),))
+    return Change(start_on_time=((g.get("block"), v.phase),)) if v.phase is not None else None
 
 
 KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,

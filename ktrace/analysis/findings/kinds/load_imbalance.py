@@ -352,10 +352,12 @@ def _cluster_waits_on(ctx, block: int) -> list[dict]:
 
 
 def change(v):
-    """Instances that line up: every lane gets the instance's mean (lane totals: none, the critical path's claim)."""
-    if v.phase is None or v.figures.get("basis") != "instances":
-        return None
-    return Change(balance=(v.phase,))
+    """Instances that line up: every lane gets the instance's mean; lane totals (a work list): every lane of the
+    warp group (every group, for a block busy as a whole) gets the group's mean total, no item cut."""
+    g = v.figures
+    if g.get("basis") == "lane_totals":  # a block busy as a whole: its every warp group's lanes
+        return Change(balance_lanes=(None,) if g.get("block_lanes") is not None else (int(g["group"]),))
+    return Change(balance=(v.phase,)) if v.phase is not None else None
 
 
 KIND = Kind(NAME, "a phase's slowest lane, or a lane's total over the phases, well over the mean",

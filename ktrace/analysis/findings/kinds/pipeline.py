@@ -22,11 +22,11 @@ from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
 from ....core.records import frozen
 from ...evidence.keyed import distinct
-from ...replay.change import Change
+from ...replay.change import TIMED_WAIT, Change
 
 NAME = "pipeline"
 
-WAIT_NAME = re.compile(r"(?:^|.*[_\-. ])wait$", re.IGNORECASE)
+WAIT_NAME = TIMED_WAIT  # a phase that times a wait (IKET's mma_wait): the replay counts it as busy time
 WAITING_SHARE = 0.5  # from timed waits: a group waits when its wait phases are at least this share of its busy time
 BOUNDING_SHARE = 0.1  # ... for a group that hardly waits, at most this
 

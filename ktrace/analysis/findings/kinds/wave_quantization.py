@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, no_change
 from ....core.records import frozen
 
 NAME = "wave_quantization"
@@ -61,4 +61,4 @@ def detect(ctx) -> Verdict | None:
 
 
 KIND = Kind(NAME, "equal blocks fill the slots in a partial last wave", (WavesFigures,), 5, fixed_rank, claim_words,
-            headline, no_span, no_roles, None)
+            headline, no_span, no_roles, None, change=no_change)
