@@ -86,8 +86,15 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
             groups["lanes"].append(groups.pop(key)[0])
     waits = [v for v in verdicts if v.kind == kinds.LARGE_WAIT and v.figures.get("waited_block") is not None]
     merged = []
+    position = {id(v): i for i, v in enumerate(verdicts)}
     for members in list(groups.values()) + alone:
         members = sorted(members, key=_rank)
+        # Several verdicts of the lead's kind and rank (the releases of several barriers) are one cost: the first
+        # in the kernel leads, not the largest by a hair (same-input runs would name a different one each time).
+        same = [m for m in members if m.kind == members[0].kind and _rank(m)[0] == _rank(members[0])[0]]
+        if len(same) > 1:
+            first = min(same, key=lambda m: position[id(m)])
+            members = [first] + [m for m in members if m is not first]
         lead = members[0]
         # One cause's cost is its largest expression: the straggler's lead, the imbalance it makes and the tail it
         # leaves are the same time seen at different places on the path, so they are not added up.

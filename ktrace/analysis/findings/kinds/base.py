@@ -18,7 +18,7 @@ import numpy as np
 from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
-           "instance_keys", "no_span", "no_roles", "no_change", "ok", "fixed_rank",
+           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "ok", "fixed_rank",
            "last_block_extent"]
 
 _OPTIONAL = "optional"
@@ -77,6 +77,20 @@ class KindFigures(Mapping):
     __hash__ = None  # figures hold lists (segments, idle lanes): not hashable
 
 
+def stake_checks(family: str = "kernel_wall", share: str | None = None) -> Callable:
+    """A kind's checks: its stake moves as ``family`` does between runs (the kernel's wall, or the waits) and must
+    clear the impact floor (and ``share``, a threshold's share of the wall, where given)."""
+    def checks(th, tick: float, wall: float):
+        floor = max(th.min_impact * wall, th.min_ticks * tick)
+        return family, max(floor, getattr(th, share) * wall) if share else floor
+    return checks
+
+
+def no_change(v) -> None:
+    """No change the replay can make removes the cause: the stake is the critical path's claim alone."""
+    return None
+
+
 @frozen
 class Kind:
     """One finding kind, every part of it (a registry line in kinds/__init__.py; a test checks them all).
@@ -89,8 +103,10 @@ class Kind:
     span(finding, figures, mine): the time the annotated trace draws for it (None: the phase's extent, else the
     kernel); roles(finding, figures, mine, tick_ns): ((phase, block, group, k), role) of the slices it names in
     the trace; diff: the per-phase figure ``ktrace diff`` must see move before it calls the finding new or
-    resolved (None: its impact alone); change(verdict): the ``Change`` whose replay removes its cause (None:
-none; its stake is then the critical path's claim alone)."""
+    resolved (None: its impact alone); change(verdict): the ``Change`` whose replay removes its cause (None, or
+    ``no_change``: none; its stake is then the critical path's claim alone); checks(thresholds, tick_ns,
+    wall_ns): (the noise family its stake moves with, the floor it must clear by more than that noise;
+    default ``stake_checks()``: the kernel's wall, the impact floor)."""
 
     name: str
     detects: str
@@ -102,12 +118,13 @@ none; its stake is then the critical path's claim alone)."""
     span: Callable
     roles: Callable
     diff: str | None
-    change: Callable = None
+    change: Callable = no_change
+    checks: Callable = stake_checks()
 
     def change_of(self, v):
         """The ``Change`` (analysis/replay/change.py) that removes verdict ``v``'s cause: its stake is that change's
         replayed saving; None where the replay has no change for it."""
-        return self.change(v) if self.change is not None else None
+        return self.change(v)
 
     def rank_of(self, v) -> float:
         r = self.lead(v)
@@ -160,11 +177,6 @@ def last_block_extent(f, fig, mine):
     """The instances of the phase that the finding's block finished last, first begin to last end."""
     b = f.figures.get("block")
     return None if b is None else extent(fig.instances, mine & (fig.instances.last_block == b))
-
-
-def no_change(v) -> None:
-    """No change the replay can make removes the cause: the stake is the critical path's claim alone."""
-    return None
 
 
 def no_span(f, fig, mine):

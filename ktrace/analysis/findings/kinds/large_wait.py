@@ -8,7 +8,7 @@ import numpy as np
 from ..verdict import Verdict, fmt as _fmt, num as _num
 from . import untimed_work
 from ...replay.change import Change
-from .base import Kind, fixed_rank, no_roles, ok
+from .base import Kind, fixed_rank, no_roles, ok, stake_checks
 from .wait_figures import WaitFigures
 
 NAME = "large_wait"
@@ -153,4 +153,5 @@ def change(v):
 
 
 KIND = Kind(NAME, "lanes wait between two phases (for a barrier, their cluster, or nothing shown)", (WaitFigures,),
-            8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change)
+            8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change,
+            checks=stake_checks("wait"))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...evidence.waits import HANDOFF_TICKS
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional, stake_checks
 from ....core.records import frozen
 from ...evidence.keyed import distinct
 from ...replay.change import TIMED_WAIT, Change
@@ -203,4 +203,5 @@ def change(v):
 
 
 KIND = Kind(NAME, "a warp group waits for another of its block, which bounds the blocks", (PipelineFigures,), 6,
-            fixed_rank, claim_words, headline, no_span, no_roles, None, change=change)
+            fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
+            checks=stake_checks("wait"))

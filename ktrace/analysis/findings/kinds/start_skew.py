@@ -37,8 +37,19 @@ def short(v) -> str:
 
 def headline(f, v):
     g = f.figures
-    return (f"{f.phase}: {v.unit}s begin up to {_fmt(g['mean_start_skew_ns'])} apart, so the phase takes "
-            f"{_fmt(g['mean_excess_ns'])} longer than its slowest {v.unit}", "")
+    text = (f"{f.phase}: {v.unit}s begin up to {_fmt(g['mean_start_skew_ns'])} apart, so the phase takes "
+            f"{_fmt(g['mean_excess_ns'])} longer than its slowest {v.unit}")
+    cause = g.get("cause")
+    if cause == "sync_release":  # the barrier's release staggers the begins: the barriers' cost, said as such
+        phases = [f.phase] + [c["phase"] for c in g.get("consequences", []) if c["kind"] == NAME
+                              and c["phase"] != f.phase]
+        where = ", ".join(phases[:3]) + (f" and {len(phases) - 3} more" if len(phases) > 3 else "")
+        return (f"the grid-wide barrier's release staggers the {v.unit}s' begins by up to "
+                f"{_fmt(g['mean_start_skew_ns'])} (before {where})",
+                f"use fewer barriers, or a cheaper one (one that releases every {v.unit} at once)")
+    if cause == "launch":
+        return text, f"find what delays some {v.unit}s' start (their launch, their SM, work before the first probe)"
+    return text, ""
 
 
 def span(f, fig, mine):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt, num as _num
-from .base import Kind, KindFigures, no_change
+from .base import Kind, KindFigures, no_change, stake_checks
 from ....core.records import frozen
 
 NAME = "tail"
@@ -129,4 +129,5 @@ def _cluster_of(ctx, block: int) -> int | None:
 
 
 KIND = Kind(NAME, "the kernel's end runs with fewer than half the SMs busy", (TailFigures,), 10, lead, short,
-            headline, span, roles, None, change=no_change)
+            headline, span, roles, None, change=no_change,
+            checks=stake_checks(share="tail_share"))
