@@ -26,9 +26,10 @@ def headline(f, v):
     mean, block = _fmt(g["mean_ns"]), g.get("waited_block")
     if g.get("waited_for") == "grid":
         whom = f", for block {block}" if ok(block) else share
+        fix = (f"; find why block {block} begins late (its {f.phase} work is a median block's)"
+               if g.get("waited_block_late") else f"; shorten block {block}'s {f.phase} work")
         return (f"every {v.unit} waits {mean} on average at the grid-wide barrier after {f.phase}{whom}",
-                "use fewer barriers, or a cheaper one" + (f"; shorten block {block}'s {f.phase} work" if ok(block)
-                                                          else ""))
+                "use fewer barriers, or a cheaper one" + (fix if ok(block) else ""))
     if g.get("waited_for") == "cluster":
         whom = f" (for block {block})" if ok(block) else ""
         return (f"blocks wait for their cluster of {g.get('cluster_size', '?')} after {f.phase}{whom}: {mean} on "
@@ -124,6 +125,8 @@ def detect(ctx) -> list[Verdict]:
                    "another warp group of the block, not regular enough for untimed work of the lane")
             ev = "no release evidenced (docs/analysis-schema.md, what a wait waited for)"
         figs["waited_block"] = block if stable else None
+        if stable and r["cause"] == "grid" and not _long_work(fig, r["phase"], block, th.imbalance):
+            figs["waited_block_late"] = True  # its work is a median lane's: it ends last because it began late
         # the instance after which the longest of these waits began (what the annotated trace draws)
         w = fig.waits
         at = np.flatnonzero((w.phase == r["phase"]) & (w.next_phase == r["next_phase"])) if len(w) else []
@@ -135,6 +138,16 @@ def detect(ctx) -> list[Verdict]:
         if len(out) >= th.top_waits:
             break
     return out
+
+
+def _long_work(fig, phase: str, block: int, ratio: float) -> bool:
+    """The block's mean slice of the phase is over ``ratio`` times the lanes' median: it ends last by its work."""
+    pl = fig.lanes
+    m = pl.phase == phase
+    mine = m & (pl.block == block)
+    if not mine.any() or not m.any():
+        return True
+    return float(pl.mean_dur_ns[mine].max()) > ratio * float(np.median(pl.mean_dur_ns[m]))
 
 
 def _systematic(ctx, p: dict | None, block: int) -> bool:
