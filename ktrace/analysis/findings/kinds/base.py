@@ -18,7 +18,8 @@ import numpy as np
 from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
-           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "ok", "fixed_rank",
+           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "no_detect", "no_link", "Scope", "ok",
+           "fixed_rank",
            "last_block_extent"]
 
 _OPTIONAL = "optional"
@@ -77,6 +78,33 @@ class KindFigures(Mapping):
     __hash__ = None  # figures hold lists (segments, idle lanes): not hashable
 
 
+@frozen(eq=False)
+class Scope:
+    """Where a detector looks (``Kind.detect(ctx, scope)``, one signature for every kind): one phase (``phase``:
+    its row of the phases table; ``inst``: its instances; ``on_path``: which of them are on the critical path;
+    ``lined_up``: whether they line up across lanes), the launch (no phase), or, last, the verdicts the others
+    made (``verdicts``: for a kind that reads them)."""
+
+    phase: dict | None = None
+    inst: object = None
+    on_path: object = None
+    lined_up: bool = False
+    verdicts: tuple | None = None
+
+    @property
+    def launch(self) -> bool:
+        return self.phase is None and self.verdicts is None
+
+
+def no_detect(ctx, scope) -> list:
+    """A kind another kind's detector makes (one pass over the same table): nothing of its own."""
+    return []
+
+
+def no_link(ctx, scope, v, found) -> None:
+    """A verdict whose cause no other verdict of its phase decides."""
+
+
 def stake_checks(family: str = "kernel_wall", share: str | None = None) -> Callable:
     """A kind's checks: its stake moves as ``family`` does between runs (the kernel's wall, or the waits) and must
     clear the impact floor (and ``share``, a threshold's share of the wall, where given)."""
@@ -106,7 +134,10 @@ class Kind:
     resolved (None: its impact alone); change(verdict): the ``Change`` whose replay removes its cause (None, or
     ``no_change``: none; its stake is then the critical path's claim alone); checks(thresholds, tick_ns,
     wall_ns): (the noise family its stake moves with, the floor it must clear by more than that noise;
-    default ``stake_checks()``: the kernel's wall, the impact floor)."""
+    default ``stake_checks()``: the kernel's wall, the impact floor); detect(ctx, scope): its verdicts in a
+    ``Scope`` (a phase, the launch, or the verdicts so far; ``no_detect`` for a kind another's detector makes);
+    link(ctx, scope, verdict, found): where its verdict's cause is another verdict's of the same phase (the
+    imbalance a straggler makes), it says so by setting ``verdict.cause`` (``no_link``: never)."""
 
     name: str
     detects: str
@@ -120,6 +151,8 @@ class Kind:
     diff: str | None
     change: Callable = no_change
     checks: Callable = stake_checks()
+    detect: Callable = no_detect
+    link: Callable = no_link
 
     def change_of(self, v):
         """The ``Change`` (analysis/replay/change.py) that removes verdict ``v``'s cause: its stake is that change's

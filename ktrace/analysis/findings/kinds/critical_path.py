@@ -29,7 +29,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     fig = ctx.fig
     c = fig.critical_shares
     if not len(c) or not fig.kernel.wall_ns:
@@ -49,5 +49,12 @@ def detect(ctx) -> Verdict | None:
         wall_ns=fig.kernel.wall_ns, coverage=c.coverage(fig.kernel.wall_ns)))
 
 
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "the largest part of the critical path", (CriticalFigures,), 14, fixed_rank, claim_words, headline,
-            no_span, no_roles, None, change=no_change)
+            no_span, no_roles, None, change=no_change,
+            detect=detect)

@@ -32,7 +32,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, p) -> Verdict | None:
+def _detect(ctx, p) -> Verdict | None:
     if not p["idle_lanes"]:
         return None
     fig = ctx.fig
@@ -63,5 +63,12 @@ def change(v):
     return Change(spread=tuple(sorted({v.phase, *extra})))
 
 
+def detect(ctx, scope):
+    """A phase: lanes of its warp groups that never ran it."""
+    v = _detect(ctx, scope.phase) if scope.phase is not None else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "lanes of the phase's warp groups never ran it", (IdleFigures,), 13, fixed_rank, short, headline,
-            no_span, no_roles, None, change=change)
+            no_span, no_roles, None, change=change,
+            detect=detect)

@@ -52,7 +52,7 @@ def span(f, fig, mine):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> list[Verdict]:
+def _detect(ctx) -> list[Verdict]:
     fig, th, wc = ctx.fig, ctx.th, ctx.wc
     lane_time = ctx.lane_time()
     if not len(wc) or not lane_time:
@@ -165,6 +165,13 @@ def change(v):
     return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
 
 
+def detect(ctx, scope):
+    """The launch: the waits at each phase boundary by what they waited for (large_wait, and untimed_work from
+    the same table)."""
+    return _detect(ctx) if scope.launch else []
+
+
 KIND = Kind(NAME, "lanes wait between two phases (for a barrier, their cluster, or nothing shown)", (WaitFigures,),
             8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change,
-            checks=stake_checks("wait"))
+            checks=stake_checks("wait"),
+            detect=detect)

@@ -8,19 +8,12 @@ import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import LateStartFigures
 from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "late_start"
-
-
-@frozen(kw_only=True)
-class LateStartFigures(LastFinisherFigures):
-    """A phase's last finisher that starts late (block None: a different block each time)."""
-
-    block: int | None
-    cause: str = "late_start"
 
 
 @frozen(kw_only=True)
@@ -121,5 +114,15 @@ def change(v):
     return Change(start_on_time=((g.get("block"), v.phase),)) if v.phase is not None else None
 
 
+def detect(ctx, scope):
+    """A phase's last finisher that starts late (kinds/last_finisher.py); the lane that ends the kernel begun late
+    (the launch)."""
+    if scope.launch:
+        v = detect_lane(ctx)
+        return [v] if v is not None else []
+    return last_finisher.of_kind(ctx, scope, NAME, LateStartFigures)
+
+
 KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,
-            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us", change=change)
+            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us", change=change,
+            detect=detect)

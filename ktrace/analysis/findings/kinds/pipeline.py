@@ -57,7 +57,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> list[Verdict]:
+def _detect(ctx) -> list[Verdict]:
     """The pipeline verdicts: from the hand-offs, else from timed waits."""
     return _handoffs(ctx) or _timed_waits(ctx)
 
@@ -202,6 +202,12 @@ def change(v):
     return Change(group_speedup=((int(g["bounding_group"]), bh / bg),))
 
 
+def detect(ctx, scope):
+    """The launch: a warp group that waits for another of its block, which bounds the blocks."""
+    return _detect(ctx) if scope.launch else []
+
+
 KIND = Kind(NAME, "a warp group waits for another of its block, which bounds the blocks", (PipelineFigures,), 6,
             fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
-            checks=stake_checks("wait"))
+            checks=stake_checks("wait"),
+            detect=detect)

@@ -42,7 +42,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
+def _detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
     """``verdicts`` with a serial-tail verdict for each phase that runs alone at the end (its idle-lanes verdict
     given the serial tail's cause); unchanged where none does or the top-level slices are not at hand."""
     fig, th, tick = ctx.fig, ctx.th, ctx.tick
@@ -91,5 +91,13 @@ def change(v):
     return Change(spread=(v.phase,)) if v.phase is not None else None
 
 
+def detect(ctx, scope):
+    """The verdicts the others made: a phase's idle lanes, read again (does it run alone at the end?)."""
+    if scope.verdicts is None:
+        return []
+    return _detect(ctx, list(scope.verdicts))[len(scope.verdicts):]
+
+
 KIND = Kind(NAME, "a phase a few lanes run alone after the other lanes of its warp groups are done",
-            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None, change=change)
+            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
+            detect=detect)

@@ -7,17 +7,12 @@ from __future__ import annotations
 from ....core.units import format_ns as _t
 from . import late_start
 from .base import Kind, instance_keys, last_block_extent
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import StragglerFigures
 from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "stable_straggler"
-
-
-@frozen(kw_only=True)
-class StragglerFigures(LastFinisherFigures):
-    block: int
-    cause: str  # 'work', 'both', 'lag' or 'small'
 
 
 def lead(v) -> float | None:
@@ -55,5 +50,11 @@ def change(v):
     return Change(straggler_to_median=((v.phase, int(g["block"])),))
 
 
+def detect(ctx, scope):
+    """The phase's last finisher, where it is this kind (kinds/last_finisher.py)."""
+    return last_finisher.of_kind(ctx, scope, NAME, StragglerFigures)
+
+
 KIND = Kind(NAME, "one block finishes the phase last in most instances", (StragglerFigures,), 1, lead, short,
-            headline, last_block_extent, roles, "last_lead_us", change=change)
+            headline, last_block_extent, roles, "last_lead_us", change=change,
+            detect=detect)

@@ -9,6 +9,7 @@ import numpy as np
 from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
 from ...replay.change import Change
+from . import late_start
 from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance
 from ....core.records import frozen
 
@@ -59,7 +60,7 @@ def span(f, fig, mine):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, p, inst, on_path) -> Verdict | None:
+def _detect(ctx, p, inst, on_path) -> Verdict | None:
     th, eps = ctx.th, ctx.eps
     n = p["instances"]
     mean_wall = p["sum_wall_ns"] / n if n else 0.0
@@ -122,5 +123,24 @@ def change(v):
     return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
 
 
+def detect(ctx, scope):
+    """A phase whose instances line up: its lanes' begins apart."""
+    if scope.phase is None or not scope.lined_up:
+        return []
+    v = _detect(ctx, scope.phase, scope.inst, scope.on_path)
+    return [v] if v is not None else []
+
+
+def link(ctx, scope, v, found) -> None:
+    """A start skew whose late lane is the phase's late starter (after the launch, or unexplained) is the late
+    start's."""
+    if v.figures.get("cause") not in ("launch", "unexplained"):
+        return
+    for o in found:
+        if o.kind == late_start.NAME:
+            v.cause = o.cause
+
+
 KIND = Kind(NAME, "a phase's lanes begin apart, so its wall exceeds its slowest lane", (SkewFigures,), 12, fixed_rank,
-            short, headline, span, no_roles, "excess_us", change=change)
+            short, headline, span, no_roles, "excess_us", change=change,
+            detect=detect, link=link)

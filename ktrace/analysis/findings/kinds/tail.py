@@ -76,7 +76,7 @@ def roles(f, fig, mine, tick_ns):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     fig = ctx.fig
     if not len(fig.occupancy):
         return None
@@ -128,6 +128,13 @@ def _cluster_of(ctx, block: int) -> int | None:
     return None
 
 
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "the kernel's end runs with fewer than half the SMs busy", (TailFigures,), 10, lead, short,
             headline, span, roles, None, change=no_change,
-            checks=stake_checks(share="tail_share"))
+            checks=stake_checks(share="tail_share"),
+            detect=detect)

@@ -4,7 +4,7 @@ the probes do not cover."""
 from __future__ import annotations
 
 from ....core.units import format_ns as _t
-from .base import Kind, claim_words, fixed_rank, no_roles, no_span, ok, stake_checks
+from .base import Kind, no_detect, claim_words, fixed_rank, no_roles, no_span, ok, stake_checks
 from .wait_figures import WaitFigures
 from ...replay.change import Change
 
@@ -26,4 +26,5 @@ def change(v):
 
 KIND = Kind(NAME, "regular gaps of each lane's own between two phases: work the probes miss", (WaitFigures,), 9,
             fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
-            checks=stake_checks("wait"))
+            checks=stake_checks("wait"),
+            detect=no_detect)

@@ -42,7 +42,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     s = ctx.slots
     if not s or not s["uniform_blocks"] or s["quantization_ns"] < ctx.eps:
         return None
@@ -60,5 +60,12 @@ def detect(ctx) -> Verdict | None:
     return Verdict(NAME, None, msg, ev, float(claims.sum()), True, WavesFigures(**s), claims, "waves")
 
 
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "equal blocks fill the slots in a partial last wave", (WavesFigures,), 5, fixed_rank, claim_words,
-            headline, no_span, no_roles, None, change=no_change)
+            headline, no_span, no_roles, None, change=no_change,
+            detect=detect)
