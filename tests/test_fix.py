@@ -154,3 +154,17 @@ def test_a_straggler_that_changes_block_is_cut_in_every_instance(tmp_path):
     w = ktrace.whatif(path, fix=1, events="compute")
     assert w.saving_ns == pytest.approx(top.impact_ns, abs=1) or w.fix["warnings"][0]["cut"] is not None
     assert abs(w.saving_ns - truth) <= 0.15 * truth
+
+
+@pytest.mark.parametrize("before, after", [("imbalance_ktrace.bin", "balanced_ktrace.bin"),
+                                           ("imbalance_flashinfer.bin", "balanced_flashinfer.bin"),
+                                           ("ab/imbalance_before.bin", "ab/balanced_after.bin")])
+def test_the_top_warnings_fix_predicts_the_measured_fix(before, after):
+    """H200 captures of a kernel whose block 17 has 3x the compute, and of the same kernel balanced: the top
+    warning's change (block 17's compute cut to the median) predicts the balanced kernel's wall within 10%."""
+    import ktrace
+
+    w = ktrace.whatif(SAMPLES / before, fix=1)
+    measured = ktrace.analyze(SAMPLES / after).kernel.wall_ns
+    assert w.fix["warnings"][0]["kind"] == "stable_straggler"
+    assert abs(w.predicted_wall_ns - measured) <= 0.1 * measured, (w.predicted_wall_ns, measured)
