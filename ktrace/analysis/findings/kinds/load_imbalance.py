@@ -376,11 +376,11 @@ def _cluster_waits_on(ctx, block: int) -> list[dict]:
 
 
 def change(v):
-    """Instances that line up: every lane gets the instance's mean; lane totals (a work list): every lane of the
-    warp group (every group, for a block busy as a whole) gets the group's mean total, no item cut."""
-    g = v.figures
-    if g.get("basis") == "lane_totals":  # a block busy as a whole: its every warp group's lanes
-        return Change(balance_lanes=(None,) if g.get("block_lanes") is not None else (int(g["group"]),))
+    """Instances that line up: every lane gets the instance's mean; lane totals (a work list): the items handed
+    out evenly, every lane of each warp group getting its group's mean total, no item cut (the warp groups of a
+    block share its items: all of them are rebalanced)."""
+    if v.figures.get("basis") == "lane_totals":
+        return Change(balance_lanes=(None,))
     return Change(balance=(v.phase,)) if v.phase is not None else None
 
 
