@@ -21,15 +21,15 @@ CAPTURES = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.bin*") i
 T0 = 1_000_000
 
 
-def _words(lanes: dict) -> np.ndarray:
-    """{(block, group): [(event, begin, end), ...]} -> a FlashInfer-layout buffer (block b on SM b)."""
+def _words(lanes: dict, sms: int | None = None) -> np.ndarray:
+    """{(block, group): [(event, begin, end), ...]} -> a FlashInfer-layout buffer (block b on SM b, or b % sms)."""
     rows = []
     for (b, g), steps in lanes.items():
         recs = [r for ev, t0, t1 in steps for r in ((0, ev, t0), (1, ev, t1))]
         rows += [(b, g, i, t, e, ts) for i, (t, e, ts) in enumerate(recs)]
     block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))
     groups = max(g for _, g in lanes) + 1
-    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=block.copy())
+    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=block % sms if sms else block.copy())
     cap = max(2 * len(s) for s in lanes.values()) + 2  # room left: no lane is full
     return place_records(max(b for b, _ in lanes) + 1, groups, block, group, seq, tag, ts, cap)
 
@@ -168,3 +168,25 @@ def test_the_top_warnings_fix_predicts_the_measured_fix(before, after):
     measured = ktrace.analyze(SAMPLES / after).kernel.wall_ns
     assert w.fix["warnings"][0]["kind"] == "stable_straggler"
     assert abs(w.predicted_wall_ns - measured) <= 0.1 * measured, (w.predicted_wall_ns, measured)
+
+
+def test_a_resized_grid_is_the_same_work_in_whole_waves(tmp_path):
+    """429 equal blocks of 10 µs on 132 SMs (one resident each): 3.25 waves, 4 block times of wall. The same work
+    in 396 blocks (3 whole waves of 10.83 µs blocks) takes 32.5 µs: --blocks predicts it, and the waves finding's
+    fix is that change."""
+    import ktrace
+
+    lanes = {}
+    for b in range(429):
+        t = T0 + (b // 132) * 10_200 + (b % 3) * 32
+        lanes[(b, 0)] = [(0, t, t + 10_000 + (b % 5) * 32)]
+    path = write_buffer(tmp_path, _words(lanes, sms=132), "waves")
+    w = ktrace.whatif(path, ktrace.Change(blocks=396), events="compute")
+    truth = 429 * 10_064 / 396 * 3
+    assert abs(w.predicted_wall_ns - truth) <= 0.1 * truth, (w.predicted_wall_ns, truth)
+    a = analyze(decode(path, events="compute"))
+    waves = [f for f in a.findings if f.kind == "wave_quantization"]
+    assert waves and waves[0].change == ktrace.Change(blocks=396)
+    fixed = ktrace.whatif(path, fix=1, events="compute")
+    assert fixed.fix["warnings"][0]["kind"] == "wave_quantization"
+    assert fixed.saving_ns == w.saving_ns and fixed.fix["warnings"][0]["stake_ns"] <= fixed.saving_ns

@@ -50,6 +50,10 @@ def register(sub) -> None:
                    "groups (each slice lasts its share)")
     w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
                    help="the phase's slices FACTOR times as fast (0.5: twice as slow); repeatable")
+    w.add_argument("--blocks", type=int, metavar="N",
+                   help="the same total work in N equal blocks, scheduled into the measured slots (a resized grid)")
+    w.add_argument("--per-sm", type=int, metavar="K",
+                   help="with --blocks: K blocks resident per SM (default: the measured residency)")
     w.add_argument("--group-speedup", metavar="GROUP=FACTOR", type=_group_speedup, action="append", default=[],
                    help="every slice of warp group GROUP FACTOR times as fast; repeatable")
     format_options(w, "the prediction")
@@ -98,7 +102,7 @@ def _cmd_whatif(a) -> int:
     change = Change(balance=tuple(a.balance), straggler_to_median=tuple(a.straggler_to_median),
                     no_late_start=a.no_late_start, block=a.block, barrier_cost_ns=a.barrier_cost,
                     barrier_own_only=a.barrier_own_only, spread=tuple(a.spread), speedup=tuple(a.speedup),
-                    group_speedup=tuple(a.group_speedup))
+                    group_speedup=tuple(a.group_speedup), blocks=a.blocks, per_sm=a.per_sm)
     if a.fix is not None:
         if not change.empty():
             raise InputError("whatif: --fix N replays warning N's own change: give it alone, without other changes")
@@ -106,6 +110,10 @@ def _cmd_whatif(a) -> int:
         emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
              json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
         return EXIT_OK
+    if a.per_sm is not None and a.blocks is None:
+        raise InputError("whatif: --per-sm K qualifies --blocks N; give it too")
+    if a.blocks is not None and Change(blocks=a.blocks, per_sm=a.per_sm) != change:
+        raise InputError("whatif: --blocks N is a resized grid: give it alone (with --per-sm K at most)")
     if a.barrier_own_only and a.barrier_cost is None:
         raise InputError("whatif: --barrier-own-only qualifies --barrier-cost NS; give it too")
     if a.block is not None and not (a.straggler_to_median or a.no_late_start):
@@ -113,7 +121,7 @@ def _cmd_whatif(a) -> int:
     if change.empty():
         raise InputError("whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE, "
                          "--straggler-to-median PHASE, --no-late-start, --barrier-cost NS, --spread PHASE, "
-                         "--speedup PHASE=FACTOR or --group-speedup GROUP=FACTOR")
+                         "--speedup PHASE=FACTOR, --group-speedup GROUP=FACTOR or --blocks N")
     w = whatif(a.source, change, **decode_kwargs(a))
     emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
          json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))

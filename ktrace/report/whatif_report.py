@@ -38,6 +38,9 @@ def change_text(change: dict) -> str:
         parts.append(f"{p} spread over every lane of its warp groups")
     for p, f in change.get("speedup", []):
         parts.append(f"{p} {f:g}x as fast")
+    if "blocks" in change:
+        per = f", {change['per_sm']} resident per SM" if "per_sm" in change else ""
+        parts.append(f"the same work in {change['blocks']:,} equal blocks{per}")
     for g in change.get("balance_lanes", []):
         parts.append(f"{'every warp group' if g is None else f'warp group {g}'}'s lanes balanced (each the mean "
                      "total over the phases, no item cut)")
@@ -86,8 +89,11 @@ def whatif_text(name: str, w: dict) -> str:
              + (")" if r == m else f": {format_ns(r - m)} off the measured wall)"),
              f"  predicted wall   {format_ns(p)}",
              f"  saving           {format_ns(s)} ({s / r:.1%} of the wall)" if r else f"  saving           {format_ns(s)}",
-             f"  critical path before: {_path(w['path_before'], r)}",
-             f"  critical path after:  {_path(w['path'], p)}",
-             f"  ends on block {e['block']} group {e['group']} ({e['phase']}, instance {e['k']})"]
+             f"  critical path before: {_path(w['path_before'], r)}"]
+    if e:
+        lines += [f"  critical path after:  {_path(w['path'], p)}",
+                  f"  ends on block {e['block']} group {e['group']} ({e['phase']}, instance {e['k']})"]
+    else:  # a resized grid: equal blocks in the measured slots, no slice of the capture's own
+        lines.append("  (a resized grid: equal blocks scheduled into the measured slots; no critical path of slices)")
     lines += _fix_lines(w.get("fix"), s)
     return "\n".join(printable(x) for x in lines)

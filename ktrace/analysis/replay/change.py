@@ -17,7 +17,7 @@ from ..evidence.keyed import distinct
 from .replay import Timeline, measured_starts
 from ...core.records import frozen
 
-__all__ = ["Change", "arrays", "combine", "change_dict", "TIMED_WAIT", "timed_waits"]
+__all__ = ["Change", "arrays", "combine", "change_dict", "resized_wall", "TIMED_WAIT", "timed_waits"]
 
 # A phase that times a wait (IKET's ``mma_wait``): the replay counts it as the lane's busy time, not as a release,
 # so a change on a timeline with such phases gives no bound (the waits would not shrink with the work they wait for).
@@ -52,6 +52,9 @@ class Change:
     work list handed out evenly; a lane keeps at least its own longest slice: an item is not cut), each lane's
     slices scaled;
     no_gap: (phase, next phase) pairs, the lanes' own gaps between them (untimed work) removed;
+    blocks: the same total work (each block's first begin to last end, summed) in this many equal blocks,
+    scheduled into the measured slots (SMs x ``per_sm`` resident blocks, default the measured residency), each slot
+    free from its measured first begin: a resized grid (alone: no other edit with it);
     durations, starts, latencies: explicit arrays per row (a library user's own edit)."""
 
     balance: tuple = ()
@@ -66,6 +69,8 @@ class Change:
     group_speedup: tuple = ()
     balance_lanes: tuple = ()
     no_gap: tuple = ()
+    blocks: int | None = None
+    per_sm: int | None = None
     durations: object = None
     starts: object = None
     latencies: object = None
@@ -73,7 +78,7 @@ class Change:
     def empty(self) -> bool:
         return not (self.balance or self.straggler_to_median or self.no_late_start or self.start_on_time
                     or self.barrier_cost_ns is not None or self.spread or self.speedup or self.group_speedup
-                    or self.balance_lanes or self.no_gap
+                    or self.balance_lanes or self.no_gap or self.blocks is not None
                     or self.durations is not None or self.starts is not None or self.latencies is not None)
 
     def to_median(self) -> tuple:
@@ -93,8 +98,9 @@ class Change:
 
 
 def combine(changes) -> Change:
-    """One change making every change of ``changes`` (the explicit arrays left out): ``ktrace whatif --fix all``."""
-    changes = [c for c in changes if c is not None]
+    """One change making every change of ``changes`` (the explicit arrays left out; a resized grid, which takes no
+    other edit, left out too): ``ktrace whatif --fix all``."""
+    changes = [c for c in changes if c is not None and c.blocks is None]
     costs = [c.barrier_cost_ns for c in changes if c.barrier_cost_ns is not None]
     return Change(balance=_once(p for c in changes for p in c.balance),
                   straggler_to_median=_once(p for c in changes for p in c.to_median()),
@@ -131,6 +137,10 @@ def change_dict(change: Change) -> dict:
         out["speedup"] = [[p, float(f)] for p, f in change.speedup]
     if change.group_speedup:
         out["group_speedup"] = [[int(g), float(f)] for g, f in change.group_speedup]
+    if change.blocks is not None:
+        out["blocks"] = int(change.blocks)
+        if change.per_sm is not None:
+            out["per_sm"] = int(change.per_sm)
     if change.balance_lanes:
         out["balance_lanes"] = [None if g is None else int(g) for g in change.balance_lanes]
     if change.no_gap:
@@ -285,3 +295,29 @@ def mean_by(key: np.ndarray, x: np.ndarray) -> np.ndarray:
     out = np.empty(len(x))
     out[o] = np.repeat(np.add.reduceat(xs, starts) / n, n)
     return out
+
+
+def resized_wall(tl: Timeline, blocks: int, per_sm: int | None = None) -> int:
+    """The wall (ns) of the same total work in ``blocks`` equal blocks, scheduled into the measured slots (SMs x
+    ``per_sm`` resident blocks, default the measured residency), each slot free from its measured first begin
+    (the earliest block begins, one per slot): slot i runs blocks i, i + slots, ... ValueError where the
+    timeline has no SM ids to count the slots by, or ``blocks``/``per_sm`` is below 1."""
+    sms, resident = tl.slots
+    if not sms:
+        raise ValueError("the capture has no SM ids to count the slots by: no resized grid can be scheduled")
+    if blocks < 1 or (per_sm is not None and per_sm < 1):
+        raise ValueError("give 1 block or more, and 1 resident block per SM or more")
+    slots = sms * int(per_sm or resident)
+    ids, inv = np.unique(tl.block, return_inverse=True)
+    first = np.full(len(ids), np.inf)
+    last = np.full(len(ids), -np.inf)
+    np.minimum.at(first, inv, tl.begin.astype(np.float64))
+    np.maximum.at(last, inv, tl.end.astype(np.float64))
+    each = float((last - first).sum()) / blocks
+    free = np.sort(first - tl.kernel_begin)[:slots]
+    if len(free) < slots:  # more slots than the measured blocks filled: the rest free at the last measured begin
+        free = np.r_[free, np.full(slots - len(free), free[-1] if len(free) else 0.0)]
+    used = np.arange(min(slots, blocks))
+    runs = (blocks - used + slots - 1) // slots  # blocks each used slot runs
+    end = free[used] + runs * each
+    return int(round(float(end.max()) - min(float(free.min()), 0.0)))

@@ -9,7 +9,7 @@ from dataclasses import field
 import numpy as np
 
 from ...core.errors import InputError
-from .change import Change, arrays, change_dict
+from .change import Change, arrays, change_dict, resized_wall
 from .replay import RELEASES, Replayed, Timeline, change_rounds, critical_rows, replay
 from ...core.records import frozen
 
@@ -51,7 +51,13 @@ class WhatIf:
 
 def predict(tl: Timeline, change: "Change | None" = None, max_rounds: int | None = None) -> Replayed:
     """The replay with ``change`` applied (None: as measured), in at most ``max_rounds`` rounds."""
-    return replay(tl, *arrays(tl, change or Change()), max_rounds=max_rounds)
+    ch = change or Change()
+    if ch.blocks is not None:  # a resized grid: its own schedule, not an edit of the measured slices
+        if not Change(blocks=ch.blocks, per_sm=ch.per_sm) == ch:
+            raise ValueError("a resized grid (blocks) takes no other change with it")
+        none = np.zeros(0, np.int64)
+        return Replayed(none, none, np.zeros(0, np.int8), resized_wall(tl, int(ch.blocks), ch.per_sm), 0, True)
+    return replay(tl, *arrays(tl, ch), max_rounds=max_rounds)
 
 
 def whatif(tl: Timeline, change: Change, measured_wall_ns: int | None = None) -> WhatIf:
@@ -62,12 +68,14 @@ def whatif(tl: Timeline, change: Change, measured_wall_ns: int | None = None) ->
         raise InputError(f"the timeline with this change did not settle in {new.rounds:,} rounds of the replay (the "
                          "change makes a chain of releases circular): no prediction; try a smaller change")
     desc = change_dict(change)
-    last = int(np.lexsort((tl.lane, -new.end))[0])
-    ends_on = {"block": int(tl.block[last]), "group": int(tl.group[last]), "phase": tl.names[tl.phase[last]],
-               "k": int(tl.k[last])}
+    ends_on = {}
+    if len(new.end):
+        last = int(np.lexsort((tl.lane, -new.end))[0])
+        ends_on = {"block": int(tl.block[last]), "group": int(tl.group[last]), "phase": tl.names[tl.phase[last]],
+                   "k": int(tl.k[last])}
     mw = int(measured_wall_ns if measured_wall_ns is not None else tl.wall_ns)
-    return WhatIf(mw, base.wall_ns, new.wall_ns, base.wall_ns - new.wall_ns, desc, path_parts(tl, new), ends_on,
-                  path_parts(tl, base))
+    return WhatIf(mw, base.wall_ns, new.wall_ns, base.wall_ns - new.wall_ns, desc,
+                  path_parts(tl, new) if len(new.end) else [], ends_on, path_parts(tl, base))
 
 
 def path_parts(tl: Timeline, r: Replayed) -> list[dict]:

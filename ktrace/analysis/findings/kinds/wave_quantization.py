@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, no_change
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ...replay.change import Change
 from ....core.records import frozen
 
 NAME = "wave_quantization"
@@ -60,6 +61,12 @@ def _detect(ctx) -> Verdict | None:
     return Verdict(NAME, None, msg, ev, float(claims.sum()), True, WavesFigures(**s), claims, "waves")
 
 
+def change(v):
+    """The same total work in whole waves: the nearest whole number of waves' blocks (at least one)."""
+    g = v.figures
+    return Change(blocks=max(int(round(g["waves"])), 1) * int(g["slots"]))
+
+
 def detect(ctx, scope):
     """The launch."""
     v = _detect(ctx) if scope.launch else None
@@ -67,5 +74,5 @@ def detect(ctx, scope):
 
 
 KIND = Kind(NAME, "equal blocks fill the slots in a partial last wave", (WavesFigures,), 5, fixed_rank, claim_words,
-            headline, no_span, no_roles, None, change=no_change,
+            headline, no_span, no_roles, None, change=change,
             detect=detect)
