@@ -77,6 +77,10 @@ def _fix(name: str, fig, fix, thresholds):
         n, f = chosen[0]
         raise InputError(f"{name}: warning {n} ({f.kind}) names no change the replay can make: its stake is its "
                          "share of the critical path; give a change (--balance, --speedup, ...) instead")
+    resized = [n for n, f in chosen if f.change is not None and f.change.blocks is not None]
+    if resized and len(chosen) > 1:
+        raise InputError(f"{name}: warning {resized[0]} resizes the grid, which takes no other change with it: "
+                         f"replay it alone (--fix {resized[0]})")
     replayable = [f.change for _, f in chosen if f.change is not None]
     change = replayable[0] if len(replayable) == 1 else combine(replayable)
     return change, lambda saving: fix_told(chosen, saving, float(fig.kernel.wall_ns or 0))
