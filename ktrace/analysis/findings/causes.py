@@ -91,7 +91,8 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
         members = sorted(members, key=_rank)
         # Several verdicts of the lead's kind and rank (the releases of several barriers) are one cost: the first
         # in the kernel leads, not the largest by a hair (same-input runs would name a different one each time).
-        same = [m for m in members if m.kind == members[0].kind and _rank(m)[0] == _rank(members[0])[0]]
+        same = [m for m in members if m.kind == members[0].kind and type(m.figures) is type(members[0].figures)
+                and _rank(m)[0] == _rank(members[0])[0]]
         if len(same) > 1:
             first = min(same, key=lambda m: position[id(m)])
             members = [first] + [m for m in members if m is not first]
