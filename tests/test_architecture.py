@@ -152,6 +152,7 @@ def test_modules_stay_readable(name, path):
 
 
 NO_KIND_KNOWLEDGE = ["analysis/findings/stakes.py", "analysis/findings/margins.py", "analysis/findings/verdicts.py",
+                     "analysis/findings/causes.py",
                      "analysis/replay/change.py", "analysis/replay/whatif.py", "analysis/replay/replay.py"]
 
 

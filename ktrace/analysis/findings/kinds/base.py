@@ -18,7 +18,7 @@ import numpy as np
 from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
-           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "no_detect", "no_link", "Scope", "ok",
+           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "no_detect", "no_link", "no_hook", "Scope", "ok",
            "fixed_rank",
            "last_block_extent"]
 
@@ -105,6 +105,10 @@ def no_link(ctx, scope, v, found) -> None:
     """A verdict whose cause no other verdict of its phase decides."""
 
 
+def no_hook(*args) -> None:
+    """A part a kind does not use (grouped_short, joins, waits_on): None."""
+
+
 def stake_checks(family: str = "kernel_wall", share: str | None = None) -> Callable:
     """A kind's checks: its stake moves as ``family`` does between runs (the kernel's wall, or the waits) and must
     clear the impact floor (and ``share``, a threshold's share of the wall, where given)."""
@@ -137,7 +141,12 @@ class Kind:
     default ``stake_checks()``: the kernel's wall, the impact floor); detect(ctx, scope): its verdicts in a
     ``Scope`` (a phase, the launch, or the verdicts so far; ``no_detect`` for a kind another's detector makes);
     link(ctx, scope, verdict, found): where its verdict's cause is another verdict's of the same phase (the
-    imbalance a straggler makes), it says so by setting ``verdict.cause`` (``no_link``: never)."""
+    imbalance a straggler makes), it says so by setting ``verdict.cause`` (``no_link``: never);
+    grouped_short(verdict): (key, render(phases)) where its few words as a consequence merge over phases (the same
+    lanes idle in several phases: one entry naming them); joins(verdict, causes): the cause a finding alone of
+    this kind joins instead (a tail left by a block joins the lanes' unequal totals); waits_on(verdict): (block,
+    {phase, next_phase, mean_ns}) where its verdict is a wait on one block (the block's finding says so); each
+    ``no_hook`` where unused."""
 
     name: str
     detects: str
@@ -153,6 +162,9 @@ class Kind:
     checks: Callable = stake_checks()
     detect: Callable = no_detect
     link: Callable = no_link
+    grouped_short: Callable = no_hook
+    joins: Callable = no_hook
+    waits_on: Callable = no_hook
 
     def change_of(self, v):
         """The ``Change`` (analysis/replay/change.py) that removes verdict ``v``'s cause: its stake is that change's

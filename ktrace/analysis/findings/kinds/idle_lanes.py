@@ -69,6 +69,17 @@ def detect(ctx, scope):
     return [v] if v is not None else []
 
 
+def grouped_short(v):
+    """The same lanes idle in several phases: one consequence naming the phases."""
+    g = v.figures
+    n = (g.idle_lanes, g.idle_lanes + g.lanes)
+
+    def render(phases) -> str:
+        names = ", ".join(phases[:3]) + (f" and {len(phases) - 3} more" if len(phases) > 3 else "")
+        return f"{names}: {n[0]} of {n[1]} lanes never ran {'them' if len(phases) > 1 else 'it'}"
+    return (NAME, n), render
+
+
 KIND = Kind(NAME, "lanes of the phase's warp groups never ran it", (IdleFigures,), 13, fixed_rank, short, headline,
             no_span, no_roles, None, change=change,
-            detect=detect)
+            detect=detect, grouped_short=grouped_short)

@@ -171,7 +171,15 @@ def detect(ctx, scope):
     return _detect(ctx) if scope.launch else []
 
 
+def waits_on(v):
+    """The block the lanes wait for at this boundary, and the wait's figures, where it is one block."""
+    g = v.figures
+    if g.get("waited_block") is None:
+        return None
+    return g["waited_block"], {"phase": v.phase, "next_phase": g["next_phase"], "mean_ns": g["mean_ns"]}
+
+
 KIND = Kind(NAME, "lanes wait between two phases (for a barrier, their cluster, or nothing shown)", (WaitFigures,),
             8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change,
             checks=stake_checks("wait"),
-            detect=detect)
+            detect=detect, waits_on=waits_on)

@@ -134,7 +134,12 @@ def detect(ctx, scope):
     return [v] if v is not None else []
 
 
+def joins(v, causes) -> str | None:
+    """A one-wave tail left by a block with no finding of its own is the lanes' unequal totals, when they are one."""
+    return "lanes" if (v.cause or "").startswith("block ") and "lanes" in causes else None
+
+
 KIND = Kind(NAME, "the kernel's end runs with fewer than half the SMs busy", (TailFigures,), 10, lead, short,
             headline, span, roles, None, change=no_change,
             checks=stake_checks(share="tail_share"),
-            detect=detect)
+            detect=detect, joins=joins)
