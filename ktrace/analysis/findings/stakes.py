@@ -58,9 +58,12 @@ class Stakes:
         if ch is None:
             return None
         if ch not in self._cache:
-            r = predict(self.tl, ch, self._max_rounds)
+            try:
+                r = predict(self.tl, ch, self._max_rounds)
+            except ValueError:  # a change the timeline cannot take (a resized grid without SM ids): no bound
+                r = None
             # a change whose replay has not settled gives no bound: the stake stays as the critical path says
-            self._cache[ch] = None if not r.settled else float(max(self.base - r.wall_ns, 0))
+            self._cache[ch] = None if r is None or not r.settled else float(max(self.base - r.wall_ns, 0))
         return self._cache[ch]
 
     def change(self, v) -> Change | None:
