@@ -38,7 +38,8 @@ def register(sub) -> None:
                    help="slices longer than their instance's median get the median (with --block: that block's only)")
     w.add_argument("--no-late-start", action="store_true",
                    help="lanes whose first slice began after their group's median first begin begin at the median "
-                   "(with --block: that block only)")
+                   "(with --block: that block only, and before every later instance too: no longer than the instance's median "
+                   "after its release or its own previous slice)")
     w.add_argument("--block", type=int, metavar="N", help="limit --straggler-to-median and --no-late-start to block N")
     w.add_argument("--barrier-cost", type=_ns, metavar="NS",
                    help="every grid or cluster barrier's release (last arrival to each lane's next begin) at most NS")
