@@ -1,5 +1,5 @@
-"""``ktrace.whatif``: a capture's timeline replayed with a change (ktrace/analysis/replay.py, whatif.py), for
-``ktrace whatif`` and library users; re-exported by ktrace.api."""
+"""``ktrace.whatif``: a capture's timeline replayed with a change (ktrace/analysis/replay/), for ``ktrace whatif``
+and library users; re-exported by ktrace.api."""
 
 from __future__ import annotations
 
@@ -11,17 +11,22 @@ from .inputs import buffer_options, is_trace, open_input
 __all__ = ["whatif"]
 
 
-def whatif(source, change=None, **decode_options):
+def whatif(source, change=None, *, fix=None, thresholds=None, **decode_options):
     """What a change would make of a capture's wall: the timeline replayed with it (docs/analysis-schema.md,
     "Cause model and replay"). source: a profiler buffer path (or bytes, an array, a Decoded); change: a
-    ``ktrace.analysis.findings.whatif.Change`` (None: the timeline as measured). Returns a ``WhatIf`` (ns).
-    Raises InputError for a trace (the replay reads the buffer's slices) or a phase the capture lacks."""
-    from .analysis.findings.replay import timeline_of
+    ``ktrace.Change`` (None: the timeline as measured); fix: a warning's number in ``analyze``'s report (1 is the
+    first), a list of them, or "all": the change that removes that warning's cause, the one its stake replays
+    (thresholds: ``analyze``'s, default its defaults). Returns a ``WhatIf`` (ns; with ``fix``, its ``fix`` names
+    the warnings, their stakes and what cut a stake below the saving). Raises InputError for a trace (the replay
+    reads the buffer's slices), a phase the capture lacks, or a warning number the report does not have."""
     from .analysis.figures.numpy.stream import numpy_figures
-    from .analysis.findings.whatif import Change, whatif as _whatif
+    from .analysis.replay.replay import timeline_of
+    from .analysis.replay.whatif import Change, whatif as _whatif
 
     if isinstance(source, (str, Path)) and is_trace(source):
         raise InputError(f"{source}: read as a trace; whatif replays a profiler buffer's slices: give the buffer (.bin)")
+    if fix is not None and change is not None:
+        raise InputError("whatif: give a change or a warning to fix (fix=N), not both")
     buffer_options([source], decode_options)
     with open_input(source, need="decoder", **decode_options) as inp:
         d = inp.decoded if inp.decoded is not None else inp.decoder.decode()
@@ -33,7 +38,52 @@ def whatif(source, change=None, **decode_options):
         raise InputError(f"{name}: no phase slices to replay (ktrace inspect {name} says what the buffer holds)")
     fig = numpy_figures(d)
     tl = timeline_of(d, fig)
+    told = None
+    if fix is not None:
+        change, told = _fix(name, fig, fix, thresholds)
     try:
-        return _whatif(tl, change or Change(), fig.kernel.wall_ns)
+        w = _whatif(tl, change or Change(), fig.kernel.wall_ns)
     except ValueError as e:
         raise InputError(f"{name}: {e}") from None
+    if told is None:
+        return w
+    from dataclasses import replace
+
+    return replace(w, fix=told(w.saving_ns))
+
+
+def _fix(name: str, fig, fix, thresholds):
+    """(the change of the warnings ``fix`` names, a function of the replayed saving giving the WhatIf's ``fix``)."""
+    from .analysis.findings.find import find
+    from .analysis.model.thresholds import Thresholds
+    from .analysis.replay.change import combine
+    from .analysis.replay.whatif import fix_told
+
+    warnings = [f for f in find(fig, Thresholds.of(thresholds)) if f.severity == "warning"]
+    if not warnings:
+        raise InputError(f"{name}: analyze gives no warning: nothing to fix (ktrace analyze {name} --all lists the "
+                         "info findings)")
+    if isinstance(fix, str) and fix.strip().lower() == "all":
+        numbers = list(range(1, len(warnings) + 1))
+    else:
+        try:
+            numbers = [int(x) for x in (fix if isinstance(fix, (list, tuple)) else str(fix).split(","))]
+        except ValueError:
+            raise InputError(f"whatif: fix {fix!r}: give a warning's number in the analyze report (1 to "
+                             f"{len(warnings)}) or 'all'") from None
+    bad = [n for n in numbers if not 1 <= n <= len(warnings)]
+    if bad or not numbers:
+        raise InputError(f"{name}: the analyze report has {len(warnings)} warning(s): give --fix 1 to "
+                         f"{len(warnings)} or all, not {bad[0] if bad else fix!r}")
+    chosen = [(n, warnings[n - 1]) for n in numbers]
+    if len(chosen) == 1 and chosen[0][1].change is None:
+        n, f = chosen[0]
+        raise InputError(f"{name}: warning {n} ({f.kind}) names no change the replay can make: its stake is its "
+                         "share of the critical path; give a change (--balance, --speedup, ...) instead")
+    resized = [n for n, f in chosen if f.change is not None and f.change.blocks is not None]
+    if resized and len(chosen) > 1:
+        raise InputError(f"{name}: warning {resized[0]} resizes the grid, which takes no other change with it: "
+                         f"replay it alone (--fix {resized[0]})")
+    replayable = [f.change for _, f in chosen if f.change is not None]
+    change = replayable[0] if len(replayable) == 1 else combine(replayable)
+    return change, lambda saving: fix_told(chosen, saving, float(fig.kernel.wall_ns or 0))

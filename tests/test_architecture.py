@@ -25,10 +25,10 @@ LAYERS = [
 
 
 # Inside the analysis layer, its concerns from the bottom up (docs/architecture.md): the result tables, the
-# dependency model, the figures (numpy and SQL), the findings, the package's Analysis, then diff and CI gates.
+# dependency model, the figures (numpy and SQL), the replay (the cause model), the findings, the package's Analysis, then diff and CI gates.
 ANALYSIS_LAYERS = [
     ("ktrace.analysis.model", 0), ("ktrace.analysis.evidence", 1), ("ktrace.analysis.figures", 2),
-    ("ktrace.analysis.findings", 3), ("ktrace.analysis.compare", 5), ("ktrace.analysis.gates", 6),
+    ("ktrace.analysis.replay", 2.5), ("ktrace.analysis.findings", 3), ("ktrace.analysis.compare", 5), ("ktrace.analysis.gates", 6),
     ("ktrace.analysis", 4),  # the package's __init__: Analysis and analyze_opened
 ]
 
@@ -149,3 +149,96 @@ def test_a_package_top_holds_at_most_10_modules(folder):
 def test_modules_stay_readable(name, path):
     """A sanity bound, not a rule to split by: files are cut by responsibility (docs/architecture.md)."""
     assert len(path.read_text().splitlines()) <= 800, name
+
+
+NO_KIND_KNOWLEDGE = ["analysis/findings/stakes.py", "analysis/findings/margins.py", "analysis/findings/verdicts.py",
+                     "analysis/findings/causes.py",
+                     "analysis/replay/change.py", "analysis/replay/whatif.py", "analysis/replay/replay.py"]
+
+
+@pytest.mark.parametrize("rel", NO_KIND_KNOWLEDGE)
+def test_the_pipeline_keeps_no_kind_knowledge(rel):
+    """The stakes, the margins, the loop over the detectors and the replay name no kind and branch on none: what
+    differs by kind is the kind's (its detect, change, checks and link; docs/architecture.md): no kind's constant
+    (kinds.TAIL), no kind's name as a string, so no branch on one."""
+    import ktrace.analysis.findings.kinds as kinds
+
+    consts = {n for n in kinds.__all__ if n.isupper() and n not in ("KINDS", "LEAD_ORDER")}
+    tree = ast.parse((ROOT / rel).read_text())
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in consts:
+            bad.append(f"line {node.lineno}: .{node.attr}")
+        if isinstance(node, ast.Constant) and node.value in kinds.names():
+            bad.append(f"line {node.lineno}: {node.value!r}")
+    assert not bad, f"{rel}: {bad}"
+
+
+def test_a_toy_kind_from_a_temporary_module_is_detected_ranked_replayed_and_drawn(tmp_path, monkeypatch):
+    """A new kind is one module and its registry line: registered from a module written here (no other file
+    edited), its detector runs in the loop, its verdict is ranked into a finding, its change replayed into its
+    stake, and the annotated trace draws it."""
+    import importlib
+    import sys
+
+    import numpy as np
+
+    import ktrace
+    import ktrace.analysis.findings.kinds as kinds
+
+    (tmp_path / "toy_kind.py").write_text('''
+from ktrace.analysis.findings.kinds.base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ktrace.analysis.findings.verdict import Verdict
+from ktrace.analysis.replay.change import Change
+from ktrace.core.records import frozen
+
+NAME = "toy_slow_phase"
+
+
+@frozen(kw_only=True)
+class ToyFigures(KindFigures):
+    mean_dur_ns: float
+
+
+def detect(ctx, scope):
+    if scope.phase is None or scope.phase["phase"] != "compute":
+        return []
+    p = scope.phase
+    claims = ctx.claim_phase("compute", 0.5)
+    return [Verdict(NAME, "compute", "compute: half of it could go", "toy", float(claims.sum()), True,
+                    ToyFigures(mean_dur_ns=float(p["mean_dur_ns"])), claims, None)]
+
+
+def change(v):
+    return Change(speedup=(("compute", 2.0),))
+
+
+def headline(f, v):
+    return "compute could take half as long", "make it twice as fast"
+
+
+KIND = Kind(NAME, "a toy", (ToyFigures,), 20, fixed_rank, claim_words, headline, no_span, no_roles, None,
+            change=change, detect=detect)
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = importlib.import_module("toy_kind")
+    monkeypatch.setattr(kinds, "KINDS", kinds.KINDS + (toy.KIND,))
+    monkeypatch.setitem(kinds._BY_NAME, toy.NAME, toy.KIND)
+    try:
+        src = Path(__file__).resolve().parents[1] / "samples" / "imbalance_ktrace.bin"
+        a = ktrace.analyze(ktrace.decode(src))
+        mine = [f for f in a.findings if f.kind == toy.NAME]
+        assert len(mine) == 1
+        f = mine[0]
+        assert f.change == toy.change(None) and f.figures["replayed_saving_ns"] > 0  # replayed
+        assert f.impact_ns <= f.figures["replayed_saving_ns"]
+        assert f.severity in ("warning", "info") and f.figures["mean_dur_ns"] > 0  # ranked into the findings
+        w = ktrace.whatif(src, f.change)
+        assert w.saving_ns == f.figures["replayed_saving_ns"]
+        from ktrace.report.trace_annotations import finding_label, finding_span  # drawn
+        b, e = finding_span(f, a.figures)
+        assert a.figures.kernel.begin_ns <= b < e <= a.figures.kernel.end_ns
+        assert "toy slow phase · compute" in finding_label(f)
+        assert np.isfinite(f.impact_ns)
+    finally:
+        sys.modules.pop("toy_kind", None)

@@ -51,15 +51,16 @@ def test_the_findings_read_the_noise_models_bounds():
                                wall_ns=500_000.0)
 
 
-def test_a_wait_within_its_noise_of_the_threshold_is_marginal_info():
-    """The A/B no-op pair: the grid barrier's waits take 7.2% and 6.6% of all lanes' time against the 5%
-    threshold, while same-input runs move wait figures by up to 34%: info, marked marginal, in both runs."""
+def test_margins_apply_to_the_stake_not_to_a_side_figure():
+    """The A/B no-op pair: the grid barriers cost ~16% of the wall (their replayed own release) while their waits'
+    share of all lanes' time (7.2%, 5.9%) sits within the waits' noise of its 5% threshold. The share decides
+    that the barrier is there; the stake, far over its floor and its noise, makes it a warning in both runs."""
     for r in ("ab/noop_before.bin", "ab/noop_after.bin"):
         a = analyze(decode(SAMPLES / r))
         waits = [f for f in a.findings if f.kind == "large_wait"]
-        assert waits and all(f.severity == "info" for f in waits)
-        m = waits[0].figures["marginal"]
-        assert m["value"] - m["threshold"] <= m["margin"]
+        assert waits and waits[0].severity == "warning" and "marginal" not in waits[0].figures
+        assert waits[0].impact_share > 0.1 and waits[0].impact_ns <= waits[0].figures["replayed_saving_ns"]
+        assert waits[0].figures["lane_time_fraction"] - 0.05 < 0.03  # the side figure: near its threshold
 
 
 def test_a_warning_that_clears_its_noise_stays_a_warning():

@@ -20,7 +20,7 @@ from ktrace.core.records import is_frozen
 
 ROOT = Path(__file__).resolve().parent.parent / "ktrace"
 KINDS_DIR = ROOT / "analysis" / "findings" / "kinds"
-HELPERS = {"base", "last_finisher_figures", "wait_figures"}  # modules of the package that are not a kind
+HELPERS = {"base", "last_finisher", "last_finisher_figures", "wait_figures"}  # modules of the package that are not a kind
 
 # Where a kind's name is spelled outside the registry on purpose: the same word names something else.
 NOT_A_KIND = {

@@ -165,7 +165,7 @@ def test_inspect_says_which_gpc_finishes_last():
 
 def test_whatif_predicts_the_gemm_from_the_straggler():
     """Balancing the straggler's work (load and mma) predicts the wall of the same kernel without it, measured."""
-    from ktrace.analysis.findings.whatif import Change
+    from ktrace.analysis.replay.whatif import Change
     from ktrace.api import whatif
 
     r = whatif(IKET / "straggler_run1.trace.json.gz", Change(balance=("mma", "load")))

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import quick_first
 from ktrace import decode
-from ktrace.analysis.findings.replay import replay, timeline_of
-from ktrace.analysis.findings.whatif import Change, predict, whatif
+from ktrace.analysis.replay.replay import replay, timeline_of
+from ktrace.analysis.replay.whatif import Change, predict, whatif
 from ktrace.analysis.figures.numpy.stream import numpy_figures
 from ktrace.decoding.encode import encode_tags, place_records
 
@@ -90,7 +90,7 @@ def test_the_whole_ns_rounds_give_the_float_rounds_bit_for_bit(name):
     """The rounds every replay runs (on int64, lanes lifted once, a running maximum by doubling) end where the
     float64 rounds end, bit for bit, with the same bounds and rounds: unchanged, with changed durations,
     latencies and gaps, and cut short before they settle."""
-    from ktrace.analysis.findings.replay import _rounds, _rounds_whole_ns, measured_starts
+    from ktrace.analysis.replay.replay import _rounds, _rounds_whole_ns, measured_starts
 
     tl, _ = timeline_of_path(SAMPLES / name)
     if not len(tl.members):
@@ -117,7 +117,7 @@ def test_the_timeline_of_slices_in_any_order_is_the_same():
     """The figures' top-level slices come in lane order (the timeline then skips its sort); the same slices
     shuffled give the same timeline, field by field."""
     from ktrace import analyze
-    from ktrace.analysis.findings.replay import timeline
+    from ktrace.analysis.replay.replay import timeline
     from ktrace.analysis.findings.stakes import timeline_of_figures
     from ktrace.analysis.model.wait_tables import TopSlices
 
@@ -136,7 +136,7 @@ def test_the_timeline_of_slices_in_any_order_is_the_same():
 def test_a_replay_of_values_beyond_whole_ns_takes_the_float_rounds():
     """A duration of 2**51 ns (beyond what the int64 rounds take: their values stay below 2**50) is replayed by
     the float rounds, and settles with that slice lasting what it was given."""
-    from ktrace.analysis.findings.replay import _rounds_whole_ns, measured_starts
+    from ktrace.analysis.replay.replay import _rounds_whole_ns, measured_starts
 
     tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
     dur = tl.dur.astype(float)
@@ -266,7 +266,7 @@ def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_afte
 
 
 @pytest.mark.parametrize("args,message", [
-    ((), "whatif: give a change: --balance PHASE"),
+    ((), "whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE"),
     (("--balance", "nope"), "no top-level phase 'nope'; the phases: compute, store"),
     (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
     (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),
@@ -301,7 +301,7 @@ def test_no_late_start_saves_what_the_clock_says_the_late_blocks_spin_costs(name
 def test_a_change_whose_replay_does_not_settle_gives_no_prediction(monkeypatch):
     """A replay that has not reached its fixed point in its rounds says so (``settled``), and whatif refuses
     to predict from it rather than print a wall it did not reach."""
-    from ktrace.analysis.findings import whatif as whatif_module
+    from ktrace.analysis.replay import whatif as whatif_module
     from ktrace.core.errors import InputError
 
     tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
@@ -321,8 +321,8 @@ def test_the_replay_a_level_at_a_time_gives_the_rounds_ends_bit_for_bit(name, mo
     """replay_order.py computes each slice once, a level of runs at a time; the rounds over every slice until
     nothing changes must give the same begins, ends, bounds and wall, as measured and with changed durations,
     latencies, starts and gaps."""
-    from ktrace.analysis.findings import replay as replay_module
-    from ktrace.analysis.findings.replay_order import order_of
+    from ktrace.analysis.replay import replay as replay_module
+    from ktrace.analysis.replay.order import order_of
 
     tl, _ = timeline_of_path(SAMPLES / name)
     assert order_of(tl) is not None  # a measured timeline has levels
@@ -346,7 +346,7 @@ def test_the_replay_a_level_at_a_time_gives_the_rounds_ends_bit_for_bit(name, mo
 def test_a_release_set_waiting_on_its_own_lane_has_no_order_and_the_rounds_decide():
     from dataclasses import replace as with_
 
-    from ktrace.analysis.findings.replay_order import order_of
+    from ktrace.analysis.replay.order import order_of
 
     tl, _ = timeline_of_path(SAMPLES / "imbalance_ktrace.bin")
     # a released slice whose set gets, as its first member, the slice after it on its own lane: a cycle

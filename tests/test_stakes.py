@@ -100,7 +100,7 @@ def test_a_cta_with_nothing_to_do_before_a_grid_barrier_is_idle_not_late():
 def test_pipeline_stake_is_the_replayed_saving():
     """MLA decode (batch 132): group 1 bounds the blocks. Its stake is what the replay saves when group 1's work
     is as fast as group 0's: group 0's own work then binds, so far less than the busy-time difference."""
-    from ktrace.analysis.findings.replay import replay
+    from ktrace.analysis.replay.replay import replay
     from ktrace.analysis.findings.stakes import timeline_of_figures
 
     a = analyzed(SAMPLES / "fi_mla_decode_run1.bin.gz")

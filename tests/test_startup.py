@@ -159,7 +159,7 @@ NOT_FOR_ANALYZE = ("google.protobuf", "pandas", "matplotlib", "wasmtime", "perfe
 def test_analyze_of_a_buffer_imports_only_what_the_text_report_needs(name):
     path = next(p for p in (ROOT / "samples" / f"{name}.bin", ROOT / "samples" / f"{name}.bin.gz") if p.is_file())
     rc, modules, text = _modules("analyze", path)
-    assert rc == 0 and "ktrace.analysis.findings.replay" in modules  # the whole analysis ran, findings and stakes
+    assert rc == 0 and "ktrace.analysis.replay.replay" in modules  # the whole analysis ran, findings and stakes
     assert _of(modules, NOT_FOR_ANALYZE) == []
 
 

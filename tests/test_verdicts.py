@@ -376,7 +376,7 @@ def test_duplicate_event_names_are_refused():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_last_finisher_runs_are_the_long_runs_of_equal_values(seed):
-    from ktrace.analysis.findings.last_finisher import _runs
+    from ktrace.analysis.findings.kinds.last_finisher import _runs
 
     rng = np.random.default_rng(seed)
     seq = np.repeat(rng.integers(0, 4, 30), rng.integers(1, 6, 30))

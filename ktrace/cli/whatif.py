@@ -2,8 +2,10 @@
 
     ktrace whatif BUF [--balance PHASE] [--straggler-to-median PHASE] [--no-late-start] [--block N]
                       [--barrier-cost NS] [--spread PHASE] [--speedup PHASE=FACTOR] [--json]
+    ktrace whatif BUF --fix N|all      # the change that removes warning N's cause (analyze's numbering)
 
-Exit codes: 0 ok, 2 bad input (no change given, a phase the capture lacks, a trace instead of a buffer).
+Exit codes: 0 ok, 2 bad input (no change given, a phase the capture lacks, a trace instead of a buffer, a warning
+number the report does not have).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def register(sub) -> None:
         epilog="Changes combine. The prediction keeps everything else as measured: each lane's own gaps, each "
         "barrier's release latency, the other phases' durations.")
     w.add_argument("source", metavar="BUF", help="a profiler buffer (.bin, .bin.gz, .npy) with its sidecar")
+    w.add_argument("--fix", metavar="N", help="replay the change that removes the cause of warning N of `ktrace analyze "
+                   "BUF` (its stake is that change's saving); N1,N2 or all: those warnings' changes together")
     w.add_argument("--balance", metavar="PHASE", action="append", default=[],
                    help="every lane gets the phase's mean: each instance's mean slice (a work list: each lane's total "
                    "of the phase the lanes' mean); repeatable")
@@ -34,17 +38,27 @@ def register(sub) -> None:
                    help="slices longer than their instance's median get the median (with --block: that block's only)")
     w.add_argument("--no-late-start", action="store_true",
                    help="lanes whose first slice began after their group's median first begin begin at the median "
-                   "(with --block: that block only)")
+                   "(with --block: that block only, and before every later instance too: no longer than the instance's median "
+                   "after its release or its own previous slice)")
     w.add_argument("--block", type=_block, metavar="N",
                    help="limit --straggler-to-median and --no-late-start to block N (0 to the blocks' count - 1)")
     w.add_argument("--barrier-cost", type=_ns, metavar="NS",
                    help="every grid or cluster barrier's release (last arrival to each lane's next begin) at most NS")
+    w.add_argument("--barrier-own-only", action="store_true",
+                   help="with --barrier-cost: cut only each barrier's own release (its median); a lane that began "
+                   "later keeps its excess (its own delay, not the barrier's)")
     w.add_argument("--spread", metavar="PHASE", action="append", default=[],
                    help="a phase run by a few lanes while the others idle, spread over all the lanes of its warp "
                    "groups (each slice lasts its share)")
     w.add_argument("--speedup", metavar="PHASE=FACTOR", type=_speedup, action="append", default=[],
                    help="the phase's slices FACTOR times as fast (0.5: twice as slow), FACTOR from 0.001 to 1000; "
                    "repeatable")
+    w.add_argument("--blocks", type=_blocks, metavar="N",
+                   help="the same total work in N equal blocks, scheduled into the measured slots (a resized grid)")
+    w.add_argument("--per-sm", type=_per_sm, metavar="K",
+                   help="with --blocks: K blocks resident per SM (default: the measured residency)")
+    w.add_argument("--group-speedup", metavar="GROUP=FACTOR", type=_group_speedup, action="append", default=[],
+                   help="every slice of warp group GROUP FACTOR times as fast; repeatable")
     format_options(w, "the prediction")
     decode_options(w)
 
@@ -81,6 +95,30 @@ def _block(text: str) -> int:
     return v
 
 
+MAX_BLOCKS = 1 << 22  # a resized grid of at most 4M blocks: the lanes a capture may hold past which its header is checked
+MAX_PER_SM = 64       # blocks resident on one SM: every NVIDIA GPU so far allows at most 32
+
+
+def _whole(text: str, what: str, top: int) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a whole number of {what}") from None
+    if not 1 <= v <= top:
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give from 1 to {top:,} {what}")
+    return v
+
+
+def _blocks(text: str) -> int:
+    return _whole(text, "blocks", MAX_BLOCKS)
+
+
+def _per_sm(text: str) -> int:
+    return _whole(text, "blocks per SM", MAX_PER_SM)
+
+
 def _quoted(text: str) -> str:
     from ..core.terminal import excerpt
 
@@ -104,19 +142,43 @@ def _speedup(text: str) -> tuple[str, float]:
     return phase, f
 
 
+def _group_speedup(text: str) -> tuple[int, float]:
+    import argparse
+
+    group, factor = _speedup(text)
+    if not group.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: give GROUP=FACTOR with a warp group's number, e.g. 1=1.5")
+    return int(group), factor
+
+
 def _cmd_whatif(a) -> int:
-    from ..analysis.findings.whatif import Change
+    from ..analysis.replay.change import Change
     from ..api import whatif
     from ..report.whatif_report import whatif_text
 
     change = Change(balance=tuple(a.balance), straggler_to_median=tuple(a.straggler_to_median),
                     no_late_start=a.no_late_start, block=a.block, barrier_cost_ns=a.barrier_cost,
-                    spread=tuple(a.spread), speedup=tuple(a.speedup))
+                    barrier_own_only=a.barrier_own_only, spread=tuple(a.spread), speedup=tuple(a.speedup),
+                    group_speedup=tuple(a.group_speedup), blocks=a.blocks, per_sm=a.per_sm)
+    if a.fix is not None:
+        if not change.empty():
+            raise InputError("whatif: --fix N replays warning N's own change: give it alone, without other changes")
+        w = whatif(a.source, fix=a.fix, **decode_kwargs(a))
+        emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
+             json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if a.per_sm is not None and a.blocks is None:
+        raise InputError("whatif: --per-sm K qualifies --blocks N; give it too")
+    if a.blocks is not None and Change(blocks=a.blocks, per_sm=a.per_sm) != change:
+        raise InputError("whatif: --blocks N is a resized grid: give it alone (with --per-sm K at most)")
+    if a.barrier_own_only and a.barrier_cost is None:
+        raise InputError("whatif: --barrier-own-only qualifies --barrier-cost NS; give it too")
     if a.block is not None and not (a.straggler_to_median or a.no_late_start):
         raise InputError("whatif: --block limits --straggler-to-median or --no-late-start; give one of them")
     if change.empty():
-        raise InputError("whatif: give a change: --balance PHASE, --straggler-to-median PHASE, --no-late-start, "
-                         "--barrier-cost NS, --spread PHASE or --speedup PHASE=FACTOR")
+        raise InputError("whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE, "
+                         "--straggler-to-median PHASE, --no-late-start, --barrier-cost NS, --spread PHASE, "
+                         "--speedup PHASE=FACTOR, --group-speedup GROUP=FACTOR or --blocks N")
     w = whatif(a.source, change, **decode_kwargs(a))
     emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
          json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))

@@ -339,8 +339,8 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
     if show_all:
         infos = [f for f in a.findings if f.severity != "warning"]
         if infos:
-            out.append(_Line(f"{len(infos)} info finding{'' if len(infos) == 1 else 's'} (below the impact floor, "
-                             "--threshold min_impact=...):", style="bold"))
+            out.append(_Line(f"{len(infos)} info finding{'' if len(infos) == 1 else 's'} (not warnings, each "
+                             "says why):", style="bold"))
         for f in infos:
             h = headline(f, v)
             out.append(Prose(f"{h.text} ({_stake(f)})", first="  - ", indent="    ", style="cyan"))
@@ -531,10 +531,10 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
                      (f"  \n   <sub>evidence: {md_text(h.evidence)}</sub>" if h.evidence else ""))
     infos = [f for f in a.findings if f.severity != "warning"]
     if show_all and infos:
-        parts += ["", f"**{len(infos)} info finding{'' if len(infos) == 1 else 's'}** (below the impact floor)", ""]
+        parts += ["", f"**{len(infos)} info finding{'' if len(infos) == 1 else 's'}** (not warnings, each with why)", ""]
         parts += [f"- {md_text(headline(f, v).text)} ({md_text(_stake(f))})" for f in infos]
     elif infos:
-        parts += ["", f"<sub>{len(infos)} info finding{'' if len(infos) == 1 else 's'} below the impact floor "
+        parts += ["", f"<sub>{len(infos)} info finding{'' if len(infos) == 1 else 's'}, not warnings "
                   "(`--all` lists them)</sub>"]
     if sampled_line(a):
         parts += ["", f"<sub>{md_text(sampled_line(a))}</sub>"]

@@ -39,26 +39,24 @@ def _short(v: Verdict) -> str:
 
 def _consequences(rest: list[Verdict]) -> str:
     """The consequences in a few words each: each said once, at most ``MAX_CONSEQUENCES``, the rest counted."""
-    shorts: list[str] = []
-    idle: dict = {}  # the same lanes idle in several phases: one entry naming the phases
+    shorts: list = []
+    grouped: dict = {}  # a kind's consequences that merge over phases (kinds' grouped_short): key -> phases
+    renders: dict = {}
     for m in rest:
-        if m.kind == kinds.IDLE_LANES and m.phase is not None:
-            g = m.figures
-            n = (g.idle_lanes, g.idle_lanes + g.lanes)
-            if n in idle:
-                idle[n].append(m.phase)
+        k = _kind(m)
+        got = k.grouped_short(m) if k is not None and m.phase is not None else None
+        if got is not None:
+            key, render = got
+            if key in grouped:
+                grouped[key].append(m.phase)
                 continue
-            idle[n] = [m.phase]
-            shorts.append(n)
+            grouped[key], renders[key] = [m.phase], render
+            shorts.append(key)
             continue
         t = _short(m)
         if t not in shorts:
             shorts.append(t)
-    for i, t in enumerate(shorts):
-        if isinstance(t, tuple):
-            ph = idle[t]
-            names = ", ".join(ph[:3]) + (f" and {len(ph) - 3} more" if len(ph) > 3 else "")
-            shorts[i] = f"{names}: {t[0]} of {t[1]} lanes never ran {'them' if len(ph) > 1 else 'it'}"
+    shorts = [renders[t](grouped[t]) if isinstance(t, tuple) and t in grouped else t for t in shorts]
     more = len(shorts) - MAX_CONSEQUENCES
     text = "; ".join(shorts[:MAX_CONSEQUENCES])
     return text + (f"; and {more} more (figures.consequences)" if more > 0 else "")
@@ -80,14 +78,25 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
             groups.setdefault(v.cause, []).append(v)
         else:
             alone.append([v])
-    # A one-wave tail left by a block with no finding of its own is the lanes' unequal totals, when they are one.
-    for key in [k for k, m in groups.items() if len(m) == 1 and m[0].kind == kinds.TAIL and k.startswith("block ")]:
-        if "lanes" in groups:
-            groups["lanes"].append(groups.pop(key)[0])
-    waits = [v for v in verdicts if v.kind == kinds.LARGE_WAIT and v.figures.get("waited_block") is not None]
+    # A finding alone that its kind says is another cause's (kinds' joins: a tail a block leaves, the lanes').
+    for key in [k for k, m in groups.items() if len(m) == 1]:
+        kind = _kind(groups[key][0])
+        to = kind.joins(groups[key][0], groups) if kind is not None else None
+        if to is not None and to in groups and to != key:
+            groups[to].append(groups.pop(key)[0])
+    waits = [(v, w) for v in verdicts for w in [_kind(v).waits_on(v) if _kind(v) is not None else None]
+             if w is not None]  # waits on one block (kinds' waits_on)
     merged = []
+    position = {id(v): i for i, v in enumerate(verdicts)}
     for members in list(groups.values()) + alone:
         members = sorted(members, key=_rank)
+        # Several verdicts of the lead's kind and rank (the releases of several barriers) are one cost: the first
+        # in the kernel leads, not the largest by a hair (same-input runs would name a different one each time).
+        same = [m for m in members if m.kind == members[0].kind and type(m.figures) is type(members[0].figures)
+                and _rank(m)[0] == _rank(members[0])[0]]
+        if len(same) > 1:
+            first = min(same, key=lambda m: position[id(m)])
+            members = [first] + [m for m in members if m is not first]
         lead = members[0]
         # One cause's cost is its largest expression: the straggler's lead, the imbalance it makes and the tail it
         # leaves are the same time seen at different places on the path, so they are not added up.
@@ -102,12 +111,11 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
         rest = members[1:]
         message = lead.message
         waited_at = []
-        for w in waits:
-            if lead.cause == f"block {w.figures['waited_block']}" and w not in members:
-                message += (f"; the others wait for it after {w.phase} ({_fmt(w.figures['mean_ns'])} on average, "
+        for w, (block, at) in waits:
+            if lead.cause == f"block {block}" and w not in members:
+                message += (f"; the others wait for it after {at['phase']} ({_fmt(at['mean_ns'])} on average, "
                             "a separate finding)")
-                waited_at.append({"phase": w.phase, "next_phase": w.figures["next_phase"],
-                                  "mean_ns": w.figures["mean_ns"]})
+                waited_at.append(dict(at))
         if waited_at:
             figs = figs.with_(waited_at=list(figs.get("waited_at", [])) + waited_at)
         if rest:

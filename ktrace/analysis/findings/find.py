@@ -21,9 +21,13 @@ from .stakes import Stakes
 from .verdict import format_ns
 from ...core.records import frozen
 
-__all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES"]
+__all__ = ["Thresholds", "Finding", "find", "format_ns", "tick_of", "SEVERITIES", "WHY_INFO"]
 
 SEVERITIES = ("warning", "info")
+
+# Why a finding is info, not a warning: its words in the report (a label never says more than its number does).
+WHY_INFO = {"below_floor": "below the impact floor", "marginal": "within the run-to-run noise of its floor",
+            "tiny_phase": "its phase is too short to judge", "information": "information, not a cause to act on"}
 
 
 @frozen
@@ -31,7 +35,8 @@ class Finding:
     """One verdict. kind: see docs/analysis-schema.md; phase: the phase it is about (None for the launch);
     severity: 'warning' or 'info'; message: the claim and the advice; evidence: what in the data shows it;
     impact_ns: the kernel wall time at stake (rule per kind), impact_share: of the wall; figures: the
-    numbers behind it (units in the names)."""
+    numbers behind it (units in the names); change: what removing its cause changes (a ``Change``, None where
+    its kind names none): ``ktrace whatif --fix N`` replays it."""
 
     kind: str
     phase: str | None
@@ -41,6 +46,8 @@ class Finding:
     impact_ns: float = 0.0
     impact_share: float | None = None
     figures: KindFigures | None = None
+    change: object = None  # the Change whose replayed saving bounds its stake (analysis/replay/change.py)
+    why_info: str | None = None  # an info finding's reason: one of WHY_INFO's keys (None: a warning)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "phase": self.phase, "severity": self.severity, "message": self.message,
@@ -68,10 +75,9 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
         impact = float(max(impact, 0.0))
         figs = v.figures
         saving = stakes.saving(v)
-        if saving is not None:  # never more than removing the cause saves, replayed on the timeline (a claim
-            figs = figs.with_(replayed_saving_ns=saving)  # within min_ticks of it is the same figure, to the
-            # timer's steps)
-            impact = saving if impact > saving + th.min_ticks * tick else impact
+        if saving is not None:  # never more than removing the cause saves, replayed on the timeline: the stake
+            figs = figs.with_(replayed_saving_ns=saving)  # is what ``ktrace whatif --fix N`` replays, to the ns
+            impact = min(impact, saving)
         message = v.message
         if stakes.room is not None and impact > stakes.room:  # no stake promises a wall below the roofline
             rf = stakes.roofline
@@ -80,15 +86,17 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
                         f"the device's peak {'bandwidth' if rf.bound == 'bandwidth' else 'FLOP rate'} (the roofline)")
             impact = stakes.room
         severity = "warning" if v.warn and impact >= floor and impact > 0 else "info"
+        why = None if severity == "warning" else "tiny_phase" if figs.get("tiny_phase") else \
+            "below_floor" if impact < floor or impact <= 0 else "information"
         if severity == "warning":
             close = marginal(fig, v.kind, figs, v.phase, impact, th, tick, noise)
             if close is not None:  # within a rerun's noise of its threshold: info, said so
                 figs = figs.with_(marginal=close)
-                severity = "info"
+                severity, why = "info", "marginal"
         if claimed != impact:
             figs = figs.with_(claimed_ns=claimed)  # before the findings ahead of it took their share of the path
         out.append(Finding(v.kind, v.phase, severity, message, v.evidence, impact,
-                           impact / wall if wall else None, figs))
+                           impact / wall if wall else None, figs, stakes.change(v), why))
     order = {nm: i for i, nm in enumerate(fig.phases.phase.tolist())}
     out.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.impact_ns, order.get(f.phase, -1), f.kind))
     return tuple(out)

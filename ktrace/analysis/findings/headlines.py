@@ -17,7 +17,7 @@ import re
 from ..model import notebook as nb
 from . import kinds
 from .kinds.base import first_clause
-from .find import Finding, format_ns
+from .find import WHY_INFO, Finding, format_ns
 from ...core.records import frozen
 
 __all__ = ["Headline", "Vocabulary", "headline", "title_line", "roofline_line", "stake_text", "analysis_html", "HEADLINE_CHARS"]
@@ -159,7 +159,9 @@ def stake_text(f: Finding) -> str:
     cap = ", capped by the roofline" if f.figures.get("roofline_cap_ns") is not None else ""
     m = f.figures.get("marginal")
     close = "; marginal: within the run-to-run noise of its threshold" if isinstance(m, dict) else ""
-    return f"stake {_t(f.impact_ns)}{share}{cap}{close}"
+    why = getattr(f, "why_info", None)
+    why = f"; info: {WHY_INFO[why]}" if why in WHY_INFO and why != "marginal" else ""
+    return f"stake {_t(f.impact_ns)}{share}{cap}{close}{why}"
 
 
 # -- the short report as HTML (the notebook's repr of an Analysis) -----------------------------------------

@@ -1,5 +1,6 @@
 """The verdicts of a kernel: each phase's and the launch's, from the detectors of the finding kinds (one module
-per kind in kinds/, the last finisher's five kinds in last_finisher.py). Each detector holds its kind's rule:
+per kind in kinds/, each with its ``detect(ctx, scope)``; the last finisher's five kinds share one detector,
+kinds/last_finisher.py). Each detector holds its kind's rule:
 what structure the figures must show before a cause is named, and how much kernel time is at stake.
 docs/analysis-schema.md states each rule; causes.py makes findings of one cause into one finding and their
 impacts disjoint parts of the wall; find.py sorts them into warnings and info.
@@ -27,11 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from .verdict import Verdict, num as _num
-from . import kinds as K
-from .kinds import (critical_path, idle_lanes, large_wait, late_start, load_imbalance, pipeline, serial_tail,
-                    start_skew, tail, wave_quantization)
+from . import kinds
+from .kinds.base import Scope
 from .phase_shape import DOMINANCE, carried, dominant, incoming_causes, lined_up
-from .last_finisher import last_finisher
 from ..model.results import Figures
 from ..evidence.slots import slot_figures
 
@@ -53,6 +52,7 @@ class Context:
         k = fig.kernel
         self.slots = slot_figures(fig.blocks, k.begin_ns, k.end_ns)
         self.wc = fig.wait_causes
+        self.memo: dict = {}  # what a detector several kinds share computed once (kinds/last_finisher.py)
 
     def label(self, p: dict) -> str:
         if not self.several_groups:
@@ -146,53 +146,27 @@ class Context:
 
 
 def all_verdicts(fig: Figures, th, tick: float) -> list[Verdict]:
+    """Every kind's verdicts (a loop over the registry, kinds.KINDS): each phase's, then the launch's, then those
+    a kind makes of the others' (a phase's idle lanes read again: a serial tail). Within a phase, each verdict's
+    kind links it to the verdict whose cause it is (``Kind.link``); a phase too short to judge warns of nothing."""
     ctx = Context(fig, th, tick)
     out: list[Verdict] = []
     for i in range(len(fig.phases)):
         p = fig.phases.row(i)
         inst = ctx.instances(p["phase"])
-        path_k, path_dur = ctx.path_slices(p["phase"])
-        on_path = np.isin(inst.k, path_k)
-        tiny = _num(p["mean_max_dur_ns"]) < MIN_PHASE_TICKS * tick
-        found = []
-        if lined_up(ctx, p, inst):
-            imb = load_imbalance.detect_instances(ctx, p, inst)
-            last, skew = last_finisher(ctx, p, inst, on_path), start_skew.detect(ctx, p, inst, on_path)
-            _link(p, imb, last, skew)
-            found = [imb, last, skew]
-        found.append(idle_lanes.detect(ctx, p))
+        path_k, _ = ctx.path_slices(p["phase"])
+        scope = Scope(phase=p, inst=inst, on_path=np.isin(inst.k, path_k), lined_up=bool(lined_up(ctx, p, inst)))
+        found = _detect(ctx, scope)
         for v in found:
-            if v is None:
-                continue
-            if tiny:
+            kinds.get(v.kind).link(ctx, scope, v, found)
+        if _num(p["mean_max_dur_ns"]) < MIN_PHASE_TICKS * tick:
+            for v in found:
                 v.warn = False
                 v.figures = v.figures.with_(tiny_phase=True)
-            out.append(v)
-    out += launch_verdicts(ctx)
-    return serial_tail.detect(ctx, out)  # a phase's idle lanes, read again: does it run alone at the end?
+        out += found
+    out += _detect(ctx, Scope())
+    return out + _detect(ctx, Scope(verdicts=tuple(out)))
 
 
-def launch_verdicts(ctx) -> list[Verdict]:
-    """The launch-level verdicts: the waits by what they waited for, the pipeline between warp groups, the lane
-    that ends the kernel starting late, the lanes' totals on a work list, a partial last wave, the tail and the
-    critical path's largest part."""
-    out = large_wait.detect(ctx) + pipeline.detect(ctx)
-    out += [v for v in (late_start.detect_lane(ctx), load_imbalance.detect_lane_totals(ctx),
-                        wave_quantization.detect(ctx), tail.detect(ctx), critical_path.detect(ctx)) if v]
-    return out
-
-
-def _link(p, imb, last, skew) -> None:
-    """One cause per phase: the imbalance of a phase with a straggler (stable, changing or rotating) is that
-    straggler's; a start skew whose late lane is the late starter is the late start's."""
-    if last is not None:
-        key = last.cause or f"long lanes of {p['phase']}"
-        last.cause = key
-        if imb is not None and last.kind in (K.STABLE_STRAGGLER, K.STRAGGLER_CHANGE, K.ROTATING_IMBALANCE):
-            imb.cause = key
-        if skew is not None and last.kind == K.LATE_START and skew.figures.get("cause") in ("launch", "unexplained"):
-            skew.cause = key
-    if imb is not None and p["wave_instances"] and imb.warn:
-        imb.cause = imb.cause if last is not None else "heavy blocks"
-
-
+def _detect(ctx, scope) -> list[Verdict]:
+    return [v for k in kinds.KINDS for v in k.detect(ctx, scope)]

@@ -18,7 +18,8 @@ import numpy as np
 from ....core.records import frozen
 
 __all__ = ["KindFigures", "Kind", "optional", "first_clause", "claim_words", "extent", "one_instance",
-           "instance_keys", "no_span", "no_roles", "ok", "fixed_rank",
+           "instance_keys", "no_span", "no_roles", "no_change", "stake_checks", "no_detect", "no_link", "no_hook", "Scope", "ok",
+           "fixed_rank",
            "last_block_extent"]
 
 _OPTIONAL = "optional"
@@ -77,6 +78,51 @@ class KindFigures(Mapping):
     __hash__ = None  # figures hold lists (segments, idle lanes): not hashable
 
 
+@frozen(eq=False)
+class Scope:
+    """Where a detector looks (``Kind.detect(ctx, scope)``, one signature for every kind): one phase (``phase``:
+    its row of the phases table; ``inst``: its instances; ``on_path``: which of them are on the critical path;
+    ``lined_up``: whether they line up across lanes), the launch (no phase), or, last, the verdicts the others
+    made (``verdicts``: for a kind that reads them)."""
+
+    phase: dict | None = None
+    inst: object = None
+    on_path: object = None
+    lined_up: bool = False
+    verdicts: tuple | None = None
+
+    @property
+    def launch(self) -> bool:
+        return self.phase is None and self.verdicts is None
+
+
+def no_detect(ctx, scope) -> list:
+    """A kind another kind's detector makes (one pass over the same table): nothing of its own."""
+    return []
+
+
+def no_link(ctx, scope, v, found) -> None:
+    """A verdict whose cause no other verdict of its phase decides."""
+
+
+def no_hook(*args) -> None:
+    """A part a kind does not use (grouped_short, joins, waits_on): None."""
+
+
+def stake_checks(family: str = "kernel_wall", share: str | None = None) -> Callable:
+    """A kind's checks: its stake moves as ``family`` does between runs (the kernel's wall, or the waits) and must
+    clear the impact floor (and ``share``, a threshold's share of the wall, where given)."""
+    def checks(th, tick: float, wall: float):
+        floor = max(th.min_impact * wall, th.min_ticks * tick)
+        return family, max(floor, getattr(th, share) * wall) if share else floor
+    return checks
+
+
+def no_change(v) -> None:
+    """No change the replay can make removes the cause: the stake is the critical path's claim alone."""
+    return None
+
+
 @frozen
 class Kind:
     """One finding kind, every part of it (a registry line in kinds/__init__.py; a test checks them all).
@@ -89,7 +135,18 @@ class Kind:
     span(finding, figures, mine): the time the annotated trace draws for it (None: the phase's extent, else the
     kernel); roles(finding, figures, mine, tick_ns): ((phase, block, group, k), role) of the slices it names in
     the trace; diff: the per-phase figure ``ktrace diff`` must see move before it calls the finding new or
-    resolved (None: its impact alone)."""
+    resolved (None: its impact alone); change(verdict): the ``Change`` whose replay removes its cause (None, or
+    ``no_change``: none; its stake is then the critical path's claim alone); checks(thresholds, tick_ns,
+    wall_ns): (the noise family its stake moves with, the floor it must clear by more than that noise;
+    default ``stake_checks()``: the kernel's wall, the impact floor); detect(ctx, scope): its verdicts in a
+    ``Scope`` (a phase, the launch, or the verdicts so far; ``no_detect`` for a kind another's detector makes);
+    link(ctx, scope, verdict, found): where its verdict's cause is another verdict's of the same phase (the
+    imbalance a straggler makes), it says so by setting ``verdict.cause`` (``no_link``: never);
+    grouped_short(verdict): (key, render(phases)) where its few words as a consequence merge over phases (the same
+    lanes idle in several phases: one entry naming them); joins(verdict, causes): the cause a finding alone of
+    this kind joins instead (a tail left by a block joins the lanes' unequal totals); waits_on(verdict): (block,
+    {phase, next_phase, mean_ns}) where its verdict is a wait on one block (the block's finding says so); each
+    ``no_hook`` where unused."""
 
     name: str
     detects: str
@@ -101,6 +158,18 @@ class Kind:
     span: Callable
     roles: Callable
     diff: str | None
+    change: Callable = no_change
+    checks: Callable = stake_checks()
+    detect: Callable = no_detect
+    link: Callable = no_link
+    grouped_short: Callable = no_hook
+    joins: Callable = no_hook
+    waits_on: Callable = no_hook
+
+    def change_of(self, v):
+        """The ``Change`` (analysis/replay/change.py) that removes verdict ``v``'s cause: its stake is that change's
+        replayed saving; None where the replay has no change for it."""
+        return self.change(v)
 
     def rank_of(self, v) -> float:
         r = self.lead(v)

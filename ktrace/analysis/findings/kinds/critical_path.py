@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, no_change
 from ....core.records import frozen
 
 NAME = "critical_path"
@@ -23,14 +23,13 @@ class CriticalFigures(KindFigures):
     coverage: float | None
 
 
-
 def headline(f, v):
     return f"{f.phase} is {f.figures['share']:.0%} of the critical path", ""
 
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     fig = ctx.fig
     c = fig.critical_shares
     if not len(c) or not fig.kernel.wall_ns:
@@ -50,5 +49,12 @@ def detect(ctx) -> Verdict | None:
         wall_ns=fig.kernel.wall_ns, coverage=c.coverage(fig.kernel.wall_ns)))
 
 
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "the largest part of the critical path", (CriticalFigures,), 14, fixed_rank, claim_words, headline,
-            no_span, no_roles, None)
+            no_span, no_roles, None, change=no_change,
+            detect=detect)

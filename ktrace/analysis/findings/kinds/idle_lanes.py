@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..verdict import Verdict
 from .base import Kind, KindFigures, fixed_rank, no_roles, no_span
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "idle_lanes"
 
@@ -15,7 +16,6 @@ class IdleFigures(KindFigures):
     idle_lanes: int
     lanes: int
     idle: list  # [block, group] of the idle lanes, at most 64
-
 
 
 def short(v) -> str:
@@ -32,7 +32,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, p) -> Verdict | None:
+def _detect(ctx, p) -> Verdict | None:
     if not p["idle_lanes"]:
         return None
     fig = ctx.fig
@@ -54,5 +54,32 @@ def detect(ctx, p) -> Verdict | None:
                    "idle blocks " + ",".join(map(str, blocks[:64])))  # the same idle blocks in every phase: one cause
 
 
+def change(v):
+    """The phase (and the phases the same lanes never ran, its consequences) spread over every lane of its warp
+    groups."""
+    if v.phase is None:
+        return None
+    extra = {c["phase"] for c in v.figures.get("consequences", []) if c["kind"] == NAME and c["phase"] is not None}
+    return Change(spread=tuple(sorted({v.phase, *extra})))
+
+
+def detect(ctx, scope):
+    """A phase: lanes of its warp groups that never ran it."""
+    v = _detect(ctx, scope.phase) if scope.phase is not None else None
+    return [v] if v is not None else []
+
+
+def grouped_short(v):
+    """The same lanes idle in several phases: one consequence naming the phases."""
+    g = v.figures
+    n = (g.idle_lanes, g.idle_lanes + g.lanes)
+
+    def render(phases) -> str:
+        names = ", ".join(phases[:3]) + (f" and {len(phases) - 3} more" if len(phases) > 3 else "")
+        return f"{names}: {n[0]} of {n[1]} lanes never ran {'them' if len(phases) > 1 else 'it'}"
+    return (NAME, n), render
+
+
 KIND = Kind(NAME, "lanes of the phase's warp groups never ran it", (IdleFigures,), 13, fixed_rank, short, headline,
-            no_span, no_roles, None)
+            no_span, no_roles, None, change=change,
+            detect=detect, grouped_short=grouped_short)

@@ -7,11 +7,11 @@ import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt, num as _num
 from . import untimed_work
-from .base import Kind, fixed_rank, no_roles, ok
+from ...replay.change import Change
+from .base import Kind, fixed_rank, no_roles, ok, stake_checks
 from .wait_figures import WaitFigures
 
 NAME = "large_wait"
-
 
 
 def short(v) -> str:
@@ -26,9 +26,10 @@ def headline(f, v):
     mean, block = _fmt(g["mean_ns"]), g.get("waited_block")
     if g.get("waited_for") == "grid":
         whom = f", for block {block}" if ok(block) else share
+        fix = (f"; find why block {block} begins late (its {f.phase} work is a median block's)"
+               if g.get("waited_block_late") else f"; shorten block {block}'s {f.phase} work")
         return (f"every {v.unit} waits {mean} on average at the grid-wide barrier after {f.phase}{whom}",
-                "use fewer barriers, or a cheaper one" + (f"; shorten block {block}'s {f.phase} work" if ok(block)
-                                                          else ""))
+                "use fewer barriers, or a cheaper one" + (fix if ok(block) else ""))
     if g.get("waited_for") == "cluster":
         whom = f" (for block {block})" if ok(block) else ""
         return (f"blocks wait for their cluster of {g.get('cluster_size', '?')} after {f.phase}{whom}: {mean} on "
@@ -51,7 +52,7 @@ def span(f, fig, mine):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> list[Verdict]:
+def _detect(ctx) -> list[Verdict]:
     fig, th, wc = ctx.fig, ctx.th, ctx.wc
     lane_time = ctx.lane_time()
     if not len(wc) or not lane_time:
@@ -124,6 +125,8 @@ def detect(ctx) -> list[Verdict]:
                    "another warp group of the block, not regular enough for untimed work of the lane")
             ev = "no release evidenced (docs/analysis-schema.md, what a wait waited for)"
         figs["waited_block"] = block if stable else None
+        if stable and r["cause"] == "grid" and not _long_work(fig, r["phase"], block, th.imbalance):
+            figs["waited_block_late"] = True  # its work is a median lane's: it ends last because it began late
         # the instance after which the longest of these waits began (what the annotated trace draws)
         w = fig.waits
         at = np.flatnonzero((w.phase == r["phase"]) & (w.next_phase == r["next_phase"])) if len(w) else []
@@ -137,6 +140,16 @@ def detect(ctx) -> list[Verdict]:
     return out
 
 
+def _long_work(fig, phase: str, block: int, ratio: float) -> bool:
+    """The block's mean slice of the phase is over ``ratio`` times the lanes' median: it ends last by its work."""
+    pl = fig.lanes
+    m = pl.phase == phase
+    mine = m & (pl.block == block)
+    if not mine.any() or not m.any():
+        return True
+    return float(pl.mean_dur_ns[mine].max()) > ratio * float(np.median(pl.mean_dur_ns[m]))
+
+
 def _systematic(ctx, p: dict | None, block: int) -> bool:
     """The phase's last finisher is this block in most of at least 2 instances, ahead of the next lane by 2
     timer steps on average: a block the waits are on, not the one that happened to end last."""
@@ -146,5 +159,27 @@ def _systematic(ctx, p: dict | None, block: int) -> bool:
             and _num(p["mean_last_lead_ns"]) >= ctx.eps)
 
 
+def change(v):
+    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
+    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
+    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+
+
+def detect(ctx, scope):
+    """The launch: the waits at each phase boundary by what they waited for (large_wait, and untimed_work from
+    the same table)."""
+    return _detect(ctx) if scope.launch else []
+
+
+def waits_on(v):
+    """The block the lanes wait for at this boundary, and the wait's figures, where it is one block."""
+    g = v.figures
+    if g.get("waited_block") is None:
+        return None
+    return g["waited_block"], {"phase": v.phase, "next_phase": g["next_phase"], "mean_ns": g["mean_ns"]}
+
+
 KIND = Kind(NAME, "lanes wait between two phases (for a barrier, their cluster, or nothing shown)", (WaitFigures,),
-            8, fixed_rank, short, headline, span, no_roles, "wait_after_us")
+            8, fixed_rank, short, headline, span, no_roles, "wait_after_us", change=change,
+            checks=stake_checks("wait"),
+            detect=detect, waits_on=waits_on)

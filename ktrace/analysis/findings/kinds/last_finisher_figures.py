@@ -1,4 +1,5 @@
-"""The figures every last-finisher verdict stores (findings/last_finisher.py decides which kind it is)."""
+"""The figures every last-finisher verdict stores, and each of its five kinds' own (last_finisher.py decides which
+one a phase shows; each kind's module declares the rest of it)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 from .base import KindFigures
 from ....core.records import frozen
 
-__all__ = ["LastFinisherFigures"]
+__all__ = ["LastFinisherFigures", "StragglerFigures", "StragglerChangeFigures", "RotatingFigures", "MovingFigures", "LateStartFigures"]
 
 
 @frozen(kw_only=True)
@@ -25,3 +26,32 @@ class LastFinisherFigures(KindFigures):
     late_instances: int
     lagging_instances: int
     tick_ns: float
+
+
+@frozen(kw_only=True)
+class StragglerFigures(LastFinisherFigures):
+    block: int
+    cause: str  # 'work', 'both', 'lag' or 'small'
+
+
+@frozen(kw_only=True)
+class StragglerChangeFigures(LastFinisherFigures):
+    segments: list  # {block, group, first_k, last_k, instances} per run of one last block
+
+
+@frozen(kw_only=True)
+class RotatingFigures(LastFinisherFigures):
+    pass
+
+
+@frozen(kw_only=True)
+class MovingFigures(LastFinisherFigures):
+    pass
+
+
+@frozen(kw_only=True)
+class LateStartFigures(LastFinisherFigures):
+    """A phase's last finisher that starts late (block None: a different block each time)."""
+
+    block: int | None
+    cause: str = "late_start"

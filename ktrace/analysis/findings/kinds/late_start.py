@@ -8,18 +8,12 @@ import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import LateStartFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "late_start"
-
-
-@frozen(kw_only=True)
-class LateStartFigures(LastFinisherFigures):
-    """A phase's last finisher that starts late (block None: a different block each time)."""
-
-    block: int | None
-    cause: str = "late_start"
 
 
 @frozen(kw_only=True)
@@ -34,7 +28,6 @@ class LateLaneFigures(KindFigures):
     cause: str = "late_start"
     basis: str = "lane"
     tick_ns: float
-
 
 
 def short(v) -> str:
@@ -55,7 +48,6 @@ def headline(f, v):
                 "from its work", do)
     who = v.who(g.get("block"), g.get("group"))
     return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
-
 
 
 def roles(f, fig, mine, tick_ns):
@@ -113,5 +105,24 @@ def _idle_before_barrier(ctx, lane: int, begin: float) -> bool:
     return bool((other & big & (inst.end_ns <= begin)).any())
 
 
+def change(v):
+    """No late start: the block's delay removed before its first slice and every later instance (of the phase, for
+    a phase's last finisher; a different block each time: every block's)."""
+    g = v.figures
+    if g.get("basis") == "lane":
+        return Change(start_on_time=((int(g["block"]), None),))
+    return Change(start_on_time=((g.get("block"), v.phase),)) if v.phase is not None else None
+
+
+def detect(ctx, scope):
+    """A phase's last finisher that starts late (kinds/last_finisher.py); the lane that ends the kernel begun late
+    (the launch)."""
+    if scope.launch:
+        v = detect_lane(ctx)
+        return [v] if v is not None else []
+    return last_finisher.of_kind(ctx, scope, NAME, LateStartFigures)
+
+
 KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,
-            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us")
+            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us", change=change,
+            detect=detect)

@@ -8,10 +8,12 @@ import numpy as np
 
 from ..phase_shape import dominant, lined_up
 from ..verdict import Verdict, fmt as _fmt
-from . import stable_straggler
+from . import rotating_imbalance, stable_straggler, straggler_change
+from .last_finisher_figures import LastFinisherFigures
 from .base import Kind, KindFigures, claim_words, ok, one_instance, optional
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import Change
 
 NAME = "load_imbalance"
 
@@ -65,6 +67,29 @@ def lead(v) -> float | None:
     # a work list's busiest lane: its totals are the cause, per-phase figures the consequences
     # just behind a stable straggler, as before serial_tail took rank 0
     return stable_straggler.KIND.rank + 0.5 if v.figures.get("basis") == "lane_totals" else None
+
+
+def detect(ctx, scope):
+    """Instances that line up (a phase): the slowest lane against the instance's mean; the lanes' totals over
+    every phase on a work list (the launch)."""
+    if scope.launch:
+        v = detect_lane_totals(ctx)
+    elif scope.phase is not None and scope.lined_up:
+        v = detect_instances(ctx, scope.phase, scope.inst)
+    else:
+        v = None
+    return [v] if v is not None else []
+
+
+def link(ctx, scope, v, found) -> None:
+    """A phase's imbalance with a straggler (stable, changing or rotating) is that straggler's; with none and
+    blocks in waves, the heavy blocks'."""
+    last = [o for o in found if isinstance(o.figures, LastFinisherFigures)]
+    for o in last:
+        if o.kind in (stable_straggler.NAME, straggler_change.NAME, rotating_imbalance.NAME):
+            v.cause = o.cause
+    if not last and scope.phase is not None and scope.phase["wave_instances"] and v.warn:
+        v.cause = "heavy blocks"
 
 
 def short(v) -> str:
@@ -350,5 +375,15 @@ def _cluster_waits_on(ctx, block: int) -> list[dict]:
     return [wc.row(i) for i in rows.tolist()]
 
 
+def change(v):
+    """Instances that line up: every lane gets the instance's mean; lane totals (a work list): the items handed
+    out evenly, every lane of each warp group getting its group's mean total, no item cut (the warp groups of a
+    block share its items: all of them are rebalanced)."""
+    if v.figures.get("basis") == "lane_totals":
+        return Change(balance_lanes=(None,))
+    return Change(balance=(v.phase,)) if v.phase is not None else None
+
+
 KIND = Kind(NAME, "a phase's slowest lane, or a lane's total over the phases, well over the mean",
-            (InstancesFigures, LaneTotalsFigures), 7, lead, short, headline, span, roles, "imbalance")
+            (InstancesFigures, LaneTotalsFigures), 7, lead, short, headline, span, roles, "imbalance", change=change,
+            detect=detect, link=link)

@@ -19,13 +19,14 @@ import numpy as np
 
 from ...evidence.waits import HANDOFF_TICKS
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional
+from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span, optional, stake_checks
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import TIMED_WAIT, Change
 
 NAME = "pipeline"
 
-WAIT_NAME = re.compile(r"(?:^|.*[_\-. ])wait$", re.IGNORECASE)
+WAIT_NAME = TIMED_WAIT  # a phase that times a wait (IKET's mma_wait): the replay counts it as busy time
 WAITING_SHARE = 0.5  # from timed waits: a group waits when its wait phases are at least this share of its busy time
 BOUNDING_SHARE = 0.1  # ... for a group that hardly waits, at most this
 
@@ -47,7 +48,6 @@ class PipelineFigures(KindFigures):
     bounding_wait_share: float | None = optional(None)  # ... and the share of its busy time the bounding one waits
 
 
-
 def headline(f, v):
     g = f.figures
     b, w = v.group(g["bounding_group"]), v.group(g["waiting_group"])
@@ -57,7 +57,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> list[Verdict]:
+def _detect(ctx) -> list[Verdict]:
     """The pipeline verdicts: from the hand-offs, else from timed waits."""
     return _handoffs(ctx) or _timed_waits(ctx)
 
@@ -193,5 +193,21 @@ def _name(fig, g: int) -> str:
     return f"group {g}" + (f" ({name})" if name else "")
 
 
+def change(v):
+    """The bounding warp group's work as fast as the waiting group's (their median busy times)."""
+    g = v.figures
+    bh, bg = float(g["median_busy_bounding_ns"] or 0), float(g["median_busy_waiting_ns"] or 0)
+    if not bh or not bg or bh <= bg:
+        return None
+    return Change(group_speedup=((int(g["bounding_group"]), bh / bg),))
+
+
+def detect(ctx, scope):
+    """The launch: a warp group that waits for another of its block, which bounds the blocks."""
+    return _detect(ctx) if scope.launch else []
+
+
 KIND = Kind(NAME, "a warp group waits for another of its block, which bounds the blocks", (PipelineFigures,), 6,
-            fixed_rank, claim_words, headline, no_span, no_roles, None)
+            fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
+            checks=stake_checks("wait"),
+            detect=detect)

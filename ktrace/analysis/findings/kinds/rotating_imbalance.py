@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from ....core.units import format_ns as _t
 from .base import Kind, claim_words, fixed_rank, no_roles, no_span
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import RotatingFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "rotating_imbalance"
-
-
-@frozen(kw_only=True)
-class RotatingFigures(LastFinisherFigures):
-    pass
-
 
 
 def headline(f, v):
@@ -24,5 +20,16 @@ def headline(f, v):
             "balance the work of each iteration across the blocks")
 
 
+def change(v):
+    """Every slice of the phase cut to its instance's median."""
+    return Change(straggler_to_median=((v.phase, None),)) if v.phase is not None else None
+
+
+def detect(ctx, scope):
+    """The phase's last finisher, where it is this kind (kinds/last_finisher.py)."""
+    return last_finisher.of_kind(ctx, scope, NAME, RotatingFigures)
+
+
 KIND = Kind(NAME, "one lane is long in most instances, a different one each time", (RotatingFigures,), 4, fixed_rank,
-            claim_words, headline, no_span, no_roles, "end_skew_us")
+            claim_words, headline, no_span, no_roles, "end_skew_us", change=change,
+            detect=detect)

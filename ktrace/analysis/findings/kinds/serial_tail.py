@@ -17,6 +17,7 @@ from . import idle_lanes
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
 from ....core.records import frozen
 from ...evidence.keyed import distinct
+from ...replay.change import Change
 
 NAME = "serial_tail"
 
@@ -41,7 +42,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
+def _detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
     """``verdicts`` with a serial-tail verdict for each phase that runs alone at the end (its idle-lanes verdict
     given the serial tail's cause); unchanged where none does or the top-level slices are not at hand."""
     fig, th, tick = ctx.fig, ctx.th, ctx.tick
@@ -85,5 +86,18 @@ def detect(ctx, verdicts: list[Verdict]) -> list[Verdict]:
     return out
 
 
+def change(v):
+    """The phase spread over every lane of its warp groups."""
+    return Change(spread=(v.phase,)) if v.phase is not None else None
+
+
+def detect(ctx, scope):
+    """The verdicts the others made: a phase's idle lanes, read again (does it run alone at the end?)."""
+    if scope.verdicts is None:
+        return []
+    return _detect(ctx, list(scope.verdicts))[len(scope.verdicts):]
+
+
 KIND = Kind(NAME, "a phase a few lanes run alone after the other lanes of its warp groups are done",
-            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None)
+            (SerialTailFigures,), 0, fixed_rank, claim_words, headline, no_span, no_roles, None, change=change,
+            detect=detect)

@@ -7,16 +7,12 @@ from __future__ import annotations
 from ....core.units import format_ns as _t
 from . import late_start
 from .base import Kind, instance_keys, last_block_extent
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import StragglerFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "stable_straggler"
-
-
-@frozen(kw_only=True)
-class StragglerFigures(LastFinisherFigures):
-    block: int
-    cause: str  # 'work', 'both', 'lag' or 'small'
 
 
 def lead(v) -> float | None:
@@ -40,12 +36,25 @@ def headline(f, v):
     return text, f"give {who} less of the {f.phase} work, or split its items"
 
 
-
 def roles(f, fig, mine, tick_ns):
     b = f.figures.get("block")
     inst = fig.instances
     return [] if b is None else instance_keys(inst, mine & (inst.last_block == b), "straggler")
 
 
+def change(v):
+    """The block's slices of the phase cut to their instance's median (a straggler by its work)."""
+    g = v.figures
+    if v.phase is None or g.get("cause") not in ("work", "both"):
+        return None
+    return Change(straggler_to_median=((v.phase, int(g["block"])),))
+
+
+def detect(ctx, scope):
+    """The phase's last finisher, where it is this kind (kinds/last_finisher.py)."""
+    return last_finisher.of_kind(ctx, scope, NAME, StragglerFigures)
+
+
 KIND = Kind(NAME, "one block finishes the phase last in most instances", (StragglerFigures,), 1, lead, short,
-            headline, last_block_extent, roles, "last_lead_us")
+            headline, last_block_extent, roles, "last_lead_us", change=change,
+            detect=detect)

@@ -8,6 +8,8 @@ import numpy as np
 
 from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
+from ...replay.change import Change
+from . import late_start
 from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance
 from ....core.records import frozen
 
@@ -29,7 +31,6 @@ class SkewFigures(KindFigures):
     cause: str  # 'waves', 'sync_release', 'carried_over', 'nested', 'launch' or 'unexplained'
 
 
-
 def short(v) -> str:
     g = v.figures
     return f"{v.phase}: begins {_fmt(g['mean_start_skew_ns'])} apart ({g.get('cause')})"
@@ -37,8 +38,19 @@ def short(v) -> str:
 
 def headline(f, v):
     g = f.figures
-    return (f"{f.phase}: {v.unit}s begin up to {_fmt(g['mean_start_skew_ns'])} apart, so the phase takes "
-            f"{_fmt(g['mean_excess_ns'])} longer than its slowest {v.unit}", "")
+    text = (f"{f.phase}: {v.unit}s begin up to {_fmt(g['mean_start_skew_ns'])} apart, so the phase takes "
+            f"{_fmt(g['mean_excess_ns'])} longer than its slowest {v.unit}")
+    cause = g.get("cause")
+    if cause == "sync_release":  # the barrier's release staggers the begins: the barriers' cost, said as such
+        phases = [f.phase] + [c["phase"] for c in g.get("consequences", []) if c["kind"] == NAME
+                              and c["phase"] != f.phase]
+        where = ", ".join(phases[:3]) + (f" and {len(phases) - 3} more" if len(phases) > 3 else "")
+        return (f"the grid-wide barrier's release staggers the {v.unit}s' begins by up to "
+                f"{_fmt(g['mean_start_skew_ns'])} (before {where})",
+                f"use fewer barriers, or a cheaper one (one that releases every {v.unit} at once)")
+    if cause == "launch":
+        return text, f"find what delays some {v.unit}s' start (their launch, their SM, work before the first probe)"
+    return text, ""
 
 
 def span(f, fig, mine):
@@ -48,7 +60,7 @@ def span(f, fig, mine):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx, p, inst, on_path) -> Verdict | None:
+def _detect(ctx, p, inst, on_path) -> Verdict | None:
     th, eps = ctx.th, ctx.eps
     n = p["instances"]
     mean_wall = p["sum_wall_ns"] / n if n else 0.0
@@ -105,5 +117,30 @@ def detect(ctx, p, inst, on_path) -> Verdict | None:
     return Verdict(NAME, p["phase"], msg, ev, impact, warn, SkewFigures(**figs, cause=cause), claims, key)
 
 
+def change(v):
+    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
+    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
+    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+
+
+def detect(ctx, scope):
+    """A phase whose instances line up: its lanes' begins apart."""
+    if scope.phase is None or not scope.lined_up:
+        return []
+    v = _detect(ctx, scope.phase, scope.inst, scope.on_path)
+    return [v] if v is not None else []
+
+
+def link(ctx, scope, v, found) -> None:
+    """A start skew whose late lane is the phase's late starter (after the launch, or unexplained) is the late
+    start's."""
+    if v.figures.get("cause") not in ("launch", "unexplained"):
+        return
+    for o in found:
+        if o.kind == late_start.NAME:
+            v.cause = o.cause
+
+
 KIND = Kind(NAME, "a phase's lanes begin apart, so its wall exceeds its slowest lane", (SkewFigures,), 12, fixed_rank,
-            short, headline, span, no_roles, "excess_us")
+            short, headline, span, no_roles, "excess_us", change=change,
+            detect=detect, link=link)

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 
 from .base import Kind, claim_words, extent, fixed_rank, instance_keys
-from .last_finisher_figures import LastFinisherFigures
+from . import last_finisher
+from .last_finisher_figures import StragglerChangeFigures
 from ....core.records import frozen
+from ...replay.change import Change
 
 NAME = "straggler_change"
-
-
-@frozen(kw_only=True)
-class StragglerChangeFigures(LastFinisherFigures):
-    segments: list  # {block, group, first_k, last_k, instances} per run of one last block
-
 
 
 def headline(f, v):
@@ -39,5 +35,16 @@ def roles(f, fig, mine, tick_ns):
     return out
 
 
+def change(v):
+    """Every slice of the phase cut to its instance's median."""
+    return Change(straggler_to_median=((v.phase, None),)) if v.phase is not None else None
+
+
+def detect(ctx, scope):
+    """The phase's last finisher, where it is this kind (kinds/last_finisher.py)."""
+    return last_finisher.of_kind(ctx, scope, NAME, StragglerChangeFigures)
+
+
 KIND = Kind(NAME, "the phase's stable straggler changes during the run", (StragglerChangeFigures,), 3, fixed_rank,
-            claim_words, headline, span, roles, "end_skew_us")
+            claim_words, headline, span, roles, "end_skew_us", change=change,
+            detect=detect)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt, num as _num
-from .base import Kind, KindFigures
+from .base import Kind, KindFigures, no_change, stake_checks
 from ....core.records import frozen
 
 NAME = "tail"
@@ -76,7 +76,7 @@ def roles(f, fig, mine, tick_ns):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     fig = ctx.fig
     if not len(fig.occupancy):
         return None
@@ -128,5 +128,18 @@ def _cluster_of(ctx, block: int) -> int | None:
     return None
 
 
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
+def joins(v, causes) -> str | None:
+    """A one-wave tail left by a block with no finding of its own is the lanes' unequal totals, when they are one."""
+    return "lanes" if (v.cause or "").startswith("block ") and "lanes" in causes else None
+
+
 KIND = Kind(NAME, "the kernel's end runs with fewer than half the SMs busy", (TailFigures,), 10, lead, short,
-            headline, span, roles, None)
+            headline, span, roles, None, change=no_change,
+            checks=stake_checks(share="tail_share"),
+            detect=detect, joins=joins)

@@ -29,4 +29,5 @@ class WaitFigures(KindFigures):
     tick_ns: float
     cluster_size: int | None = optional(None)
     waited_block: int | None
+    waited_block_late: bool = optional(False)  # the waited block's work is a median lane's: it began late
     max_k: int | None

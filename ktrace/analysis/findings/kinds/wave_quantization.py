@@ -7,6 +7,7 @@ import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
 from .base import Kind, KindFigures, claim_words, fixed_rank, no_roles, no_span
+from ...replay.change import Change
 from ....core.records import frozen
 
 NAME = "wave_quantization"
@@ -33,7 +34,6 @@ class WavesFigures(KindFigures):
     quantization_ns: float
 
 
-
 def headline(f, v):
     g = f.figures
     return (f"{g['blocks']} blocks fill the {g['slots']} slots {g['waves']:.2f} times: the last wave is "
@@ -43,7 +43,7 @@ def headline(f, v):
 
 # -- what it detects ---------------------------------------------------------------------------------
 
-def detect(ctx) -> Verdict | None:
+def _detect(ctx) -> Verdict | None:
     s = ctx.slots
     if not s or not s["uniform_blocks"] or s["quantization_ns"] < ctx.eps:
         return None
@@ -61,5 +61,18 @@ def detect(ctx) -> Verdict | None:
     return Verdict(NAME, None, msg, ev, float(claims.sum()), True, WavesFigures(**s), claims, "waves")
 
 
+def change(v):
+    """The same total work in whole waves: the nearest whole number of waves' blocks (at least one)."""
+    g = v.figures
+    return Change(blocks=max(int(round(g["waves"])), 1) * int(g["slots"]))
+
+
+def detect(ctx, scope):
+    """The launch."""
+    v = _detect(ctx) if scope.launch else None
+    return [v] if v is not None else []
+
+
 KIND = Kind(NAME, "equal blocks fill the slots in a partial last wave", (WavesFigures,), 5, fixed_rank, claim_words,
-            headline, no_span, no_roles, None)
+            headline, no_span, no_roles, None, change=change,
+            detect=detect)

@@ -30,10 +30,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..evidence.keyed import distinct, key_then_who
+from ..evidence.slots import slot_figures
 from ..evidence.waits import TopSlices
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
-from .replay_order import ends_in_order, order_of
+from .order import ends_in_order, order_of
 from ...core.records import frozen
 
 __all__ = ["Timeline", "Replayed", "timeline", "timeline_of", "replay", "measured_starts", "critical_rows", "RELEASES"]
@@ -73,6 +74,7 @@ class Timeline:
     kernel_begin: int
     kernel_end: int
     tick_ns: float
+    slots: tuple = (0, 0)  # (SMs, resident blocks per SM) as measured (evidence/slots.py): a resized grid's slots
 
     def __len__(self) -> int:
         return len(self.lane)
@@ -241,8 +243,10 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     kb = int(fig.kernel.begin_ns) if fig.kernel.begin_ns is not None else (int(begin.min()) if n else 0)
     ke = int(fig.kernel.end_ns) if fig.kernel.end_ns is not None else (int(end.max()) if n else 0)
     start = np.where(first & (release == 0), begin, _NEG)  # a released first slice: its release bounds it
+    s = slot_figures(bl, fig.kernel.begin_ns, fig.kernel.end_ns) if len(bl) else None
     return Timeline(lane, block, group, ph, k, begin, end, tuple(names), first, gap, release, rel_set, latency,
-                    start, mrow, set_starts, later, kb, ke, tick)
+                    start, mrow, set_starts, later, kb, ke, tick,
+                    (int(s["sms"]), int(s["resident_per_sm"])) if s else (0, 0))
 
 
 def _in_order(keys) -> bool:

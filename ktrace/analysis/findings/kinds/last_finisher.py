@@ -1,7 +1,8 @@
 """Who finishes each phase instance last, and why: a stable straggler (by its work, or behind by lag it
 carries), a straggler that changes, a rotating imbalance, a late start (a delay of the lane's own begin), or a
-last finisher that moves with no long lane (contention). Rules: verdicts.py's docstring and
-docs/analysis-schema.md."""
+last finisher that moves with no long lane (contention): one detector whose outcome is one of five kinds (its
+figures' class says which; each kind's ``detect`` takes its own through ``of_kind``). Rules: verdicts.py's
+docstring and docs/analysis-schema.md."""
 
 from __future__ import annotations
 
@@ -9,17 +10,32 @@ import math
 
 import numpy as np
 
-from ..evidence.keyed import run_starts
-from .verdict import Verdict, fmt as _fmt, signed, num as _num
-from . import kinds as K
-from .kinds.late_start import LateStartFigures
-from .kinds.moving_last_finisher import MovingFigures
-from .kinds.rotating_imbalance import RotatingFigures
-from .kinds.stable_straggler import StragglerFigures
-from .kinds.straggler_change import StragglerChangeFigures
-from .phase_shape import carried
+from ...evidence.keyed import run_starts
+from ..verdict import Verdict, fmt as _fmt, signed, num as _num
+from .last_finisher_figures import (LateStartFigures, MovingFigures, RotatingFigures, StragglerChangeFigures,
+                                    StragglerFigures)
+from ..phase_shape import carried
 
-__all__ = ["last_finisher"]
+__all__ = ["last_finisher", "of_kind"]
+
+
+def of_kind(ctx, scope, name: str, figures: type) -> list[Verdict]:
+    """The phase's last-finisher verdict where it is of kind ``name`` (its figures a ``figures``): one detector for
+    five kinds, run once per phase (``ctx.memo``), each kind's ``detect`` taking its own outcome. Its cause: the
+    block it names, else the phase's long lanes."""
+    if scope.phase is None or not scope.lined_up:
+        return []
+    key = ("last_finisher", scope.phase["phase"])
+    if key not in ctx.memo:
+        v = last_finisher(ctx, scope.phase, scope.inst, scope.on_path)
+        if v is not None:
+            v.cause = v.cause or f"long lanes of {scope.phase['phase']}"
+        ctx.memo[key] = v
+    v = ctx.memo[key]
+    if v is None or type(v.figures) is not figures:
+        return []
+    v.kind = name
+    return [v]
 
 
 def _runs(seq: np.ndarray, min_len: int = 1):
@@ -72,7 +88,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         # What a late start costs is the gap before its slice on the path (up to how late it began), not its
         # lead at the end, which it only carries.
         c = ctx.claim_before(p["phase"], inst.k, np.maximum(late, 0))
-        return Verdict(K.LATE_START, p["phase"], msg, ev, float(c.sum()), True, LateStartFigures(**base, block=block), c,
+        return Verdict("", p["phase"], msg, ev, float(c.sum()), True, LateStartFigures(**base, block=block), c,
                        f"block {block}" if block is not None else None)
 
 
@@ -114,7 +130,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
         ev = (f"same block last in {count}/{n} instances (ties count as that block); on average its slice is "
               f"{signed(w, 'longer', 'shorter')} than the median and it begins {signed(lt, 'after', 'before')} the "
               "median begin")
-        return Verdict(K.STABLE_STRAGGLER, p["phase"], msg, ev, impact, cause != "small",
+        return Verdict("", p["phase"], msg, ev, impact, cause != "small",
                        StragglerFigures(**base, block=top, cause=cause), claims, f"block {top}")
     min_run = max(2, math.ceil(0.1 * n))
     runs = _runs(seq, min_run)
@@ -128,7 +144,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                f"straggler ({int(long_.sum())} of {n} instances have a long last lane): fix each one's share of the "
                "work at those iterations")
         ev = f"runs of one last block of at least {min_run} instances cover {covered} of {n} instances"
-        return Verdict(K.STRAGGLER_CHANGE, p["phase"], msg, ev, impact, True, StragglerChangeFigures(**base, segments=segs),
+        return Verdict("", p["phase"], msg, ev, impact, True, StragglerChangeFigures(**base, segments=segs),
                        claims)
     if long_.mean() >= th.stable_fraction:
         msg = (f"{label}: rotating imbalance: in {int(long_.sum())} of {n} instances one lane is long (the last "
@@ -136,7 +152,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
                f"different lane each time ({p['distinct_last_blocks']} blocks); the cost is in the work assignment, "
                "not contention: balance the work of each iteration")
         ev = "last finisher's slice > imbalance threshold x the mean in most instances; no block is last for long"
-        return Verdict(K.ROTATING_IMBALANCE, p["phase"], msg, ev, impact, True, RotatingFigures(**base), claims)
+        return Verdict("", p["phase"], msg, ev, impact, True, RotatingFigures(**base), claims)
     if late_.mean() >= 0.5:
         msg = (f"{label}: the last finisher moves ({p['distinct_last_blocks']} blocks in {n} instances) and it is "
                f"last because it starts late (begins {_fmt(float(late.mean()))} after the median lane on average, "
@@ -148,7 +164,7 @@ def last_finisher(ctx, p, inst, on_path) -> Verdict | None:
            f"{signed(float(work.mean()), 'over', 'under')} the median on average) yet the ends spread over {_fmt(p['mean_end_skew_ns'])}: contention or "
            "synchronization")
     ev = "no long lane and no late start in most instances; the last block changes"
-    return Verdict(K.MOVING_LAST_FINISHER, p["phase"], msg, ev, impact, True, MovingFigures(**base), claims)
+    return Verdict("", p["phase"], msg, ev, impact, True, MovingFigures(**base), claims)
 
 
 
