@@ -13,7 +13,8 @@ it advises could recover (docs/analysis-schema.md, "Cause model and replay"):
 - the grid barrier: its own release removed (each barrier instance's median release latency; each lane keeps
   its own delay beyond that median: a late starter's wait is the starter's cost, not the barrier's);
 - idle lanes, a serial tail: the phase spread over every lane of its warp groups;
-- a pipeline: the bounding warp group's slices as fast as the waiting group's (median busy times).
+- a pipeline: the bounding warp group's slices as fast as the waiting group's (median busy times);
+- a slow GPC: its blocks' slices as fast as the other GPCs' median block (kinds/gpc_imbalance.py).
 
 Where the work is known (analysis/model/roofline.py), no stake goes below the roofline: ``room`` is the wall less
 the work's time at the device's peaks, and every impact is at most that.
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..model.roofline import roofline_of
 from . import kinds as K
+from .kinds import gpc_imbalance
 from .replay import Timeline, change_rounds, measured_starts, replay, timeline
 from ..evidence.keyed import distinct
 
@@ -81,6 +83,8 @@ class Stakes:
             return ("late_lane", int(g["block"]), int(g["group"]))
         if v.kind == K.PIPELINE:  # named by the phase the hand-off follows: the groups are its cause, not the phase
             return ("bounding_group", int(g["bounding_group"]), int(g["waiting_group"]))
+        if v.kind == K.GPC_IMBALANCE:
+            return ("gpc", int(g["gpc"]), float(g["ratio"]))
         if phase is None:
             return None
         if v.kind == K.LATE_START:
@@ -151,6 +155,11 @@ class Stakes:
                     mine = rows[tl.group[rows] == g]
                     lanes_g = len(distinct(tl.lane[tl.group == g]))
                     dur[mine] *= len(distinct(tl.lane[mine])) / max(lanes_g, 1)
+        elif kind == "gpc":  # the GPC's blocks as fast as the other GPCs' median block
+            _, gpc, ratio = key
+            dur = gpc_imbalance.even_out(tl, getattr(self.fig, "launch", None) or {}, gpc, ratio, dur)
+            if dur is None:
+                return None
         elif kind == "bounding_group":
             _, h, g = key
             bh, bg = _busy(tl, h), _busy(tl, g)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .verdict import Verdict, num as _num
 from . import kinds as K
-from .kinds import (critical_path, idle_lanes, large_wait, late_start, load_imbalance, pipeline, serial_tail,
+from .kinds import (critical_path, gpc_imbalance, idle_lanes, large_wait, late_start, load_imbalance, pipeline, serial_tail,
                     start_skew, tail, wave_quantization)
 from .phase_shape import DOMINANCE, carried, dominant, incoming_causes, lined_up
 from .last_finisher import last_finisher
@@ -174,11 +174,12 @@ def all_verdicts(fig: Figures, th, tick: float) -> list[Verdict]:
 
 def launch_verdicts(ctx) -> list[Verdict]:
     """The launch-level verdicts: the waits by what they waited for, the pipeline between warp groups, the lane
-    that ends the kernel starting late, the lanes' totals on a work list, a partial last wave, the tail and the
-    critical path's largest part."""
+    that ends the kernel starting late, the lanes' totals on a work list, a partial last wave, a slow GPC, the tail
+    and the critical path's largest part."""
     out = large_wait.detect(ctx) + pipeline.detect(ctx)
     out += [v for v in (late_start.detect_lane(ctx), load_imbalance.detect_lane_totals(ctx),
-                        wave_quantization.detect(ctx), tail.detect(ctx), critical_path.detect(ctx)) if v]
+                        wave_quantization.detect(ctx), gpc_imbalance.detect(ctx), tail.detect(ctx),
+                        critical_path.detect(ctx)) if v]
     return out
 
 
