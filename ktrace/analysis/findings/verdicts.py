@@ -28,8 +28,9 @@ import numpy as np
 
 from .verdict import Verdict, num as _num
 from . import kinds as K
-from .kinds import (critical_path, gpc_imbalance, idle_lanes, large_wait, late_start, load_imbalance, pipeline, serial_tail,
+from .kinds import (critical_path, idle_lanes, large_wait, late_start, load_imbalance, pipeline, serial_tail,
                     start_skew, tail, wave_quantization)
+from .kinds import gpc_imbalance
 from .phase_shape import DOMINANCE, carried, dominant, incoming_causes, lined_up
 from .last_finisher import last_finisher
 from ..model.results import Figures

@@ -9,15 +9,16 @@ and what ``ktrace diff`` compares (``base.Kind``). Nothing outside this package 
 
 from __future__ import annotations
 
-from . import (critical_path, gpc_imbalance, idle_lanes, large_wait, late_start, load_imbalance, moving_last_finisher, pipeline,
+from . import (critical_path, idle_lanes, large_wait, late_start, load_imbalance, moving_last_finisher, pipeline,
                rotating_imbalance, serial_tail, stable_straggler, start_skew, straggler_change, tail, untimed_work,
                wave_quantization)
+from . import gpc_imbalance
 from .base import Kind, KindFigures
 
 __all__ = ["KINDS", "Kind", "KindFigures", "get", "names", "LEAD_ORDER", "SERIAL_TAIL",
            "STABLE_STRAGGLER", "LATE_START", "STRAGGLER_CHANGE", "ROTATING_IMBALANCE", "WAVE_QUANTIZATION",
-           "GPC_IMBALANCE", "PIPELINE", "LOAD_IMBALANCE", "LARGE_WAIT", "UNTIMED_WORK", "TAIL", "MOVING_LAST_FINISHER", "START_SKEW",
-           "IDLE_LANES", "CRITICAL_PATH"]
+           "PIPELINE", "LOAD_IMBALANCE", "LARGE_WAIT", "UNTIMED_WORK", "TAIL", "MOVING_LAST_FINISHER", "START_SKEW",
+           "IDLE_LANES", "CRITICAL_PATH", "GPC_IMBALANCE"]
 
 # The registry: one line per kind.
 KINDS: tuple[Kind, ...] = (

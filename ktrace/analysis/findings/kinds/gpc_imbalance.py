@@ -7,10 +7,12 @@ locations do (the launch fact ``block_gpc``, -1 unknown); other producers do not
 
 The rule (docs/analysis-schema.md, "Findings"): per GPC with at least ``MIN_BLOCKS`` blocks, the median block
 duration (first record to last); the slowest GPC's median is > ``imbalance`` (1.10) x the median block of the
-other GPCs and by at least eps, its excess over that median is at least ``DOMINANCE`` x the runner-up GPC's excess
-over it (one GPC, not a spread of them), and its last block ends at least eps after every other GPC's. The claim: the last
-(its last end - the others' last end) of the wall. The change that removes it (its stake, replayed): every slice
-of that GPC's blocks as fast as the other GPCs' median block, i.e. scaled by their median / its median.
+other GPCs and by at least eps, its excess over that median is at least ``DOMINANCE`` x the runner-up GPC's
+excess over it (one GPC, not a spread of them), and its last block ends at least eps after every other GPC's.
+The claim: the last (its last end - the others' last end) of the wall. The change that removes it (its stake,
+replayed): every slice of that GPC's blocks as fast as the other GPCs' median block, i.e. scaled by their
+median / its median. A GPC that is slow but does not finish last (blocks handed out by the hardware in waves
+move to the faster GPCs) is not named.
 """
 
 from __future__ import annotations
