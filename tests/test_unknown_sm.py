@@ -88,6 +88,9 @@ def test_analyze_says_how_many_blocks_have_an_unknown_sm(unknown_sm, tmp_path):
     assert rc == 0, err
     assert "904 of 5,000 blocks have no SM in the figures" in out
     assert "5000 blocks fill the 1056 slots 4.73 times" in out
+    rc, out, err = run_ktrace("analyze", path, "--all")
+    # the path's largest part here is its lead-in (the last block's SM is unknown): named, never "None"
+    assert "the lead-in before the path's first slice is" in out and "None" not in out
     rc, out, err = run_ktrace("analyze", path, "--json")
     q = json.loads(out)["data_quality"]
     assert q["unknown_sm_blocks"] == 904 and any("904 of 5,000 blocks" in w for w in q["warnings"])
