@@ -34,7 +34,8 @@ def _name(phase, part: str) -> str:
 
 
 def headline(f, v):
-    return f"{_name(f.phase, f.figures['part'])} is {f.figures['share']:.0%} of the critical path", ""
+    verb = "are" if f.figures["part"] == "lane_gap" else "is"
+    return f"{_name(f.phase, f.figures['part'])} {verb} {f.figures['share']:.0%} of the critical path", ""
 
 
 # -- what it detects ---------------------------------------------------------------------------------
