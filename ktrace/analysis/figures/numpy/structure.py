@@ -250,12 +250,11 @@ def busy_sms(bl: Blocks) -> BusySms:
     unknown = (bl.sm < 0) & (bl.dur_ns > 0)
     ub, ue = bl.begin_ns[unknown], bl.end_ns[unknown]
     t = np.r_[starts, ends, ub, ue]
-    one = np.ones
-    d_known = np.r_[one(len(starts), np.int64), -one(len(ends), np.int64), np.zeros(2 * len(ub), np.int64)]
-    d_unknown = np.r_[np.zeros(len(starts) + len(ends), np.int64), one(len(ub), np.int64), -one(len(ue), np.int64)]
+    d = np.r_[np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64), np.ones(len(ub), np.int64),
+              -np.ones(len(ue), np.int64)]
     o = np.argsort(t, kind="stable")
     t = t[o]
-    c = np.minimum(np.cumsum(d_known[o]) + np.cumsum(d_unknown[o]), sms)
+    c = np.minimum(np.cumsum(d[o]), sms)  # known busy SMs + running blocks of an unknown SM, at most the SMs
     last_at_t = np.r_[t[1:] != t[:-1], True]  # the count after every event at that time
     t, c = t[last_at_t], c[last_at_t]
     keep = np.r_[True, c[1:] != c[:-1]]
