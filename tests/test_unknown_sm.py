@@ -115,3 +115,14 @@ def test_known_sms_are_unchanged():
     a = analyze(SAMPLES / "waves_ktrace.bin")
     assert a.data_quality.unknown_sm_blocks == 0 and not any("no SM" in w for w in a.data_quality.warnings)
     assert int(a.figures.busy_sms.busy_sms.max()) <= a.occupancy["sms"]
+
+
+def test_the_line_names_flashinfers_tag_only_for_its_layout():
+    from ktrace.analysis.model.data_quality import data_quality
+
+    fi = data_quality({"records": 10, "layout": "flashinfer"}, 3, 10)
+    other = data_quality({"records": 10, "layout": "iket"}, 3, 10)
+    assert fi.unknown_sm_blocks == 3 and "block 4095" in fi.warnings[0]
+    assert other.warnings == ("3 of 10 blocks have no SM in the figures: the capture does not say which SM ran "
+                              "them. They count as busy SMs while they run, never idle ones, and in no SM's slots",)
+    assert data_quality({"records": 10, "layout": "flashinfer"}).warnings == ()

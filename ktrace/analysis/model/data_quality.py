@@ -118,10 +118,12 @@ def data_quality(launch: dict, unknown_sm_blocks: int = 0, blocks: int = 0) -> D
         w.append(f"{unreadable:,} of {records:,} records unreadable ({parts}): not in the figures (ktrace inspect "
                  "shows examples)")
     if unknown_sm_blocks:
-        w.append(f"{unknown_sm_blocks:,} of {blocks:,} blocks have no SM in the figures: the tag's SM id cannot tell "
-                 "which SM ran them (FlashInfer's tag ORs the block index's bits 12 and up into the SM byte past "
-                 "block 4095; ktrace inspect lists them). They count as busy SMs while they run, never idle ones, "
-                 "and in no SM's slots; ktrace's own header records every block's SM")
+        why = ("the tag's SM id cannot tell which SM ran them (FlashInfer's tag ORs the block index's bits 12 and up "
+               "into the SM byte past block 4095; ktrace inspect lists them)" if layout == "flashinfer" else
+               "the capture does not say which SM ran them")
+        w.append(f"{unknown_sm_blocks:,} of {blocks:,} blocks have no SM in the figures: {why}. They count as busy "
+                 "SMs while they run, never idle ones, and in no SM's slots"
+                 + ("; ktrace's own header records every block's SM" if layout == "flashinfer" else ""))
     if overwritten:
         w.append(f"{overwritten:,} lane(s) end with an instant: FlashInfer's PROFILER_EVENT_INSTANT does not "
                  "advance the write pointer, so earlier instants on them were overwritten (how many cannot be "
