@@ -122,3 +122,44 @@ def test_capture_script_fills_the_kv_bytes_from_the_plan():
     meta = json.loads((SAMPLES / "fi_mla_decode_run1.json").read_text())
     kv_lens = meta["ground_truth"]["workload"]["plan_args"]["kv_lens"]
     assert mod.kernel_work("mla", {"kv_lens": kv_lens}) == {"bytes": MLA_KV_BYTES}
+
+
+def _sidecars() -> list[Path]:
+    """Every committed capture's sidecar: a JSON beside a capture of the same stem (buffer, trace or log)."""
+    return sorted(p for p in SAMPLES.rglob("*.json")
+                  if any(q != p and not q.name.endswith(".json") for q in p.parent.glob(p.stem + ".*")))
+
+
+def test_every_committed_sidecar_names_a_gpu_the_roofline_knows():
+    from ktrace.core.sidecar import launch_fields
+
+    found = {p.relative_to(SAMPLES).as_posix(): launch_fields(json.loads(p.read_text()))["device"] for p in _sidecars()}
+    assert len(found) > 50
+    unknown = {k: v for k, v in found.items() if peaks_of(v) is None}
+    assert not unknown, f"peaks unknown for {sorted(unknown)[:5]}"
+
+
+@pytest.mark.parametrize("shape", ["device object", "device name", "env.device name", "env.device object"])
+def test_the_gpu_is_found_in_every_sidecar_shape(tmp_path, shape):
+    """FlashInfer's torch captures name the GPU under ``env.device``, IKET and Proton as a bare ``device`` string:
+    each reads the H200's peaks, not "unknown"."""
+    meta = json.loads((SAMPLES / "fi_mla_decode_run1.json").read_text())
+    dev = meta.pop("device")
+    meta.update({"device object": {"device": dev}, "device name": {"device": dev["name"]},
+                 "env.device name": {"env": {"device": dev["name"], "torch": "2.11.0"}},
+                 "env.device object": {"env": {"device": dev}}}[shape])
+    shutil.copy(MLA, tmp_path / "cap.bin.gz")
+    (tmp_path / "cap.json").write_text(json.dumps(meta))
+    rc, out, err = run_ktrace("analyze", tmp_path / "cap.bin.gz", "--bytes", MLA_KV_BYTES)
+    assert rc == 0, err
+    assert "of the H200's peak 4.8 TB/s" in out and "peaks are unknown" not in out
+
+
+def test_a_device_name_under_env_is_checked_like_any_other(tmp_path):
+    meta = json.loads((SAMPLES / "fi_mla_decode_run1.json").read_text())
+    del meta["device"]
+    meta["env"] = {"device": "NVIDIA\x00H200"}
+    shutil.copy(MLA, tmp_path / "cap.bin.gz")
+    (tmp_path / "cap.json").write_text(json.dumps(meta))
+    rc, out, err = run_ktrace("analyze", tmp_path / "cap.bin.gz")
+    assert rc == 2 and "'env.device'" in err and "cap.json" in err and "Traceback" not in err

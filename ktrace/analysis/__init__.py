@@ -141,10 +141,16 @@ class Analysis:
 
     @property
     def data_quality(self) -> DataQuality:
-        """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts."""
+        """What the figures are missing (records lost, unpaired, overwritten, unreadable), from the launch facts,
+        and the blocks of an unknown SM among blocks of known SMs, from the occupancy."""
         from .model.data_quality import data_quality
 
-        return data_quality(self.figures.launch, float(self.figures.kernel.wall_ns or 0))
+        o = self.figures.occupancy
+        wall = float(self.figures.kernel.wall_ns or 0)
+        if not len(o) or not o.row(0)["sms"]:
+            return data_quality(self.figures.launch, wall)
+        r = o.row(0)
+        return data_quality(self.figures.launch, wall, int(r["unknown_sm_blocks"] or 0), int(r["blocks"]))
 
     @property
     def roofline(self):

@@ -117,11 +117,12 @@ def _bounds_problem(meta: dict, long_digits: bool = True) -> str:
             return f"'{key}' {text_problem(v)}"
         if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
             return f"'{key}' is {len(v):,} characters long; at most {MAX_TEXT_CHARS:,}"
-    dev = meta.get("device")
-    if isinstance(dev, dict) and isinstance(dev.get("name"), str) and text_problem(dev["name"]):
-        return f"'device.name' {text_problem(dev['name'])}"
-    if isinstance(dev, dict) and isinstance(dev.get("name"), str) and len(dev["name"]) > MAX_TEXT_CHARS:
-        return f"'device.name' is {len(dev['name']):,} characters long; at most {MAX_TEXT_CHARS:,}"
+    dev, key = _device(meta)
+    name = dev.get("name")
+    if isinstance(name, str) and text_problem(name):
+        return f"'{key}' {text_problem(name)}"
+    if isinstance(name, str) and len(name) > MAX_TEXT_CHARS:
+        return f"'{key}' is {len(name):,} characters long; at most {MAX_TEXT_CHARS:,}"
     problem = _work_problem(meta.get("work", None), "work" in meta)
     if problem:
         return problem
@@ -200,7 +201,7 @@ def write_sidecar(path, meta: dict) -> Path:
 def launch_fields(meta: dict) -> dict:
     """What the decoder uses from a sidecar (docs/sidecar.md, "What the decoder uses"), typed, keyed by the
     ``Launch`` field it fills; a missing or mistyped key gives None (or an empty tuple, or False)."""
-    dev = _obj(meta, "device")
+    dev, _ = _device(meta)
     bufmeta = _obj(meta, "buffer")
     timer = _obj(meta, "timer")
     return {
@@ -224,6 +225,19 @@ def launch_fields(meta: dict) -> dict:
         "profiled_median_us": _float_or_none(_get(meta, "timing", "with_profiler", "median_us")),
         "control_median_us": _float_or_none(_get(meta, "timing", "without_profiler", "median_us")),
     }
+
+
+def _device(meta: dict) -> tuple[dict, str]:
+    """The device's facts in every shape a sidecar names them, and the key its name was read from: ``device`` as an
+    object (ktrace's captures) or as its name (IKET, Proton), else ``env.device`` as either (FlashInfer's torch
+    captures)."""
+    for prefix, where in (("", meta), ("env.", _obj(meta, "env"))):
+        dev = where.get("device")
+        if isinstance(dev, str):
+            return {"name": dev}, f"{prefix}device"
+        if isinstance(dev, dict) and isinstance(dev.get("name"), str):
+            return dev, f"{prefix}device.name"
+    return _obj(meta, "device"), "device.name"
 
 
 def _obj(meta: dict, key: str) -> dict:

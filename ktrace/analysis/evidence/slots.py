@@ -38,8 +38,13 @@ def _per_sm_max(sm: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarra
 
 
 def slot_figures(bl: Blocks, kernel_begin, kernel_end) -> dict:
-    """The slot figures of the launch (ns, fractions); {} without blocks of a known SM."""
-    known = (bl.sm >= 0) & (bl.dur_ns > 0)
+    """The slot figures of the launch (ns, fractions); {} without blocks of a known SM.
+
+    The slots are measured on the blocks of a known SM; a block whose SM is unknown (sm = -1: an SM id the
+    tag cannot tell, as FlashInfer's past block 4095) still ran in one of them, so it counts among the blocks,
+    the waves and the busy slot time."""
+    ran = bl.dur_ns > 0
+    known = (bl.sm >= 0) & ran
     if not known.any() or kernel_begin is None or kernel_end is None or kernel_end <= kernel_begin:
         return {}
     sm, begin, end = bl.sm[known], bl.begin_ns[known], bl.end_ns[known]
@@ -49,9 +54,9 @@ def slot_figures(bl: Blocks, kernel_begin, kernel_end) -> dict:
     resident = max(resident, 1)
     sms = len(per_sm)
     slots = sms * resident
-    blocks = int(known.sum())
+    blocks = int(ran.sum())
     wall = int(kernel_end - kernel_begin)
-    dur = (end - begin).astype(np.float64)
+    dur = (bl.end_ns[ran] - bl.begin_ns[ran]).astype(np.float64)
     busy = float(dur.sum())
     waves = blocks / slots
     full = math.floor(waves + 1e-9)

@@ -43,6 +43,7 @@ class DataQuality:
     overwritten_lanes: int = 0
     unread_events: int = 0  # events of a Proton trace that could not be read (not complete events, damaged)
     records_written: int | None = None  # what the sidecar says the capture read back (None: not said)
+    unknown_sm_blocks: int = 0  # blocks whose SM is unknown (sm = -1) in a launch whose other blocks' SMs are known
     anomalies: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -67,9 +68,11 @@ def _int(v) -> int:
 IMPLAUSIBLE_RATE = 4.0
 
 
-def data_quality(launch: dict, wall_ns: float | None = None) -> DataQuality:
+def data_quality(launch: dict, wall_ns: float | None = None, unknown_sm_blocks: int = 0,
+                 blocks: int = 0) -> DataQuality:
     """The DataQuality of a capture from its launch facts (``Analysis.launch``); with the kernel's wall, the
-    work's rate over it is also checked against the device's peak (``implausible_work``)."""
+    work's rate over it is also checked against the device's peak (``implausible_work``); ``unknown_sm_blocks``
+    of its ``blocks`` (the occupancy's) have an unknown SM while others' are known."""
     if "records" not in launch:
         return DataQuality(known=False)
     records = _int(launch.get("records"))
@@ -127,14 +130,21 @@ def data_quality(launch: dict, wall_ns: float | None = None) -> DataQuality:
         parts = ", ".join(f"{anomalies[k]:,} {_WORDS[k]}" for k in UNREADABLE_KINDS if anomalies.get(k))
         w.append(f"{unreadable:,} of {records:,} records unreadable ({parts}): not in the figures (ktrace inspect "
                  "shows examples)")
+    if unknown_sm_blocks:
+        why = ("the tag's SM id cannot tell which SM ran them (FlashInfer's tag ORs the block index's bits 12 and up "
+               "into the SM byte past block 4095; ktrace inspect lists them)" if layout == "flashinfer" else
+               "the capture does not say which SM ran them")
+        w.append(f"{unknown_sm_blocks:,} of {blocks:,} blocks have no SM in the figures: {why}. They count as busy "
+                 "SMs while they run, never idle ones, and in no SM's slots"
+                 + ("; ktrace's own header records every block's SM" if layout == "flashinfer" else ""))
     if overwritten:
         w.append(f"{overwritten:,} lane(s) end with an instant: FlashInfer's PROFILER_EVENT_INSTANT does not "
                  "advance the write pointer, so earlier instants on them were overwritten (how many cannot be "
                  "known)")
     return DataQuality(known=True, records=records, layout=layout, layout_match=match, lost_records=lost,
                        unpaired_records=unpaired, unreadable_records=unreadable, full_lanes=full,
-                       overwritten_lanes=overwritten, unread_events=unused, records_written=written, anomalies=anomalies,
-                       warnings=tuple(w))
+                       overwritten_lanes=overwritten, unread_events=unused, records_written=written,
+                       unknown_sm_blocks=int(unknown_sm_blocks), anomalies=anomalies, warnings=tuple(w))
 
 
 def implausible_work(launch: dict, wall_ns: float | None) -> list[str]:

@@ -47,7 +47,8 @@ class Change:
     spread: phases run by some lanes of a warp group while the others are idle, spread over all of the group's
     lanes (each slice lasts its share: dur x lanes that ran it / the group's lanes);
     speedup: (phase, factor) pairs, the phase's slices last dur / factor; group_speedup: (group, factor) pairs,
-    every slice of the warp group lasts dur / factor;
+    every slice of the warp group lasts dur / factor; block_speedup: (block, factor) pairs, every slice of the
+    block lasts dur / factor (a slow GPC's blocks as fast as the others');
     balance_lanes: warp groups (None: every one) whose lanes each get the group's mean total over every phase (a
     work list handed out evenly; a lane keeps at least its own longest slice: an item is not cut), each lane's
     slices scaled;
@@ -67,6 +68,7 @@ class Change:
     spread: tuple = ()
     speedup: tuple = ()
     group_speedup: tuple = ()
+    block_speedup: tuple = ()
     balance_lanes: tuple = ()
     no_gap: tuple = ()
     blocks: int | None = None
@@ -78,7 +80,7 @@ class Change:
     def empty(self) -> bool:
         return not (self.balance or self.straggler_to_median or self.no_late_start or self.start_on_time
                     or self.barrier_cost_ns is not None or self.spread or self.speedup or self.group_speedup
-                    or self.balance_lanes or self.no_gap or self.blocks is not None
+                    or self.block_speedup or self.balance_lanes or self.no_gap or self.blocks is not None
                     or self.durations is not None or self.starts is not None or self.latencies is not None)
 
     def to_median(self) -> tuple:
@@ -111,6 +113,7 @@ def combine(changes) -> Change:
                   spread=_once(p for c in changes for p in c.spread),
                   speedup=_once(p for c in changes for p in c.speedup),
                   group_speedup=_once(p for c in changes for p in c.group_speedup),
+                  block_speedup=_once(p for c in changes for p in c.block_speedup),
                   balance_lanes=_once(p for c in changes for p in c.balance_lanes),
                   no_gap=_once(p for c in changes for p in c.no_gap))
 
@@ -137,6 +140,8 @@ def change_dict(change: Change) -> dict:
         out["speedup"] = [[p, float(f)] for p, f in change.speedup]
     if change.group_speedup:
         out["group_speedup"] = [[int(g), float(f)] for g, f in change.group_speedup]
+    if change.block_speedup:
+        out["block_speedup"] = [[int(b), float(f)] for b, f in change.block_speedup]
     if change.blocks is not None:
         out["blocks"] = int(change.blocks)
         if change.per_sm is not None:
@@ -203,6 +208,14 @@ def _durations(tl: Timeline, ch: Change) -> np.ndarray:
         dur[m] /= float(factor)
     for g, factor in ch.group_speedup:
         dur[tl.group == int(g)] /= float(factor)
+    if ch.block_speedup:
+        blocks = np.array([int(b) for b, _ in ch.block_speedup], np.int64)
+        factors = np.array([float(f) for _, f in ch.block_speedup])
+        o = np.argsort(blocks, kind="stable")
+        blocks, factors = blocks[o], factors[o]
+        at = np.minimum(np.searchsorted(blocks, tl.block), len(blocks) - 1)
+        hit = blocks[at] == tl.block
+        dur[hit] /= factors[at[hit]]
     groups = distinct(tl.group).tolist() if None in ch.balance_lanes else ch.balance_lanes
     for g in groups:
         rows = np.flatnonzero(tl.group == int(g))

@@ -241,13 +241,20 @@ def _sm_busy(bl: Blocks):
 
 
 def busy_sms(bl: Blocks) -> BusySms:
+    """Busy SMs over time. A block of an unknown SM (sm = -1) ran on some SM: while it runs it counts as one
+    more busy SM, up to the SMs seen, so that no SM is called idle that may have run it."""
     starts, ends, _ = _sm_busy(bl)
     if not len(starts):
         return BusySms.empty()
-    t = np.r_[starts, ends]
-    d = np.r_[np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)]
-    o = np.lexsort((d, t))
-    t, c = t[o], np.cumsum(d[o])
+    sms = len(_distinct(bl.sm[bl.sm >= 0]))
+    unknown = (bl.sm < 0) & (bl.dur_ns > 0)
+    ub, ue = bl.begin_ns[unknown], bl.end_ns[unknown]
+    t = np.r_[starts, ends, ub, ue]
+    d = np.r_[np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64), np.ones(len(ub), np.int64),
+              -np.ones(len(ue), np.int64)]
+    o = np.argsort(t, kind="stable")
+    t = t[o]
+    c = np.minimum(np.cumsum(d[o]), sms)  # known busy SMs + running blocks of an unknown SM, at most the SMs
     last_at_t = np.r_[t[1:] != t[:-1], True]  # the count after every event at that time
     t, c = t[last_at_t], c[last_at_t]
     keep = np.r_[True, c[1:] != c[:-1]]
@@ -266,11 +273,11 @@ def occupancy(bl: Blocks, busy: BusySms, kernel_begin, kernel_end) -> Occupancy:
     wall = kernel_end - kernel_begin
     per_sm = tail_begin = tail = busy_ns = in_tail = frac = nan
     if sms:
-        starts, ends, (_, c_sm) = _sm_busy(bl)
+        _, _, (_, c_sm) = _sm_busy(bl)
         per_sm = int(c_sm.max()) if len(c_sm) else 0
-        busy_ns = int((ends - starts).sum())
-        frac = busy_ns / (sms * wall) if wall else nan
         ts, v = busy.ts, busy.busy_sms
+        busy_ns = int((v[:-1] * np.diff(ts)).sum())  # the busy SMs over time, blocks of an unknown SM included
+        frac = busy_ns / (sms * wall) if wall else nan
         high = np.flatnonzero(v * 2 >= sms)
         tb = int(ts[high[-1] + 1]) if len(high) else int(kernel_begin)
         tail_begin, tail = tb, int(kernel_end) - tb

@@ -12,12 +12,13 @@ from __future__ import annotations
 from . import (critical_path, idle_lanes, large_wait, late_start, load_imbalance, moving_last_finisher, pipeline,
                rotating_imbalance, serial_tail, stable_straggler, start_skew, straggler_change, tail, untimed_work,
                wave_quantization)
+from . import gpc_imbalance
 from .base import Kind, KindFigures
 
 __all__ = ["KINDS", "Kind", "KindFigures", "get", "names", "LEAD_ORDER", "SERIAL_TAIL",
            "STABLE_STRAGGLER", "LATE_START", "STRAGGLER_CHANGE", "ROTATING_IMBALANCE", "WAVE_QUANTIZATION",
            "PIPELINE", "LOAD_IMBALANCE", "LARGE_WAIT", "UNTIMED_WORK", "TAIL", "MOVING_LAST_FINISHER", "START_SKEW",
-           "IDLE_LANES", "CRITICAL_PATH"]
+           "IDLE_LANES", "CRITICAL_PATH", "GPC_IMBALANCE"]
 
 # The registry: one line per kind.
 KINDS: tuple[Kind, ...] = (
@@ -27,6 +28,7 @@ KINDS: tuple[Kind, ...] = (
     straggler_change.KIND,
     rotating_imbalance.KIND,
     wave_quantization.KIND,
+    gpc_imbalance.KIND,
     pipeline.KIND,
     load_imbalance.KIND,
     large_wait.KIND,
@@ -46,6 +48,7 @@ LATE_START = late_start.NAME
 STRAGGLER_CHANGE = straggler_change.NAME
 ROTATING_IMBALANCE = rotating_imbalance.NAME
 WAVE_QUANTIZATION = wave_quantization.NAME
+GPC_IMBALANCE = gpc_imbalance.NAME
 PIPELINE = pipeline.NAME
 LOAD_IMBALANCE = load_imbalance.NAME
 LARGE_WAIT = large_wait.NAME

@@ -23,8 +23,19 @@ class CriticalFigures(KindFigures):
     coverage: float | None
 
 
+
+# what a part of the path other than a phase is called
+_PART_NAMES = {"lead_in": "the lead-in before the path's first slice", "lane_gap": "gaps on the path's lanes",
+               "block_switch": "waiting for an SM slot"}
+
+
+def _name(phase, part: str) -> str:
+    return phase if part == "phase" else _PART_NAMES[part]
+
+
 def headline(f, v):
-    return f"{f.phase} is {f.figures['share']:.0%} of the critical path", ""
+    verb = "are" if f.figures["part"] == "lane_gap" else "is"
+    return f"{_name(f.phase, f.figures['part'])} {verb} {f.figures['share']:.0%} of the critical path", ""
 
 
 # -- what it detects ---------------------------------------------------------------------------------
@@ -36,9 +47,7 @@ def _detect(ctx) -> Verdict | None:
         return None
     i = int(np.argmax(c.total_ns))
     r = c.row(i)
-    name = r["phase"] if r["part"] == "phase" else {"lead_in": "the lead-in before the path's first slice",
-                                                    "lane_gap": "gaps on the path's lanes",
-                                                    "block_switch": "waiting for an SM slot"}[r["part"]]
+    name = _name(r["phase"], r["part"])
     verb = "dominates" if r["share"] >= ctx.th.dominant_share else "is the largest part of"
     parts = ", ".join(f"{(x['phase'] or x['part'])} {x['share']:.0%}" for x in c.rows())
     msg = (f"{name} {verb} the critical path: {r['share']:.0%} of the kernel's wall time {_fmt(fig.kernel.wall_ns)} "

@@ -107,16 +107,37 @@ SELECT sm, ts, IIF(level > 0, 1, -1) AS change
 FROM _ktrace_sm_level
 WHERE (level > 0) != (level - delta > 0);
 
--- Busy SMs over time: from ts on (until the next row), busy_sms SMs run a block. The last row has 0.
+-- Busy SMs over time: from ts on (until the next row), busy_sms SMs run a block. The last row has 0. A block
+-- of an unknown SM (sm = -1) ran on some SM: while it runs it counts as one more busy SM, up to the SMs seen,
+-- so that no SM is called idle that may have run it.
 CREATE PERFETTO TABLE ktrace_busy_sms(
   -- Time the count changes, ns.
   ts LONG,
   -- SMs running at least one block from ts on.
   busy_sms LONG
 ) AS
-SELECT ts, SUM(change) OVER (ORDER BY ts) AS busy_sms
-FROM (SELECT ts, SUM(change) AS change FROM _ktrace_sm_switch GROUP BY ts)
-WHERE change != 0
+WITH sms AS (
+  SELECT COUNT(DISTINCT sm) AS n FROM ktrace_block WHERE sm >= 0
+),
+changes AS (
+  SELECT ts, SUM(known) AS known, SUM(unknown) AS unknown
+  FROM (
+    SELECT ts, change AS known, 0 AS unknown FROM _ktrace_sm_switch
+    UNION ALL
+    SELECT begin_ns AS ts, 0 AS known, 1 AS unknown FROM ktrace_block WHERE sm < 0 AND dur_ns > 0
+    UNION ALL
+    SELECT end_ns AS ts, 0 AS known, -1 AS unknown FROM ktrace_block WHERE sm < 0 AND dur_ns > 0
+  )
+  GROUP BY ts
+),
+levels AS (
+  SELECT ts, MIN(SUM(known) OVER (ORDER BY ts) + SUM(unknown) OVER (ORDER BY ts), (SELECT n FROM sms)) AS busy_sms
+  FROM changes
+  WHERE (SELECT n FROM sms) > 0
+)
+SELECT ts, busy_sms
+FROM (SELECT ts, busy_sms, LAG(busy_sms) OVER (ORDER BY ts) AS prev FROM levels)
+WHERE prev IS NULL OR busy_sms != prev
 ORDER BY ts;
 
 -- The launch shape, one row (none without phase slices).
@@ -179,12 +200,12 @@ resident AS (
 sm_figures AS (
   SELECT MAX(level) AS blocks_per_sm_max FROM _ktrace_sm_level
 ),
-busy AS (
-  SELECT SUM(-change * ts) AS sm_busy_ns FROM _ktrace_sm_switch
-),
 -- Busy SM rows with the time to the next row.
 steps AS (
   SELECT ts, busy_sms, LEAD(ts) OVER (ORDER BY ts) - ts AS dur FROM ktrace_busy_sms
+),
+busy AS (
+  SELECT SUM(busy_sms * dur) AS sm_busy_ns FROM steps WHERE dur IS NOT NULL
 ),
 tail AS (
   SELECT
