@@ -4,8 +4,8 @@
 // fx_phases: persistent, one block per SM, `iters` phases of 'compute' (compute_fmas[it * nblocks + b]
 //   dependent FMAs), each followed by a software grid barrier outside the probes; before its first probe each
 //   block spins start_spin_ns[b] (unprofiled set-up work); after the last barrier a block with tail_fmas[b] > 0
-//   runs 'combine' (that many FMAs) while the others have left. backoff_ns > 0: the barrier's waiters poll the
-//   generation with __nanosleep, doubling from 256 ns up to backoff_ns (a slow release); 0: a tight spin.
+//   runs 'combine' (that many FMAs) while the others have left. backoff_ns > 0: the barrier's waiters sleep
+//   about backoff_ns (__nanosleep) between polls of the generation (a slow release); 0: a tight spin.
 // fx_worklist: one block per SM, a static work list: block b runs items items[offsets[b] .. offsets[b+1]), each
 //   one 'compute' of cost[item] dependent FMAs.
 // fx_stream: one block per SM, 'load' sums src[chunk[b] .. chunk[b+1]) (float4), then 'store' writes the
@@ -27,7 +27,8 @@ struct ProfilerParams {
   uint64_t* profiler_buffer;
 };
 
-// gt_grid_barrier with a backed-off wait: the waiters sleep between polls, 256 ns doubling up to backoff_ns.
+// gt_grid_barrier with a backed-off wait: the waiters sleep about backoff_ns between polls of the generation
+// (to spare the memory system), so each sees the release up to that much late.
 __device__ __forceinline__ void fx_grid_barrier(unsigned* bar, unsigned nblocks, unsigned backoff_ns) {
   if (backoff_ns == 0) {
     gt_grid_barrier(bar, nblocks);
@@ -45,10 +46,8 @@ __device__ __forceinline__ void fx_grid_barrier(unsigned* bar, unsigned nblocks,
       atomicAdd(bar + 1, 1u);
     } else {
       const uint64_t t0 = gt_now_ns();
-      unsigned ns = 256;
       while (*gen == g && !*gave_up) {
-        __nanosleep(ns);
-        ns = ns * 2 < backoff_ns ? ns * 2 : backoff_ns;
+        __nanosleep(backoff_ns);
         if (gt_now_ns() - t0 > 2000000000ull) {
           atomicExch(bar + 2, 1u);
           break;

@@ -10,7 +10,7 @@ Cases (one block per SM unless said; the fix in the tables the driver prepares, 
   late_start   block 17 runs 20 us of set-up alone before 4 grid-synchronized phases -> the set-up shared by all
   worklist     1056 items of skewed cost dealt round-robin -> the same items dealt longest-first (LPT)
   serial_tail  4 grid-synchronized phases, then block 0 alone runs 'combine' -> 'combine' split over all blocks
-  barrier      24 short phases, a grid barrier whose waiters sleep with a back-off (up to 16 us) -> tight spin
+  barrier      24 short phases, a grid barrier whose waiters sleep 8 us between polls -> a tight spin
   waves        4 blocks per SM, 3.25 waves of slots -> the same work in 3 waves (bigger blocks)
   pipeline     producer-bound warp groups, produce 4x consume -> part of produce's work moved to consume
   memory       memory-bound sum, block 17 reads 4x the bytes -> every block its fair share (sidecar work.bytes)
@@ -95,7 +95,7 @@ def case_phases(c: Common) -> None:
 
     nb, before = c.sms, c.variant == "before"
     iters, base, backoff = {"straggler": (8, 2500, 0), "late_start": (4, 5000, 0), "serial_tail": (4, 5000, 0),
-                            "barrier": (24, 1000, 16384)}[c.case]
+                            "barrier": (24, 1000, 8000)}[c.case]
     compute = np.full((iters, nb), base, np.int32)
     tail = np.zeros(nb, np.int32)
     spin = np.zeros(nb, np.uint32)
@@ -131,7 +131,7 @@ def case_phases(c: Common) -> None:
         if not before:
             backoff = 0
         what = (f"{iters} phases of 'compute' ({base} FMAs a block), a grid barrier after each whose waiters " +
-                (f"poll with __nanosleep from 256 ns doubling to {backoff} ns: the release reaches them late"
+                (f"sleep {backoff} ns (__nanosleep) between polls: the release reaches each up to that late"
                  if before else "spin on the generation (a tight barrier)"))
     smem = one_block_per_sm_smem()
     kern = CudaKernel.from_file(HERE / "fixes.cu", "fx_phases", shared_bytes=smem)
