@@ -273,7 +273,7 @@ def case_pipeline(c: Common) -> None:
            "part of produce's work moved into consume (the stages even): 3750 FMAs each")
     c.save(cap, clk, capacity, groups, f"pipeline.cu: {nb} blocks, 2 warp groups (group 0 'produce', group 1 "
            f"'consume'), {tiles} tiles through 2 shared-memory slots and named barriers; {how}", num_blocks=nb,
-           groups=groups, tiles=tiles, produce_fmas=produce, consume_fmas=consume, fma_ns_about=FMA_NS)
+           tiles=tiles, produce_fmas=produce, consume_fmas=consume, fma_ns_about=FMA_NS)
 
 
 def main() -> None:
