@@ -46,6 +46,8 @@ def case_record(d: Path) -> dict:
     saving = wall_b - wall_a
     pred = w.get("predicted_wall_ns") if rc == 0 else None
     ab = json.loads((d / "before_vs_after.ab.json").read_text())
+    prof = [json.loads((d / f"{role}.json").read_text())["timing"]["with_profiler"]["median_us"]
+            for role in ("before", "after")]
     v = ab["verdict"]
     return {
         "case": d.name,
@@ -59,6 +61,8 @@ def case_record(d: Path) -> dict:
         "whatif_error": None if rc == 0 else err.splitlines()[-1] if err else f"exit {rc}",
         "prediction_error": None if pred is None else (pred - wall_a) / wall_a,
         "stake_error": None if not top or saving <= 0 else (top["impact_ns"] - saving) / saving,
+        "profiled_before_us": prof[0],
+        "profiled_after_us": prof[1],
         "unprofiled_before_us": v["before_mean_us"],
         "unprofiled_after_us": v["after_mean_us"],
         "unprofiled_saving": -v["relative"],
@@ -77,16 +81,19 @@ def _pct(x) -> str:
 
 
 def table(records: list[dict]) -> list[str]:
-    lines = ["| case | `whatif` arguments | before: top warning | before wall | predicted wall | after wall "
-             "(profiled) | error | stake | measured saving | stake error | unprofiled (A/B) before -> after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | the fix (`whatif` arguments) | before's top warning | before wall | predicted wall | after wall | "
+             "error | stake | measured saving | stake error | profiled build (events) | unprofiled (A/B) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
+        pred = f"{_us(r['predicted_wall_ns'])} µs" if r["predicted_wall_ns"] is not None else "n/a (a"
+        if r["predicted_wall_ns"] is None:
+            pred = "n/a: " + (r["whatif_error"] or "").split("error: ")[-1].split(";")[0]
         lines.append(
             f"| {r['case']} | `{r['whatif_args']}` | {r['top_kind'] or 'none'} | {_us(r['before_wall_ns'])} µs | "
-            f"{_us(r['predicted_wall_ns'])}{'' if r['predicted_wall_ns'] is not None else ' (' + str(r['whatif_error']) + ')'} | "
-            f"{_us(r['after_wall_ns'])} µs | {_pct(r['prediction_error'])} | {_us(r['top_stake_ns'])} µs | "
-            f"{_us(r['saving_ns'])} µs | {_pct(r['stake_error'])} | {r['unprofiled_before_us']:,.1f} -> "
-            f"{r['unprofiled_after_us']:,.1f} µs ({_pct(-r['unprofiled_saving'])}, {r['ab_change']}) |")
+            f"{pred} | {_us(r['after_wall_ns'])} µs | {_pct(r['prediction_error'])} | {_us(r['top_stake_ns'])} µs | "
+            f"{_us(r['saving_ns'])} µs | {_pct(r['stake_error'])} | {r['profiled_before_us']:,.1f} -> "
+            f"{r['profiled_after_us']:,.1f} µs | {r['unprofiled_before_us']:,.1f} -> "
+            f"{r['unprofiled_after_us']:,.1f} µs ({_pct(-r['unprofiled_saving'])}) |")
     errs = [abs(r["prediction_error"]) for r in records if r["prediction_error"] is not None]
     stakes = [abs(r["stake_error"]) for r in records if r["stake_error"] is not None]
     if errs:
