@@ -151,3 +151,67 @@ extern "C" __global__ void fx_stream(uint64_t* profiler_buffer, const float4* __
   PROFILER_EVENT_END(closure, 1);
   gt_block_end(end_ns);
 }
+
+template <int kId>
+__device__ __forceinline__ void named_sync_fx() {
+  asm volatile("bar.sync %0, 256;" ::"n"(kId) : "memory");
+}
+template <int kId>
+__device__ __forceinline__ void named_arrive_fx() {
+  asm volatile("bar.arrive %0, 256;" ::"n"(kId) : "memory");
+}
+
+// fx_pipeline: pipeline.cu's producer / consumer warp groups (group 0 'produce', group 1 'consume', `tiles`
+// tiles through 2 shared-memory slots and named barriers FULL[s] = 1 + s, EMPTY[s] = 3 + s), the loop unrolled
+// by the 2 slots so that each tile's barrier ids are constants of straight-line code: in pipeline.cu the slot
+// chosen at run time let the consumer's START probe of slot 0 be read before its bar.sync (its slices held the
+// wait; the clock showed it). work_ns[((b * 2 + group) * tiles + k) * 2 + j]: thread 0 of the group's
+// %globaltimer just inside the probes (j = 0 after START, 1 before END).
+template <int kSlot>
+__device__ __forceinline__ void fx_tile(ProfilerClosure& closure, unsigned group, unsigned t, int k, int tiles,
+                                        const float* src, float* out, float (*slot)[128], uint64_t* work,
+                                        size_t base, int produce_fmas, int consume_fmas) {
+  const size_t idx = (base + k) * 128 + t;
+  uint64_t c0, c1;
+  if (group == 0) {
+    if (k >= 2) named_sync_fx<3 + kSlot>();
+    PROFILER_EVENT_START(closure, 0);
+    c0 = pin_clock_ns();
+    pin_chain(src + idx, &slot[kSlot][t], produce_fmas);
+    c1 = pin_clock_ns();
+    PROFILER_EVENT_END(closure, 0);
+    named_arrive_fx<1 + kSlot>();
+  } else {
+    named_sync_fx<1 + kSlot>();
+    PROFILER_EVENT_START(closure, 1);
+    c0 = pin_clock_ns();
+    pin_chain(&slot[kSlot][t], out + idx, consume_fmas);
+    c1 = pin_clock_ns();
+    PROFILER_EVENT_END(closure, 1);
+    if (k + 2 < tiles) named_arrive_fx<3 + kSlot>();
+  }
+  if (t == 0) {
+    work[2 * k] = c0;
+    work[2 * k + 1] = c1;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    fx_pipeline(uint64_t* profiler_buffer, const float* __restrict__ src, float* out, uint64_t* begin_ns,
+                uint64_t* end_ns, int* block_smid, uint64_t* work_ns, int tiles, int produce_fmas, int consume_fmas) {
+  extern __shared__ float4 smem_dyn[];  // only to hold one block per SM
+  __shared__ float slot[2][128];
+  [[maybe_unused]] ProfilerParams params{profiler_buffer};
+  [[maybe_unused]] ProfilerClosure closure;
+  const unsigned group = threadIdx.x / 128, t = threadIdx.x % 128, b = blockIdx.x;
+  gt_block_begin(begin_ns, block_smid);
+  PROFILER_INIT(params, smem_dyn, closure, group, 2, t == 0);
+  uint64_t* work = work_ns + ((size_t)b * 2 + group) * tiles * 2;
+  const size_t base = (size_t)b * tiles;
+  __syncthreads();
+  for (int k = 0; k < tiles; k += 2) {  // tiles is even
+    fx_tile<0>(closure, group, t, k, tiles, src, out, slot, work, base, produce_fmas, consume_fmas);
+    fx_tile<1>(closure, group, t, k + 1, tiles, src, out, slot, work, base, produce_fmas, consume_fmas);
+  }
+  gt_block_end(end_ns);
+}
