@@ -31,6 +31,38 @@ def ktrace_json(*args: str) -> tuple[int, dict, str]:
         return p.returncode, {}, p.stderr.strip()
 
 
+def ncu_estimates(path: Path) -> list[tuple[float, str, str]]:
+    """Nsight Compute's rules with an "Est. Speedup" in its report (``ncu.txt``): (percent, section, the rule's
+    first words), largest first; "Est. Local Speedup" lines (a part of the kernel, not its time) left out."""
+    import re
+
+    if not path.is_file():
+        return []
+    out, section = [], ""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for i, ln in enumerate(lines):
+        m = re.match(r"\s*Section: (.*)", ln)
+        if m:
+            section = m.group(1).strip()
+        m = re.search(r"OPT\s+Est\. Speedup: ([\d.]+)%", ln)
+        if m:
+            out.append((float(m.group(1)), section, " ".join(x.strip() for x in lines[i + 1:i + 3])))
+    return sorted(out, reverse=True)
+
+
+def ncu_on_the_problem(case: str, est: list) -> tuple[float, str] | None:
+    """ncu's estimate for the problem the case is built around: the launch's waves for `waves`, warps stalled
+    at a barrier for `pipeline`, else the largest of its workload-distribution rules (SMs, SMSPs, L1 or L2
+    slices busier than the average)."""
+    if case == "waves":
+        hits = [e for e in est if "Launch Statistics" in e[1]]
+    elif case == "pipeline":  # the consumer's wait on the producer: warps stalled at a (named) barrier
+        hits = [e for e in est if "Warp State" in e[1] and "barrier" in e[2]]
+    else:
+        hits = [e for e in est if "Workload Distribution" in e[1]]
+    return (hits[0][0], hits[0][1]) if hits else None
+
+
 def top_warning(analysis: dict) -> dict:
     return next((f for f in analysis.get("findings", []) if f.get("severity") == "warning"), {})
 
@@ -69,6 +101,8 @@ def case_record(d: Path) -> dict:
         "ab_change": v["change"],
         "ab_text": v["text"],
         "own_contents": ab["timing"].get("own_contents"),
+        "ncu_on_problem": ncu_on_the_problem(d.name, ncu := ncu_estimates(d / "ncu.txt")),
+        "ncu_largest": ncu[0][:2] if ncu else None,
     }
 
 
@@ -80,10 +114,19 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
 
 
+def _ncu(r: dict) -> str:
+    on, top = r["ncu_on_problem"], r["ncu_largest"]
+    if top is None:
+        return "not run"
+    short = lambda sec: sec.replace("GPU and Memory ", "")  # noqa: E731
+    return (f"{on[0]:.1f}% ({short(on[1])})" if on else "none") + f"; {top[0]:.1f}% ({short(top[1])})"
+
+
 def table(records: list[dict]) -> list[str]:
     lines = ["| case | the fix (`whatif` arguments) | before's top warning | before wall | predicted wall | after wall | "
-             "error | stake | measured saving | stake error | profiled build (events) | unprofiled (A/B) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "error | stake | measured saving | stake error | profiled build (events) | unprofiled (A/B) | "
+             "ncu Est. Speedup: on this problem; its largest |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         pred = f"{_us(r['predicted_wall_ns'])} µs" if r["predicted_wall_ns"] is not None else "n/a (a"
         if r["predicted_wall_ns"] is None:
@@ -93,7 +136,7 @@ def table(records: list[dict]) -> list[str]:
             f"{pred} | {_us(r['after_wall_ns'])} µs | {_pct(r['prediction_error'])} | {_us(r['top_stake_ns'])} µs | "
             f"{_us(r['saving_ns'])} µs | {_pct(r['stake_error'])} | {r['profiled_before_us']:,.1f} -> "
             f"{r['profiled_after_us']:,.1f} µs | {r['unprofiled_before_us']:,.1f} -> "
-            f"{r['unprofiled_after_us']:,.1f} µs ({_pct(-r['unprofiled_saving'])}) |")
+            f"{r['unprofiled_after_us']:,.1f} µs ({_pct(-r['unprofiled_saving'])}) | {_ncu(r)} |")
     errs = [abs(r["prediction_error"]) for r in records if r["prediction_error"] is not None]
     stakes = [abs(r["stake_error"]) for r in records if r["stake_error"] is not None]
     if errs:
