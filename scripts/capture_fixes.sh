@@ -3,7 +3,8 @@
 # `ktrace run --ab` of its before against its after (each variant captured with ktrace's header, its own
 # profiler overhead timed, then the two unprofiled builds timed in alternating pairs), moved into
 # fixes/<case>/{before,after}.{bin,json}, before_vs_after.ab.json, ab.txt (what the session printed) and
-# whatif.args (the `ktrace whatif` arguments that state the fix). Re-run it from the repository root:
+# whatif.args (the `ktrace whatif` arguments that state the fix), and ncu.txt (Nsight Compute's report of the
+# before kernel, --set full; NCU=0 leaves it out). Re-run it from the repository root:
 #
 #   scripts/capture_fixes.sh [RESULTS_DIR]        # CASES="worklist memory" to redo some
 #
@@ -73,6 +74,17 @@ for c in cases:
           f"{v.get('change')}  profiled {prof(tb):9.2f} -> {prof(ta):9.2f} us  "
           f"holds {meta['checks'].get('ground_truth_holds')}")
 PY
+
+if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then  # Nsight Compute's estimates for each before kernel
+  for c in $CASES; do
+    step "ncu --set full: $c before"
+    [ -d "$RES/fixes/$c" ] || continue
+    timeout 60 ncu --clock-control none --kernel-name regex:'^(fx_|slots)' --launch-count 1 --set full \
+      "$PY" -m ktrace run --no-timing --no-report --out "$RES/ncu" samples/kernels/fixes.py --case "$c" \
+      --variant before > "$RES/fixes/$c/ncu.txt" 2>&1
+    grep -h "Est. Speedup" "$RES/fixes/$c/ncu.txt" | sort -t: -k2 -rn | head -3 | tee -a "$LOG"
+  done
+fi
 
 step "done in $(( $(date +%s) - t0 )) s"
 tar -czf "$DEST/fixes.tar.gz" -C "$RES" --exclude=./cache fixes ab calibration.json log.txt 2>/dev/null
