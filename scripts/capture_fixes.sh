@@ -79,7 +79,7 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then  # Nsight Compute's e
   for c in $CASES; do
     step "ncu --set full: $c before"
     [ -d "$RES/fixes/$c" ] || continue
-    timeout 60 ncu --clock-control none --kernel-name regex:'^(fx_|slots)' --launch-count 1 --set full \
+    timeout 60 ncu --clock-control none --kernel-name regex:'^(fx_|slots|pipeline)' --launch-count 1 --set full \
       "$PY" -m ktrace run --no-timing --no-report --out "$RES/ncu" samples/kernels/fixes.py --case "$c" \
       --variant before > "$RES/fixes/$c/ncu.txt" 2>&1
     grep -h "Est. Speedup" "$RES/fixes/$c/ncu.txt" | sort -t: -k2 -rn | head -3 | tee -a "$LOG"

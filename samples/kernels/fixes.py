@@ -256,38 +256,24 @@ def case_pipeline(c: Common) -> None:
     nb, tiles, groups = c.sms, 8, 2
     produce, consume = (6000, 1500) if c.variant == "before" else (3750, 3750)
     smem = one_block_per_sm_smem()
-    kern = CudaKernel.from_file(HERE / "fixes.cu", "fx_pipeline", shared_bytes=smem)
+    kern = CudaKernel.from_file(HERE / "pipeline.cu", "pipeline", shared_bytes=smem)
     src = gpuarray.to_gpu(np.random.default_rng(0).random(nb * tiles * THREADS, dtype=np.float32))
     out = gpuarray.zeros(nb * tiles * THREADS, np.float32)
     work_ns = gpuarray.zeros(nb * groups * tiles * 2, np.uint64)
+    wait_ns = gpuarray.zeros(nb * groups * tiles * 2, np.uint64)
     clk = BlockClock(nb)
     capacity = 2 * tiles + 4
     events = ["produce", "consume"]
-
-    def reset():
-        clk.reset()
-        work_ns.fill(np.uint64(0))
-
     cap = profile(kern, grid=(nb, 1, 1), block=(groups * THREADS, 1, 1), shared_bytes=smem, groups=groups,
-                  args=[BUFFER, src, out, *clk.args, work_ns, np.int32(tiles), np.int32(produce),
+                  args=[BUFFER, src, out, *clk.args, work_ns, wait_ns, np.int32(tiles), np.int32(produce),
                         np.int32(consume)],
                   max_events_per_lane=capacity, event_names=events, group_names=events, name=c.name,
-                  before_capture=reset)
-    work = work_ns.get().astype(np.int64).reshape(nb, groups, tiles, 2)
-    dur = work[..., 1] - work[..., 0]  # [block, group, tile]: each tile's work by the clock, inside its probes
+                  before_capture=clk.reset)
     how = ("produce 4x consume: the consumer waits on the producer every tile" if c.variant == "before" else
            "part of produce's work moved into consume (the stages even): 3750 FMAs each")
-    c.save(cap, clk, capacity, groups, f"{nb} blocks, 2 warp groups (group 0 'produce', group 1 'consume'), "
-           f"{tiles} tiles through 2 shared-memory slots and named barriers (pipeline.cu's hand-off, the loop "
-           f"unrolled by the slots); {how}", num_blocks=nb, tiles=tiles, produce_fmas=produce,
-           consume_fmas=consume, produce_ns_by_clock=dur[:, 0].tolist(), consume_ns_by_clock=dur[:, 1].tolist(),
-           fma_ns_about=FMA_NS)
-    d = decode_saved(cap)
-    s = d.slices
-    dec = np.zeros((nb, groups, tiles), np.int64)
-    dec[s.block, s.group, s.k] = s.end_ns - s.begin_ns
-    cap.meta["checks"]["slice_minus_clock_work_ns_max"] = int(np.abs(dec - dur).max())
-    cap.save()
+    c.save(cap, clk, capacity, groups, f"pipeline.cu: {nb} blocks, 2 warp groups (group 0 'produce', group 1 "
+           f"'consume'), {tiles} tiles through 2 shared-memory slots and named barriers; {how}", num_blocks=nb,
+           tiles=tiles, produce_fmas=produce, consume_fmas=consume, fma_ns_about=FMA_NS)
 
 
 def main() -> None:
