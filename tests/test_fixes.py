@@ -61,6 +61,7 @@ def _top(case: str) -> dict:
     return next(f for f in findings if f["severity"] == "warning")
 
 
+@pytest.mark.slow
 def test_the_library_holds_eight_cases_over_six_finding_kinds():
     assert len(CASES) >= 8
     kinds = {_top(c)["kind"] for c in CASES}
@@ -77,6 +78,7 @@ def test_each_pair_is_a_real_capture_with_its_ground_truth_and_its_ab_record(cas
         truth = meta["ground_truth"]
         assert truth["case"] == case and truth["variant"] == role
         assert len(truth["block_begin_ns"]) == len(truth["block_end_ns"]) == len(meta["block_smid"])
+    assert len((d / "whatif.args").read_text().splitlines()) == 1
     found = abrecord.find_record(d / "before.bin", d / "after.bin")
     assert found is not None and found.record.path.name == "before_vs_after.ab.json" and not found.flipped
     assert found.record.test.change == "faster", found.record.test.text
