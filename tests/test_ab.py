@@ -369,13 +369,21 @@ def test_run_ab_refuses_a_third_driver_and_few_pairs(tmp_path):
 
 # ------------------------------------------------------- ktrace run --ab's orchestration, on a fake GPU
 class FakeArray:
-    """A GPU array as ktrace sees one; ``slow``: kernels on it take 1.3% longer (where it lies)."""
+    """A GPU array as ktrace sees one; ``slow``: kernels on it take 1.3% longer (where it lies); ``data``: its
+    contents (a kernel's work follows them)."""
 
-    def __init__(self, slow):
+    def __init__(self, slow, data=1.0):
         self.gpudata, self.nbytes, self.dtype, self.shape, self.slow = 1, 64, np.dtype("f4"), (16,), slow
+        self.data = float(data)
+
+    def get(self):
+        return np.full(self.shape, self.data, self.dtype)
+
+    def copy(self):
+        return FakeArray(self.slow, self.data)
 
 
-def _fake_session(tmp_path, monkeypatch, after_argv, buffers="shared", pairs=40):
+def _fake_session(tmp_path, monkeypatch, after_argv, buffers="shared", pairs=40, after_data=1.0, copies=None):
     from types import SimpleNamespace
 
     from ktrace.capture import BUFFER, _cuda, ab, recording, runner, settings
@@ -405,13 +413,23 @@ def _fake_session(tmp_path, monkeypatch, after_argv, buffers="shared", pairs=40)
         def launch(args, stream):  # the second driver's allocation happens to lie better: 1.3% faster
             assert args[0] == np.uintp(0) and float(args[2]) == 100.0 * (1 + extra / 100)
             streams.append(stream)
-            gpu.kernel(name, float(args[2]) * (1.013 if args[1].slow else 1.0))()
+            gpu.kernel(name, float(args[2]) * args[1].data * (1.013 if args[1].slow else 1.0))()
 
-        args = (BUFFER, FakeArray(slow=len(drivers) == 1), np.float64(100.0 * (1 + extra / 100)))
+        first = len(drivers) == 1
+        args = (BUFFER, FakeArray(slow=first, data=1.0 if first else after_data), np.float64(100.0 * (1 + extra / 100)))
         recording._KEPT.append(recording.KeptLaunch(cap, args, launch, 0))
         return [cap]
 
     monkeypatch.setattr(runner, "run_driver", fake_run_driver)
+
+    def copy_into(dst, src, stream):  # a copy takes GPU time: inside the events it would be timed
+        assert stream == "stream"
+        gpu.now_us += 50.0
+        dst.data = src.data
+        if copies is not None:
+            copies.append(src.data)
+
+    monkeypatch.setattr(ab, "_copy_into", copy_into)
     tmp_path.mkdir(parents=True, exist_ok=True)
     d = tmp_path / "work.py"
     d.write_text("")
@@ -450,6 +468,32 @@ def test_a_no_op_on_buffers_that_lie_differently_is_no_change_only_when_they_are
     s, _, _ = _fake_session(tmp_path / "own", monkeypatch, (), buffers="own", pairs=200)
     assert s.record.test.change == "faster"  # each on its own buffers, where they lie is the difference
     assert s.record.data["timing"]["buffers"] == "own" and "--ab-buffers own" in s.record.data["timing"]["buffers_note"]
+
+
+def test_a_fix_that_lives_in_the_data_is_timed_on_each_variants_own_contents(tmp_path, monkeypatch):
+    # the same kernel, the after's table holding 34% less work: both on the same buffers in turn, each with its
+    # own contents copied in before its launch (outside the events), so the saving shows and placement is apart
+    copies = []
+    s, _, _ = _fake_session(tmp_path, monkeypatch, ("--name", "fixed"), pairs=200, after_data=0.66, copies=copies)
+    t = s.record.test
+    assert t.change == "faster"
+    lo, hi = t.relative_ci
+    assert lo < -0.34 < hi and hi - lo < 0.01  # the copies' 50 µs are outside the events
+    timing = s.record.data["timing"]
+    assert timing["buffers"] == "shared" and timing["own_contents"] == [1]
+    assert "own contents of argument(s) 1" in timing["method"]
+    assert len(copies) == 2 * 202 and set(copies) == {1.0, 0.66}
+    before_set, after_set = abrecord.placement(s.record.data)
+    assert after_set / before_set - 1 == pytest.approx(-0.013 / 1.013, abs=0.005)  # only where the buffers lie
+    from ktrace.report.ab_report import ab_lines
+
+    assert any("each with its own contents of argument(s) 1" in line for line in ab_lines(s.record))
+
+
+def test_identical_contents_are_not_copied(tmp_path, monkeypatch):
+    copies = []
+    s, _, _ = _fake_session(tmp_path, monkeypatch, (), pairs=20, copies=copies)
+    assert copies == [] and s.record.data["timing"]["own_contents"] == []
 
 
 def test_arguments_that_do_not_match_are_not_shared():

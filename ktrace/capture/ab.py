@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -49,13 +50,16 @@ class PairedTimes:
 
 
 def time_pairs(before: Callable, after: Callable, *, pairs: int = 200, warmup: int = 10, spin_us: float = 200.0,
-               backend, events: str = "CUDA events", shared: bool = False) -> PairedTimes:
+               backend, events: str = "CUDA events", shared: bool = False,
+               stage: Callable | None = None) -> PairedTimes:
     """Time two no-argument launchers against each other: ``warmup`` untimed pairs, then ``pairs`` timed ones,
     pair i in the order (before, after) for even i and (after, before) for odd i, each launch between two
     events and behind ``spin_us`` of busy GPU time. backend: ``event()``, ``record(ev)``, ``spin(us)``,
     ``synchronize()``, ``elapsed_us(start, end)``; events: how the backend times, for ``method``; shared: the
     launchers take which variant's buffers to run on (0 before's, 1 after's), both variants of pairs 4k and
-    4k+1 on before's, of 4k+2 and 4k+3 on after's, so that where the buffers lie cancels in every pair."""
+    4k+1 on before's, of 4k+2 and 4k+3 on after's, so that where the buffers lie cancels in every pair; stage:
+    ``stage(which, mem)`` puts variant ``which``'s own inputs into buffer set ``mem``, called before each
+    launch's busy kernel (outside its events), so each variant runs on its own data wherever it lies."""
     if pairs < MIN_PAIRS or warmup < 0:
         raise InputError(f"an A/B session needs at least {MIN_PAIRS} pairs and warmup >= 0 (got {pairs}, {warmup})")
     fns = (before, after)
@@ -66,6 +70,8 @@ def time_pairs(before: Callable, after: Callable, *, pairs: int = 200, warmup: i
         seq = (0, 1) if i % 2 == 0 else (1, 0)
         mem = (i // 2) % 2
         for j, which in enumerate(seq):
+            if stage is not None:
+                stage(which, mem)
             backend.spin(spin_us)
             backend.record(ev[2 * j])
             if shared:
@@ -177,6 +183,39 @@ def sharing_problem(a, b) -> str:
     return ""
 
 
+def _contents(x) -> bytes:
+    """A GPU array's bytes, read back to the host."""
+    return np.ascontiguousarray(x.get()).tobytes()
+
+
+def own_contents(a, b) -> tuple[int, ...]:
+    """The arguments (indices) that are GPU arrays in both kept launches and hold different bytes. The data a
+    variant's driver prepares (a work table, a chunk map, a plan) is part of that variant: in a shared session
+    each variant's own bytes of these are copied into whichever buffers it runs on (``_stager``), so a fix that
+    lives in the data is timed, and only where the memory lies cancels."""
+    return tuple(i for i, (x, y) in enumerate(zip(a.args, b.args))
+                 if _is_array(x) and _is_array(y) and _contents(x) != _contents(y))
+
+
+def _copy_into(dst, src, stream) -> None:
+    """``src``'s bytes into ``dst`` on ``stream`` (device to device)."""
+    from ._cuda import driver
+
+    driver().memcpy_dtod_async(dst.gpudata, src.gpudata, src.nbytes, stream)
+
+
+def _stager(sides, which_args, stream) -> Callable:
+    """``stage(v, m)``: variant v's own contents of the arguments ``which_args`` (copies taken here, before any
+    pair) into the arrays of buffer set m (``sides[m]``'s), on ``stream``."""
+    own = [{i: k.args[i].copy() for i in which_args} for k in sides]
+
+    def stage(v: int, m: int) -> None:
+        for i in which_args:
+            _copy_into(sides[m].args[i], own[v][i], stream)
+
+    return stage
+
+
 def _shared_launcher(k, mems, stream) -> Callable:
     """``f(m)``: k's unprofiled build on the GPU arrays of ``mems[m]``, its own scalars and scratch buffer."""
     argsets = [k.resolve([m.args[i] if _is_array(a) else a for i, a in enumerate(k.args)]) for m in mems]
@@ -238,8 +277,9 @@ def run_ab(before: DriverCall, after: DriverCall, *, pairs: int = 200, warmup: i
     ``_after``; the record is ``BEFORE_vs_AFTER.ab.json`` beside them. buffers: "shared" (default) runs both
     variants of each pair on the same GPU arrays, before's and after's in turn, when their arguments match
     (``sharing_problem``): where a buffer lies moves a kernel's time (a barrier counter's L2 home: 1.3% on an
-    H200), so two allocations of the same inputs differ as two variants would; "own": each on its own (for a
-    variant whose inputs hold something else, e.g. another layout)."""
+    H200), so two allocations of the same inputs differ as two variants would; an array whose contents differ
+    between the variants (``own_contents``: a work table, a chunk map) gets each variant's own bytes copied in
+    before each of its launches, so a fix that lives in the data is timed; "own": each on its own buffers."""
     from .._version import __version__
     from ._cuda import device_index, device_info, ensure_context
 
@@ -263,13 +303,20 @@ def run_ab(before: DriverCall, after: DriverCall, *, pairs: int = 200, warmup: i
     if buffers not in ("shared", "own"):
         raise InputError(f"buffers {buffers!r}: 'shared' or 'own'")
     problem = sharing_problem(a, b) if buffers == "shared" else "--ab-buffers own"
+    own: tuple[int, ...] = ()
     backend = CudaEvents()
     if problem:
         times = time_pairs(lambda: a.control(backend.stream), lambda: b.control(backend.stream), pairs=pairs,
                            warmup=warmup, spin_us=s.spin_us, backend=backend)
     else:
+        own = own_contents(a, b)
         times = time_pairs(_shared_launcher(a, (a, b), backend.stream), _shared_launcher(b, (a, b), backend.stream),
-                           pairs=pairs, warmup=warmup, spin_us=s.spin_us, backend=backend, shared=True)
+                           pairs=pairs, warmup=warmup, spin_us=s.spin_us, backend=backend, shared=True,
+                           stage=_stager((a, b), own, backend.stream) if own else None)
+        if own:
+            times = replace(times, method=times.method + (
+                f"; each variant's own contents of argument(s) {', '.join(map(str, own))} copied into those "
+                "buffers before each of its launches, outside the events"))
     name = abrecord.record_name(a.capture.name + base, b.capture.name + base)
     dev = {"index": device_index(), **{k: v for k, v in device_info().as_dict().items()
                                        if k in ("name", "pci_bus_id", "driver_version", "multiprocessors")}}
@@ -278,6 +325,6 @@ def run_ab(before: DriverCall, after: DriverCall, *, pairs: int = 200, warmup: i
     rec = abrecord.build_record(_side(before, a.capture), _side(after, b.capture), times.before_us, times.after_us,
                                 times.order, method=times.method, warmup=warmup, spin_us=times.spin_us, device=dev,
                                 confidence=confidence, threshold_pct=threshold_pct, version=__version__,
-                                buffers_of_pair=times.buffers, buffers_note=problem)
+                                buffers_of_pair=times.buffers, buffers_note=problem, own_contents=own)
     path = abrecord.write_record(folder / name, rec)
     return ABSession(a.capture, b.capture, times, abrecord.read_record(path))

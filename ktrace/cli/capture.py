@@ -63,8 +63,9 @@ def register(sub) -> None:
                     help="timed A/B pairs after the warm-up pairs (default 200; 50 or more)")
     ab.add_argument("--ab-buffers", choices=["shared", "own"], default="shared",
                     help="shared (default): both variants of each pair run on the same GPU arrays, before's and "
-                    "after's in turn, when their arguments match (where a buffer lies moves a kernel's time); own: "
-                    "each on its own (a variant whose inputs hold something else)")
+                    "after's in turn, when their arguments match (where a buffer lies moves a kernel's time), each "
+                    "with its own contents where they differ (a work table: copied in before its launches); own: "
+                    "each on its own")
     ab.add_argument("--ab-threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
                     help="the change that counts, %% of the before time: a significant change under it, or an "
                     f"interval within +-PCT, is 'no change' (default {DEFAULT_THRESHOLD_PCT})")

@@ -48,12 +48,14 @@ def file_sha256(path) -> str:
 def build_record(before: dict, after: dict, before_us, after_us, order, *, method: str, warmup: int,
                  spin_us: float, device: dict | None = None, confidence: float = 0.95,
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, version: str | None = None, buffers_of_pair=(),
-                 buffers_note: str = "") -> dict:
+                 buffers_note: str = "", own_contents=()) -> dict:
     """The record as a dict. before, after: each side's ``label`` (what ran), ``capture`` (the buffer's file
     name, beside the record), ``sha256`` (of that file), ``kernel`` and ``profiler_overhead`` (its own
     timing: ``timing.Comparison.as_dict()``); before_us, after_us: kernel times of each pair (µs); order: per
     pair "AB" (before launched first) or "BA"; buffers_of_pair: per pair, whose buffers both variants ran on
-    ("before"/"after"; empty: each on its own, buffers_note saying why)."""
+    ("before"/"after"; empty: each on its own, buffers_note saying why); own_contents: the arguments (indices)
+    whose contents differ between the variants, each variant's own copied into the shared buffers before its
+    launches."""
     test = paired_test(before_us, after_us, confidence=confidence, threshold_pct=threshold_pct)
     return {
         "schema": SCHEMA,
@@ -63,8 +65,8 @@ def build_record(before: dict, after: dict, before_us, after_us, order, *, metho
         "timing": {"method": method, "pairs": len(order), "warmup_pairs": int(warmup), "spin_us": spin_us,
                    "confidence": confidence, "threshold_pct": threshold_pct, "order": list(order),
                    "buffers": "shared" if buffers_of_pair else "own",
-                   **({"buffers_of_pair": list(buffers_of_pair)} if buffers_of_pair
-                      else {"buffers_note": buffers_note}),
+                   **({"buffers_of_pair": list(buffers_of_pair), "own_contents": [int(i) for i in own_contents]}
+                      if buffers_of_pair else {"buffers_note": buffers_note}),
                    "before_us": [round(float(x), 4) for x in before_us],
                    "after_us": [round(float(x), 4) for x in after_us]},
         "verdict": _verdict_dict(test),

@@ -25,7 +25,10 @@ def _buffers(d: dict) -> str:
     if p is None:
         why = (d.get("timing") or {}).get("buffers_note") or "each variant on its own buffers"
         return f"buffers: each variant on its own ({why}); where they lie is part of the difference"
-    return (f"buffers: both variants of each pair on the same ones, before's and after's in turn; both ran "
+    own = (d.get("timing") or {}).get("own_contents") or []
+    data = (f" (each with its own contents of argument(s) {', '.join(str(i) for i in own)}, copied in before its "
+            "launch)") if own else ""
+    return (f"buffers: both variants of each pair on the same ones{data}, before's and after's in turn; both ran "
             f"{p[0]:,.2f} µs on before's, {p[1]:,.2f} µs on after's ({p[1] / p[0] - 1:+.2%}: where the buffers lie, "
             "cancelled in every pair)")
 
