@@ -91,6 +91,7 @@ def _pid(_x) -> int:
 
 
 def test_the_workers_are_forked_copies_and_stay_here_beside_the_engine(monkeypatch):
+    monkeypatch.delitem(sys.modules, "wasmtime", raising=False)  # an earlier test of this process may have loaded it
     pids = run_in_workers(_pid, [1, 2, 3], jobs=2)
     assert os.getpid() not in pids and len(set(pids)) >= 1
     # where the embedded engine's runtime is loaded, a fork would copy it half-way: this process does the work
@@ -103,6 +104,7 @@ def test_a_worker_that_cannot_be_started_is_said_as_that(monkeypatch):
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(os, "fork", refused)
+    monkeypatch.delitem(sys.modules, "wasmtime", raising=False)  # as if no earlier test of this process loaded it
     with pytest.raises(KtraceError) as e:
         run_in_workers(_pid, [1, 2], jobs=2)
     assert str(e.value) == ("could not start a worker process (Resource temporarily unavailable: too many processes, "

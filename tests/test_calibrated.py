@@ -52,15 +52,19 @@ def test_the_findings_read_the_noise_models_bounds():
 
 
 def test_margins_apply_to_the_stake_not_to_a_side_figure():
-    """The A/B no-op pair: the grid barriers cost ~16% of the wall (their replayed own release) while their waits'
-    share of all lanes' time (7.2%, 5.9%) sits within the waits' noise of its 5% threshold. The share decides
-    that the barrier is there; the stake, far over its floor and its noise, makes it a warning in both runs."""
+    """A grid barrier whose waiters sleep between polls (samples/fixes/barrier, H100): its waits' share of all
+    lanes' time is one side figure; the stake, the replayed release cut to a tight barrier's, is far over its floor
+    and its noise, so it warns. The A/B no-op pair's barriers are tight already: their stake is within a tick or
+    two of nothing, information in both runs, whatever their waits' share."""
+    a = analyze(decode(SAMPLES / "fixes" / "barrier" / "before.bin"))
+    waits = [f for f in a.findings if f.kind == "large_wait"]
+    assert waits and waits[0].severity == "warning" and "marginal" not in waits[0].figures
+    assert waits[0].impact_share > 0.3 and waits[0].impact_ns <= waits[0].figures["replayed_saving_ns"]
     for r in ("ab/noop_before.bin", "ab/noop_after.bin"):
         a = analyze(decode(SAMPLES / r))
         waits = [f for f in a.findings if f.kind == "large_wait"]
-        assert waits and waits[0].severity == "warning" and "marginal" not in waits[0].figures
-        assert waits[0].impact_share > 0.1 and waits[0].impact_ns <= waits[0].figures["replayed_saving_ns"]
-        assert waits[0].figures["lane_time_fraction"] - 0.05 < 0.03  # the side figure: near its threshold
+        assert waits and waits[0].severity == "info" and waits[0].impact_share < 0.01
+        assert waits[0].figures["lane_time_fraction"] > 0.05  # the side figure over its threshold: not what decides
 
 
 def test_a_warning_that_clears_its_noise_stays_a_warning():

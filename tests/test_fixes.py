@@ -24,20 +24,12 @@ CASES = sorted(p.name for p in FIXES.iterdir() if (p / "whatif.args").is_file())
 
 # case -> why the prediction misses today
 PREDICTION_MISSES: dict[str, str] = {
-    "waves": "the fix is a resized grid (3 waves of 1584 bigger blocks): today's whatif has no --blocks N",
     "pipeline": "pipeline.cu's consumer reads its START probe of slot 0 before its bar.sync, so the before's even "
                 "consume slices hold the 10 us wait for the producer; --speedup consume=0.4 stretches those waits "
                 "too (185 us predicted, 82.7 measured)",
 }
 # case -> why the top warning's stake misses the measured saving today
-STAKE_MISSES: dict[str, str] = {
-    "barrier": "the barrier finding prices the wait as if a barrier cost nothing (stake 128 us); the tight barrier "
-               "still costs about 1.9 us a release, so the fix saved 82 us (whatif --barrier-cost 1900: -2.9%)",
-    "late_start": "the top warning is the wait at the grid barrier (stake 5.6 us), not block 17's late start behind "
-                  "it: the fix saved 20 us (whatif --no-late-start: +0.3%)",
-    "waves": "the stake (21 us) packs 3.25 waves of work into 3.25 block lengths; the resized grid's 3 waves end "
-             "in a 4 us tail of uneven blocks, so the fix saved 16.3 us",
-}
+STAKE_MISSES: dict[str, str] = {}
 
 
 def _marked(misses: dict[str, str]):

@@ -157,7 +157,10 @@ def test_slots_partial_last_wave():
         assert a.slots["waves"] == pytest.approx(3.25)
         top = a.findings[0]
         assert top.kind == "wave_quantization" and top.severity == "warning"
-        assert top.impact_share == pytest.approx(expected_loss, abs=0.04)
+        # The truth's loss packs the last wave's work perfectly (block lengths by the clock); the stake replays a
+        # grid of whole waves keeping the measured blocks' spread, so their uneven ends leave a tail it does not
+        # save (the measured fix, samples/fixes/waves: 16.3 µs saved, stake 16.6 µs). At most the ideal, and most of it.
+        assert 0.7 * expected_loss <= top.impact_share <= expected_loss + 0.04
         assert warnings(a) == {("wave_quantization", None, None)}  # no straggler, no late start, one finding
 
 

@@ -138,12 +138,14 @@ def test_the_short_report_of_the_imbalance_sample_says_what_to_do(monkeypatch):
     text = _render(ktrace.analyze(sample("imbalance")), 100, monkeypatch)
     lines = text.splitlines()
     assert lines[0] == "persistent_phases: 132 blocks x 1 warp group on 132 SMs (1 wave), 3 phases, wall 602 µs"
-    assert "2 warnings, 350 µs at stake (58% of the wall):" in lines
+    # one warning: the barrier after compute waits for block 17, and its own release is a tight barrier's
+    # (model/barrier.py), so it is no second cause to act on
+    assert "1 warning, 338 µs at stake (56% of the wall):" in lines
     flat = " ".join(text.split())
     assert "1. block 17 finishes compute last in 8 of 8 instances (42.4 µs over the median); the others wait" in flat
     assert "stake 338 µs (56% of the wall); do: give block 17 less of the compute work, or split its items" in flat
     assert "evidence: same block last in 8/8 instances" in flat
-    assert lines[-1] == "more: --details for the tables and each finding in full, --all for 2 info findings"
+    assert lines[-1] == "more: --details for the tables and each finding in full, --all for 3 info findings"
     assert len(lines) <= 14
 
 

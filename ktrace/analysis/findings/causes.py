@@ -67,9 +67,12 @@ def _claims(v: Verdict, steps: int) -> np.ndarray:
     return np.zeros(steps) if c is None else np.asarray(c, np.float64)
 
 
-def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, float, float]]:
+def merge(verdicts: list[Verdict], step_ns: np.ndarray, bound=None) -> list[tuple[Verdict, float, float]]:
     """(finding's lead verdict with its consequences, disjoint impact ns, impact claimed before the
-    disjoint split) per cause, for verdicts over a critical path of steps lasting ``step_ns``."""
+    disjoint split) per cause, for verdicts over a critical path of steps lasting ``step_ns``. ``bound(verdict)``:
+    the most removing a finding's cause saves (its replayed saving; None: no bound): the findings claim their
+    steps in the order of their claims so bounded, so a finding whose claims its replay does not back (a barrier
+    whose wait is a late starter's) does not take a step before the finding whose cause it is."""
     steps = len(step_ns)
     groups: dict[str, list[Verdict]] = {}
     alone: list[list[Verdict]] = []
@@ -133,8 +136,13 @@ def merge(verdicts: list[Verdict], step_ns: np.ndarray) -> list[tuple[Verdict, f
     # Disjoint impacts: the largest claims first, each taking what is left of the steps.
     left = np.asarray(step_ns, np.float64).copy()
     # Findings that may warn take their claims before information does; then by the time they claim.
-    order = sorted(range(len(merged)), key=lambda i: (not merged[i][0].warn, -merged[i][1], _rank(merged[i][0])[0],
-                                                      merged[i][0].kind, str(merged[i][0].phase)))
+    def _bounded(v: Verdict, raw: float) -> float:
+        b = bound(v) if bound is not None else None
+        return raw if b is None else min(raw, b)
+
+    order = sorted(range(len(merged)), key=lambda i: (not merged[i][0].warn, -_bounded(merged[i][0], merged[i][1]),
+                                                      _rank(merged[i][0])[0], merged[i][0].kind,
+                                                      str(merged[i][0].phase)))
     out = [None] * len(merged)
     for i in order:
         v, raw, unclaimed = merged[i]

@@ -71,7 +71,7 @@ def find(fig: Figures, th: Thresholds | None = None, noise: dict | None = None) 
     floor = max(th.min_impact * wall, th.min_ticks * tick)
     out = []
     stakes = Stakes(fig)
-    for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns):
+    for v, impact, claimed in causes.merge(raw, fig.critical_path.dur_ns, stakes.saving):
         impact = float(max(impact, 0.0))
         figs = v.figures
         saving = stakes.saving(v)

@@ -311,10 +311,12 @@ def mean_by(key: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def resized_wall(tl: Timeline, blocks: int, per_sm: int | None = None) -> int:
-    """The wall (ns) of the same total work in ``blocks`` equal blocks, scheduled into the measured slots (SMs x
+    """The wall (ns) of the same total work in ``blocks`` blocks, scheduled into the measured slots (SMs x
     ``per_sm`` resident blocks, default the measured residency), each slot free from its measured first begin
-    (the earliest block begins, one per slot): slot i runs blocks i, i + slots, ... ValueError where the
-    timeline has no SM ids to count the slots by, or ``blocks``/``per_sm`` is below 1."""
+    (the earliest block begins, one per slot): slot i runs blocks i, i + slots, ... The new blocks keep the
+    measured blocks' spread: new block j lasts measured block (j mod n)'s time (first begin to last end, in block
+    order) times the ratio that keeps the total work, so uneven blocks still leave their tail. ValueError where
+    the timeline has no SM ids to count the slots by, or ``blocks``/``per_sm`` is below 1."""
     sms, resident = tl.slots
     if not sms:
         raise ValueError("the capture has no SM ids to count the slots by: no resized grid can be scheduled")
@@ -326,11 +328,13 @@ def resized_wall(tl: Timeline, blocks: int, per_sm: int | None = None) -> int:
     last = np.full(len(ids), -np.inf)
     np.minimum.at(first, inv, tl.begin.astype(np.float64))
     np.maximum.at(last, inv, tl.end.astype(np.float64))
-    each = float((last - first).sum()) / blocks
+    measured = last - first
+    each = measured[np.arange(blocks) % len(measured)]
+    if each.sum() > 0:
+        each = each * (float(measured.sum()) / float(each.sum()))
     free = np.sort(first - tl.kernel_begin)[:slots]
     if len(free) < slots:  # more slots than the measured blocks filled: the rest free at the last measured begin
         free = np.r_[free, np.full(slots - len(free), free[-1] if len(free) else 0.0)]
-    used = np.arange(min(slots, blocks))
-    runs = (blocks - used + slots - 1) // slots  # blocks each used slot runs
-    end = free[used] + runs * each
+    used = min(slots, blocks)
+    end = free[:used] + np.bincount(np.arange(blocks) % slots, weights=each, minlength=used)[:used]
     return int(round(float(end.max()) - min(float(free.min()), 0.0)))

@@ -10,6 +10,7 @@ from . import untimed_work
 from ...replay.change import Change
 from .base import Kind, fixed_rank, no_roles, ok, stake_checks
 from .wait_figures import WaitFigures
+from ...model.barrier import tight_release_ns
 
 NAME = "large_wait"
 
@@ -89,9 +90,11 @@ def _detect(ctx) -> list[Verdict]:
                   f"{_num(r['follow_slope'], float('nan')):.2f}); not another warp group; gaps regular per lane")
         elif r["cause"] == "grid":
             kind = NAME
-            # The barrier's own cost is its release (the last end to the next begins: its median over the lanes);
+            # The barrier's own cost is its release (the last end to the next begins: its median over the lanes)
+            # beyond the tightest grid barrier's on this GPU (model/barrier.py): what a cheaper barrier can save;
             # a longer gap on the path is something else the lane did before it began.
-            claims = np.minimum(claims, _num(r["release_p50_ns"], 0.0) + 2 * ctx.tick)
+            floor = tight_release_ns(getattr(fig, "launch", None)) or 0.0
+            claims = np.maximum(np.minimum(claims, _num(r["release_p50_ns"], 0.0) + 2 * ctx.tick) - floor, 0.0)
             who = (f"{r['phase']}'s last finisher, block {block} in {r['waited_block_count']} of {r['waiting_gaps']} "
                    "waiting gaps" if stable else f"{r['phase']}'s last finisher, a different block from instance to instance")
             msg = (f"{where}: lanes wait at a grid-wide barrier ({sizes}); they wait for {who}; the barrier's own "
@@ -133,6 +136,7 @@ def _detect(ctx) -> list[Verdict]:
         figs["max_k"] = int(w.max_k[at[0]]) if len(at) and w.max_k[at[0]] is not None else None
         if r["cause"] == "grid":
             cause_key = "grid barrier"  # every barrier's release is one cost: the barrier's own
+            figs["barrier_floor_ns"] = tight_release_ns(getattr(fig, "launch", None))
         out.append(Verdict(kind, r["phase"], msg, ev, float(claims.sum()), True, WaitFigures(**figs), claims,
                            cause_key))
         if len(out) >= th.top_waits:
@@ -160,9 +164,12 @@ def _systematic(ctx, p: dict | None, block: int) -> bool:
 
 
 def change(v):
-    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
-    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
-    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+    """The grid barrier's own release cut to the tightest grid barrier's on this GPU (model/barrier.py; a GPU the
+    table does not know: to nothing): each barrier instance's median release latency at most that (a lane that
+    began later than the median keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
+    if v.cause != "grid barrier":
+        return None
+    return Change(barrier_cost_ns=float(v.figures.get("barrier_floor_ns") or 0.0), barrier_own_only=True)
 
 
 def detect(ctx, scope):

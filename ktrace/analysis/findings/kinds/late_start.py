@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent
+from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent, optional
 from . import last_finisher
 from .last_finisher_figures import LateStartFigures
 from ....core.records import frozen
@@ -28,6 +28,7 @@ class LateLaneFigures(KindFigures):
     cause: str = "late_start"
     basis: str = "lane"
     tick_ns: float
+    holds_from_start: bool = optional(False)  # it does not end the kernel: the critical path begins on it
 
 
 def short(v) -> str:
@@ -47,6 +48,8 @@ def headline(f, v):
         return (f"a different {v.unit} finishes {f.phase} last each time, starting {_fmt(late)} late on average, not "
                 "from its work", do)
     who = v.who(g.get("block"), g.get("group"))
+    if g.get("holds_from_start"):
+        return f"{who} starts {_fmt(late)} late and the kernel waits for it, not for its work", do
     return f"{who} finishes last because it starts {_fmt(late)} late, not because of its work", do
 
 
@@ -60,38 +63,67 @@ def roles(f, fig, mine, tick_ns):
 # -- what it detects ---------------------------------------------------------------------------------
 
 def detect_lane(ctx) -> Verdict | None:
-    """The lane that ends the kernel began late and its work is not long: a late start, whatever its phases'
-    instances did after it (they only carry the lag)."""
-    fig, th = ctx.fig, ctx.th
+    """A lane that began late while its work is not long, and the kernel waits for it: the lane that ends the
+    kernel (whatever its phases' instances did after it: they only carry the lag), or else the lane the critical
+    path begins on (its lead-in: the other lanes wait for it at a barrier or a hand-off)."""
+    fig = ctx.fig
     lt = fig.lane_totals
     k = fig.kernel
     if len(lt) < 2 or not k.wall_ns:
         return None
-    row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
+    ws = ctx.slots.get("waves", 1.0) if ctx.slots else 1.0
+    if ws > 1.05:
+        return None  # a block of a later wave begins late by design: the tail and waves findings speak
+    end_row = int(np.lexsort((lt.lane, -lt.end_ns))[0])
+    v = _late_lane(ctx, end_row, from_start=False)
+    start_row = _path_start_row(ctx)
+    if v is None and start_row is not None and start_row != end_row:
+        v = _late_lane(ctx, start_row, from_start=True)
+    return v
+
+
+def _path_start_row(ctx) -> int | None:
+    """The lane_totals row of the lane whose slice the critical path begins with after a lead-in of at least eps."""
+    cp, lt = ctx.cp, ctx.fig.lane_totals
+    if len(cp) < 2 or cp.kind[0] != "lead_in" or cp.dur_ns[0] < ctx.eps or cp.kind[1] != "slice":
+        return None
+    lane = cp.last_lane[1]
+    if lane is None or (isinstance(lane, float) and np.isnan(lane)):
+        return None
+    rows = np.flatnonzero(lt.lane == int(lane))
+    return int(rows[0]) if len(rows) else None
+
+
+def _late_lane(ctx, row: int, from_start: bool) -> Verdict | None:
+    fig, th, k = ctx.fig, ctx.th, ctx.fig.kernel
+    lt = fig.lane_totals
     g = lt.group[row]
     m = lt.group == g
     late = float(lt.begin_ns[row] - np.median(lt.begin_ns[m]))
     behind = float(lt.end_ns[row] - np.median(lt.end_ns[m]))
     busy_ok = lt.busy_ns[row] <= th.imbalance * float(np.median(lt.busy_ns[m]))
-    if late < ctx.eps or behind < ctx.eps or late * 2 < behind or not busy_ok:
+    if late < ctx.eps or not busy_ok:
         return None
-    ws = ctx.slots.get("waves", 1.0) if ctx.slots else 1.0
-    if ws > 1.05:
-        return None  # a block of a later wave begins late by design: the tail and waves findings speak
+    if not from_start and (behind < ctx.eps or late * 2 < behind):
+        return None
     if _idle_before_barrier(ctx, int(lt.lane[row]), float(lt.begin_ns[row])):
         return None  # nothing to do before a barrier: idle (the idle lanes finding), not late
     b = int(lt.block[row])
     claims = ctx.claim_window(float(k.begin_ns), float(k.begin_ns) + late)
     first = fig.lanes.phase[fig.lanes.lane == lt.lane[row]]
     phase = str(first[0]) if len(first) else None
-    msg = (f"{ctx.who(b, int(g))} ends the kernel because it starts late: its first slice begins {_fmt(late)} after "
+    holds = (f"the critical path begins on it: the other lanes wait for it" if from_start else
+             f"it ends {_fmt(behind)} after the median lane")
+    what = "the kernel waits for it" if from_start else "ends the kernel"
+    msg = (f"{ctx.who(b, int(g))} {what} because it starts late: its first slice begins {_fmt(late)} after "
            f"the median lane's, while its work ({_fmt(float(lt.busy_ns[row]))} busy) is within "
-           f"{th.imbalance:.2f}x of the median; it ends {_fmt(behind)} after the median lane; look at what delays its "
+           f"{th.imbalance:.2f}x of the median; {holds}; look at what delays its "
            "start (its launch, its SM, work before its first probe), not its work")
-    ev = "per-lane first begin, last end and busy time (all phases); one wave in slots"
+    ev = ("per-lane first begin, last end and busy time (all phases); the critical path's lead-in; one wave in slots"
+          if from_start else "per-lane first begin, last end and busy time (all phases); one wave in slots")
     return Verdict(NAME, phase, msg, ev, float(claims.sum()), True, LateLaneFigures(
-        block=b, group=int(g), late_ns=late, behind_ns=behind, busy_ns=int(lt.busy_ns[row]), tick_ns=ctx.tick),
-        claims, f"block {b}")
+        block=b, group=int(g), late_ns=late, behind_ns=behind, busy_ns=int(lt.busy_ns[row]), tick_ns=ctx.tick,
+        holds_from_start=from_start), claims, f"block {b}")
 
 
 def _idle_before_barrier(ctx, lane: int, begin: float) -> bool:
@@ -114,6 +146,30 @@ def change(v):
     return Change(start_on_time=((g.get("block"), v.phase),)) if v.phase is not None else None
 
 
+def lead(v):
+    """A late lane leads the phase findings of its cause (the late starts its lag shows in the instances)."""
+    return LANE_RANK if v.figures.get("basis") == "lane" else None
+
+
+LANE_RANK = 1.5
+
+
+def joins(v, causes) -> str | None:
+    """A phase's late last finisher joins the late lane of the same block where one was found (one late start seen
+    at the launch and in the phase's instances); one of a different block each instance joins it only where that
+    lane's delay is most of what the instances claim (one late block's lag, not a late start that moves)."""
+    if v.figures.get("basis") == "lane":
+        return None
+    mine = v.figures.get("block")
+    for key, members in causes.items():
+        for m in members:
+            if m.kind != NAME or m.figures.get("basis") != "lane":
+                continue
+            if mine == m.figures.get("block") or (mine is None and 2 * m.impact_ns >= v.impact_ns):
+                return key
+    return None
+
+
 def detect(ctx, scope):
     """A phase's last finisher that starts late (kinds/last_finisher.py); the lane that ends the kernel begun late
     (the launch)."""
@@ -124,5 +180,5 @@ def detect(ctx, scope):
 
 
 KIND = Kind(NAME, "a block finishes last because its own begin was delayed", (LateStartFigures, LateLaneFigures), 2,
-            fixed_rank, short, headline, last_block_extent, roles, "start_skew_us", change=change,
-            detect=detect)
+            lead, short, headline, last_block_extent, roles, "start_skew_us", change=change,
+            detect=detect, joins=joins)

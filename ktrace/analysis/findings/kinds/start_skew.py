@@ -10,7 +10,8 @@ from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
 from ...replay.change import Change
 from . import late_start
-from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance
+from ...model.barrier import tight_release_ns
+from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance, optional
 from ....core.records import frozen
 
 NAME = "start_skew"
@@ -29,6 +30,7 @@ class SkewFigures(KindFigures):
     incoming_waits: list
     tick_ns: float
     cause: str  # 'waves', 'sync_release', 'carried_over', 'nested', 'launch' or 'unexplained'
+    barrier_floor_ns: float | None = optional(None)  # the tightest grid barrier's release on this GPU
 
 
 def short(v) -> str:
@@ -86,6 +88,9 @@ def _detect(ctx, p, inst, on_path) -> Verdict | None:
         ev = f"{p['wave_instances']} of {n} instances hold blocks of a later wave"
     elif with_prev.any() and "grid" in incoming:
         cause = "sync_release"  # a release only where a grid-wide barrier is evidenced
+        # only the release beyond the tightest grid barrier's on this GPU is a cheaper barrier's to save (large_wait)
+        floor = tight_release_ns(getattr(ctx.fig, "launch", None)) or 0.0
+        claims = np.minimum(claims, np.maximum(ctx.cp.dur_ns.astype(np.float64) - floor, 0.0))
         what = "grid-wide barrier"
         msg = (f"{head}: a slow release after the {what} before it: every lane waits for the previous phase's "
                f"last finisher, then begins up to {_fmt(skew)} apart")
@@ -114,13 +119,16 @@ def _detect(ctx, p, inst, on_path) -> Verdict | None:
         ev = f"lead-in spread {_fmt(float(np.nan_to_num(spread).mean()))}"
     impact = float(claims.sum()) if claims is not None else 0.0
     key = "grid barrier" if cause == "sync_release" and "grid" in incoming else None
+    if key is not None:
+        figs["barrier_floor_ns"] = tight_release_ns(getattr(ctx.fig, "launch", None))
     return Verdict(NAME, p["phase"], msg, ev, impact, warn, SkewFigures(**figs, cause=cause), claims, key)
 
 
 def change(v):
-    """The grid barrier's own release removed: each barrier instance's median release latency (a lane that began
-    later than that keeps its excess: a late starter's wait is the starter's cost, not the barrier's)."""
-    return Change(barrier_cost_ns=0.0, barrier_own_only=True) if v.cause == "grid barrier" else None
+    """The grid barrier's own release cut to the tightest grid barrier's on this GPU (large_wait's change)."""
+    if v.cause != "grid barrier":
+        return None
+    return Change(barrier_cost_ns=float(v.figures.get("barrier_floor_ns") or 0.0), barrier_own_only=True)
 
 
 def detect(ctx, scope):

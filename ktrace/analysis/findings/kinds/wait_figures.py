@@ -30,4 +30,5 @@ class WaitFigures(KindFigures):
     cluster_size: int | None = optional(None)
     waited_block: int | None
     waited_block_late: bool = optional(False)  # the waited block's work is a median lane's: it began late
+    barrier_floor_ns: float | None = optional(None)  # the tightest grid barrier's release on this GPU (model/barrier.py)
     max_k: int | None
