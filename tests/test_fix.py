@@ -18,6 +18,7 @@ from ktrace.decoding.encode import encode_tags, place_records
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 CAPTURES = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.bin*") if "proton" not in p.parts
                   and p.name.endswith((".bin", ".bin.gz")))
+CAPTURES += sorted(str(p.relative_to(SAMPLES)) for p in (SAMPLES / "iket").glob("*_run*.trace.json.gz"))  # timed waits
 T0 = 1_000_000
 
 
@@ -41,7 +42,9 @@ def test_each_warnings_fix_replays_its_stake_or_names_the_cut(name):
     from ktrace.analysis.replay.replay import timeline_of
     from ktrace.analysis.replay.whatif import CUTS, fix_told, whatif
 
-    d = decode(SAMPLES / name)
+    from ktrace.decoding.iket import read_iket
+
+    d = read_iket(SAMPLES / name) if name.endswith(".trace.json.gz") else decode(SAMPLES / name)
     if not len(d.slices):
         pytest.skip("no slices to replay")
     fig = numpy_figures(d)
