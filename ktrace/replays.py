@@ -34,6 +34,10 @@ def whatif(source, change=None, *, fix=None, thresholds=None, **decode_options):
     block = getattr(change, "block", None)
     if block is not None and not 0 <= block < d.launch.num_blocks:
         raise InputError(f"--block {block}: {name} has {d.launch.num_blocks:,} blocks, 0 to {d.launch.num_blocks - 1:,}")
+    late = [b for b, _ in getattr(change, "block_speedup", ()) if not 0 <= int(b) < d.launch.num_blocks]
+    if late:
+        raise InputError(f"--block-speedup {late[0]}=...: {name} has {d.launch.num_blocks:,} blocks, 0 to "
+                         f"{d.launch.num_blocks - 1:,}")
     if not len(d.slices):
         raise InputError(f"{name}: no phase slices to replay (ktrace inspect {name} says what the buffer holds)")
     fig = numpy_figures(d)

@@ -271,6 +271,9 @@ def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_afte
     (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
     (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),
     (("--block", "3"), "--block limits --straggler-to-median or --no-late-start"),
+    (("--block-speedup", "3=0"), "'3=0': give BLOCK=FACTOR with a factor above 0"),
+    (("--block-speedup", "x=2"), "'x=2': give BLOCK=FACTOR with a block's index"),
+    (("--block-speedup", "100000=2"), "--block-speedup 100000=...: "),
 ])
 def test_whatif_command_refuses_a_question_it_cannot_answer(args, message):
     p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), *args)
@@ -441,3 +444,19 @@ def test_a_pipelines_stake_is_the_replay_of_its_change_on_timed_waits():
     assert told["replayed_saving_ns"] == w.saving_ns > 0.5 * wall
     assert warn[0].impact_ns <= w.saving_ns  # its claim on the critical path, the producer's excess, is less
     assert told["cut"] is None if warn[0].impact_ns >= w.saving_ns - 1 else told["cut"] == "claims"
+
+
+def test_block_speedup_is_typed_by_hand_as_the_gpc_kinds_change():
+    """``--block-speedup BLOCK=FACTOR`` (repeatable): the blocks' every slice FACTOR times as fast, the change a
+    slow GPC's finding replays; CTA 17 of the IKET straggler 3x as fast saves what balancing it saves."""
+    import json
+
+    src = str(SAMPLES / "iket" / "straggler_run1.trace.json.gz")
+    p = _ktrace("whatif", src, "--block-speedup", "17=3", "--block-speedup", "5=1.5", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["change"] == {"block_speedup": [[17, 3.0], [5, 1.5]]}
+    balanced = json.loads(_ktrace("whatif", src, "--fix", "1", "--json").stdout)
+    assert abs(d["saving_ns"] - balanced["saving_ns"]) <= 0.05 * balanced["saving_ns"]
+    assert "block 17 3x as fast; block 5 1.5x as fast" in _ktrace("whatif", src, "--block-speedup", "17=3",
+                                                                    "--block-speedup", "5=1.5").stdout
