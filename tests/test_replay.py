@@ -274,6 +274,8 @@ def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_afte
     (("--block-speedup", "3=0"), "'3=0': give BLOCK=FACTOR with a factor above 0"),
     (("--block-speedup", "x=2"), "'x=2': give BLOCK=FACTOR with a block's index"),
     (("--block-speedup", "100000=2"), "--block-speedup 100000=...: "),
+    (("--wait-phases", "a,,b", "--speedup", "compute=2"), "give phase names separated by commas"),
+    (("--wait-phases", "nope", "--speedup", "compute=2"), "--wait-phases 'nope': "),
 ])
 def test_whatif_command_refuses_a_question_it_cannot_answer(args, message):
     p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), *args)
@@ -460,3 +462,25 @@ def test_block_speedup_is_typed_by_hand_as_the_gpc_kinds_change():
     assert abs(d["saving_ns"] - balanced["saving_ns"]) <= 0.05 * balanced["saving_ns"]
     assert "block 17 3x as fast; block 5 1.5x as fast" in _ktrace("whatif", src, "--block-speedup", "17=3",
                                                                     "--block-speedup", "5=1.5").stdout
+
+
+def test_wait_phases_names_the_timed_waits_of_a_capture_that_names_them_otherwise():
+    """The same pipeline with its waits named ``stage_free`` and ``data_ready`` (not ``*_wait``): read as busy
+    time, a faster producer saves nothing; with ``--wait-phases`` they are releases, and the prediction is the
+    faster producer's wall. A name the capture lacks, or a phase that is not nested, is refused."""
+    import ktrace
+    from ktrace import InputError
+
+    run = _pipeline_with_timed_waits()
+    lanes, _ = run(1.0)
+    _, _, d = _build_records(lanes, ["load", "mma", "stage_free", "data_ready"])
+    change = Change(speedup=(("load", 2.0),))
+    assert ktrace.whatif(d, change).saving_ns < 500  # the consumer's slices, waits and all, as measured
+    w = ktrace.whatif(d, change, wait_phases=("stage_free", "data_ready"))
+    assert abs(w.predicted_wall_ns - run(2.0)[1]) <= 64, (w.predicted_wall_ns, run(2.0)[1])
+    with pytest.raises(InputError, match="no phase of that name"):
+        ktrace.whatif(d, change, wait_phases=("nope",))
+    with pytest.raises(InputError, match="no slice of it lies inside a lane's work"):
+        ktrace.whatif(d, change, wait_phases=("load",))
+    with pytest.raises(InputError, match="--wait-phases is for a change of your own"):
+        ktrace.whatif(d, fix=1, wait_phases=("stage_free",))

@@ -60,6 +60,9 @@ def register(sub) -> None:
                    help="with --blocks: K blocks resident per SM (default: the measured residency)")
     w.add_argument("--group-speedup", metavar="GROUP=FACTOR", type=_group_speedup, action="append", default=[],
                    help="every slice of warp group GROUP FACTOR times as fast; repeatable")
+    w.add_argument("--wait-phases", metavar="NAMES", type=_names,
+                   help="phases nested in the lanes' work that time a wait (comma-separated), read as waits released "
+                   "by the lane they wait for, beside those whose names say so (mma_wait, tma-wait)")
     w.add_argument("--block-speedup", metavar="BLOCK=FACTOR", type=_block_speedup, action="append", default=[],
                    help="every slice of block BLOCK FACTOR times as fast (a slow GPC's blocks as fast as the others'); "
                    "repeatable")
@@ -155,6 +158,15 @@ def _group_speedup(text: str) -> tuple[int, float]:
     return int(group), factor
 
 
+def _names(text: str) -> tuple[str, ...]:
+    import argparse
+
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give phase names separated by commas, e.g. spin,poll")
+    return names
+
+
 def _block_speedup(text: str) -> tuple[int, float]:
     import argparse
 
@@ -177,7 +189,7 @@ def _cmd_whatif(a) -> int:
     if a.fix is not None:
         if not change.empty():
             raise InputError("whatif: --fix N replays warning N's own change: give it alone, without other changes")
-        w = whatif(a.source, fix=a.fix, **decode_kwargs(a))
+        w = whatif(a.source, fix=a.fix, wait_phases=a.wait_phases or (), **decode_kwargs(a))
         emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
              json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -193,7 +205,7 @@ def _cmd_whatif(a) -> int:
         raise InputError("whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE, "
                          "--straggler-to-median PHASE, --no-late-start, --barrier-cost NS, --spread PHASE, "
                          "--speedup PHASE=FACTOR, --group-speedup GROUP=FACTOR, --block-speedup BLOCK=FACTOR or --blocks N")
-    w = whatif(a.source, change, **decode_kwargs(a))
+    w = whatif(a.source, change, wait_phases=a.wait_phases or (), **decode_kwargs(a))
     emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
          json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
     return EXIT_OK

@@ -124,8 +124,9 @@ class Replayed:
 
 # -- building the graph ---------------------------------------------------------------------------------------
 
-def timeline_of(d, fig: Figures) -> Timeline:
-    """The Timeline of a Decoded ``d`` whose figures are ``fig`` (their wait causes and blocks)."""
+def timeline_of(d, fig: Figures, wait_phases=()) -> Timeline:
+    """The Timeline of a Decoded ``d`` whose figures are ``fig`` (their wait causes and blocks); wait_phases:
+    phases read as timed waits beside those whose names say so (is_timed_wait)."""
     from ..figures.numpy.structure import slice_depth
 
     sl = d.slices
@@ -146,7 +147,7 @@ def timeline_of(d, fig: Figures) -> Timeline:
     waited = np.zeros(len(sl.lane), bool)
     for e in distinct(sl.event[~top]).tolist():
         nm = d.launch.event_name(int(e))
-        if is_timed_wait(nm):
+        if is_timed_wait(nm) or nm in wait_phases:
             waited |= ~top & (sl.event == e)
     waits = None
     if waited.any():
