@@ -11,13 +11,15 @@ from .inputs import buffer_options, is_trace, open_input
 __all__ = ["whatif"]
 
 
-def whatif(source, change=None, *, fix=None, thresholds=None, **decode_options):
+def whatif(source, change=None, *, fix=None, thresholds=None, wait_phases=(), **decode_options):
     """What a change would make of a capture's wall: the timeline replayed with it (docs/analysis-schema.md,
     "Cause model and replay"). source: a profiler buffer path (or bytes, an array, a Decoded); change: a
     ``ktrace.Change`` (None: the timeline as measured); fix: a warning's number in ``analyze``'s report (1 is the
     first), a list of them, or "all": the change that removes that warning's cause, the one its stake replays
     (thresholds: ``analyze``'s, default its defaults). Returns a ``WhatIf`` (ns; with ``fix``, its ``fix`` names
-    the warnings, their stakes and what cut a stake below the saving). Raises InputError for a trace (the replay
+    the warnings, their stakes and what cut a stake below the saving); wait_phases: phases nested in the lanes'
+    work to read as timed waits (released by the lane they wait for) beside those named as waits (``mma_wait``),
+    not with ``fix`` (analyze's stakes read those alone). Raises InputError for a trace (the replay
     reads the buffer's slices), a phase the capture lacks, or a warning number the report does not have."""
     from .analysis.figures.numpy.stream import numpy_figures
     from .analysis.replay.replay import timeline_of
@@ -34,10 +36,19 @@ def whatif(source, change=None, *, fix=None, thresholds=None, **decode_options):
     block = getattr(change, "block", None)
     if block is not None and not 0 <= block < d.launch.num_blocks:
         raise InputError(f"--block {block}: {name} has {d.launch.num_blocks:,} blocks, 0 to {d.launch.num_blocks - 1:,}")
+    late = [b for b, _ in getattr(change, "block_speedup", ()) if not 0 <= int(b) < d.launch.num_blocks]
+    if late:
+        raise InputError(f"--block-speedup {late[0]}=...: {name} has {d.launch.num_blocks:,} blocks, 0 to "
+                         f"{d.launch.num_blocks - 1:,}")
     if not len(d.slices):
         raise InputError(f"{name}: no phase slices to replay (ktrace inspect {name} says what the buffer holds)")
+    wait_phases = tuple(wait_phases or ())
+    if wait_phases and fix is not None:
+        raise InputError("whatif: --wait-phases is for a change of your own; --fix N replays the warning as analyze "
+                         "reads it (its timed waits: the phases named as waits, e.g. mma_wait)")
     fig = numpy_figures(d)
-    tl = timeline_of(d, fig)
+    _check_wait_phases(name, d, wait_phases)
+    tl = timeline_of(d, fig, wait_phases)
     told = None
     if fix is not None:
         change, told = _fix(name, fig, fix, thresholds)
@@ -50,6 +61,28 @@ def whatif(source, change=None, *, fix=None, thresholds=None, **decode_options):
     from dataclasses import replace
 
     return replace(w, fix=told(w.saving_ns))
+
+
+def _check_wait_phases(name: str, d, wait_phases: tuple) -> None:
+    """InputError for a wait phase the capture lacks or that never lies nested in a lane's work."""
+    if not wait_phases:
+        return
+    import numpy as np
+
+    from .analysis.figures.numpy.structure import slice_depth
+
+    sl = d.slices
+    nested = slice_depth(sl.lane, sl.begin_seq, sl.end_seq, sl.overlap) > 0
+    names = {}
+    for e in np.unique(sl.event).tolist():
+        names.setdefault(d.launch.event_name(int(e)), []).append(int(e))
+    for p in wait_phases:
+        if p not in names:
+            raise InputError(f"whatif: --wait-phases {p!r}: {name} has no phase of that name; its phases: "
+                             f"{', '.join(sorted(names))}")
+        if not (nested & np.isin(sl.event, names[p])).any():
+            raise InputError(f"whatif: --wait-phases {p!r}: no slice of it lies inside a lane's work in {name}; a "
+                             "timed wait is a phase nested in the slice it interrupts (ktrace inspect lists the phases)")
 
 
 def _fix(name: str, fig, fix, thresholds):

@@ -18,6 +18,7 @@ from ktrace.decoding.encode import encode_tags, place_records
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 CAPTURES = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.bin*") if "proton" not in p.parts
                   and p.name.endswith((".bin", ".bin.gz")))
+CAPTURES += sorted(str(p.relative_to(SAMPLES)) for p in (SAMPLES / "iket").glob("*_run*.trace.json.gz"))  # timed waits
 T0 = 1_000_000
 
 
@@ -41,7 +42,9 @@ def test_each_warnings_fix_replays_its_stake_or_names_the_cut(name):
     from ktrace.analysis.replay.replay import timeline_of
     from ktrace.analysis.replay.whatif import CUTS, fix_told, whatif
 
-    d = decode(SAMPLES / name)
+    from ktrace.decoding.iket import read_iket
+
+    d = read_iket(SAMPLES / name) if name.endswith(".trace.json.gz") else decode(SAMPLES / name)
     if not len(d.slices):
         pytest.skip("no slices to replay")
     fig = numpy_figures(d)
@@ -190,3 +193,19 @@ def test_a_resized_grid_is_the_same_work_in_whole_waves(tmp_path):
     fixed = ktrace.whatif(path, fix=1, events="compute")
     assert fixed.fix["warnings"][0]["kind"] == "wave_quantization"
     assert fixed.saving_ns == w.saving_ns and fixed.fix["warnings"][0]["stake_ns"] <= fixed.saving_ns
+
+
+def test_the_schema_states_each_registered_kinds_change():
+    """docs/analysis-schema.md's table of each kind's change names every kind of the registry (a kind added
+    without its change stated fails here), and the change vocabulary's table names block_speedup's option."""
+    import re
+
+    from ktrace.analysis.findings import kinds
+
+    text = (SAMPLES.parent / "docs" / "analysis-schema.md").read_text()
+    table = text[text.index("**Each kind's change**"):]
+    table = table[:table.index("\n\n", table.index("| kind | change |"))]
+    named = {n for row in table.splitlines() if row.startswith("| `")
+             for n in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert set(kinds.names()) <= named, sorted(set(kinds.names()) - named)
+    assert "`--block-speedup BLOCK=FACTOR`" in text

@@ -111,3 +111,16 @@ def test_analyze_on_a_new_machine_compiles_no_engine(tmp_path):
     rc, out, err = run_ktrace("query", SAMPLES / "imbalance.bin", "SELECT 1 AS one", env=env)
     assert rc == 0, err
     assert [p.name for p in cache.rglob("*.cwasm")], "ktrace query left no compiled engine"
+
+
+@pytest.mark.parametrize("name", ["slow_load_run1", "straggler_run1"])
+def test_both_engines_replay_the_timed_waits_alike(name):
+    """IKET's waits nested in the lanes' work (mma_wait, load_wait) reach the replay from either engine: the
+    same figures, the same warnings, each stake the same replayed saving."""
+    path = SAMPLES / "iket" / f"{name}.trace.json.gz"
+    by_numpy, by_sql = ktrace.analyze(path), ktrace.analyze(path, engine="wasm")
+    assert by_numpy.figures.timed is not None and by_sql.figures.timed is not None
+    assert len(by_numpy.figures.timed.lane) == len(by_sql.figures.timed.lane) > 0
+    assert _differ(by_numpy, by_sql) == []
+    warn = [f for f in by_sql.findings if f.severity == "warning"]
+    assert warn and warn[0].figures["replayed_saving_ns"] is not None

@@ -271,6 +271,11 @@ def test_whatif_command_prints_the_measured_and_predicted_wall_and_the_path_afte
     (("--speedup", "compute=0"), "'compute=0': give PHASE=FACTOR with a factor above 0"),
     (("--barrier-cost", "-1"), "give a finite number of ns, 0 or more"),
     (("--block", "3"), "--block limits --straggler-to-median or --no-late-start"),
+    (("--block-speedup", "3=0"), "'3=0': give BLOCK=FACTOR with a factor above 0"),
+    (("--block-speedup", "x=2"), "'x=2': give BLOCK=FACTOR with a block's index"),
+    (("--block-speedup", "100000=2"), "--block-speedup 100000=...: "),
+    (("--wait-phases", "a,,b", "--speedup", "compute=2"), "give phase names separated by commas"),
+    (("--wait-phases", "nope", "--speedup", "compute=2"), "--wait-phases 'nope': "),
 ])
 def test_whatif_command_refuses_a_question_it_cannot_answer(args, message):
     p = _ktrace("whatif", str(SAMPLES / "late_start_ktrace.bin"), *args)
@@ -357,3 +362,125 @@ def test_a_release_set_waiting_on_its_own_lane_has_no_order_and_the_rounds_decid
     assert order_of(cyclic) is None
     r = replay(cyclic, max_rounds=64)  # the rounds, as before: a slice waiting for its own lane's later end
     assert not r.settled and r.rounds == 64  # grows every round, never settles: no prediction
+
+
+def _pipeline_with_timed_waits(blocks: int = 2, tiles: int = 3, k_tiles: int = 8, spin: int = 1000,
+                               mma: int = 100, flight: int = 200):
+    """A producer (group 0) and a consumer (group 1) per block, each tile one ``load`` and one ``mma`` slice with
+    a timed wait per K tile nested in it: the producer works ``spin`` ns a K tile then waits 40 ns in
+    ``load_wait`` (a stage is always free: its own time, as fast as its work); the consumer waits in ``mma_wait`` until the K tile's
+    load lands (``flight`` ns after the producer's work ends), then works ``mma`` ns. Returns the records per lane
+    and the wall of the same pipeline with the producer ``speed`` times as fast (a function)."""
+    def run(speed: float):
+        lanes = {}
+        wall = 0
+        for b in range(blocks):
+            prod, cons = [], []
+            t = T0 + 32 * b
+            c = t + 64
+            for tile in range(tiles):
+                prod.append((0, 0, t))
+                cons.append((0, 1, c))
+                for j in range(k_tiles):
+                    t += int(round(spin / speed))
+                    ready = t + flight
+                    check = int(round(40 / speed))  # the free stage's check: the producer's own time
+                    prod += [(0, 2, t), (1, 2, t + check)]
+                    t += check
+                    if ready > c:
+                        cons += [(0, 3, c), (1, 3, ready)]
+                        c = ready
+                    c += mma
+                prod.append((1, 0, t))
+                cons.append((1, 1, c))
+                t += 32
+                c += 32
+            lanes[(b, 0)], lanes[(b, 1)] = prod, cons
+            wall = max(wall, t - 32, c - 32)
+        return lanes, wall - T0
+    return run
+
+
+def _build_records(lanes: dict, events: list[str]):
+    """{(block, group): [(type 0 begin / 1 end, event, ns), ...]} -> (Timeline, Figures, Decoded)."""
+    rows = [(b, g, i, t, e, ts) for (b, g), recs in lanes.items() for i, (t, e, ts) in enumerate(recs)]
+    block, group, seq, rtype, event, ts = (np.array(c, np.int64) for c in zip(*rows))
+    groups = max(g for _, g in lanes) + 1
+    tag = encode_tags("flashinfer", rtype, event, block, group, groups, sm=block.copy())
+    buf = place_records(max(b for b, _ in lanes) + 1, groups, block, group, seq, tag, ts,
+                        max(len(s) for s in lanes.values()) + 2)
+    d = decode(buf, events=",".join(events))
+    fig = numpy_figures(d)
+    return timeline_of(d, fig), fig, d
+
+
+def test_a_timed_wait_is_a_release_by_the_lane_it_waits_for_not_busy_time():
+    """A consumer whose mma slices are mostly mma_wait for a slow producer: the waits are releases by the
+    producer's work, so a faster producer shortens them (the wall of the same pipeline built with the faster
+    producer, to the ns), and a faster consumer gains only its own work."""
+    run = _pipeline_with_timed_waits()
+    lanes, wall = run(1.0)
+    tl, fig, _ = _build_records(lanes, ["load", "mma", "load_wait", "mma_wait"])
+    assert not tl.waits_unread and not tl.head.all()  # the waits cut the slices
+    assert replay(tl).wall_ns == fig.kernel.wall_ns
+    for speed in (2.0, 4.0):
+        w = whatif(tl, Change(speedup=(("load", speed),)))
+        assert abs(w.predicted_wall_ns - run(speed)[1]) <= 64, (speed, w.predicted_wall_ns, run(speed)[1])
+    # The consumer's own work is 100 ns a K tile of 1040: twice as fast, it saves at most its last pieces.
+    assert whatif(tl, Change(speedup=(("mma", 2.0),))).saving_ns <= 2 * 100
+
+
+def test_a_pipelines_stake_is_the_replay_of_its_change_on_timed_waits():
+    """The pipeline warning read from the timed waits: its stake is the replayed saving of its change (the
+    producer as fast as the consumer's own work), and ``whatif --fix 1`` replays the same (the stake is at most
+    that: here its claim, the producer's own work less the consumer's)."""
+    import ktrace
+
+    lanes, wall = _pipeline_with_timed_waits(blocks=4)(1.0)
+    _, fig, d = _build_records(lanes, ["load", "mma", "load_wait", "mma_wait"])
+    a = ktrace.analyze(d)
+    warn = [f for f in a.findings if f.severity == "warning"]
+    assert warn and warn[0].kind == "pipeline" and warn[0].figures["bounding_group"] == 0, a.findings
+    w = ktrace.whatif(d, fix=1)
+    told = w.fix["warnings"][0]
+    assert told["replayed_saving_ns"] == w.saving_ns > 0.5 * wall
+    assert warn[0].impact_ns <= w.saving_ns  # its claim on the critical path, the producer's excess, is less
+    assert told["cut"] is None if warn[0].impact_ns >= w.saving_ns - 1 else told["cut"] == "claims"
+
+
+def test_block_speedup_is_typed_by_hand_as_the_gpc_kinds_change():
+    """``--block-speedup BLOCK=FACTOR`` (repeatable): the blocks' every slice FACTOR times as fast, the change a
+    slow GPC's finding replays; CTA 17 of the IKET straggler 3x as fast saves what balancing it saves."""
+    import json
+
+    src = str(SAMPLES / "iket" / "straggler_run1.trace.json.gz")
+    p = _ktrace("whatif", src, "--block-speedup", "17=3", "--block-speedup", "5=1.5", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["change"] == {"block_speedup": [[17, 3.0], [5, 1.5]]}
+    balanced = json.loads(_ktrace("whatif", src, "--fix", "1", "--json").stdout)
+    assert abs(d["saving_ns"] - balanced["saving_ns"]) <= 0.05 * balanced["saving_ns"]
+    assert "block 17 3x as fast; block 5 1.5x as fast" in _ktrace("whatif", src, "--block-speedup", "17=3",
+                                                                    "--block-speedup", "5=1.5").stdout
+
+
+def test_wait_phases_names_the_timed_waits_of_a_capture_that_names_them_otherwise():
+    """The same pipeline with its waits named ``stage_free`` and ``data_ready`` (not ``*_wait``): read as busy
+    time, a faster producer saves nothing; with ``--wait-phases`` they are releases, and the prediction is the
+    faster producer's wall. A name the capture lacks, or a phase that is not nested, is refused."""
+    import ktrace
+    from ktrace import InputError
+
+    run = _pipeline_with_timed_waits()
+    lanes, _ = run(1.0)
+    _, _, d = _build_records(lanes, ["load", "mma", "stage_free", "data_ready"])
+    change = Change(speedup=(("load", 2.0),))
+    assert ktrace.whatif(d, change).saving_ns < 500  # the consumer's slices, waits and all, as measured
+    w = ktrace.whatif(d, change, wait_phases=("stage_free", "data_ready"))
+    assert abs(w.predicted_wall_ns - run(2.0)[1]) <= 64, (w.predicted_wall_ns, run(2.0)[1])
+    with pytest.raises(InputError, match="no phase of that name"):
+        ktrace.whatif(d, change, wait_phases=("nope",))
+    with pytest.raises(InputError, match="no slice of it lies inside a lane's work"):
+        ktrace.whatif(d, change, wait_phases=("load",))
+    with pytest.raises(InputError, match="--wait-phases is for a change of your own"):
+        ktrace.whatif(d, fix=1, wait_phases=("stage_free",))

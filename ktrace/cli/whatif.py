@@ -1,7 +1,8 @@
 """``ktrace whatif``: what a change would make of a capture's wall, by replaying its timeline.
 
     ktrace whatif BUF [--balance PHASE] [--straggler-to-median PHASE] [--no-late-start] [--block N]
-                      [--barrier-cost NS] [--spread PHASE] [--speedup PHASE=FACTOR] [--json]
+                      [--barrier-cost NS] [--spread PHASE] [--speedup PHASE=FACTOR]
+                      [--group-speedup GROUP=FACTOR] [--block-speedup BLOCK=FACTOR] [--json]
     ktrace whatif BUF --fix N|all      # the change that removes warning N's cause (analyze's numbering)
 
 Exit codes: 0 ok, 2 bad input (no change given, a phase the capture lacks, a trace instead of a buffer, a warning
@@ -59,6 +60,12 @@ def register(sub) -> None:
                    help="with --blocks: K blocks resident per SM (default: the measured residency)")
     w.add_argument("--group-speedup", metavar="GROUP=FACTOR", type=_group_speedup, action="append", default=[],
                    help="every slice of warp group GROUP FACTOR times as fast; repeatable")
+    w.add_argument("--wait-phases", metavar="NAMES", type=_names,
+                   help="phases nested in the lanes' work that time a wait (comma-separated), read as waits released "
+                   "by the lane they wait for, beside those whose names say so (mma_wait, tma-wait)")
+    w.add_argument("--block-speedup", metavar="BLOCK=FACTOR", type=_block_speedup, action="append", default=[],
+                   help="every slice of block BLOCK FACTOR times as fast (a slow GPC's blocks as fast as the others'); "
+                   "repeatable")
     format_options(w, "the prediction")
     decode_options(w)
 
@@ -125,7 +132,7 @@ def _quoted(text: str) -> str:
     return f"'{excerpt(text, 40)}'"
 
 
-def _speedup(text: str) -> tuple[str, float]:
+def _speedup(text: str, what: str = "PHASE") -> tuple[str, float]:
     import argparse
 
     phase, sep, factor = text.rpartition("=")
@@ -136,7 +143,7 @@ def _speedup(text: str) -> tuple[str, float]:
     if not sep or not phase or f != f:
         raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR, e.g. compute=1.5")
     if not MIN_SPEEDUP <= f <= MAX_SPEEDUP:
-        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give PHASE=FACTOR with a factor above 0, from "
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give {what}=FACTOR with a factor above 0, from "
                                          f"{MIN_SPEEDUP:g} to {MAX_SPEEDUP:g} (1.5: half as fast again, 0.5: twice "
                                          "as slow)")
     return phase, f
@@ -145,10 +152,28 @@ def _speedup(text: str) -> tuple[str, float]:
 def _group_speedup(text: str) -> tuple[int, float]:
     import argparse
 
-    group, factor = _speedup(text)
+    group, factor = _speedup(text, "GROUP")
     if not group.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r}: give GROUP=FACTOR with a warp group's number, e.g. 1=1.5")
     return int(group), factor
+
+
+def _names(text: str) -> tuple[str, ...]:
+    import argparse
+
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give phase names separated by commas, e.g. spin,poll")
+    return names
+
+
+def _block_speedup(text: str) -> tuple[int, float]:
+    import argparse
+
+    block, factor = _speedup(text, "BLOCK")
+    if not block.isdigit():
+        raise argparse.ArgumentTypeError(f"{_quoted(text)}: give BLOCK=FACTOR with a block's index, e.g. 17=1.5")
+    return int(block), factor
 
 
 def _cmd_whatif(a) -> int:
@@ -159,11 +184,12 @@ def _cmd_whatif(a) -> int:
     change = Change(balance=tuple(a.balance), straggler_to_median=tuple(a.straggler_to_median),
                     no_late_start=a.no_late_start, block=a.block, barrier_cost_ns=a.barrier_cost,
                     barrier_own_only=a.barrier_own_only, spread=tuple(a.spread), speedup=tuple(a.speedup),
-                    group_speedup=tuple(a.group_speedup), blocks=a.blocks, per_sm=a.per_sm)
+                    group_speedup=tuple(a.group_speedup), block_speedup=tuple(a.block_speedup), blocks=a.blocks,
+                    per_sm=a.per_sm)
     if a.fix is not None:
         if not change.empty():
             raise InputError("whatif: --fix N replays warning N's own change: give it alone, without other changes")
-        w = whatif(a.source, fix=a.fix, **decode_kwargs(a))
+        w = whatif(a.source, fix=a.fix, wait_phases=a.wait_phases or (), **decode_kwargs(a))
         emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
              json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -178,8 +204,8 @@ def _cmd_whatif(a) -> int:
     if change.empty():
         raise InputError("whatif: give a change: --fix N (a warning of ktrace analyze), --balance PHASE, "
                          "--straggler-to-median PHASE, --no-late-start, --barrier-cost NS, --spread PHASE, "
-                         "--speedup PHASE=FACTOR, --group-speedup GROUP=FACTOR or --blocks N")
-    w = whatif(a.source, change, **decode_kwargs(a))
+                         "--speedup PHASE=FACTOR, --group-speedup GROUP=FACTOR, --block-speedup BLOCK=FACTOR or --blocks N")
+    w = whatif(a.source, change, wait_phases=a.wait_phases or (), **decode_kwargs(a))
     emit(a, lambda: print(whatif_text(a.source, w.to_dict())),
          json=lambda: json.dumps({"source": a.source, **w.to_dict()}, indent=2, ensure_ascii=False))
     return EXIT_OK

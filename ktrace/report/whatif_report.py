@@ -48,6 +48,11 @@ def change_text(change: dict) -> str:
         parts.append(f"no untimed work between {p} and {q}")
     for g, f in change.get("group_speedup", []):
         parts.append(f"warp group {g} {f:.3g}x as fast")
+    blocks = change.get("block_speedup", [])
+    for b, f in blocks[:8]:
+        parts.append(f"block {b} {f:.3g}x as fast")
+    if len(blocks) > 8:
+        parts.append(f"{len(blocks) - 8:,} more blocks as fast")
     return "; ".join(parts) or "nothing changed"
 
 

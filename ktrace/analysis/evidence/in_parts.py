@@ -20,9 +20,9 @@ import numpy as np
 
 from ...runtime.config import SERIAL, Stage, thread_pool
 from .keyed import distinct as _distinct
-from .waits import LeadIns, TopSlices, WaitCauses, lead_ins, wait_causes
+from .waits import LeadIns, TopSlices, WaitCauses, is_timed_wait, lead_ins, wait_causes
 
-__all__ = ["read_evidence", "read_top_evidence", "finish_evidence", "EVIDENCE_MAX_SLICES"]
+__all__ = ["read_evidence", "read_top_evidence", "finish_evidence", "nested_waits", "EVIDENCE_MAX_SLICES"]
 
 EVIDENCE_MAX_SLICES = 1 << 19
 PIECE_ROWS = 1 << 16  # top-level slices a range is read in at a time (stream.CHUNK_ROWS)
@@ -32,6 +32,16 @@ _SUBSET = 8  # blocks sampled together: the largest portable cluster; larger clu
 def _top(cols, a: int, b: int) -> TopSlices:
     """TopSlices of rows [a, b) of the stream's columns (top-level only)."""
     return _top_rows(cols, np.arange(a, b)[cols.depth[a:b] == 0])
+
+
+def nested_waits(cols) -> TopSlices | None:
+    """The slices of timed-wait phases (is_timed_wait) nested in a lane's work (depth 1 or more): what the replay
+    reads as the lane waiting for a release (replay.py); None where there is none."""
+    codes = [c for c, nm in enumerate(cols.names) if is_timed_wait(nm)]
+    if not codes or not cols.n:
+        return None
+    rows = np.flatnonzero((cols.depth > 0) & np.isin(cols.code, codes))
+    return _top_rows(cols, rows) if len(rows) else None
 
 
 def _top_rows(cols, rows: np.ndarray) -> TopSlices:

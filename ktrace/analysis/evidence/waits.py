@@ -32,6 +32,7 @@ table is equal whichever engine produced the other figures.
 
 from __future__ import annotations
 
+import re
 
 import numpy as np
 
@@ -40,9 +41,21 @@ from .keyed import (distinct as _distinct, groups as _groups, key_then_who as _k
                     spread_by as _spread_by)
 from ..model.wait_tables import LeadIns, TopSlices, WaitCauses  # noqa: F401 (TopSlices: read here and re-exported)
 
-__all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION"]
+__all__ = ["TopSlices", "WaitCauses", "wait_causes", "LeadIns", "lead_ins", "CAUSES", "HANDOFF_TICKS", "SYNC_FRACTION",
+           "TIMED_WAIT", "is_timed_wait"]
 
 CAUSES = ("group", "grid", "cluster", "own", "unexplained", "none")
+# A phase that times a wait (IKET's ``mma_wait`` around a consumer's wait for a full stage): ``wait``, or a name
+# ending in ``wait`` after a separator. The replay reads such slices nested in a lane's work as the lane waiting
+# for a release by another lane of its block (replay.py), not as its busy time.
+TIMED_WAIT = re.compile(r"(?:^|.*[_\-. ])wait$", re.IGNORECASE)
+
+
+def is_timed_wait(name) -> bool:
+    """Whether phase ``name`` times a wait (TIMED_WAIT): ``wait``, ``mma_wait``, ``tma-wait``, ``barrier.Wait``."""
+    return bool(TIMED_WAIT.fullmatch(str(name or "")))
+
+
 HANDOFF_TICKS = 4  # a gap ending this many ticks (or less) after another group's slice end was released by it
 HANDOFF_LIFT = 1.5  # ... this many times more often than chance, and by 5 standard deviations of a Poisson count
 SYNC_FRACTION = 0.75  # instances in which no lane began before the last one ended, for a barrier

@@ -157,7 +157,8 @@ class Figures:
     """Every figure of the analysis, from SQL (figures.py) or from the numpy engine (stream.py).
 
     launch: the launch facts (the launch slice's args without 'debug.'), in the order written. top: the
-    top-level slices the wait evidence read, when it read every one (the replay's input; not a figure).
+    top-level slices the wait evidence read, when it read every one (the replay's input; not a figure); timed:
+    the slices of timed-wait phases nested in them (the replay's too).
     """
 
     kernel: Kernel
@@ -175,6 +176,7 @@ class Figures:
     wait_causes: WaitCauses
     lead_ins: LeadIns
     top: TopSlices | None = None  # every top-level slice, for the replay (replay.py); None: a sample was read
+    timed: TopSlices | None = None  # the timed-wait slices nested in the lanes' work (replay.py); None: none
 
     TABLES: ClassVar[tuple[str, ...]] = ("phases", "instances", "lanes", "waits", "critical_path",
                                          "critical_shares", "blocks", "lane_totals", "busy_sms", "occupancy",

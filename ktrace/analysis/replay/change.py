@@ -9,24 +9,20 @@ model and replay").
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..evidence.keyed import distinct
+from ..evidence.waits import TIMED_WAIT  # noqa: F401 (re-exported: a phase that times a wait)
 from .replay import Timeline, measured_starts
 from ...core.records import frozen
 
 __all__ = ["Change", "arrays", "combine", "change_dict", "resized_wall", "TIMED_WAIT", "timed_waits"]
 
-# A phase that times a wait (IKET's ``mma_wait``): the replay counts it as the lane's busy time, not as a release,
-# so a change on a timeline with such phases gives no bound (the waits would not shrink with the work they wait for).
-TIMED_WAIT = re.compile(r"(?:^|.*[_\-. ])wait$", re.IGNORECASE)
-
-
 def timed_waits(tl: Timeline) -> bool:
-    """Whether the timeline has a phase that times a wait (TIMED_WAIT): its replayed changes give no bound."""
-    return any(TIMED_WAIT.fullmatch(str(n)) for n in tl.names)
+    """Whether the timeline has timed waits the replay could not read as waits (a top-level slice of a wait phase,
+    TIMED_WAIT, or nested waits the figures did not keep): its replayed changes give no bound (such a wait would
+    not shrink with the work it waits for)."""
+    return bool(tl.waits_unread)
 
 
 @frozen
@@ -172,13 +168,17 @@ def arrays(tl: Timeline, ch: Change):
     for name in sorted(ch.phases()):
         tl.phase_code(name)
     dur = _durations(tl, ch)
+    gap = tl.gap.astype(np.float64)
+    if tl.own_wait is not None and tl.own_wait.any():  # a lane's own wait scales with the work before it
+        w = np.flatnonzero(tl.own_wait)
+        before = tl.dur[w - 1].astype(np.float64)
+        gap[w] *= np.where(before > 0, dur[w - 1] / np.maximum(before, 1e-9), 1.0)
     start = measured_starts(tl)
     if ch.starts is not None:
         start = np.asarray(ch.starts, np.float64) - tl.kernel_begin
     lat = tl.latency.astype(np.float64) if ch.latencies is None else np.asarray(ch.latencies, np.float64).copy()
-    gap = tl.gap.astype(np.float64)
     for p, q in ch.no_gap:
-        own = ~tl.first & (tl.release == 1) & (tl.phase == tl.phase_code(q))
+        own = ~tl.first & _heads(tl) & (tl.release == 1) & (tl.phase == tl.phase_code(q))
         own[1:] &= tl.phase[:-1] == tl.phase_code(p)
         gap[own] = 0.0
     for block, phase in ch.on_time():
@@ -188,8 +188,41 @@ def arrays(tl: Timeline, ch: Change):
     return dur, start, lat, gap
 
 
+def _heads(tl: Timeline) -> np.ndarray:
+    """Each row whether it is its slice's first piece (every row where no timed wait cut a slice)."""
+    return np.ones(len(tl), bool) if tl.head is None else tl.head
+
+
 def _durations(tl: Timeline, ch: Change) -> np.ndarray:
+    """Each row's duration with the change's edits. Where timed waits cut the slices into pieces, the edits
+    work on the slices (a piece's slice: its instance), each slice's work its pieces and the lane's own waits
+    between them, and its pieces scaled by what the edit made of it."""
     dur = tl.dur.astype(np.float64) if ch.durations is None else np.asarray(ch.durations, np.float64).copy()
+    if tl.head is None or tl.head.all():
+        return _edited(tl, ch, dur)
+    of = tl.piece_of
+    ids, inv = np.unique(of, return_inverse=True)
+    own = np.where(tl.own_wait, tl.gap, 0).astype(np.float64) if tl.own_wait is not None else 0.0
+    tot = np.bincount(inv, weights=dur + own, minlength=len(ids))
+    at = np.flatnonzero(tl.head)  # each slice's first piece stands for it
+    at = at[np.argsort(inv[at], kind="stable")]
+    sub = _Rows(tl, at, tot)
+    new = _edited(sub, ch, tot.copy())
+    return dur * np.where(tot > 0, new / np.maximum(tot, 1e-9), 1.0)[inv]
+
+
+class _Rows:
+    """The slices of a timeline cut at timed waits, as rows of their own for the edits (_edited): each slice's
+    lane, block, group, phase and instance, its work its duration."""
+
+    def __init__(self, tl: Timeline, at: np.ndarray, dur: np.ndarray) -> None:
+        self.lane, self.block, self.group = tl.lane[at], tl.block[at], tl.group[at]
+        self.phase, self.k, self.names = tl.phase[at], tl.k[at], tl.names
+        self.dur = dur
+        self.phase_code = tl.phase_code
+
+
+def _edited(tl, ch: Change, dur: np.ndarray) -> np.ndarray:
     for name in ch.balance:
         m = tl.phase == tl.phase_code(name)
         dur[m] = _balanced(tl, m, dur)
@@ -259,7 +292,7 @@ def _no_late_start(tl: Timeline, block, phase, start, lat, gap) -> None:
         return
     kmax = int(tl.k.max()) + 1 if len(tl) else 1
     inst = (tl.group.astype(np.int64) * (len(tl.names) + 1) + tl.phase) * kmax + tl.k
-    for arr, m in ((lat, tl.release >= 2), (gap, ~tl.first & (tl.release == 1))):
+    for arr, m in ((lat, _heads(tl) & (tl.release >= 2)), (gap, ~tl.first & _heads(tl) & (tl.release == 1))):
         on = np.flatnonzero(scope & m)
         if not len(on):
             continue

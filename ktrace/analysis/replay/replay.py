@@ -13,6 +13,9 @@ Each top-level slice ``s`` (docs/analysis-schema.md, "Cause model and replay") b
   time from that release to the begin (the barrier's own cost, the hand-off's);
 - ``start``: a lane's first slice that nothing released begins where it was measured (its launch).
 
+A slice with timed waits nested in it (``mma_wait``) is cut at each: the piece after a wait is released by the
+lane it waited for (timed_waits.py), so a wait shrinks when the work it waits for gets faster.
+
 The slice lasts as long as it was measured (or as a change says). Replaying the unchanged timeline gives every
 measured begin back, so the wall is the measured one; replaying it with one cause removed (``Change``) gives the
 wall without it, and the difference is what removing the cause saves (whatif.py).
@@ -31,7 +34,8 @@ import numpy as np
 
 from ..evidence.keyed import distinct, key_then_who
 from ..evidence.slots import slot_figures
-from ..evidence.waits import TopSlices
+from ..evidence.waits import TopSlices, is_timed_wait
+from .timed_waits import pieces as _pieces, wait_releases as _wait_releases
 from ..model.results import Figures
 from ..figures.numpy.structure import blocks_before
 from .order import ends_in_order, order_of
@@ -75,6 +79,14 @@ class Timeline:
     kernel_end: int
     tick_ns: float
     slots: tuple = (0, 0)  # (SMs, resident blocks per SM) as measured (evidence/slots.py): a resized grid's slots
+    # Timed waits (a lane's work cut at each wait nested in it, ``_pieces``): head, whether the row is its
+    # top-level slice's first piece (every row where nothing was cut); piece_of, the top-level slice each row is a
+    # piece of (its rows' index into the slices); own_wait, whether the gap before the row is a timed wait that no
+    # other lane's work ended during (the lane's own time: it scales with the work before it).
+    head: np.ndarray | None = None
+    piece_of: np.ndarray | None = None
+    own_wait: np.ndarray | None = None
+    waits_unread: bool = False  # a timed-wait phase the replay could not read as waits (top-level, or not given)
 
     def __len__(self) -> int:
         return len(self.lane)
@@ -112,8 +124,9 @@ class Replayed:
 
 # -- building the graph ---------------------------------------------------------------------------------------
 
-def timeline_of(d, fig: Figures) -> Timeline:
-    """The Timeline of a Decoded ``d`` whose figures are ``fig`` (their wait causes and blocks)."""
+def timeline_of(d, fig: Figures, wait_phases=()) -> Timeline:
+    """The Timeline of a Decoded ``d`` whose figures are ``fig`` (their wait causes and blocks); wait_phases:
+    phases read as timed waits beside those whose names say so (is_timed_wait)."""
     from ..figures.numpy.structure import slice_depth
 
     sl = d.slices
@@ -131,6 +144,22 @@ def timeline_of(d, fig: Figures) -> Timeline:
         lut[e] = c
     # Each (phase, lane)'s k-th slice: the decoder counts k per event; two events of one name are one phase.
     s = TopSlices.of(sl.lane[top], sl.block[top], sl.group[top], lut[ev], sl.k[top], sl.begin_ns[top], sl.end_ns[top])
+    waited = np.zeros(len(sl.lane), bool)
+    for e in distinct(sl.event[~top]).tolist():
+        nm = d.launch.event_name(int(e))
+        if is_timed_wait(nm) or nm in wait_phases:
+            waited |= ~top & (sl.event == e)
+    waits = None
+    if waited.any():
+        wev = sl.event[waited]
+        wlut = np.zeros(int(wev.max()) + 1, np.int64)
+        for e in distinct(wev).tolist():
+            nm = d.launch.event_name(int(e))
+            if nm not in names:
+                names.append(nm)
+            wlut[e] = names.index(nm)
+        waits = TopSlices.of(sl.lane[waited], sl.block[waited], sl.group[waited], wlut[wev], sl.k[waited],
+                             sl.begin_ns[waited], sl.end_ns[waited])
     if len(set(code_of.values())) < len(code_of):  # renumber k per (lane, phase) in begin order
         o = np.lexsort((s.begin, s.phase_index, s.lane))
         key = s.lane[o] * (len(names) + 1) + s.phase_index[o]
@@ -139,16 +168,28 @@ def timeline_of(d, fig: Figures) -> Timeline:
         k = np.empty_like(kk)
         k[o] = kk
         s = replace(s, k=k)
-    return timeline(s, tuple(names), fig)
+    return timeline(s, tuple(names), fig, waits=waits if waits is not None else False)
 
 
-def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
+def timeline(s: TopSlices, names: tuple, fig: Figures, waits=None) -> Timeline:
     """The Timeline of the top-level slices ``s`` (phase_index: codes into ``names``) with the edges that
-    ``fig``'s wait causes and blocks evidence."""
+    ``fig``'s wait causes and blocks evidence. waits: the timed-wait slices nested in them (phase_index: codes
+    into ``names``; None: ``fig.timed``'s, whose codes are its phases' indices; False: none): each cuts its
+    lane's slice in two, and the piece after it waits for the release by another lane of the block (_pieces)."""
+    given = waits
+    waits = getattr(fig, "timed", None) if waits is None else (waits or None)
+    if waits is not None and not len(waits.lane):
+        waits = None
+    # A timed wait the replay cannot read as one: a top-level slice of a wait phase (busy time as measured), or
+    # a wait phase whose nested slices the figures did not keep (another engine's).
+    unread = bool(len(s.lane)) and any(is_timed_wait(names[c]) for c in distinct(s.phase_index).tolist())
+    unread |= given is None and waits is None and any(is_timed_wait(p) for p in fig.phases.phase.tolist())
+    s, head, piece_of, wcode = _pieces(s, waits)
     keys = (s.lane, s.begin, s.end, s.phase_index, s.k)
     order = np.arange(len(s.lane)) if _in_order(keys) else np.lexsort(keys[::-1])  # the figures': in order
     lane, block, group = s.lane[order], s.block[order], s.group[order]
     ph, k, begin, end = s.phase_index[order], s.k[order], s.begin[order], s.end[order]
+    head, piece_of, wcode = head[order], piece_of[order], wcode[order]
     n = len(lane)
     tick = float(fig.kernel.tick_ns or 1)
     first = np.r_[True, lane[1:] != lane[:-1]] if n else np.zeros(0, bool)
@@ -174,7 +215,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
         if p is not None and q is not None:
             cause_of[(p, q, int(r["group"]))] = r
     bkey = (ph[pp] * nph + ph) * (int(group.max()) + 1 if n else 1) + group
-    gi = np.flatnonzero(~first)
+    gi = np.flatnonzero(~first & head)  # the boundaries between slices (a piece after a timed wait: below)
     sizes: set = set()
     by_group: dict = {}
     for (p, q, g), r in cause_of.items():
@@ -231,6 +272,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
             latency[fr] = begin[fr] - rel_end
     _idle_before_barrier(lane, first, ph, inst, begin, end, first & (release == 0) & ~later, release, rel_key,
                          latency)
+    own_wait = _wait_releases(lane, block, end, begin, head, wcode, release, rel_key, latency, gap)
     # Compact the referenced sets; their members.
     referenced = rel_key >= 0
     used, rel_inv = np.unique(rel_key[referenced], return_inverse=True)
@@ -246,7 +288,7 @@ def timeline(s: TopSlices, names: tuple, fig: Figures) -> Timeline:
     s = slot_figures(bl, fig.kernel.begin_ns, fig.kernel.end_ns) if len(bl) else None
     return Timeline(lane, block, group, ph, k, begin, end, tuple(names), first, gap, release, rel_set, latency,
                     start, mrow, set_starts, later, kb, ke, tick,
-                    (int(s["sms"]), int(s["resident_per_sm"])) if s else (0, 0))
+                    (int(s["sms"]), int(s["resident_per_sm"])) if s else (0, 0), head, piece_of, own_wait, unread)
 
 
 def _in_order(keys) -> bool:

@@ -24,10 +24,11 @@ DEFAULT_TICK_NS = 32  # %globaltimer step measured on an H200
 
 
 def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp, blocks, lane_totals,
-               evidence: tuple, top: TopSlices | None = None) -> Figures:
+               evidence: tuple, top: TopSlices | None = None, timed: TopSlices | None = None) -> Figures:
     """The Figures of these tables, with the ones that follow from them: the critical path's shares per
     phase, busy SMs over time, the launch's occupancy; evidence: what each wait waited for and the lead-ins
-    (WaitCauses, LeadIns); top: every top-level slice, for the replay (None where only a sample was read)."""
+    (WaitCauses, LeadIns); top: every top-level slice, for the replay (None where only a sample was read); timed:
+    the timed waits nested in the lanes' work, for the replay too (None: none, or not read)."""
     busy = st.busy_sms(blocks)
     return Figures(
         kernel=kernel,
@@ -45,6 +46,7 @@ def figures_of(kernel: Kernel, launch: dict, phases, instances, lanes, waits, cp
         wait_causes=evidence[0],
         lead_ins=evidence[1],
         top=top,
+        timed=timed,
     )
 
 

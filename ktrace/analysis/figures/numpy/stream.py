@@ -24,7 +24,7 @@ from ....core.model import Decoded, Summary
 from ....core.progress import stage
 from ....runtime.config import Parallelism, Slots, parallelism, thread_pool
 from . import structure as st
-from ...evidence.in_parts import finish_evidence, read_evidence
+from ...evidence.in_parts import finish_evidence, nested_waits, read_evidence
 from ...evidence.keyed import distinct as _distinct  # np.unique by a sort: faster for many repeated values
 from .phase_tables import figures_of, kernel_figures, phases_table
 from ...model.results import Blocks, Figures, LaneTotals
@@ -363,6 +363,7 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
     cuts = _lane_cuts(cols, balanced_chunk_rows(cols.n, per_range, sweeps.jobs))
     read = read_evidence(cols, cuts, kernel.tick_ns, names, head.launch.num_blocks, inst.table, sweeps)
     top = read[0][0] if not read[1] else None  # every top-level slice (not a sample): what the replay reads
+    timed = nested_waits(cols) if top is not None else None  # the timed waits in the lanes' work: the replay's too
     with thread_pool(1 if par.stage("evidence_tests").parallel else 0, "ktrace-evidence") as beside:
         # Its boundaries side by side on the cores the workers leave, at most Parallelism.evidence_threads (on
         # 16 cores with 8 workers, at 1e8 records: 1.4-1.5 s in one thread, 0.9 s in 4, 0.9-1.0 s in 8 with
@@ -378,4 +379,4 @@ def _figures(parts, chunk_rows: int, progress, max_slices: int | None, summary: 
             stage(progress, "critical path")
             evidence, cp = tests.result(), walk.result()
     return figures_of(kernel, launch_facts(head, summary), phases, inst.table, lanes, waits, cp, blocks, lane_totals,
-                      evidence, top=top)
+                      evidence, top=top, timed=timed)

@@ -14,7 +14,7 @@ import numpy as np
 from ....core.progress import stage
 from ...evidence import in_parts
 from ....runtime.config import thread_pool
-from ...evidence.waits import TopSlices, lead_ins
+from ...evidence.waits import TopSlices, is_timed_wait, lead_ins
 from ..numpy.phase_tables import wait_causes_of
 from .package import MODULES, include_all, register
 
@@ -68,8 +68,9 @@ def sql_figures(session, *, register_package: bool = True, upid: int | None = No
             evidence, top = in_parts.finish_evidence(read), None
         else:
             evidence = causes.result(), lead_ins(top, instances.phase_index, instances.k, instances.last_lane)
+        timed = _timed_slices(session, names) if top is not None else None
         return Figures(kernel=kernel, launch=launch, phases=phases, instances=instances, **tables,
-                       wait_causes=evidence[0], lead_ins=evidence[1], top=top)
+                       wait_causes=evidence[0], lead_ins=evidence[1], top=top, timed=timed)
 
 
 def _include(session, progress, modules, done: int) -> None:
@@ -110,6 +111,21 @@ def _top_slices(session) -> TopSlices:
     lane, inst, ts, end_ts, *blocks = (np.asarray(r.column(c), np.int64) for c in cols)
     block = blocks[0] if blocks else lane // n
     return TopSlices(lane, block, lane - block * n, inst >> 32, inst & 0xFFFFFFFF, ts, end_ts)
+
+
+def _timed_slices(session, names: dict[int, str]) -> TopSlices | None:
+    """The slices of timed-wait phases nested in the lanes' work (depth 1 or more), as the numpy engine keeps
+    them (evidence/in_parts.py nested_waits): the replay reads them as waits; None where there is none."""
+    codes = sorted(i for i, nm in names.items() if is_timed_wait(nm))
+    if not codes:
+        return None
+    r = session.query(f"{_SLICES}SELECT lane, inst, ts, end_ts, block, grp FROM _ktrace_slice "
+                      f"WHERE depth > 0 AND inst / 4294967296 IN ({', '.join(map(str, codes))}) ORDER BY lane, ts, id")
+    lane, inst, ts, end_ts, block, grp = (np.asarray(r.column(c), np.int64) for c in
+                                          ("lane", "inst", "ts", "end_ts", "block", "grp"))
+    if not len(lane):
+        return None
+    return TopSlices(lane, block, grp, inst >> 32, inst & 0xFFFFFFFF, ts, end_ts)
 
 
 def _refuse_several_gpus(session) -> None:

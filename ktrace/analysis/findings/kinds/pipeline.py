@@ -26,7 +26,7 @@ from ...replay.change import TIMED_WAIT, Change
 
 NAME = "pipeline"
 
-WAIT_NAME = TIMED_WAIT  # a phase that times a wait (IKET's mma_wait): the replay counts it as busy time
+WAIT_NAME = TIMED_WAIT  # a phase that times a wait (IKET's mma_wait): the replay reads it as a release (timed_waits.py)
 WAITING_SHARE = 0.5  # from timed waits: a group waits when its wait phases are at least this share of its busy time
 BOUNDING_SHARE = 0.1  # ... for a group that hardly waits, at most this
 
