@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import interruptible
+from conftest import interruptible, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 LOST = ("error: a worker process ended unexpectedly (signal SIGKILL): out of memory, or killed? Run again, or "
@@ -247,9 +247,15 @@ def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path)
             p.communicate()
             bad.append((which, delay, "hung"))
             continue
-        time.sleep(0.2)
-        left = [k for k in subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True, text=True).stdout.split()
-                if _alive(k)]  # an exited process not yet reaped by its new parent is gone
+        def _left():
+            return [k for k in subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True,
+                                              text=True).stdout.split() if _alive(k)]  # exited, not reaped: gone
+
+        try:
+            wait_until(lambda: not _left(), "the session's processes gone", timeout_s=10)
+        except AssertionError:
+            pass  # reported below, with the rest
+        left = _left()
         if p.returncode != 130 or "Traceback" in err or left:
             bad.append((which, delay, p.returncode, err[-300:], left))
             for k in left:
