@@ -1,6 +1,7 @@
 """The first screen: ``ktrace analyze X`` on every sample fits 40 lines of 100 columns, and 80 columns without
 a number split across lines; each warning is a headline of at most 100 characters built from its figures, with
-its stake, the one thing to do and at most two lines of evidence; --details adds tables that fit the width."""
+its stake, the one thing to do and its evidence, wrapped at any width, never cut; --details adds tables that fit
+the width."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from conftest import SAMPLES as SAMPLE_DIR, run_ktrace, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p for p in (ROOT / "samples").rglob("*") if p.is_file() and re.search(
-    r"\.(bin|bin\.gz|chrome_trace|chrome_trace\.gz|perfetto-trace)$", p.name))
+    r"\.(bin|bin\.gz|chrome_trace|chrome_trace\.gz|perfetto-trace|trace\.json\.gz)$", p.name))
 _NUMBER = re.compile(r"\d(?:[\d,.]*\d)?")
 
 
@@ -39,6 +40,7 @@ def test_the_samples_are_all_found():
     names = {p.name for p in SAMPLES}
     assert len(SAMPLES) >= 100 and "fi_mla_decode_run1.bin.gz" in names and "triton_matmul.chrome_trace.gz" in names
     assert any(p.parent.name == "repeats" for p in SAMPLES) and any(p.parent.name == "ab" for p in SAMPLES)
+    assert any(p.parent.name == "iket" for p in SAMPLES)
 
 
 @pytest.mark.slow
@@ -60,6 +62,9 @@ def test_every_sample_fits_the_first_screen(monkeypatch):
         split = _split_numbers(text80, wide)
         if split:
             bad.append(f"{path.name}: numbers split at 80 columns: {split}")
+        for columns, text in ((80, text80), (100, text100)):  # wrapped, never cut: the same words as wide
+            if "".join(text.split()) != "".join(wide.split()):  # (a word wider than the screen is folded)
+                bad.append(f"{path.name}: at {columns} columns the report is not the wide one wrapped")
         v = Vocabulary.of(a)
         for f in a.findings:
             h = headline(f, v)

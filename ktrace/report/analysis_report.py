@@ -1,7 +1,7 @@
 """What ``ktrace analyze`` shows: text (rich renderables), Markdown (for PR comments) and a PNG plot.
 
 The short report first: one line for the kernel and its launch shape, data quality, each warning as a headline
-in plain words (analysis/headlines.py) with its stake, the one thing to do and at most two lines of evidence,
+in plain words (analysis/headlines.py) with its stake, the one thing to do and its evidence (wrapped, never cut),
 then one line saying what else there is. ``details`` adds each finding in full and the tables (phases, waits,
 the critical path, instances per phase), each fitted to the terminal by dropping columns in a stated order.
 Nothing here computes a figure; it only lays them out. The words are docs/glossary.md's. The plot is
@@ -180,7 +180,6 @@ def _critical_title(a: Analysis) -> str:
 
 # ------------------------------------------------------------------------------------------ short report
 MAX_SHORT_WARNINGS = 5  # the short report's warnings; more are counted on the last line (--details has all)
-EVIDENCE_LINES = 2
 
 
 def _vocab(a: Analysis) -> Vocabulary:
@@ -228,13 +227,13 @@ _UNIT = re.compile(r"(\d) (ns|µs|us|ms|s|SMs|blocks|slots|of|x)\b")
 
 class Prose:
     """A paragraph wrapped at the width it is drawn at, between words only (a number is never split across
-    lines): the first line after ``first``, the others after ``indent``; ``max_lines`` keeps that many lines, the
-    last cut at a word with '…'. Measured as its longest word, so a pipe's console keeps its text width."""
+    lines), never cut: the first line after ``first``, the others after ``indent``. Measured as its longest
+    word, so a pipe's console keeps its text width."""
 
-    def __init__(self, text: str, first: str = "", indent: str = "", style: str = "", max_lines: int | None = None,
+    def __init__(self, text: str, first: str = "", indent: str = "", style: str = "",
                  first_style: str | None = None) -> None:
         self.text, self.first, self.indent, self.style = printable(text), first, indent, style
-        self.max_lines, self.first_style = max_lines, first_style
+        self.first_style = first_style
 
     def lines(self, width: int) -> list[str]:
         import textwrap
@@ -244,13 +243,6 @@ class Prose:
         out = [line.replace("\0", " ") for line in textwrap.wrap(
             glued, width, initial_indent=self.first, subsequent_indent=self.indent, break_long_words=False,
             break_on_hyphens=False)] or [self.first.rstrip()]
-        if self.max_lines and len(out) > self.max_lines:
-            out = out[:self.max_lines]
-            last = out[-1]
-            cut = last[:width - 1] if len(last) >= width else last
-            if len(cut) > len(self.indent) and " " in cut[len(self.indent):]:
-                cut = cut.rsplit(" ", 1)[0]
-            out[-1] = cut.rstrip(",;:(") + "…"
         return out
 
     def __rich_console__(self, console, options):
@@ -314,7 +306,7 @@ _PLAIN = re.compile("[ -~µ…]*")  # printable ASCII, µ and …
 
 def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
     """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
-    thing to do and at most two lines of evidence, then what else there is: Prose and _Line."""
+    thing to do and its evidence (wrapped, never cut), then what else there is: Prose and _Line."""
     v = _vocab(a)
     out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
@@ -334,8 +326,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
         out.append(Prose(h.text, first=num, indent="    ", style="bold yellow"))
         out.append(Prose(_stake(f) + (f"; do: {h.action}" if h.action else ""), first="    ", indent="    "))
         if h.evidence:
-            out.append(Prose(f"evidence: {h.evidence}", first="    ", indent="    ", style="dim",
-                             max_lines=None if details else EVIDENCE_LINES))
+            out.append(Prose(f"evidence: {h.evidence}", first="    ", indent="    ", style="dim"))
     if show_all:
         infos = [f for f in a.findings if f.severity != "warning"]
         if infos:
