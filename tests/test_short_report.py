@@ -190,3 +190,21 @@ def test_the_command_line_prints_the_short_report_and_the_tables_on_request():
     assert rc == 0, err
     assert "rescale-o: instances" in more and max(map(len, more.splitlines())) <= 100
     assert "info findings" in more and "--all for" not in more
+
+
+def test_whatif_and_runs_wrap_at_the_terminal_width_under_their_indent():
+    args = ("whatif", sample("imbalance"), "--straggler-to-median", "compute")
+    rc, narrow, err = run_ktrace(*args, env={"COLUMNS": "80"})
+    assert rc == 0, err
+    wide = run_ktrace(*args, env={"COLUMNS": "1000"})[1]
+    lines = narrow.splitlines()
+    assert max(map(len, lines)) <= 80 and len(lines) > len(wide.splitlines())  # the path lines were 170 wide
+    assert "".join(narrow.split()) == "".join(wide.split())  # wrapped, not cut
+    assert all(line.startswith("  ") for line in lines[1:]), narrow  # under its line's indent, not at column 0
+    rc, out, err = run_ktrace("analyze", "--runs", sample("imbalance_ktrace"), sample("imbalance_run2_ktrace"),
+                              env={"COLUMNS": "80"})
+    assert rc == 0, err
+    lines = out.splitlines()
+    warnings = lines[lines.index("warnings in every run") + 1:next(i for i, x in enumerate(lines) if x.startswith("phases:"))]
+    assert len(warnings) > 4 and all(line.startswith("  ") and len(line) <= 80 for line in warnings), out
+    assert all(line.startswith("    ") for line in warnings if not line.startswith("  in ")), out
