@@ -38,8 +38,30 @@ def _share(x) -> str:
 
 def quality_lines(a: Analysis) -> list[str]:
     """The data-quality warnings (records lost, unpaired, overwritten, unreadable), each a sentence with its
-    counts; empty when every record is in the figures (or nothing is known of them)."""
-    return list(a.data_quality.warnings)
+    counts, then the phases' missing names; empty when every record is in the figures, under its name (or
+    nothing is known of them)."""
+    unnamed = unnamed_phases_line(a)
+    return list(a.data_quality.warnings) + ([unnamed] if unnamed else [])
+
+
+def _quality_title(a: Analysis) -> str:
+    return "not every record is in the figures" if a.data_quality.warnings else "the phases have no names"
+
+
+_DEFAULT_PHASE = re.compile(r"event_\d+")  # core.model's name of an event no sidecar or --events names
+
+
+def unnamed_phases_line(a: Analysis) -> str | None:
+    """Where no phase has a name (no launch sidecar beside the buffer, or one without event names, and no
+    --events), one line that says so: the phases are then event_0, event_1, ... by index, which a reader would
+    otherwise take for the kernel's own names. None where any phase is named."""
+    names = [str(p) for p in a.phases.phase]
+    if not names or not all(_DEFAULT_PHASE.fullmatch(n) for n in names):
+        return None
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (f"the phases are named by event index ({shown}): no launch sidecar with event names beside the "
+            "capture (NAME.json beside NAME.bin, docs/sidecar.md) and no --events; give --events NAMES (in "
+            "index order) or --sidecar JSON")
 
 
 def _thresholds_line(a: Analysis) -> str:
@@ -315,7 +337,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
         out.append(Prose(roofline_line(a), indent="  "))
     quality = quality_lines(a)
     if quality:
-        out.append(_Line("data quality: not every record is in the figures", style="bold red"))
+        out.append(_Line(f"data quality: {_quality_title(a)}", style="bold red"))
         out += [Prose(q, first="  ! ", indent="    ", style="yellow") for q in quality]
     warnings = [f for f in a.findings if f.severity == "warning"]
     shown = warnings if details else warnings[:MAX_SHORT_WARNINGS]
@@ -510,7 +532,7 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
         parts += [md_text(roofline_line(a)), ""]
     quality = quality_lines(a)
     if quality:
-        parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures", ">"]
+        parts += ["> [!WARNING]", f"> **Data quality**: {_quality_title(a)}", ">"]
         parts += [f"> - {md_text(q)}" for q in quality]
         parts.append("")
     warnings = [f for f in a.findings if f.severity == "warning"]
