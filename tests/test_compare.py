@@ -170,8 +170,10 @@ def test_kernel_wall_findings_and_notes(d, judged):
     # one cause, one finding: block 17's imbalance is listed in its straggler finding
     assert "stable_straggler: compute" in judged.findings_resolved
     # one run per side, judged by the model: the wait after compute fell beyond the noise; the straggler's
-    # lead over the next lane (a skew: up to 100% between same-input runs of FlashInfer's kernels) did not
-    assert "large_wait: compute" in d.findings_resolved and not d.findings_gone
+    # lead over the next lane is a skew, which moves by up to all of itself between same-input runs (no change
+    # of it is beyond that noise): its direction, with its stake's fall, says it went away. Every warning that
+    # went away is listed.
+    assert d.findings_resolved == ("large_wait: compute", "stable_straggler: compute") and not d.findings_gone
     assert any("only the before capture" in n for n in d.notes)  # the synthetic after has no timings
     assert all(c.figure not in ("control_us", "profiled_us") for c in d.kernel)
 
