@@ -205,6 +205,18 @@ def test_whatif_and_runs_wrap_at_the_terminal_width_under_their_indent():
                               env={"COLUMNS": "80"})
     assert rc == 0, err
     lines = out.splitlines()
-    warnings = lines[lines.index("warnings in every run") + 1:next(i for i, x in enumerate(lines) if x.startswith("phases:"))]
+    end = next(i for i, x in enumerate(lines) if x.startswith("phases:"))
+    warnings = lines[lines.index("warnings in every run") + 1:end]
     assert len(warnings) > 4 and all(line.startswith("  ") and len(line) <= 80 for line in warnings), out
     assert all(line.startswith("    ") for line in warnings if not line.startswith("  in ")), out
+
+
+def test_print_of_an_analysis_in_python_ends_with_python_not_flags():
+    import ktrace
+
+    a = ktrace.analyze(sample("imbalance"))
+    text = " ".join(str(a).split())
+    assert "--details" not in text and "--all" not in text
+    assert "more: a.findings for each finding in full (2 info findings too" in text and "a.phases" in text
+    rc, out, _ = run_ktrace("analyze", sample("imbalance"))  # the command keeps its flags
+    assert rc == 0 and "more: --details for the tables" in out and "--all for 2 info findings" in out

@@ -231,8 +231,10 @@ def sampled_line(a: Analysis) -> str | None:
             "the stakes are the critical path's, not replayed")
 
 
-def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int) -> str | None:
+def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int, python: bool = False) -> str | None:
     infos = sum(f.severity != "warning" for f in a.findings)
+    if python:  # print(a) in Python: what to read on the object, not the command's flags
+        return _python_more_line(a, infos, hidden_warnings)
     more = []
     if hidden_warnings:
         more.append(f"--details for {hidden_warnings} more warning{'' if hidden_warnings == 1 else 's'}, the tables "
@@ -242,6 +244,14 @@ def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int)
     if infos and not show_all:
         more.append(f"--all for {infos} info finding{'' if infos == 1 else 's'}")
     return "more: " + ", ".join(more) if more else None
+
+
+def _python_more_line(a: Analysis, infos: int, hidden_warnings: int) -> str:
+    found = (f"a.findings for {hidden_warnings} more warning{'' if hidden_warnings == 1 else 's'} and each "
+             "finding in full" if hidden_warnings else "a.findings for each finding in full")
+    if infos:
+        found += f" ({infos} info finding{'' if infos == 1 else 's'} too: severity 'info')"
+    return f"more: {found}; a.phases, a.waits, a.critical_path and a.instances for the tables; ktrace.plot(a)"
 
 
 _UNIT = re.compile(r"(\d) (ns|µs|us|ms|s|SMs|blocks|slots|of|x)\b")
@@ -295,11 +305,12 @@ class _Line(NamedTuple):
     style: str = ""
 
 
-def _short(a: Analysis, show_all: bool, details: bool) -> list:
+def _short(a: Analysis, show_all: bool, details: bool, python: bool = False) -> list:
     """The short report as rich renderables (_short_items')."""
     from rich.text import Text
 
-    return [Text(x.text, style=x.style) if isinstance(x, _Line) else x for x in _short_items(a, show_all, details)]
+    return [Text(x.text, style=x.style) if isinstance(x, _Line) else x
+            for x in _short_items(a, show_all, details, python)]
 
 
 def short_lines(a: Analysis, show_all: bool, width: int | None, min_width: int) -> list[list[str]] | None:
@@ -326,9 +337,10 @@ def short_lines(a: Analysis, show_all: bool, width: int | None, min_width: int) 
 _PLAIN = re.compile("[ -~µ…]*")  # printable ASCII, µ and …
 
 
-def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
+def _short_items(a: Analysis, show_all: bool, details: bool, python: bool = False) -> list:
     """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
-    thing to do and its evidence (wrapped, never cut), then what else there is: Prose and _Line."""
+    thing to do and its evidence (wrapped, never cut), then what else there is (``python``: as the Analysis'
+    attributes, for print() in Python, instead of the command's flags): Prose and _Line."""
     v = _vocab(a)
     out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
@@ -360,7 +372,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
     sampled = sampled_line(a)
     if sampled:
         out.append(Prose(sampled, indent="  ", style="dim"))
-    more = _more_line(a, show_all, details, len(warnings) - len(shown))
+    more = _more_line(a, show_all, details, len(warnings) - len(shown), python)
     if more:
         out.append(Prose(more, indent="  ", style="dim"))
     return out
@@ -410,12 +422,12 @@ def _details(a: Analysis, show_all: bool) -> list:
     return out
 
 
-def analysis_text(a: Analysis, show_all: bool = False, details: bool = False) -> list:
+def analysis_text(a: Analysis, show_all: bool = False, details: bool = False, python: bool = False) -> list:
     """Rich renderables: the short report (the kernel's line, each warning's headline, stake, action and
     evidence, what else there is); ``details``: then the launch shape, thresholds, each finding in full and the
     tables (phases, waits, critical path, instances), each fitted to the width it is drawn at; ``show_all``:
-    info findings too."""
-    out = _short(a, show_all, details)
+    info findings too; ``python``: what else there is said as the Analysis' attributes (print(a)), not flags."""
+    out = _short(a, show_all, details, python)
     if details:
         out += _details(a, show_all)
     elif not len(a.phases):
