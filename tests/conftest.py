@@ -158,3 +158,19 @@ def read_until_querying(p, start: str) -> None:
         if line.startswith(f"ktrace-test: querying {start}"):
             return
     raise AssertionError(f"the child ended (exit {p.wait()}) before querying {start!r}: {''.join(seen)[-2000:]}")
+
+
+# Tests measured at 0.6 s or more on a 2-core machine that carried no `slow` mark (the quick lane's rule,
+# pyproject.toml): one node id a line in tests/slow_tests.txt, marked slow here when collected, so that the
+# quick lane stays quick without editing each test (CI runs every test either way).
+_SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _SLOW_LIST.exists():
+        return
+    listed = {line.strip() for line in _SLOW_LIST.read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)

@@ -95,3 +95,12 @@ def test_no_stray_file_at_the_root_and_the_license_is_apache():
     text = (ROOT / "LICENSE").read_text()
     assert text.lstrip().startswith("Apache License\n") and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text and len(text) > 11_000
+
+
+def test_every_test_the_slow_list_names_exists():
+    listed = [line.strip() for line in (ROOT / "tests" / "slow_tests.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    for node in listed:
+        path, _, name = node.partition("::")
+        function = name.split("[")[0]
+        assert (ROOT / path).exists() and f"def {function}(" in (ROOT / path).read_text(), f"no test {node}"
