@@ -31,7 +31,7 @@ def _run(tmp_path: Path, code: str, timeout: float = 120) -> list[str]:
     prog.write_text(textwrap.dedent(code))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
     r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=timeout, env=env,
-                       cwd=tmp_path)
+                       cwd=tmp_path, preexec_fn=interruptible)  # its own Ctrl-C works in a background run too
     assert "Traceback" not in r.stderr, r.stderr
     return r.stdout.strip().splitlines()
 
