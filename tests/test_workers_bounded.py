@@ -243,38 +243,49 @@ def until(ready, seconds):  # polls for a state, never waits a fixed time
         time.sleep(0.01)
     return ready()
 
+def start(which, delay):
+    # a run: a child forked from this process (the imports paid once), the leader of a session of its own as
+    # a command started from a shell is
+    err = tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.dup2(err.fileno(), 2)
+        one(which, delay)
+    return which, delay, pid, err
+
+def finish(which, delay, pid, err):
+    # what went wrong with a run (None: it exited 130, printed no traceback and left nothing in its session)
+    status = None
+    end = time.monotonic() + 60
+    while status is None and time.monotonic() < end:
+        got, st = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            status = st
+        else:
+            time.sleep(0.01)
+    if status is None:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return [which, delay, "hung"]
+    code = os.waitstatus_to_exitcode(status)
+    until(lambda: not left(pid), 10)
+    rest = left(pid)
+    err.seek(0)
+    text = err.read().decode(errors="replace")
+    for k in rest:
+        os.kill(int(k), signal.SIGKILL)
+    return [which, delay, code, text[-300:], rest] if code != 130 or "Traceback" in text or rest else None
+
 if __name__ == "__main__":
-    # Each run is a child forked from this process (the imports paid once), the leader of a session of its
-    # own as a command started from a shell is: its stderr, its exit status and what it leaves are checked.
-    for which, delay in json.loads(sys.argv[1]):
-        err = tempfile.TemporaryFile()
-        pid = os.fork()
-        if pid == 0:
-            os.setsid()
-            os.dup2(err.fileno(), 2)
-            one(which, delay)
-        status = None
-        end = time.monotonic() + 60
-        while status is None and time.monotonic() < end:
-            got, st = os.waitpid(pid, os.WNOHANG)
-            if got == pid:
-                status = st
-            else:
-                time.sleep(0.01)
-        if status is None:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            print(json.dumps([which, delay, "hung"]), flush=True)
-            continue
-        code = os.waitstatus_to_exitcode(status)
-        until(lambda: not left(pid), 10)
-        rest = left(pid)
-        err.seek(0)
-        text = err.read().decode(errors="replace")
-        if code != 130 or "Traceback" in text or rest:
-            print(json.dumps([which, delay, code, text[-300:], rest]), flush=True)
-            for k in rest:
-                os.kill(int(k), signal.SIGKILL)
+    # Two runs side by side (each a session of its own): the machine is loaded either way, and the moments
+    # still cover the work's whole life; their stderr, exit status and what they leave are checked one by one.
+    runs = json.loads(sys.argv[1])
+    for pair in zip(runs[0::2], runs[1::2] + [None]):
+        started = [start(*r) for r in pair if r is not None]
+        for bad in (finish(*s) for s in started):
+            if bad:
+                print(json.dumps(bad), flush=True)
 """
 
 
