@@ -10,6 +10,37 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+
+
+def _test_home() -> Path:
+    """The tests' own cache and config folders, in the system's temporary folder (one per checkout, private to
+    this user): the compiled trace processor is kept between runs, and nothing lands in ~/.cache/ktrace,
+    ~/.config/ktrace or the checkout. Every ktrace a test starts inherits them (a test that wants another cache
+    sets KTRACE_CACHE_DIR itself)."""
+    import hashlib
+    import tempfile
+
+    tag = hashlib.sha256(str(ROOT).encode()).hexdigest()[:10]
+    home = Path(tempfile.gettempdir()) / f"ktrace-tests-{os.getuid()}-{tag}"
+    for sub in ("cache", "config", "hypothesis"):
+        (home / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    return home
+
+
+TEST_HOME = _test_home()
+os.environ["KTRACE_CACHE_DIR"] = str(TEST_HOME / "cache")
+os.environ["XDG_CONFIG_HOME"] = str(TEST_HOME / "config")  # the snapshot secret: ktrace/engine/wasm_snapshot.py
+
+try:  # hypothesis keeps its examples database in ./.hypothesis unless told otherwise
+    from hypothesis import settings as _hypothesis_settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    _hypothesis_settings.register_profile(
+        "ktrace-tests", database=DirectoryBasedExampleDatabase(str(TEST_HOME / "hypothesis")))
+    _hypothesis_settings.load_profile("ktrace-tests")
+except ImportError:
+    pass
 SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.bin"))
 
 
@@ -63,6 +94,22 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _files_under(folder: Path) -> dict:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _samples_untouched():
+    """Tests write only to temporary folders: samples/ (and examples/) hold after the run what they held
+    before it, file for file (an error at the end of the session names what was written)."""
+    before = {d: _files_under(ROOT / d) for d in ("samples", "examples")}
+    yield
+    for d, files in before.items():
+        now = _files_under(ROOT / d)
+        changed = sorted(set(now) - set(files)) + sorted(f for f in files if now.get(f, files[f]) != files[f])
+        assert not changed, f"tests wrote into {d}/ (write to tmp_path instead): " + ", ".join(changed[:10])
+
+
 @pytest.fixture(autouse=True)
 def _no_terminal_width(monkeypatch):
     """Reports into a pipe are what the tests read: $COLUMNS (a developer's terminal's, or the 80 pytest-xdist
@@ -74,3 +121,56 @@ def quick_first(values, n: int) -> list:
     """``values`` as test parameters of which only the first ``n`` run in the quick lane (-m "not slow"); the
     rest are marked slow (CI runs them all)."""
     return [v if i < n else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+
+
+def wait_until(ready, what: str, timeout_s: float = 60.0, every_s: float = 0.05):
+    """Polls ``ready()`` until it is true (its value is returned): a test waits for a state, never a fixed time.
+    ``timeout_s`` only bounds a hang; the AssertionError names ``what`` did not happen."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = ready()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:g} s: {what} did not happen")
+        time.sleep(every_s)
+
+
+# A child ``ktrace`` (python -c KTRACE_SAYING_QUERIES CMD ...) that prints "ktrace-test: querying <sql>" on
+# stdout as each SQL statement goes to the engine: a test reads up to the one it waits for, and knows the
+# child is inside that query (no fixed sleep).
+KTRACE_SAYING_QUERIES = (
+    "import sys\nfrom ktrace.engine.session import Session\n_query = Session.query\n"
+    "def query(self, sql, *args, **kwargs):\n"
+    "    print('ktrace-test: querying', ' '.join(sql.split())[:200], flush=True)\n"
+    "    return _query(self, sql, *args, **kwargs)\n"
+    "Session.query = query\nfrom ktrace.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+
+
+def read_until_querying(p, start: str) -> None:
+    """Reads the stdout of a child started with KTRACE_SAYING_QUERIES until it says it is running the query
+    that starts with ``start`` (an AssertionError if it exits first)."""
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if line.startswith(f"ktrace-test: querying {start}"):
+            return
+    raise AssertionError(f"the child ended (exit {p.wait()}) before querying {start!r}: {''.join(seen)[-2000:]}")
+
+
+# Tests measured at 0.6 s or more on a 2-core machine that carried no `slow` mark (the quick lane's rule,
+# pyproject.toml): one node id a line in tests/slow_tests.txt, marked slow here when collected, so that the
+# quick lane stays quick without editing each test (CI runs every test either way).
+_SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _SLOW_LIST.exists():
+        return
+    listed = {line.strip() for line in _SLOW_LIST.read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)

@@ -55,10 +55,22 @@ def _modules():
         yield name, (name if is_pkg else name.rsplit(".", 1)[0]), path
 
 
+def _statements(tree: ast.Module):
+    """Every statement, at any depth (in functions, classes, branches, handlers): an import is a statement, so
+    the expressions, most of the tree, need no visit."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            todo.extend(x for x in getattr(node, field, ()) if isinstance(x, (ast.stmt, ast.excepthandler,
+                                                                                  ast.match_case)))
+
+
 def _imports(name: str, package: str, tree: ast.Module):
     """(target module, at module level?) for every ktrace import in the module."""
     top = set(map(id, tree.body))
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         targets = []
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -78,13 +90,20 @@ def _imports(name: str, package: str, tree: ast.Module):
 
 
 MODULES = list(_modules())
+_IMPORTS: dict = {}
 
 
-@pytest.mark.slow
+def _imports_of(name: str, package: str, path: Path) -> list:
+    """_imports of one module, each module parsed once for every test here (the rules run in the quick lane)."""
+    if name not in _IMPORTS:
+        _IMPORTS[name] = list(_imports(name, package, ast.parse(path.read_text())))
+    return _IMPORTS[name]
+
+
 def test_no_module_imports_a_layer_above_its_own():
     upward = []
     for name, package, path in MODULES:
-        for target, _ in _imports(name, package, ast.parse(path.read_text())):
+        for target, _ in _imports_of(name, package, path):
             if name != "ktrace" and _layer(target) > _layer(name):
                 upward.append(f"{name} -> {target}")
             elif (_within(name, "ktrace.analysis") and _within(target, "ktrace.analysis") and name != "ktrace.analysis"
@@ -97,12 +116,11 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-@pytest.mark.slow
 def test_imports_form_no_cycle_function_level_included():
     known = {n for n, _, _ in MODULES}
     graph = {n: set() for n in known}
     for name, package, path in MODULES:
-        for target, _ in _imports(name, package, ast.parse(path.read_text())):
+        for target, _ in _imports_of(name, package, path):
             # `from .x import y` of a package's own submodule, or of a name in a package __init__
             while target not in known and "." in target:
                 target = target.rsplit(".", 1)[0]

@@ -170,8 +170,11 @@ def test_kernel_wall_findings_and_notes(d, judged):
     # one cause, one finding: block 17's imbalance is listed in its straggler finding
     assert "stable_straggler: compute" in judged.findings_resolved
     # one run per side, judged by the model: the wait after compute fell beyond the noise; the straggler's
-    # lead over the next lane (a skew: up to 100% between same-input runs of FlashInfer's kernels) did not
-    assert "large_wait: compute" in d.findings_resolved and not d.findings_gone
+    # lead over the next lane is a skew, which moves by up to all of itself between same-input runs (no change
+    # of it is beyond that noise): its direction, with its stake's fall, says it went away. Every warning that
+    # went away is listed. (The barrier after compute waits for block 17; its own release is a tight barrier's,
+    # so it was no warning of its own.)
+    assert d.findings_resolved == ("stable_straggler: compute",) and not d.findings_gone
     assert any("only the before capture" in n for n in d.notes)  # the synthetic after has no timings
     assert all(c.figure not in ("control_us", "profiled_us") for c in d.kernel)
 
@@ -368,7 +371,7 @@ def test_the_real_before_after_pair(after):
     assert c.change("last_block").after != 17 or c.change("last_block_stability").after < 1.0
     assert d.cost_shift is None and d.cost_message.startswith("no cost moved to other phases: compute fell")
     assert "large_wait: load" not in d.findings_new  # the same wait, a larger share of a shorter kernel
-    assert not d.findings_new and "large_wait: compute" in d.findings_resolved
+    assert not d.findings_new and "stable_straggler: compute" in d.findings_resolved
 
 
 # -- cost that moved -------------------------------------------------------------------------------------

@@ -3,12 +3,13 @@ every format, with their counts; a buffer whose records barely match their layou
 
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import sample
+from conftest import run_ktrace, sample
 
 
 def _ktrace(*args):
@@ -89,3 +90,17 @@ def test_a_clean_capture_has_no_warning_and_its_trace_says_the_same(tmp_path):
     trace = tmp_path / "o.perfetto-trace"
     assert _ktrace("convert", sample("overflow_ktrace"), "-o", trace).returncode == 0
     assert _quality(_ktrace("analyze", trace, "--json").stdout)["lost_records"] == 8
+
+
+def test_a_buffer_without_a_sidecar_says_its_phases_are_unnamed(tmp_path):
+    buf = tmp_path / "nosidecar.bin"
+    shutil.copy(sample("imbalance"), buf)  # no nosidecar.json beside it
+    rc, out, err = run_ktrace("analyze", buf)
+    assert rc == 0, err
+    text = " ".join(out.split())
+    assert "data quality: the phases have no names" in text
+    assert "the phases are named by event index (event_0, event_1, event_2)" in text and "--events" in text
+    rc, out, _ = run_ktrace("analyze", buf, "--events", "load,compute,reduce")
+    assert rc == 0 and "data quality" not in out and "compute" in out
+    rc, out, _ = run_ktrace("analyze", sample("imbalance"))  # its sidecar names them
+    assert rc == 0 and "data quality" not in out and "event_" not in out

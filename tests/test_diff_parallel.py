@@ -17,7 +17,7 @@ from ktrace.core.outputs import temporary_folder, temporary_root
 from ktrace.runtime.config import Parallelism
 from ktrace.runtime.workers import default_jobs, run_in_workers
 
-from conftest import ROOT, interruptible, run_ktrace, sample
+from conftest import ROOT, interruptible, run_ktrace, sample, wait_until
 
 BEFORE = sample("imbalance")
 AFTER = ROOT / "tests" / "data" / "imbalance_balanced_synthetic.bin"
@@ -142,8 +142,7 @@ def test_ctrl_c_stops_every_worker_and_removes_their_files(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    time.sleep(1.0)
-    assert not [w for w in workers if _alive(w)]
+    wait_until(lambda: not [w for w in workers if _alive(w)], "every worker gone")
     assert list(tmp.iterdir()) == []
 
 

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from ktrace.engine import cache_files, wasm_cache
 from ktrace.engine.backend import UnsupportedRequest
 from ktrace.core.errors import EXIT_ENV, EXIT_INPUT, EnvironmentMissing, InputError, KtraceError
 
-from conftest import interruptible
+from conftest import KTRACE_SAYING_QUERIES, interruptible, read_until_querying
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -558,13 +557,15 @@ def test_unwritable_cache_is_not_fatal(tiny_module, monkeypatch):
 def test_warm_start_is_fast_and_silent(trace_bytes, engine_cache, wasm_only):
     with open_trace(trace_bytes):
         pass  # makes sure the real module is compiled and cached in engine_cache
-    code = ("import time; t = time.perf_counter(); from ktrace.engine.wasm_cache import load_module; "
-            "load_module(); print(time.perf_counter() - t)")
+    # fast: the cached module is loaded, never compiled again (compiling is what takes seconds: it would fail)
+    code = ("from ktrace.engine import wasm_cache\n"
+            "def _compile(*args):\n    raise SystemExit('compiled again')\n"
+            "wasm_cache._compile = _compile\nwasm_cache.load_module(wide=False)\nprint('loaded')")  # a small trace's build
     env = dict(os.environ, KTRACE_CACHE_DIR=str(engine_cache), PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
-    assert float(out.stdout) < 2.0
+    assert out.stdout == "loaded\n"
 
 
 # -- native engine -------------------------------------------------------------------------------------------
@@ -671,10 +672,8 @@ ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELEC
 def test_endless_query_is_stopped_by_the_timeout(trace_bytes, wasm_only, monkeypatch):
     monkeypatch.setenv("KTRACE_TIMEOUT", "1")
     with open_trace(trace_bytes) as s:
-        t = time.perf_counter()
         with pytest.raises(InputError, match=r"stopped after 1 s .*--timeout"):
             s.query(ENDLESS)
-        assert time.perf_counter() - t < 10
 
 
 def test_timeout_must_be_a_positive_number(trace_bytes, wasm_only, monkeypatch):
@@ -688,17 +687,14 @@ def test_timeout_must_be_a_positive_number(trace_bytes, wasm_only, monkeypatch):
 def test_ctrl_c_stops_a_running_query(tmp_path, trace_bytes, wasm_only):
     trace = tmp_path / "t.perfetto-trace"
     trace.write_bytes(trace_bytes)
-    code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.Popen([sys.executable, "-c", code, "query", str(trace), ENDLESS], env=dict(os.environ),
-                         preexec_fn=interruptible,
+    p = subprocess.Popen([sys.executable, "-c", KTRACE_SAYING_QUERIES, "query", str(trace), ENDLESS],
+                         env=dict(os.environ), preexec_fn=interruptible,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(6)  # loaded and running the query
+    read_until_querying(p, "WITH RECURSIVE")  # loaded and running the query
     assert p.poll() is None
-    t = time.perf_counter()
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
-    assert time.perf_counter() - t < 5
     assert "interrupted" in err and "Traceback" not in err
 
 

@@ -146,7 +146,7 @@ def test_a_terminal_that_cannot_print_micro_gets_us(command):
     assert "602 us" in out and "µ" not in out
 
 
-@pytest.mark.parametrize("name", ["cluster_ktrace.bin", "fi_mla_decode_run1.bin.gz"])
+@pytest.mark.parametrize("name", ["nested_ktrace.bin", "fi_mla_decode_run1.bin.gz"])
 def test_an_ascii_stream_gets_the_whole_report_in_ascii(name):
     # these reports hold a cut line ending in an ellipsis: printed as '...', never a UnicodeEncodeError
     from conftest import run_ktrace

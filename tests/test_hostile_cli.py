@@ -468,10 +468,8 @@ def test_the_cache_lock_is_a_private_file_and_a_held_lock_is_waited_for_with_a_m
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it
     try:
-        t = time.time()
-        with cache_lock(tmp_path, wait_s=1.5, say=lines.append):
+        with cache_lock(tmp_path, wait_s=1.5, say=lines.append):  # gives up waiting, and says so
             pass
-        assert time.time() - t < 10
     finally:
         os.close(fd)
     assert any("waiting for another ktrace" in x for x in lines)

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from ktrace.cli import main
 from ktrace.report.safe_text import md_cell, printable, xml_safe
 
-from conftest import ROOT, sample, sample_meta
+from conftest import KTRACE_SAYING_QUERIES, ROOT, read_until_querying, sample, sample_meta
 
 CLEAR = "\x1b[2J"
 TITLE = "\x1b]0;pwned\x07"
@@ -131,13 +130,9 @@ def test_sigterm_and_sighup_remove_the_temporary_trace(tmp_path, sig):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = dict(os.environ, TMPDIR=str(tmpdir))
-    code = "import sys; from ktrace.cli import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.Popen([sys.executable, "-c", code, "query", str(sample("warpgroups")), ENDLESS], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not list(tmpdir.glob("ktrace-*/*.perfetto-trace")) and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(3)  # into the query
+    p = subprocess.Popen([sys.executable, "-c", KTRACE_SAYING_QUERIES, "query", str(sample("warpgroups")), ENDLESS],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_until_querying(p, "WITH RECURSIVE")  # into the query, its temporary trace written
     assert p.poll() is None and list(tmpdir.glob("ktrace-*/*.perfetto-trace"))
     p.send_signal(getattr(signal, sig))
     _, err = p.communicate(timeout=30)

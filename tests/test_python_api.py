@@ -27,7 +27,7 @@ def test_print_gives_the_text_report_not_the_dataclass(analysis):
     assert "block 17" in text and "Figures(" not in text and "array(" not in text
     assert "\x1b[" not in text  # plain text: no colour codes in a string
     r = repr(analysis)
-    assert len(r.splitlines()) == 1 and "imbalance.bin" in r and "2 warning(s)" in r
+    assert len(r.splitlines()) == 1 and "imbalance.bin" in r and "1 warning(s)" in r
 
 
 def test_print_in_a_fresh_interpreter_prints_the_report():

@@ -1,6 +1,7 @@
 """The first screen: ``ktrace analyze X`` on every sample fits 40 lines of 100 columns, and 80 columns without
 a number split across lines; each warning is a headline of at most 100 characters built from its figures, with
-its stake, the one thing to do and at most two lines of evidence; --details adds tables that fit the width."""
+its stake, the one thing to do and its evidence, wrapped at any width, never cut; --details adds tables that fit
+the width."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from conftest import SAMPLES as SAMPLE_DIR, run_ktrace, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p for p in (ROOT / "samples").rglob("*") if p.is_file() and re.search(
-    r"\.(bin|bin\.gz|chrome_trace|chrome_trace\.gz|perfetto-trace)$", p.name))
+    r"\.(bin|bin\.gz|chrome_trace|chrome_trace\.gz|perfetto-trace|trace\.json\.gz)$", p.name))
 _NUMBER = re.compile(r"\d(?:[\d,.]*\d)?")
 
 
@@ -39,6 +40,7 @@ def test_the_samples_are_all_found():
     names = {p.name for p in SAMPLES}
     assert len(SAMPLES) >= 100 and "fi_mla_decode_run1.bin.gz" in names and "triton_matmul.chrome_trace.gz" in names
     assert any(p.parent.name == "repeats" for p in SAMPLES) and any(p.parent.name == "ab" for p in SAMPLES)
+    assert any(p.parent.name == "iket" for p in SAMPLES)
 
 
 @pytest.mark.slow
@@ -60,6 +62,9 @@ def test_every_sample_fits_the_first_screen(monkeypatch):
         split = _split_numbers(text80, wide)
         if split:
             bad.append(f"{path.name}: numbers split at 80 columns: {split}")
+        for columns, text in ((80, text80), (100, text100)):  # wrapped, never cut: the same words as wide
+            if "".join(text.split()) != "".join(wide.split()):  # (a word wider than the screen is folded)
+                bad.append(f"{path.name}: at {columns} columns the report is not the wide one wrapped")
         v = Vocabulary.of(a)
         for f in a.findings:
             h = headline(f, v)
@@ -187,3 +192,33 @@ def test_the_command_line_prints_the_short_report_and_the_tables_on_request():
     assert rc == 0, err
     assert "rescale-o: instances" in more and max(map(len, more.splitlines())) <= 100
     assert "info findings" in more and "--all for" not in more
+
+
+def test_whatif_and_runs_wrap_at_the_terminal_width_under_their_indent():
+    args = ("whatif", sample("imbalance"), "--straggler-to-median", "compute")
+    rc, narrow, err = run_ktrace(*args, env={"COLUMNS": "80"})
+    assert rc == 0, err
+    wide = run_ktrace(*args, env={"COLUMNS": "1000"})[1]
+    lines = narrow.splitlines()
+    assert max(map(len, lines)) <= 80 and len(lines) > len(wide.splitlines())  # the path lines were 170 wide
+    assert "".join(narrow.split()) == "".join(wide.split())  # wrapped, not cut
+    assert all(line.startswith("  ") for line in lines[1:]), narrow  # under its line's indent, not at column 0
+    rc, out, err = run_ktrace("analyze", "--runs", sample("imbalance_ktrace"), sample("imbalance_run2_ktrace"),
+                              env={"COLUMNS": "80"})
+    assert rc == 0, err
+    lines = out.splitlines()
+    end = next(i for i, x in enumerate(lines) if x.startswith("phases:"))
+    warnings = lines[lines.index("warnings in every run") + 1:end]
+    assert len(warnings) > 4 and all(line.startswith("  ") and len(line) <= 80 for line in warnings), out
+    assert all(line.startswith("    ") for line in warnings if not line.startswith("  in ")), out
+
+
+def test_print_of_an_analysis_in_python_ends_with_python_not_flags():
+    import ktrace
+
+    a = ktrace.analyze(sample("imbalance"))
+    text = " ".join(str(a).split())
+    assert "--details" not in text and "--all" not in text
+    assert "more: a.findings for each finding in full (3 info findings too" in text and "a.phases" in text
+    rc, out, _ = run_ktrace("analyze", sample("imbalance"))  # the command keeps its flags
+    assert rc == 0 and "more: --details for the tables" in out and "--all for 3 info findings" in out

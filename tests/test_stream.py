@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import interruptible
+from conftest import interruptible, wait_until
 from ktrace import api, decode
 from ktrace.analysis import decoder_figures, numpy_figures, sql_figures, stream_figures
 from ktrace.decoding import BufferDecoder
@@ -265,8 +265,7 @@ def test_ctrl_c_stops_the_workers_of_an_analysis(tmp_path):
     os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
     assert p.wait(timeout=30) == 130
     assert p.stderr.read().decode().strip().splitlines()[-1] == "ktrace: interrupted"
-    time.sleep(0.5)
-    assert not [k for k in kids if os.path.exists(f"/proc/{k}")], "a worker was left behind"
+    wait_until(lambda: not [k for k in kids if os.path.exists(f"/proc/{k}")], "every worker gone (one left behind?)")
 
 
 @pytest.mark.parametrize("rows, ks, chunks, piece", [(0, 5, 2, 4), (1, 3, 2, 4), (1000, 50, 7, 64),

@@ -7,6 +7,7 @@ not hang the run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +32,7 @@ def _run(tmp_path: Path, code: str, timeout: float = 120) -> list[str]:
     prog.write_text(textwrap.dedent(code))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
     r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=timeout, env=env,
-                       cwd=tmp_path, preexec_fn=interruptible)
+                       cwd=tmp_path, preexec_fn=interruptible)  # its own Ctrl-C works in a background run too
     assert "Traceback" not in r.stderr, r.stderr
     return r.stdout.strip().splitlines()
 
@@ -199,7 +200,7 @@ def _alive(pid: str) -> bool:
 
 
 _STRESS = """
-import os, signal, sys, threading, time
+import json, os, signal, subprocess, sys, tempfile, threading, time
 import numpy  # imported before the Ctrl-C is timed: an interrupted import of numpy is numpy's own error
 from ktrace.runtime import forked, workers
 
@@ -213,8 +214,7 @@ def capture(x):
     time.sleep(0.05 * (1 + x % 3))
     return x
 
-if __name__ == "__main__":
-    which, delay = sys.argv[1], float(sys.argv[2])
+def one(which, delay):
     threading.Timer(delay, os.killpg, (0, signal.SIGINT)).start()  # Ctrl-C (the whole group) at a moment
     try:
         while True:
@@ -226,6 +226,67 @@ if __name__ == "__main__":
                 workers.run_in_workers(capture, list(range(6)), jobs=2)
     except KeyboardInterrupt:
         sys.exit(130)
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+def left(session):  # an exited process not yet reaped by its new parent is gone
+    out = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True).stdout.split()
+    return [k for k in out if alive(k)]
+
+def until(ready, seconds):  # polls for a state, never waits a fixed time
+    end = time.monotonic() + seconds
+    while not ready() and time.monotonic() < end:
+        time.sleep(0.01)
+    return ready()
+
+def start(which, delay):
+    # a run: a child forked from this process (the imports paid once), the leader of a session of its own as
+    # a command started from a shell is
+    err = tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.dup2(err.fileno(), 2)
+        one(which, delay)
+    return which, delay, pid, err
+
+def finish(which, delay, pid, err):
+    # what went wrong with a run (None: it exited 130, printed no traceback and left nothing in its session)
+    status = None
+    end = time.monotonic() + 60
+    while status is None and time.monotonic() < end:
+        got, st = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            status = st
+        else:
+            time.sleep(0.01)
+    if status is None:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return [which, delay, "hung"]
+    code = os.waitstatus_to_exitcode(status)
+    until(lambda: not left(pid), 10)
+    rest = left(pid)
+    err.seek(0)
+    text = err.read().decode(errors="replace")
+    for k in rest:
+        os.kill(int(k), signal.SIGKILL)
+    return [which, delay, code, text[-300:], rest] if code != 130 or "Traceback" in text or rest else None
+
+if __name__ == "__main__":
+    # Two runs side by side (each a session of its own): the machine is loaded either way, and the moments
+    # still cover the work's whole life; their stderr, exit status and what they leave are checked one by one.
+    runs = json.loads(sys.argv[1])
+    for pair in zip(runs[0::2], runs[1::2] + [None]):
+        started = [start(*r) for r in pair if r is not None]
+        for bad in (finish(*s) for s in started):
+            if bad:
+                print(json.dumps(bad), flush=True)
 """
 
 
@@ -236,26 +297,11 @@ def test_ctrl_c_at_any_moment_of_the_parallel_work_stops_it_every_time(tmp_path)
     prog = tmp_path / "stress.py"
     prog.write_text(_STRESS)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    bad = []
     runs = [("forked", 0.05 + 0.005 * i) for i in range(150)] + [("captures", 0.2 + 0.025 * i) for i in range(50)]
-    for which, delay in runs:
-        p = subprocess.Popen([sys.executable, str(prog), which, f"{delay:.3f}"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, preexec_fn=interruptible, start_new_session=True)
-        try:
-            _, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            bad.append((which, delay, "hung"))
-            continue
-        time.sleep(0.2)
-        left = [k for k in subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True, text=True).stdout.split()
-                if _alive(k)]  # an exited process not yet reaped by its new parent is gone
-        if p.returncode != 130 or "Traceback" in err or left:
-            bad.append((which, delay, p.returncode, err[-300:], left))
-            for k in left:
-                os.kill(int(k), signal.SIGKILL)
-    assert not bad, bad
+    p = subprocess.run([sys.executable, str(prog), json.dumps(runs)], capture_output=True, text=True, env=env,
+                       preexec_fn=interruptible, timeout=3600)
+    bad = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and not bad, (bad, p.stderr[-2000:])
 
 
 def test_a_ctrl_c_while_waiting_on_a_pool_is_raised_outside_pythons_threading_code(tmp_path):

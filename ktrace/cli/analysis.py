@@ -27,9 +27,10 @@ def register(sub) -> None:
     a = sub.add_parser(
         "analyze", help="per-phase figures and findings: imbalance, skew, last finisher, waits, critical path",
         description="Per-phase figures over all blocks (max/mean, start skew, last-finisher stability, waits, "
-        "critical path), computed by the ktrace SQL package in Perfetto's trace processor, and the findings "
-        "they support. The short report first: the kernel's line, each warning's headline with its stake, what to do "
-        "and its evidence; --details adds the tables (words: docs/glossary.md).",
+        "critical path), computed with numpy for a buffer and by the ktrace SQL package in Perfetto's trace "
+        "processor for a trace (the same figures), and the findings they support. The short report first: the "
+        "kernel's line, each warning's headline with its stake, what to do and its evidence; --details adds the "
+        "tables (words: docs/glossary.md).",
         epilog=lambda: f"Thresholds (NAME=VALUE, default in parentheses): {_threshold_names()}. The JSON schema "
         "is ktrace.analysis/2 (docs/analysis-schema.md); records the figures lack (lost, unpaired, unreadable) "
         "are warned of first, as data_quality in the JSON.")

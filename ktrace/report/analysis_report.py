@@ -1,7 +1,7 @@
 """What ``ktrace analyze`` shows: text (rich renderables), Markdown (for PR comments) and a PNG plot.
 
 The short report first: one line for the kernel and its launch shape, data quality, each warning as a headline
-in plain words (analysis/headlines.py) with its stake, the one thing to do and at most two lines of evidence,
+in plain words (analysis/headlines.py) with its stake, the one thing to do and its evidence (wrapped, never cut),
 then one line saying what else there is. ``details`` adds each finding in full and the tables (phases, waits,
 the critical path, instances per phase), each fitted to the terminal by dropping columns in a stated order.
 Nothing here computes a figure; it only lays them out. The words are docs/glossary.md's. The plot is
@@ -38,8 +38,30 @@ def _share(x) -> str:
 
 def quality_lines(a: Analysis) -> list[str]:
     """The data-quality warnings (records lost, unpaired, overwritten, unreadable), each a sentence with its
-    counts; empty when every record is in the figures (or nothing is known of them)."""
-    return list(a.data_quality.warnings)
+    counts, then the phases' missing names; empty when every record is in the figures, under its name (or
+    nothing is known of them)."""
+    unnamed = unnamed_phases_line(a)
+    return list(a.data_quality.warnings) + ([unnamed] if unnamed else [])
+
+
+def _quality_title(a: Analysis) -> str:
+    return "not every record is in the figures" if a.data_quality.warnings else "the phases have no names"
+
+
+_DEFAULT_PHASE = re.compile(r"event_\d+")  # core.model's name of an event no sidecar or --events names
+
+
+def unnamed_phases_line(a: Analysis) -> str | None:
+    """Where no phase has a name (no launch sidecar beside the buffer, or one without event names, and no
+    --events), one line that says so: the phases are then event_0, event_1, ... by index, which a reader would
+    otherwise take for the kernel's own names. None where any phase is named."""
+    names = [str(p) for p in a.phases.phase]
+    if not names or not all(_DEFAULT_PHASE.fullmatch(n) for n in names):
+        return None
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (f"the phases are named by event index ({shown}): no launch sidecar with event names beside the "
+            "capture (NAME.json beside NAME.bin, docs/sidecar.md) and no --events; give --events NAMES (in "
+            "index order) or --sidecar JSON")
 
 
 def _thresholds_line(a: Analysis) -> str:
@@ -180,7 +202,6 @@ def _critical_title(a: Analysis) -> str:
 
 # ------------------------------------------------------------------------------------------ short report
 MAX_SHORT_WARNINGS = 5  # the short report's warnings; more are counted on the last line (--details has all)
-EVIDENCE_LINES = 2
 
 
 def _vocab(a: Analysis) -> Vocabulary:
@@ -210,8 +231,10 @@ def sampled_line(a: Analysis) -> str | None:
             "the stakes are the critical path's, not replayed")
 
 
-def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int) -> str | None:
+def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int, python: bool = False) -> str | None:
     infos = sum(f.severity != "warning" for f in a.findings)
+    if python:  # print(a) in Python: what to read on the object, not the command's flags
+        return _python_more_line(a, infos, hidden_warnings)
     more = []
     if hidden_warnings:
         more.append(f"--details for {hidden_warnings} more warning{'' if hidden_warnings == 1 else 's'}, the tables "
@@ -223,18 +246,26 @@ def _more_line(a: Analysis, show_all: bool, details: bool, hidden_warnings: int)
     return "more: " + ", ".join(more) if more else None
 
 
+def _python_more_line(a: Analysis, infos: int, hidden_warnings: int) -> str:
+    found = (f"a.findings for {hidden_warnings} more warning{'' if hidden_warnings == 1 else 's'} and each "
+             "finding in full" if hidden_warnings else "a.findings for each finding in full")
+    if infos:
+        found += f" ({infos} info finding{'' if infos == 1 else 's'} too: severity 'info')"
+    return f"more: {found}; a.phases, a.waits, a.critical_path and a.instances for the tables; ktrace.plot(a)"
+
+
 _UNIT = re.compile(r"(\d) (ns|µs|us|ms|s|SMs|blocks|slots|of|x)\b")
 
 
 class Prose:
     """A paragraph wrapped at the width it is drawn at, between words only (a number is never split across
-    lines): the first line after ``first``, the others after ``indent``; ``max_lines`` keeps that many lines, the
-    last cut at a word with '…'. Measured as its longest word, so a pipe's console keeps its text width."""
+    lines), never cut: the first line after ``first``, the others after ``indent``. Measured as its longest
+    word, so a pipe's console keeps its text width."""
 
-    def __init__(self, text: str, first: str = "", indent: str = "", style: str = "", max_lines: int | None = None,
+    def __init__(self, text: str, first: str = "", indent: str = "", style: str = "",
                  first_style: str | None = None) -> None:
         self.text, self.first, self.indent, self.style = printable(text), first, indent, style
-        self.max_lines, self.first_style = max_lines, first_style
+        self.first_style = first_style
 
     def lines(self, width: int) -> list[str]:
         import textwrap
@@ -244,13 +275,6 @@ class Prose:
         out = [line.replace("\0", " ") for line in textwrap.wrap(
             glued, width, initial_indent=self.first, subsequent_indent=self.indent, break_long_words=False,
             break_on_hyphens=False)] or [self.first.rstrip()]
-        if self.max_lines and len(out) > self.max_lines:
-            out = out[:self.max_lines]
-            last = out[-1]
-            cut = last[:width - 1] if len(last) >= width else last
-            if len(cut) > len(self.indent) and " " in cut[len(self.indent):]:
-                cut = cut.rsplit(" ", 1)[0]
-            out[-1] = cut.rstrip(",;:(") + "…"
         return out
 
     def __rich_console__(self, console, options):
@@ -281,11 +305,12 @@ class _Line(NamedTuple):
     style: str = ""
 
 
-def _short(a: Analysis, show_all: bool, details: bool) -> list:
+def _short(a: Analysis, show_all: bool, details: bool, python: bool = False) -> list:
     """The short report as rich renderables (_short_items')."""
     from rich.text import Text
 
-    return [Text(x.text, style=x.style) if isinstance(x, _Line) else x for x in _short_items(a, show_all, details)]
+    return [Text(x.text, style=x.style) if isinstance(x, _Line) else x
+            for x in _short_items(a, show_all, details, python)]
 
 
 def short_lines(a: Analysis, show_all: bool, width: int | None, min_width: int) -> list[list[str]] | None:
@@ -312,9 +337,10 @@ def short_lines(a: Analysis, show_all: bool, width: int | None, min_width: int) 
 _PLAIN = re.compile("[ -~µ…]*")  # printable ASCII, µ and …
 
 
-def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
+def _short_items(a: Analysis, show_all: bool, details: bool, python: bool = False) -> list:
     """The first screen: the kernel's line, data quality, each warning's headline with its stake, the one
-    thing to do and at most two lines of evidence, then what else there is: Prose and _Line."""
+    thing to do and its evidence (wrapped, never cut), then what else there is (``python``: as the Analysis'
+    attributes, for print() in Python, instead of the command's flags): Prose and _Line."""
     v = _vocab(a)
     out: list = [Prose(title_line(a), style="bold", indent="  ")]
     if a.launch.get("producer") == "proton":
@@ -323,7 +349,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
         out.append(Prose(roofline_line(a), indent="  "))
     quality = quality_lines(a)
     if quality:
-        out.append(_Line("data quality: not every record is in the figures", style="bold red"))
+        out.append(_Line(f"data quality: {_quality_title(a)}", style="bold red"))
         out += [Prose(q, first="  ! ", indent="    ", style="yellow") for q in quality]
     warnings = [f for f in a.findings if f.severity == "warning"]
     shown = warnings if details else warnings[:MAX_SHORT_WARNINGS]
@@ -334,8 +360,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
         out.append(Prose(h.text, first=num, indent="    ", style="bold yellow"))
         out.append(Prose(_stake(f) + (f"; do: {h.action}" if h.action else ""), first="    ", indent="    "))
         if h.evidence:
-            out.append(Prose(f"evidence: {h.evidence}", first="    ", indent="    ", style="dim",
-                             max_lines=None if details else EVIDENCE_LINES))
+            out.append(Prose(f"evidence: {h.evidence}", first="    ", indent="    ", style="dim"))
     if show_all:
         infos = [f for f in a.findings if f.severity != "warning"]
         if infos:
@@ -347,7 +372,7 @@ def _short_items(a: Analysis, show_all: bool, details: bool) -> list:
     sampled = sampled_line(a)
     if sampled:
         out.append(Prose(sampled, indent="  ", style="dim"))
-    more = _more_line(a, show_all, details, len(warnings) - len(shown))
+    more = _more_line(a, show_all, details, len(warnings) - len(shown), python)
     if more:
         out.append(Prose(more, indent="  ", style="dim"))
     return out
@@ -397,12 +422,12 @@ def _details(a: Analysis, show_all: bool) -> list:
     return out
 
 
-def analysis_text(a: Analysis, show_all: bool = False, details: bool = False) -> list:
+def analysis_text(a: Analysis, show_all: bool = False, details: bool = False, python: bool = False) -> list:
     """Rich renderables: the short report (the kernel's line, each warning's headline, stake, action and
     evidence, what else there is); ``details``: then the launch shape, thresholds, each finding in full and the
     tables (phases, waits, critical path, instances), each fitted to the width it is drawn at; ``show_all``:
-    info findings too."""
-    out = _short(a, show_all, details)
+    info findings too; ``python``: what else there is said as the Analysis' attributes (print(a)), not flags."""
+    out = _short(a, show_all, details, python)
     if details:
         out += _details(a, show_all)
     elif not len(a.phases):
@@ -519,7 +544,7 @@ def analysis_markdown(a: Analysis, show_all: bool = False) -> str:
         parts += [md_text(roofline_line(a)), ""]
     quality = quality_lines(a)
     if quality:
-        parts += ["> [!WARNING]", "> **Data quality**: not every record is in the figures", ">"]
+        parts += ["> [!WARNING]", f"> **Data quality**: {_quality_title(a)}", ">"]
         parts += [f"> - {md_text(q)}" for q in quality]
         parts.append("")
     warnings = [f for f in a.findings if f.severity == "warning"]

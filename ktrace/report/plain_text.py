@@ -25,10 +25,11 @@ def renderables_str(renderables, width: int | None = None) -> str:
 
 
 def analysis_str(a, width: int | None = None) -> str:
-    """The text report of an Analysis, as ``ktrace analyze`` prints it."""
+    """The text report of an Analysis, as ``ktrace analyze`` prints it, but for its last line: what else there
+    is, as the Analysis' attributes rather than the command's flags."""
     from .analysis_report import analysis_text
 
-    return renderables_str(analysis_text(a), width)
+    return renderables_str(analysis_text(a, python=True), width)
 
 
 def diff_str(d, width: int | None = None) -> str:

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from ..analysis.findings.find import format_ns
 from ..analysis.compare.runs import RunsAnalysis
-from .analysis_report import rich_table
+from .analysis_report import Prose, rich_table
 from .safe_text import md_cell, md_text, printable
 
 __all__ = ["runs_text", "runs_markdown"]
@@ -72,21 +72,22 @@ def _phase_rows(r: RunsAnalysis):
 
 
 def runs_text(r: RunsAnalysis) -> list:
-    """Rich renderables: the headline, the warnings that hold, those that do not, the phases' spread."""
-    out = [Text(printable(_headline(r)), style="bold")]
+    """Rich renderables: the headline, the warnings that hold, those that do not, the phases' spread; each
+    paragraph wrapped at the terminal's width under its own indent (Prose)."""
+    out = [Prose(_headline(r), indent="  ", style="bold")]
     out.append(Text("warnings in every run", style="bold underline"))
     if not r.stable:
         out.append(Text("  none: no warning holds in every run", style="green"))
     for f in r.stable:
-        out.append(Text("  " + printable(_line(f))))
+        out.append(Prose(_line(f), first="  ", indent="    "))
     if r.unstable:
-        out.append(Text("warnings in some runs only (noise: they change between runs of the same inputs)",
-                        style="bold underline"))
+        out.append(Prose("warnings in some runs only (noise: they change between runs of the same inputs)",
+                         indent="  ", style="bold underline"))
         for f in r.unstable:
-            out.append(Text("  " + printable(_line(f)), style="dim"))
+            out.append(Prose(_line(f), first="  ", indent="    ", style="dim"))
     out.append(rich_table("phases: mean over the runs (min..max)", *_phase_rows(r)))
-    out.append(Text(printable(_noise(r))))
-    out.append(Text("runs: " + printable(", ".join(r.sources)), style="dim"))
+    out.append(Prose(_noise(r), indent="  "))
+    out.append(Prose("runs: " + ", ".join(r.sources), indent="  ", style="dim"))
     return out
 
 

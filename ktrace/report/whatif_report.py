@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..analysis.findings.verdict import format_ns
-from .safe_text import printable
 
 __all__ = ["whatif_text", "change_text"]
 
@@ -84,21 +83,30 @@ def _fix_lines(fix: dict | None, saving: float) -> list[str]:
     return out
 
 
-def whatif_text(name: str, w: dict) -> str:
-    """The report of a WhatIf (its to_dict()) for the capture ``name``."""
+def whatif_text(name: str, w: dict, width: int | None = None) -> str:
+    """The report of a WhatIf (its to_dict()) for the capture ``name``, each line wrapped at ``width`` columns
+    (default: the terminal's, $COLUMNS; 100 where there is none) under its own indent, never cut."""
+    import shutil
+
+    from .analysis_report import Prose
+    from .plain_text import NO_TERMINAL_WIDTH
+
+    width = width or shutil.get_terminal_size((NO_TERMINAL_WIDTH, 24)).columns
     m, r, p, s = (w[k] for k in ("measured_wall_ns", "replayed_wall_ns", "predicted_wall_ns", "saving_ns"))
     e = w["ends_on"]
-    lines = [f"{name}: what if {change_text(w['change'])}",
-             f"  measured wall    {format_ns(m)}",
-             f"  replayed wall    {format_ns(r)} (the timeline replayed as measured"
-             + (")" if r == m else f": {format_ns(r - m)} off the measured wall)"),
-             f"  predicted wall   {format_ns(p)}",
-             f"  saving           {format_ns(s)} ({s / r:.1%} of the wall)" if r else f"  saving           {format_ns(s)}",
-             f"  critical path before: {_path(w['path_before'], r)}"]
+    lines = [(f"{name}: what if {change_text(w['change'])}", "", "  "),
+             (f"measured wall    {format_ns(m)}", "  ", "    "),
+             (f"replayed wall    {format_ns(r)} (the timeline replayed as measured"
+              + (")" if r == m else f": {format_ns(r - m)} off the measured wall)"), "  ", "    "),
+             (f"predicted wall   {format_ns(p)}", "  ", "    "),
+             (f"saving           {format_ns(s)} ({s / r:.1%} of the wall)" if r else
+              f"saving           {format_ns(s)}", "  ", "    "),
+             (f"critical path before: {_path(w['path_before'], r)}", "  ", "    ")]
     if e:
-        lines += [f"  critical path after:  {_path(w['path'], p)}",
-                  f"  ends on block {e['block']} group {e['group']} ({e['phase']}, instance {e['k']})"]
-    else:  # a resized grid: equal blocks in the measured slots, no slice of the capture's own
-        lines.append("  (a resized grid: equal blocks scheduled into the measured slots; no critical path of slices)")
-    lines += _fix_lines(w.get("fix"), s)
-    return "\n".join(printable(x) for x in lines)
+        lines += [(f"critical path after:  {_path(w['path'], p)}", "  ", "    "),
+                  (f"ends on block {e['block']} group {e['group']} ({e['phase']}, instance {e['k']})", "  ", "    ")]
+    else:  # a resized grid: blocks scheduled into the measured slots, no slice of the capture's own
+        lines.append(("(a resized grid: blocks scheduled into the measured slots; no critical path of slices)", "  ",
+                      "    "))
+    lines += [(x[2:], "  ", "    ") for x in _fix_lines(w.get("fix"), s)]
+    return "\n".join(line for text, first, indent in lines for line in Prose(text, first, indent).lines(width))

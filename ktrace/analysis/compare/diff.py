@@ -309,7 +309,12 @@ def _findings(sb: _Side, sa: _Side, ctx: dict, phases) -> tuple[tuple[str, ...],
         if figure is None or p is None:
             return True
         c = p.change(figure)
-        if c.test == "none":  # not judged (one run per side): the direction, beyond the floors, is what there is
+        # Not judged (one run per side), or a figure whose noise is as large as the figure itself (the model saw
+        # it move by all of it between runs of the same inputs: no change of it is ever beyond the noise): the
+        # direction, beyond the floors, is what there is; the impact's move (above) is the test.
+        blind = c.noise is not None and c.before is not None and c.after is not None and \
+            c.noise >= max(abs(c.before), abs(c.after)) > 0
+        if c.test == "none" or blind:
             return bool(c.delta) and ((c.delta < 0) == bool(c.lower_is_better)) == (verdict == "better")
         return c.verdict == verdict
 
