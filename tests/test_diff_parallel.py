@@ -43,6 +43,7 @@ def _leave_a_temporary_folder(suffix: str) -> str:
 def test_what_the_workers_leave_in_the_temporary_folder_is_removed(tmp_path, monkeypatch):
     # A worker stopped between making a temporary folder and taking charge of it left the folder behind
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "wasmtime", raising=False)  # workers, even where an earlier test loaded it
     made = run_in_workers(_leave_a_temporary_folder, ["-a", "-b"], jobs=2)
     assert [Path(m).name[-2:] for m in made] == ["-a", "-b"]
     assert all(Path(m).parent.parent == tmp_path for m in made)  # in the parent's folder for the workers...

@@ -157,6 +157,7 @@ def secret() -> bytes | None:
             pass
         finally:
             _remove(tmp)
+    if data is None:  # made just now, here or by another process or thread between the read and the check
         data, _ = read_private(path, _SECRET_BYTES)
     if data is None or len(data) != _SECRET_BYTES or os.lstat(path).st_mode & 0o077:  # others may read it
         return None
