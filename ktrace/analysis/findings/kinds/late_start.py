@@ -112,7 +112,7 @@ def _late_lane(ctx, row: int, from_start: bool) -> Verdict | None:
     claims = ctx.claim_window(float(k.begin_ns), float(k.begin_ns) + late)
     first = fig.lanes.phase[fig.lanes.lane == lt.lane[row]]
     phase = str(first[0]) if len(first) else None
-    holds = (f"the critical path begins on it: the other lanes wait for it" if from_start else
+    holds = ("the critical path begins on it: the other lanes wait for it" if from_start else
              f"it ends {_fmt(behind)} after the median lane")
     what = "the kernel waits for it" if from_start else "ends the kernel"
     msg = (f"{ctx.who(b, int(g))} {what} because it starts late: its first slice begins {_fmt(late)} after "
