@@ -343,13 +343,16 @@ def mean_by(key: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+MAX_DISPATCH_WAVES = 4096  # past this many waves of a resized grid, its blocks are dealt to the slots round-robin
+
+
 def resized_wall(tl: Timeline, blocks: int, per_sm: int | None = None) -> int:
     """The wall (ns) of the same total work in ``blocks`` blocks, scheduled into the measured slots (SMs x
     ``per_sm`` resident blocks, default the measured residency), each slot free from its measured first begin
-    (the earliest block begins, one per slot): slot i runs blocks i, i + slots, ... The new blocks keep the
-    measured blocks' spread: new block j lasts measured block (j mod n)'s time (first begin to last end, in block
-    order) times the ratio that keeps the total work, so uneven blocks still leave their tail. ValueError where
-    the timeline has no SM ids to count the slots by, or ``blocks``/``per_sm`` is below 1."""
+    (the earliest block begins, one per slot), a wave of blocks at a time to the slots that free first. The new
+    blocks keep the measured blocks' spread: new block j lasts measured block (j mod n)'s time (first begin to
+    last end, in block order) times the ratio that keeps the total work, so uneven blocks still leave their tail.
+    ValueError where the timeline has no SM ids to count the slots by, or ``blocks``/``per_sm`` is below 1."""
     sms, resident = tl.slots
     if not sms:
         raise ValueError("the capture has no SM ids to count the slots by: no resized grid can be scheduled")
@@ -368,6 +371,18 @@ def resized_wall(tl: Timeline, blocks: int, per_sm: int | None = None) -> int:
     free = np.sort(first - tl.kernel_begin)[:slots]
     if len(free) < slots:  # more slots than the measured blocks filled: the rest free at the last measured begin
         free = np.r_[free, np.full(slots - len(free), free[-1] if len(free) else 0.0)]
-    used = min(slots, blocks)
-    end = free[:used] + np.bincount(np.arange(blocks) % slots, weights=each, minlength=used)[:used]
-    return int(round(float(end.max()) - min(float(free.min()), 0.0)))
+    start = min(float(free.min()), 0.0)
+    waves = -(-blocks // slots)
+    if waves > MAX_DISPATCH_WAVES:  # round-robin: slot i runs blocks i, i + slots, ...
+        used = min(slots, blocks)
+        end = free[:used] + np.bincount(np.arange(blocks) % slots, weights=each, minlength=used)[:used]
+        return int(round(float(end.max()) - start))
+    # in block order, a wave at a time: the wave's blocks go to the slots that free first (as the GPU hands a
+    # block to the first slot that frees), so uneven blocks even out over the waves as they do on the GPU
+    free, used = free.copy(), np.zeros(slots, bool)
+    for w in range(waves):  # a loop over waves, each vectorized over its slots
+        chunk = each[w * slots:(w + 1) * slots]
+        take = np.argsort(free, kind="stable")[:len(chunk)]
+        free[take] += chunk
+        used[take] = True
+    return int(round(float(free[used].max()) - start))
