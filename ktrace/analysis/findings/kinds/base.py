@@ -11,7 +11,7 @@ read the JSON's view (a read-only mapping), so a reader of a finding's dict read
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Callable
 
 import numpy as np

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..verdict import Verdict, fmt as _fmt
-from .base import Kind, KindFigures, fixed_rank, instance_keys, last_block_extent, optional
+from .base import Kind, KindFigures, instance_keys, last_block_extent, optional
 from . import last_finisher
 from .last_finisher_figures import LateStartFigures
 from ....core.records import frozen

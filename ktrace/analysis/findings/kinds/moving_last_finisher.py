@@ -6,7 +6,6 @@ from __future__ import annotations
 from .base import Kind, claim_words, first_clause, fixed_rank, no_roles, no_span
 from . import last_finisher
 from .last_finisher_figures import MovingFigures
-from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "moving_last_finisher"

@@ -7,7 +7,6 @@ from ....core.units import format_ns as _t
 from .base import Kind, claim_words, fixed_rank, no_roles, no_span
 from . import last_finisher
 from .last_finisher_figures import RotatingFigures
-from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "rotating_imbalance"

@@ -9,7 +9,6 @@ from . import late_start
 from .base import Kind, instance_keys, last_block_extent
 from . import last_finisher
 from .last_finisher_figures import StragglerFigures
-from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "stable_straggler"

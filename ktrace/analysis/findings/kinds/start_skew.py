@@ -8,8 +8,7 @@ import numpy as np
 
 from ..phase_shape import carried, incoming_causes
 from ..verdict import Verdict, fmt as _fmt
-from ...replay.change import Change
-from . import late_start
+from . import large_wait, late_start
 from ...model.barrier import tight_release_ns
 from .base import Kind, KindFigures, fixed_rank, no_roles, one_instance, optional
 from ....core.records import frozen
@@ -124,13 +123,6 @@ def _detect(ctx, p, inst, on_path) -> Verdict | None:
     return Verdict(NAME, p["phase"], msg, ev, impact, warn, SkewFigures(**figs, cause=cause), claims, key)
 
 
-def change(v):
-    """The grid barrier's own release cut to the tightest grid barrier's on this GPU (large_wait's change)."""
-    if v.cause != "grid barrier":
-        return None
-    return Change(barrier_cost_ns=float(v.figures.get("barrier_floor_ns") or 0.0), barrier_own_only=True)
-
-
 def detect(ctx, scope):
     """A phase whose instances line up: its lanes' begins apart."""
     if scope.phase is None or not scope.lined_up:
@@ -150,5 +142,5 @@ def link(ctx, scope, v, found) -> None:
 
 
 KIND = Kind(NAME, "a phase's lanes begin apart, so its wall exceeds its slowest lane", (SkewFigures,), 12, fixed_rank,
-            short, headline, span, no_roles, "excess_us", change=change,
+            short, headline, span, no_roles, "excess_us", change=large_wait.change,
             detect=detect, link=link)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from .base import Kind, claim_words, extent, fixed_rank, instance_keys
 from . import last_finisher
 from .last_finisher_figures import StragglerChangeFigures
-from ....core.records import frozen
 from ...replay.change import Change
 
 NAME = "straggler_change"
